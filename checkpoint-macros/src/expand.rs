@@ -1,0 +1,270 @@
+//! Code generation for `#[workflow]`: the workflow type, its `Workflow` impl,
+//! the site table and the body that loads a checkpoint and runs the lowered
+//! statements.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::{Ident, ItemFn, Stmt};
+
+use crate::lower::{frame_ident, Binding, Lowerer, SiteLayout};
+use crate::parse::{self, WorkflowFn};
+use crate::sites::{self, Site, SiteKind};
+
+pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let args = parse::parse_args(args)?;
+    let item: ItemFn = syn::parse2(item)?;
+    let mut wf = parse::parse_fn(args, item)?;
+    let sites = sites::number_sites(&mut wf.item.block, wf.ctx.as_ref())?;
+
+    let mut stmts = vec![input_stmt(&wf)?];
+    stmts.extend(wf.item.block.stmts.iter().cloned());
+    let mut lowerer = Lowerer::new(&sites, wf.ctx.as_ref());
+    let body = lowerer.lower_body(&stmts);
+    let (bindings, layouts) = lowerer.finish()?;
+    Ok(generate(&wf, &sites, &bindings, &layouts, body))
+}
+
+/// `let (a, mut b) = <input>;`: the parameters become the body's first
+/// statement, so they are saved and restored like any other local.
+fn input_stmt(wf: &WorkflowFn) -> syn::Result<Stmt> {
+    let frame = frame_ident();
+    let input = Ident::new("__cp_input", Span::mixed_site());
+    let pats: Vec<TokenStream> = wf
+        .inputs
+        .iter()
+        .map(|p| {
+            let ident = &p.ident;
+            if p.mutable {
+                quote!(mut #ident)
+            } else {
+                quote!(#ident)
+            }
+        })
+        .collect();
+    let pat = match pats.len() {
+        1 => pats[0].clone(),
+        _ => quote!((#(#pats),*)),
+    };
+    syn::parse2(quote! {
+        let #pat = match #input {
+            ::core::option::Option::Some(input) => input,
+            ::core::option::Option::None => {
+                match #frame.halt(::checkpoint_runtime::__private::missing_input(&#frame)).await {}
+            }
+        };
+    })
+}
+
+fn generate(
+    wf: &WorkflowFn,
+    sites: &[Site],
+    bindings: &[Binding],
+    layouts: &[SiteLayout],
+    body: TokenStream,
+) -> TokenStream {
+    let rt = quote!(::checkpoint_runtime::__private);
+    let item = &wf.item;
+    let vis = &item.vis;
+    let ident = &item.sig.ident;
+    let attrs = &item.attrs;
+    let name = &wf.name;
+    let output = &wf.output;
+    let input_types: Vec<_> = wf.inputs.iter().map(|p| &p.ty).collect();
+    let input_ty = match input_types.len() {
+        1 => quote!(#(#input_types)*),
+        _ => quote!((#(#input_types),*)),
+    };
+    let frame = frame_ident();
+    let input = Ident::new("__cp_input", Span::mixed_site());
+    let ctx_owned = Ident::new("__cp_ctx", Span::mixed_site());
+    let ctx_binding = wf.ctx.as_ref().map(|c| {
+        quote!(#[allow(unused_variables)] let #c: &::checkpoint_runtime::Ctx = &#ctx_owned;)
+    });
+
+    let site_table = site_table(sites, bindings, layouts);
+    let save_traits = save_traits(sites, bindings);
+    let slots = bindings.iter().enumerate().filter(|(_, b)| !b.transient && !b.saved_at.is_empty()).map(|(id, _)| {
+        let slot = Lowerer::slot_ident(id);
+        quote!(let mut #slot = #rt::Slot::new();)
+    });
+    let wait_slots = sites.iter().filter(|s| matches!(s.kind, SiteKind::WaitFor | SiteKind::WaitForTimeout)).map(|s| {
+        let slot = Lowerer::wait_slot_ident(s.index);
+        quote!(let mut #slot = #rt::Slot::new();)
+    });
+    let load = load_checkpoint(sites, bindings, layouts);
+    let body_fn = Ident::new("__checkpoint_body", Span::call_site());
+
+    quote! {
+        #(#attrs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #ident;
+
+        impl ::checkpoint_runtime::Workflow for #ident {
+            type Input = #input_ty;
+            type Output = #output;
+            const NAME: &'static str = #name;
+            const SITES: &'static [#rt::SiteInfo] = &[#(#site_table),*];
+
+            fn run(
+                self,
+                #frame: #rt::Frame,
+                #input: ::core::option::Option<Self::Input>,
+            ) -> #rt::BoxFuture<'static, Self::Output> {
+                ::std::boxed::Box::pin(Self::#body_fn(#frame, #input))
+            }
+        }
+
+        impl #ident {
+            #[doc(hidden)]
+            #[allow(unused_mut, unused_variables, unreachable_code, clippy::all)]
+            async fn #body_fn(
+                mut #frame: #rt::Frame,
+                #input: ::core::option::Option<#input_ty>,
+            ) -> #output {
+                #(#save_traits)*
+                let #ctx_owned = #frame.ctx();
+                #ctx_binding
+                #(#slots)*
+                #(#wait_slots)*
+                #load
+                #body
+            }
+        }
+    }
+}
+
+fn site_table<'a>(
+    sites: &'a [Site],
+    bindings: &'a [Binding],
+    layouts: &'a [SiteLayout],
+) -> impl Iterator<Item = TokenStream> + 'a {
+    let rt = quote!(::checkpoint_runtime::__private);
+    sites.iter().zip(layouts).map(move |(site, layout)| {
+        let key = site.key();
+        let label = match &site.label {
+            Some(l) => quote!(::core::option::Option::Some(#l)),
+            None => quote!(::core::option::Option::None),
+        };
+        let kind = match site.kind {
+            SiteKind::Checkpoint => quote!(Checkpoint),
+            SiteKind::WaitFor => quote!(WaitFor),
+            SiteKind::WaitForTimeout => quote!(WaitForTimeout),
+            SiteKind::Sleep => quote!(Sleep),
+        };
+        let fields = field_names(bindings, layout);
+        let loops = layout.loops;
+        quote! {
+            #rt::SiteInfo { key: #key, label: #label, kind: #rt::SiteKind::#kind, fields: &[#(#fields),*], loops: #loops }
+        }
+    })
+}
+
+/// Field names of a site: the locals' names, made unique with `#n` when an
+/// inner local has the same name as an outer one.
+fn field_names(bindings: &[Binding], layout: &SiteLayout) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for &b in &layout.fields {
+        let base = bindings[b].ident.to_string();
+        let mut name = base.clone();
+        let mut n = 1;
+        while out.contains(&name) {
+            n += 1;
+            name = format!("{base}#{n}");
+        }
+        out.push(name);
+    }
+    out
+}
+
+/// One trait per saved local, implemented for every serializable type: a local
+/// that cannot be saved fails this bound and the error names it and its sites.
+fn save_traits<'a>(sites: &'a [Site], bindings: &'a [Binding]) -> impl Iterator<Item = TokenStream> + 'a {
+    let rt = quote!(::checkpoint_runtime::__private);
+    bindings.iter().enumerate().filter(|(_, b)| !b.transient && !b.saved_at.is_empty()).map(move |(id, b)| {
+        let trait_ident = Lowerer::save_trait_ident(id);
+        let name = b.ident.to_string();
+        let mut where_saved: Vec<String> = Vec::new();
+        for s in &b.saved_at {
+            let d = sites[*s as usize].describe();
+            if !where_saved.contains(&d) {
+                where_saved.push(d);
+            }
+        }
+        let where_saved = where_saved.join(", ");
+        let message = format!(
+            "local `{name}` is live across {where_saved}, but `{{Self}}` cannot be saved in a checkpoint"
+        );
+        let label = format!("`{name}` is saved here");
+        let note = format!(
+            "locals used after a checkpoint are saved with serde: derive `Serialize` and `Deserialize` for its type, or declare it `#[transient] let {name} = ...;` so it is re-created on resume; a reference cannot be saved: own the value, or borrow again after the checkpoint"
+        );
+        quote! {
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            trait #trait_ident: ::core::marker::Sized {
+                fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error>;
+                fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error>;
+            }
+            impl<T: #rt::serde::Serialize + #rt::serde::de::DeserializeOwned> #trait_ident for T {
+                fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
+                    enc.field(self)
+                }
+                fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
+                    #rt::load(slot, frame, field)
+                }
+            }
+        }
+    })
+}
+
+/// Before any user code: check the target site's fields against the code and
+/// decode them into their slots; any mismatch or bad byte halts the run.
+fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout]) -> TokenStream {
+    let rt = quote!(::checkpoint_runtime::__private);
+    let frame = frame_ident();
+    let arms = sites.iter().zip(layouts).map(|(site, layout)| {
+        let index = site.index;
+        let names = field_names(bindings, layout);
+        let checks = layout.fields.iter().zip(&names).map(|(&b, name)| {
+            let slot = Lowerer::slot_ident(b);
+            quote!((#name, #rt::Slot::type_name(&#slot)))
+        });
+        let loads = layout.fields.iter().enumerate().map(|(i, &b)| {
+            let slot = Lowerer::slot_ident(b);
+            let trait_ident = Lowerer::save_trait_ident(b);
+            let span = bindings[b].ident.span();
+            quote_spanned!(span=> <_ as #trait_ident>::__cp_load(&mut #slot, &#frame, #i)?;)
+        });
+        let signal = match site.kind {
+            SiteKind::WaitFor => {
+                let slot = Lowerer::wait_slot_ident(index);
+                quote!(#rt::load_signal(&mut #slot, &#frame)?;)
+            }
+            SiteKind::WaitForTimeout => {
+                let slot = Lowerer::wait_slot_ident(index);
+                quote!(#rt::load_signal_timeout(&mut #slot, &#frame)?;)
+            }
+            _ => TokenStream::new(),
+        };
+        quote! {
+            ::core::option::Option::Some(#index) => {
+                #frame.check_fields(&[#(#checks),*])?;
+                #(#loads)*
+                #signal
+            }
+        }
+    });
+    quote! {
+        let loaded = (|| -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
+            match #frame.target() {
+                #(#arms)*
+                _ => {}
+            }
+            ::core::result::Result::Ok(())
+        })();
+        if let ::core::result::Result::Err(e) = loaded {
+            match #frame.halt(e).await {}
+        }
+        #frame.resumed().await;
+    }
+}

@@ -1,0 +1,955 @@
+//! Lowering: rewriting a workflow body so it can start at any checkpoint site.
+//!
+//! # The shape of the generated code
+//!
+//! Every block that contains a site is split at the last statement `T` that
+//! contains one (recursively, so the statements before `T` are split at their
+//! own last site, and so on):
+//!
+//! ```text
+//! let (x, mut y, __head) = if !resuming_into(T) {
+//!     <statements before T, lowered the same way>
+//!     (x, y, <T's head: take the checkpoint / evaluate the `if` condition ...>)
+//! } else {
+//!     <restore x and y from the checkpoint, re-run #[transient] initialisers>
+//!     (x, y, <T's head on resume: which branch the site is in ...>)
+//! };
+//! <the rest of T, driven by __head: branch bodies, loop bodies>
+//! <statements after T, unchanged>
+//! ```
+//!
+//! `x` and `y` are the locals declared before `T` that the code after the split
+//! reads (the rest of `T` or the statements after it). On resume, the first
+//! branch is skipped entirely, so nothing before the site runs again, and the
+//! locals it would have produced come from the checkpoint instead. Because the
+//! normal path and the resume path only meet after the split, rustc's
+//! definite-initialisation and borrow checks hold for both without any
+//! knowledge of types. Loops simply re-enter their body, which is lowered the
+//! same way; `for` loops re-evaluate their iterable and skip the items already
+//! taken. Each statement of the original body appears once in the output, so
+//! the expansion grows linearly with the number of sites.
+
+use std::collections::BTreeMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{Block, Expr, Ident, Pat, Stmt};
+
+use crate::names::{self, free_in_expr, free_in_stmts, pat_bindings, pat_names, NameSet, PatBinding};
+use crate::parse::Errors;
+use crate::sites::{self, Site, SiteKind, SiteRange};
+
+/// A local that some checkpoint saves, or that is re-created on resume.
+pub struct Binding {
+    pub ident: Ident,
+    pub transient: bool,
+    /// The sites that save it, in order.
+    pub saved_at: Vec<u32>,
+}
+
+/// How a saved local is written into a checkpoint.
+#[derive(Clone)]
+enum Source {
+    /// Encode the local itself.
+    Live,
+    /// Encode a snapshot taken when the enclosing `for` loop started: the local
+    /// was moved into (or is borrowed by) the loop's iterator.
+    Snapshot(Ident),
+}
+
+#[derive(Clone)]
+struct Saved {
+    binding: usize,
+    source: Source,
+    /// Names bound in scopes nested inside the one that declared this local;
+    /// if one equals this local's name, the local cannot be named at the site.
+    hidden_by: NameSet,
+}
+
+/// What is in scope while lowering a piece of code.
+#[derive(Clone, Default)]
+struct Scope {
+    saved: Vec<Saved>,
+    /// Position variables of the enclosing `for` loops, outermost first.
+    loop_positions: Vec<Ident>,
+}
+
+impl Scope {
+    fn bind_inner(&mut self, names: &NameSet) {
+        for s in &mut self.saved {
+            s.hidden_by.extend(names.iter().cloned());
+        }
+    }
+}
+
+/// Per-site results of lowering, used to build the site table and the code
+/// that loads a checkpoint before the body starts.
+#[derive(Clone, Default)]
+pub struct SiteLayout {
+    /// Bindings saved at this site, in field order.
+    pub fields: Vec<usize>,
+    pub loops: u32,
+}
+
+pub struct Lowerer<'a> {
+    sites: &'a [Site],
+    ctx: Option<&'a Ident>,
+    pub bindings: Vec<Binding>,
+    pub layouts: Vec<SiteLayout>,
+    counter: usize,
+    errors: Errors,
+}
+
+/// The three parts of a statement that contains a site (see the module docs).
+struct Split {
+    /// Items (generic enums) the other parts refer to.
+    items: TokenStream,
+    normal_head: TokenStream,
+    resume_head: TokenStream,
+    post: TokenStream,
+}
+
+/// A lowered `if` / `match`: one arm per branch.
+struct ArmSpec {
+    /// The names the arm's body reads from its pattern, carried to the body.
+    carried: Vec<PatBinding>,
+    /// The range of sites in the arm's body.
+    sites: Option<SiteRange>,
+    body: Expr,
+}
+
+pub fn frame_ident() -> Ident {
+    Ident::new("__cp_frame", Span::mixed_site())
+}
+
+fn rt() -> TokenStream {
+    quote!(::checkpoint_runtime::__private)
+}
+
+impl<'a> Lowerer<'a> {
+    pub fn new(sites: &'a [Site], ctx: Option<&'a Ident>) -> Self {
+        Lowerer {
+            sites,
+            ctx,
+            bindings: Vec::new(),
+            layouts: vec![SiteLayout::default(); sites.len()],
+            counter: 0,
+            errors: Errors::default(),
+        }
+    }
+
+    pub fn finish(self) -> syn::Result<(Vec<Binding>, Vec<SiteLayout>)> {
+        self.errors.finish()?;
+        Ok((self.bindings, self.layouts))
+    }
+
+    fn fresh(&mut self, what: &str) -> Ident {
+        self.counter += 1;
+        Ident::new(&format!("__cp_{what}_{}", self.counter), Span::mixed_site())
+    }
+
+    pub fn slot_ident(binding: usize) -> Ident {
+        Ident::new(&format!("__cp_slot_{binding}"), Span::mixed_site())
+    }
+
+    pub fn wait_slot_ident(site: u32) -> Ident {
+        Ident::new(&format!("__cp_wait_{site}"), Span::mixed_site())
+    }
+
+    pub fn save_trait_ident(binding: usize) -> Ident {
+        Ident::new(&format!("__CpSave{binding}"), Span::mixed_site())
+    }
+
+    fn site(&self, index: u32) -> &Site {
+        &self.sites[index as usize]
+    }
+
+    fn is_ctx(&self, name: &str) -> bool {
+        self.ctx.is_some_and(|c| c == name)
+    }
+
+    /// `matches!(frame.target(), Some(first..=last))`
+    fn resuming_into(&self, range: SiteRange) -> TokenStream {
+        let frame = frame_ident();
+        let (first, last) = (range.first, range.last);
+        quote!(::core::matches!(#frame.target(), ::core::option::Option::Some(#first..=#last)))
+    }
+
+    /// Lowers the whole body (a block's statements) into statements.
+    pub fn lower_body(&mut self, stmts: &[Stmt]) -> TokenStream {
+        self.lower_stmts(stmts, &Scope::default(), &NameSet::new())
+    }
+
+    fn lower_block(&mut self, block: &Block, scope: &Scope) -> TokenStream {
+        let inner = self.lower_stmts(&block.stmts, scope, &NameSet::new());
+        quote_spanned!(block.brace_token.span.join()=> { #inner })
+    }
+
+    /// Lowers a statement list; `after` are the names read after these
+    /// statements by code that can still see their locals.
+    fn lower_stmts(&mut self, stmts: &[Stmt], scope: &Scope, after: &NameSet) -> TokenStream {
+        let Some(j) = stmts.iter().rposition(|s| sites::sites_in_stmt(s).is_some()) else {
+            return stmts.iter().map(clean_stmt).collect();
+        };
+        let (prefix, t, suffix) = (&stmts[..j], &stmts[j], &stmts[j + 1..]);
+        let Some(range) = sites::sites_in_stmt(t) else {
+            return TokenStream::new();
+        };
+
+        // Which locals declared before `t` does the code after the split read?
+        let mut needed = free_in_stmts(suffix);
+        needed.extend(after.iter().cloned());
+        needed.extend(post_merge_free(t));
+        let visible = visible_bindings(prefix);
+        loop {
+            let before = needed.len();
+            for v in visible.values() {
+                if let Some(init) = &v.transient_init {
+                    if needed.contains(&v.binding.ident.to_string()) {
+                        needed.extend(free_in_expr(init));
+                    }
+                }
+            }
+            if needed.len() == before {
+                break;
+            }
+        }
+        let mut exported: Vec<&Visible> = visible
+            .values()
+            .filter(|v| {
+                let name = v.binding.ident.to_string();
+                needed.contains(&name) && !self.is_ctx(&name)
+            })
+            .collect();
+        exported.sort_by_key(|v| v.order);
+
+        // The scope of `t` and of the statements after the split.
+        let mut inner = scope.clone();
+        let prefix_names: NameSet = visible.keys().cloned().collect();
+        inner.bind_inner(&prefix_names);
+        let first_site = self.site(range.first).describe();
+        let mut exported_ids = Vec::new();
+        for v in &exported {
+            if let Some(err) = reference_error(v, &first_site) {
+                self.errors.add(err);
+            }
+            let id = self.bindings.len();
+            self.bindings.push(Binding {
+                ident: v.binding.ident.clone(),
+                transient: v.transient_init.is_some(),
+                saved_at: Vec::new(),
+            });
+            exported_ids.push(id);
+            if v.transient_init.is_none() {
+                inner.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+            }
+        }
+
+        // The statements before `t`, lowered for their own sites.
+        let mut prefix_after = names::free_in_stmts(std::slice::from_ref(t));
+        prefix_after.extend(needed.iter().cloned());
+        let prefix_code = self.lower_stmts(prefix, scope, &prefix_after);
+
+        let Split { items, normal_head, resume_head, post } = self.lower_site_stmt(t, range, &inner);
+
+        let restore = self.restore_code(&exported, &exported_ids);
+        let pats = exported.iter().map(|v| {
+            let ident = &v.binding.ident;
+            if v.binding.mutable {
+                quote!(mut #ident)
+            } else {
+                quote!(#ident)
+            }
+        });
+        let names = exported.iter().map(|v| &v.binding.ident).collect::<Vec<_>>();
+        let head = Ident::new("__cp_head", Span::mixed_site());
+        let resuming = self.resuming_into(range);
+        let suffix_code: TokenStream = suffix.iter().map(clean_stmt).collect();
+        quote! {
+            #items
+            #[allow(unused_mut, unused_variables, unused_parens, clippy::let_unit_value)]
+            let (#(#pats,)* #head) = if !#resuming {
+                #prefix_code
+                let #head = #normal_head;
+                (#(#names,)* #head)
+            } else {
+                #restore
+                let #head = #resume_head;
+                (#(#names,)* #head)
+            };
+            #post
+            #suffix_code
+        }
+    }
+
+    /// Code that rebinds exported locals on the resume path, in declaration
+    /// order: saved ones from their slots, transient ones by running their
+    /// initialiser again.
+    fn restore_code(&mut self, exported: &[&Visible], ids: &[usize]) -> TokenStream {
+        let rt = rt();
+        exported
+            .iter()
+            .zip(ids)
+            .map(|(v, &id)| match (&v.transient_init, &v.transient_pat) {
+                (Some(init), Some(pat)) => quote!(let #pat = #init;),
+                _ => {
+                    let ident = &v.binding.ident;
+                    let slot = Self::slot_ident(id);
+                    quote!(let #ident = #rt::Slot::take(&mut #slot);)
+                }
+            })
+            .collect()
+    }
+
+    /// Splits the statement that contains sites `range`.
+    fn lower_site_stmt(&mut self, stmt: &Stmt, range: SiteRange, scope: &Scope) -> Split {
+        match stmt {
+            Stmt::Macro(m) => match sites::marker(&m.attrs) {
+                Some(index) => self.checkpoint_split(index, scope),
+                None => self.misplaced(range, m.span()),
+            },
+            Stmt::Expr(expr, semi) => {
+                if let Some(index) = direct_site(expr) {
+                    let mut split = self.direct_site_split(index, expr, scope);
+                    if semi.is_none() {
+                        let head = Ident::new("__cp_head", Span::mixed_site());
+                        split.post = quote!(#head);
+                    }
+                    return split;
+                }
+                let mut split = self.lower_ctrl(expr, range, scope);
+                if semi.is_some() {
+                    let post = split.post;
+                    split.post = quote!(#post;);
+                }
+                split
+            }
+            Stmt::Local(local) => {
+                let Some(init) = &local.init else {
+                    return self.misplaced(range, local.span());
+                };
+                if let Some((_, diverge)) = &init.diverge {
+                    if let Some(r) = sites::sites_in_expr(diverge) {
+                        return self.misplaced(r, diverge.span());
+                    }
+                }
+                let attrs = clean_attrs(&local.attrs);
+                let pat = &local.pat;
+                let diverge = init.diverge.as_ref().map(|(e, d)| quote!(#e #d));
+                if let Some(index) = direct_site(&init.expr) {
+                    let mut split = self.direct_site_split(index, &init.expr, scope);
+                    let head = Ident::new("__cp_head", Span::mixed_site());
+                    split.post = quote!(#(#attrs)* let #pat = #head #diverge;);
+                    return split;
+                }
+                let mut split = self.lower_ctrl(&init.expr, range, scope);
+                let post = split.post;
+                split.post = quote!(#(#attrs)* let #pat = #post #diverge;);
+                split
+            }
+            Stmt::Item(_) => self.misplaced(range, stmt.span()),
+        }
+    }
+
+    fn misplaced(&mut self, range: SiteRange, _span: Span) -> Split {
+        let site = self.site(range.first);
+        self.errors.push(
+            site.span,
+            format!(
+                "{} must be a statement of its own (or the whole initialiser of a `let`), directly in the workflow body or inside its blocks, `if`, `match` and loops; it cannot be part of a larger expression",
+                site.kind.describe()
+            ),
+        );
+        Split { items: TokenStream::new(), normal_head: quote!(()), resume_head: quote!(()), post: TokenStream::new() }
+    }
+
+    /// `checkpoint!()`: save on the normal path, arrive on the resume path.
+    fn checkpoint_split(&mut self, index: u32, scope: &Scope) -> Split {
+        let frame = frame_ident();
+        let enc = Ident::new("__cp_enc", Span::mixed_site());
+        let span = self.site(index).span;
+        let (positions, fields) = self.site_fields(index, scope);
+        Split {
+            items: TokenStream::new(),
+            normal_head: quote_spanned! {span=>
+                #frame.save(#index, &[#(#positions),*], |#enc| { #fields ::core::result::Result::Ok(()) }).await
+            },
+            resume_head: quote!(#frame.arrive()),
+            post: TokenStream::new(),
+        }
+    }
+
+    /// A suspension call `ctx.wait_for(..).await` as a whole statement or
+    /// initialiser: its value comes from the call or, on resume, from the
+    /// delivered signal.
+    fn direct_site_split(&mut self, index: u32, expr: &Expr, scope: &Scope) -> Split {
+        let site = self.site(index).clone();
+        if site.kind == SiteKind::Checkpoint {
+            let mut split = self.checkpoint_split(index, scope);
+            split.resume_head = {
+                let frame = frame_ident();
+                quote!(#frame.arrive())
+            };
+            return split;
+        }
+        let Expr::Await(aw) = strip_parens(expr) else {
+            return self.misplaced(SiteRange { first: index, last: index }, site.span);
+        };
+        let Expr::MethodCall(call) = &*aw.base else {
+            return self.misplaced(SiteRange { first: index, last: index }, site.span);
+        };
+        if let Some(r) = call.args.iter().find_map(sites::sites_in_expr) {
+            return self.misplaced(r, call.span());
+        }
+        let frame = frame_ident();
+        let enc = Ident::new("__cp_enc", Span::mixed_site());
+        let (positions, fields) = self.site_fields(index, scope);
+        let method = &call.method;
+        let turbofish = call.turbofish.as_ref().map(|t| {
+            let args = &t.args;
+            quote!(::<#args, _>)
+        });
+        let args = call.args.iter();
+        let span = site.span;
+        let normal_head = quote_spanned! {span=>
+            #frame.#method #turbofish(#index, &[#(#positions),*], |#enc| { #fields ::core::result::Result::Ok(()) }, #(#args),*).await
+        };
+        let rt = rt();
+        let resume_head = match site.kind {
+            SiteKind::Sleep => quote!(#frame.arrive()),
+            _ => {
+                let slot = Self::wait_slot_ident(index);
+                quote!({ #frame.arrive(); #rt::Slot::take(&mut #slot) })
+            }
+        };
+        Split { items: TokenStream::new(), normal_head, resume_head, post: TokenStream::new() }
+    }
+
+    /// The loop positions and the field-encoding statements for a site, and
+    /// records the site's layout.
+    fn site_fields(&mut self, index: u32, scope: &Scope) -> (Vec<Ident>, TokenStream) {
+        let span = self.site(index).span;
+        let describe = self.site(index).describe();
+        let enc = Ident::new("__cp_enc", Span::mixed_site());
+        let rt = rt();
+        let mut code = TokenStream::new();
+        let mut layout = SiteLayout { fields: Vec::new(), loops: scope.loop_positions.len() as u32 };
+        for saved in &scope.saved {
+            let binding = &mut self.bindings[saved.binding];
+            binding.saved_at.push(index);
+            let name = binding.ident.to_string();
+            layout.fields.push(saved.binding);
+            match &saved.source {
+                Source::Snapshot(snap) => code.extend(quote!(#enc.encoded(&#snap)?;)),
+                Source::Live => {
+                    if saved.hidden_by.contains(&name) {
+                        self.errors.push(
+                            span,
+                            format!(
+                                "`{name}` must be saved at {describe} because it is used after it, but an inner `{name}` hides it here; rename one of them"
+                            ),
+                        );
+                        continue;
+                    }
+                    let trait_ident = Self::save_trait_ident(saved.binding);
+                    let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
+                    code.extend(quote_spanned! {span=>
+                        <_ as #trait_ident>::__cp_encode(&#ident, #enc)?;
+                    });
+                }
+            }
+        }
+        let _ = rt;
+        self.layouts[index as usize] = layout;
+        (scope.loop_positions.clone(), code)
+    }
+
+    /// Lowers a control-flow expression that contains sites.
+    fn lower_ctrl(&mut self, expr: &Expr, range: SiteRange, scope: &Scope) -> Split {
+        let unit = || quote!(());
+        match expr {
+            Expr::Paren(p) => self.lower_ctrl(&p.expr, range, scope),
+            Expr::Group(g) => self.lower_ctrl(&g.expr, range, scope),
+            Expr::Block(b) => {
+                let label = &b.label;
+                let block = self.lower_block(&b.block, scope);
+                Split { items: TokenStream::new(), normal_head: unit(), resume_head: unit(), post: quote!(#label #block) }
+            }
+            Expr::Loop(l) => {
+                let label = &l.label;
+                let body = self.lower_block(&l.body, scope);
+                Split { items: TokenStream::new(), normal_head: unit(), resume_head: unit(), post: quote!(#label loop #body) }
+            }
+            Expr::While(w) => self.lower_while(w, scope),
+            Expr::ForLoop(f) => self.lower_for(f, scope),
+            Expr::If(i) => {
+                if let Some(r) = if_conditions(i).into_iter().find_map(sites::sites_in_expr) {
+                    return self.misplaced(r, i.span());
+                }
+                let arms = if_arms(i);
+                self.lower_arms(None, arms, scope)
+            }
+            Expr::Match(m) => {
+                if let Some(r) = sites::sites_in_expr(&m.expr) {
+                    return self.misplaced(r, m.expr.span());
+                }
+                if let Some(r) = m.arms.iter().find_map(|a| a.guard.as_ref().and_then(|(_, g)| sites::sites_in_expr(g))) {
+                    return self.misplaced(r, m.span());
+                }
+                let arms = m
+                    .arms
+                    .iter()
+                    .map(|a| {
+                        let carried = carried_bindings(&[&a.pat], &a.body, self.ctx);
+                        let pat = &a.pat;
+                        let guard = a.guard.as_ref().map(|(i, g)| quote!(#i #g));
+                        (quote!(#pat #guard), carried, sites::sites_in_expr(&a.body), (*a.body).clone())
+                    })
+                    .collect();
+                self.lower_arms(Some(&m.expr), arms, scope)
+            }
+            _ => self.misplaced(range, expr.span()),
+        }
+    }
+
+    /// `if` chains and `match`: the head picks an arm and carries the arm's
+    /// bindings; the post runs the arm's body.
+    fn lower_arms(
+        &mut self,
+        scrutinee: Option<&Expr>,
+        arms: Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)>,
+        scope: &Scope,
+    ) -> Split {
+        let enum_ident = self.fresh("Arms").to_string();
+        let enum_ident = Ident::new(&enum_ident.replace("__cp_Arms", "__CpArms"), Span::mixed_site());
+        let n = arms.len();
+        let params: Vec<Ident> = (0..n).map(|i| format_ident!("T{}", i)).collect();
+        let variants: Vec<Ident> = (0..n).map(|i| format_ident!("A{}", i)).collect();
+        let items = quote! {
+            #[allow(non_camel_case_types, dead_code)]
+            enum #enum_ident<#(#params),*> { #(#variants(#params)),* }
+        };
+        let specs: Vec<ArmSpec> = arms
+            .iter()
+            .map(|(_, carried, sites, body)| ArmSpec { carried: carried.clone(), sites: *sites, body: body.clone() })
+            .collect();
+
+        // Normal head: evaluate the condition / scrutinee, carry the bindings.
+        let carry = |spec: &ArmSpec| {
+            let names = spec.carried.iter().map(|b| &b.ident);
+            quote!((#(#names,)*))
+        };
+        let normal_head = match scrutinee {
+            Some(scrutinee) => {
+                let arms_code = arms.iter().zip(&specs).zip(&variants).map(|(((pat, ..), spec), v)| {
+                    let c = carry(spec);
+                    quote!(#pat => #enum_ident::#v(#c),)
+                });
+                quote!(match #scrutinee { #(#arms_code)* })
+            }
+            None => {
+                // `if` chain: the arm tokens are the conditions; the last arm is
+                // the `else` (synthetic when the user wrote none).
+                let mut code = TokenStream::new();
+                for (i, ((cond, ..), spec)) in arms.iter().zip(&specs).enumerate() {
+                    let v = &variants[i];
+                    let c = carry(spec);
+                    if i + 1 < arms.len() {
+                        code.extend(quote!(if #cond { #enum_ident::#v(#c) } else));
+                    } else {
+                        code.extend(quote!({ #enum_ident::#v(#c) }));
+                    }
+                }
+                code
+            }
+        };
+
+        // Resume head: the arm that holds the target site, its bindings restored.
+        let frame = frame_ident();
+        let rt = rt();
+        let mut resume_arms = Vec::new();
+        let mut post_arms = Vec::new();
+        let site_arms: Vec<usize> = specs.iter().enumerate().filter(|(_, s)| s.sites.is_some()).map(|(i, _)| i).collect();
+        for (i, spec) in specs.iter().enumerate() {
+            let v = &variants[i];
+            let pats = spec.carried.iter().map(|b| {
+                let ident = &b.ident;
+                if b.mutable {
+                    quote!(mut #ident)
+                } else {
+                    quote!(#ident)
+                }
+            });
+            let Some(range) = spec.sites else {
+                let body = clean_expr(&spec.body);
+                post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
+                continue;
+            };
+            let describe = self.site(range.first).describe();
+            let mut arm_scope = scope.clone();
+            let carried_names: NameSet = spec.carried.iter().map(|b| b.ident.to_string()).collect();
+            arm_scope.bind_inner(&carried_names);
+            let mut restores = Vec::new();
+            for b in &spec.carried {
+                if b.by_ref {
+                    self.errors.push(
+                        b.ident.span(),
+                        format!("`{}` is a reference (`ref` binding) used after {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
+                    );
+                }
+                let id = self.bindings.len();
+                self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
+                arm_scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+                let slot = Self::slot_ident(id);
+                let ident = &b.ident;
+                restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
+            }
+            let names = spec.carried.iter().map(|b| &b.ident);
+            let (first, last) = (range.first, range.last);
+            let pattern = if Some(&i) == site_arms.last() {
+                quote!(_)
+            } else {
+                quote!(::core::option::Option::Some(#first..=#last))
+            };
+            resume_arms.push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
+            let body_block: Block = match &spec.body {
+                Expr::Block(b) if b.label.is_none() => b.block.clone(),
+                other => syn::parse_quote!({ #other }),
+            };
+            let body = self.lower_block(&body_block, &arm_scope);
+            post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
+        }
+        let resume_head = quote!(match #frame.target() { #(#resume_arms)* });
+        let head = Ident::new("__cp_head", Span::mixed_site());
+        let post = quote!(match #head { #(#post_arms)* });
+        Split { items, normal_head, resume_head, post }
+    }
+
+    fn lower_while(&mut self, w: &syn::ExprWhile, scope: &Scope) -> Split {
+        let unit = quote!(());
+        if let Some(r) = sites::sites_in_expr(&w.cond) {
+            return self.misplaced(r, w.cond.span());
+        }
+        let label = &w.label;
+        let Some(range) = sites::sites_in_block(&w.body) else {
+            return self.misplaced(SiteRange { first: 0, last: 0 }, w.span());
+        };
+        let resuming = self.resuming_into(range);
+        let frame = frame_ident();
+        let _ = frame;
+        let rt = rt();
+        let body_code;
+        let head_code;
+        match strip_parens(&w.cond) {
+            Expr::Let(l) => {
+                let carried = carried_bindings(&[&l.pat], &Expr::Block(syn::ExprBlock { attrs: vec![], label: None, block: w.body.clone() }), self.ctx);
+                let mut body_scope = scope.clone();
+                body_scope.bind_inner(&pat_names(&l.pat));
+                let mut restores = Vec::new();
+                for b in &carried {
+                    let id = self.bindings.len();
+                    self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
+                    body_scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+                    let slot = Self::slot_ident(id);
+                    let ident = &b.ident;
+                    restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
+                }
+                let names: Vec<&Ident> = carried.iter().map(|b| &b.ident).collect();
+                let pats = carried.iter().map(|b| {
+                    let ident = &b.ident;
+                    if b.mutable {
+                        quote!(mut #ident)
+                    } else {
+                        quote!(#ident)
+                    }
+                });
+                let (pat, e) = (&l.pat, &l.expr);
+                head_code = quote! {
+                    #[allow(unused_mut, unreachable_patterns)]
+                    let (#(#pats,)*) = if #resuming {
+                        #(#restores)*
+                        (#(#names,)*)
+                    } else {
+                        match #e { #pat => (#(#names,)*), _ => break }
+                    };
+                };
+                body_code = self.lower_block(&w.body, &body_scope);
+            }
+            cond => {
+                head_code = quote!(if !#resuming { if !(#cond) { break; } });
+                body_code = self.lower_block(&w.body, scope);
+            }
+        }
+        Split {
+            items: TokenStream::new(),
+            normal_head: unit.clone(),
+            resume_head: unit,
+            post: quote!(#label loop { #head_code #body_code }),
+        }
+    }
+
+    fn lower_for(&mut self, f: &syn::ExprForLoop, scope: &Scope) -> Split {
+        let unit = quote!(());
+        if let Some(r) = sites::sites_in_expr(&f.expr) {
+            return self.misplaced(r, f.expr.span());
+        }
+        let Some(range) = sites::sites_in_block(&f.body) else {
+            return self.misplaced(SiteRange { first: 0, last: 0 }, f.span());
+        };
+        let frame = frame_ident();
+        let rt = rt();
+        let iter = self.fresh("iter");
+        let next = self.fresh("next");
+        let pos = self.fresh("pos");
+        let depth = scope.loop_positions.len();
+        let resuming = self.resuming_into(range);
+
+        // Locals only the iterable reads were moved into (or are borrowed by)
+        // the iterator: save a snapshot taken before the loop starts.
+        let iter_names = free_in_expr(&f.expr);
+        let body_names = names::free_in_stmts(&f.body.stmts);
+        let mut body_scope = scope.clone();
+        let mut snapshots = TokenStream::new();
+        for saved in &mut body_scope.saved {
+            let name = self.bindings[saved.binding].ident.to_string();
+            if matches!(saved.source, Source::Live) && iter_names.contains(&name) && !body_names.contains(&name) {
+                let snap = self.fresh("snap");
+                let ident = &self.bindings[saved.binding].ident;
+                snapshots.extend(quote! {
+                    let #snap = match #rt::encode(&#ident) {
+                        ::core::result::Result::Ok(e) => e,
+                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                    };
+                });
+                saved.source = Source::Snapshot(snap);
+            }
+        }
+        body_scope.bind_inner(&pat_names(&f.pat));
+        body_scope.loop_positions.push(pos.clone());
+        let body = self.lower_block(&f.body, &body_scope);
+        let (label, pat, expr) = (&f.label, &f.pat, &f.expr);
+        let post = quote! {{
+            #snapshots
+            let mut #iter = ::core::iter::IntoIterator::into_iter(#expr);
+            #[allow(unused_assignments)]
+            let mut #next: u64 = 0;
+            if #resuming {
+                let skip = #frame.loop_position(#depth);
+                if let ::core::result::Result::Err(e) = #frame.advance(&mut #iter, skip) {
+                    match #frame.halt(e).await {}
+                }
+                #next = skip;
+            }
+            #label loop {
+                let #pat = match ::core::iter::Iterator::next(&mut #iter) {
+                    ::core::option::Option::Some(item) => item,
+                    ::core::option::Option::None => break,
+                };
+                #[allow(unused_variables)]
+                let #pos: u64 = #next;
+                #next += 1;
+                #body
+            }
+        }};
+        Split { items: TokenStream::new(), normal_head: unit.clone(), resume_head: unit, post }
+    }
+}
+
+/// A `let` binding of a prefix that is still visible at its end.
+struct Visible {
+    binding: PatBinding,
+    order: usize,
+    /// `#[transient]`: the pattern and initialiser to run again on resume.
+    transient_pat: Option<Pat>,
+    transient_init: Option<Expr>,
+    /// The initialiser is `&expr` / `&mut expr`.
+    reference_init: bool,
+}
+
+/// The bindings declared by top-level `let`s of `stmts` that are visible after
+/// them (the last one of each name).
+fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
+    let mut out = BTreeMap::new();
+    let mut order = 0;
+    for stmt in stmts {
+        let Stmt::Local(local) = stmt else { continue };
+        let transient = local.attrs.iter().any(|a| a.path().is_ident("transient"));
+        let init = local.init.as_ref().map(|i| &*i.expr);
+        let reference_init = matches!(init.map(strip_parens), Some(Expr::Reference(_)));
+        for binding in pat_bindings(&local.pat) {
+            order += 1;
+            out.insert(
+                binding.ident.to_string(),
+                Visible {
+                    binding,
+                    order,
+                    transient_pat: transient.then(|| local.pat.clone()),
+                    transient_init: if transient { init.cloned() } else { None },
+                    reference_init,
+                },
+            );
+        }
+    }
+    out
+}
+
+fn reference_error(v: &Visible, site: &str) -> Option<syn::Error> {
+    if v.transient_init.is_some() {
+        return None;
+    }
+    let name = &v.binding.ident;
+    if v.binding.by_ref || v.reference_init {
+        return Some(syn::Error::new(
+            name.span(),
+            format!(
+                "`{name}` is a reference that is used after {site}; a reference cannot be saved in a checkpoint: own the value (e.g. `.clone()` / `.to_owned()`), or borrow again after the checkpoint"
+            ),
+        ));
+    }
+    None
+}
+
+/// Names a statement's code reads after its split point: everything but the
+/// head that the normal path evaluates before the split.
+fn post_merge_free(stmt: &Stmt) -> NameSet {
+    match stmt {
+        Stmt::Local(l) => {
+            let mut out = NameSet::new();
+            if let Some(init) = &l.init {
+                if direct_site(&init.expr).is_none() {
+                    out.extend(post_merge_free_expr(&init.expr));
+                }
+                if let Some((_, d)) = &init.diverge {
+                    out.extend(free_in_expr(d));
+                }
+            }
+            out
+        }
+        Stmt::Expr(e, _) if direct_site(e).is_none() => post_merge_free_expr(e),
+        _ => NameSet::new(),
+    }
+}
+
+fn post_merge_free_expr(expr: &Expr) -> NameSet {
+    match expr {
+        Expr::Paren(p) => post_merge_free_expr(&p.expr),
+        Expr::Group(g) => post_merge_free_expr(&g.expr),
+        Expr::If(i) => if_arms(i).iter().flat_map(|(.., body)| free_in_expr(body)).collect(),
+        Expr::Match(m) => m
+            .arms
+            .iter()
+            .flat_map(|a| {
+                let bound = pat_names(&a.pat);
+                free_in_expr(&a.body).into_iter().filter(move |n| !bound.contains(n))
+            })
+            .collect(),
+        Expr::ForLoop(f) => {
+            let bound = pat_names(&f.pat);
+            let mut out: NameSet = names::free_in_stmts(&f.body.stmts).into_iter().filter(|n| !bound.contains(n)).collect();
+            out.extend(free_in_expr(&f.expr));
+            out
+        }
+        other => free_in_expr(other),
+    }
+}
+
+/// The arms of an `if` / `else if` / `else` chain: (condition tokens or empty
+/// for `else`, carried bindings, sites, body).
+fn if_arms(i: &syn::ExprIf) -> Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)> {
+    let mut out = Vec::new();
+    let mut cur = i;
+    loop {
+        let body = Expr::Block(syn::ExprBlock { attrs: vec![], label: None, block: cur.then_branch.clone() });
+        let lets = let_patterns(&cur.cond);
+        let carried = carried_bindings(&lets, &body, None);
+        let cond = &cur.cond;
+        out.push((quote!(#cond), carried, sites::sites_in_block(&cur.then_branch), body));
+        match &cur.else_branch {
+            Some((_, e)) => match &**e {
+                Expr::If(next) => cur = next,
+                other => {
+                    out.push((TokenStream::new(), Vec::new(), sites::sites_in_expr(other), other.clone()));
+                    break;
+                }
+            },
+            None => {
+                out.push((TokenStream::new(), Vec::new(), None, syn::parse_quote!({})));
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn if_conditions(i: &syn::ExprIf) -> Vec<&Expr> {
+    let mut out = vec![&*i.cond];
+    let mut cur = i;
+    while let Some((_, e)) = &cur.else_branch {
+        match &**e {
+            Expr::If(next) => {
+                out.push(&next.cond);
+                cur = next;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Patterns of `let` conditions in an `if` condition (`&&` chains included).
+fn let_patterns(cond: &Expr) -> Vec<&Pat> {
+    match strip_parens(cond) {
+        Expr::Let(l) => vec![&l.pat],
+        Expr::Binary(b) if matches!(b.op, syn::BinOp::And(_)) => {
+            let mut out = let_patterns(&b.left);
+            out.extend(let_patterns(&b.right));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Bindings of `pats` that `body` reads.
+fn carried_bindings(pats: &[&Pat], body: &Expr, ctx: Option<&Ident>) -> Vec<PatBinding> {
+    let used = free_in_expr(body);
+    pats.iter()
+        .flat_map(|p| pat_bindings(p))
+        .filter(|b| used.contains(&b.ident.to_string()) && ctx.is_none_or(|c| b.ident != *c))
+        .collect()
+}
+
+fn strip_parens(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Paren(p) => strip_parens(&p.expr),
+        Expr::Group(g) => strip_parens(&g.expr),
+        other => other,
+    }
+}
+
+/// The site number of an expression that *is* a site (not one that contains one).
+fn direct_site(expr: &Expr) -> Option<u32> {
+    match strip_parens(expr) {
+        Expr::Macro(m) => sites::marker(&m.attrs),
+        Expr::Await(a) => sites::marker(&a.attrs),
+        _ => None,
+    }
+}
+
+fn clean_attrs(attrs: &[syn::Attribute]) -> Vec<syn::Attribute> {
+    attrs.iter().filter(|a| !a.path().is_ident("transient")).cloned().collect()
+}
+
+/// A user statement emitted unchanged, minus `#[transient]` markers.
+fn clean_stmt(stmt: &Stmt) -> TokenStream {
+    let mut stmt = stmt.clone();
+    sites::StripTransient.visit_stmt_mut(&mut stmt);
+    stmt.into_token_stream()
+}
+
+fn clean_expr(expr: &Expr) -> TokenStream {
+    let mut expr = expr.clone();
+    sites::StripTransient.visit_expr_mut(&mut expr);
+    expr.into_token_stream()
+}

@@ -1,0 +1,180 @@
+//! Parsing and checking the `#[workflow]` item: what the user wrote, before any
+//! analysis of the body.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::Parser;
+use syn::spanned::Spanned;
+use syn::{FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+
+/// `#[workflow(name = "...")]` arguments.
+#[derive(Default)]
+pub struct WorkflowArgs {
+    pub name: Option<LitStr>,
+}
+
+/// A parameter that is part of the workflow's input.
+pub struct InputParam {
+    pub ident: Ident,
+    pub mutable: bool,
+    pub ty: Type,
+}
+
+/// A checked `#[workflow] async fn`.
+pub struct WorkflowFn {
+    pub item: ItemFn,
+    /// The `ctx: &Ctx` parameter, if the function takes one.
+    pub ctx: Option<Ident>,
+    pub inputs: Vec<InputParam>,
+    pub output: Type,
+    /// The name runs are stored under.
+    pub name: String,
+}
+
+pub fn parse_args(args: TokenStream) -> syn::Result<WorkflowArgs> {
+    let mut out = WorkflowArgs::default();
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("name") {
+            let lit: LitStr = meta.value()?.parse()?;
+            if lit.value().trim().is_empty() {
+                return Err(syn::Error::new(lit.span(), "workflow name must not be empty"));
+            }
+            out.name = Some(lit);
+            Ok(())
+        } else {
+            Err(meta.error("unknown #[workflow] argument; expected `name = \"...\"`"))
+        }
+    });
+    parser.parse2(args)?;
+    Ok(out)
+}
+
+/// Checks the signature and splits it into the parts code generation needs.
+/// All problems are collected so the user sees them at once.
+pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
+    let mut errors = Errors::default();
+    let sig = &item.sig;
+    if sig.asyncness.is_none() {
+        errors.push(sig.fn_token.span(), "#[workflow] must be placed on an `async fn`");
+    }
+    if let Some(c) = &sig.constness {
+        errors.push(c.span(), "#[workflow] functions cannot be `const`");
+    }
+    if let Some(u) = &sig.unsafety {
+        errors.push(u.span(), "#[workflow] functions cannot be `unsafe`");
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(abi.span(), "#[workflow] functions cannot have an `extern` ABI");
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(
+            sig.generics.span(),
+            "#[workflow] functions cannot be generic: the stored run must name one concrete workflow",
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        errors.push(v.span(), "#[workflow] functions cannot be variadic");
+    }
+
+    let mut ctx = None;
+    let mut inputs = Vec::new();
+    for (i, arg) in sig.inputs.iter().enumerate() {
+        match arg {
+            FnArg::Receiver(r) => errors.push(
+                r.span(),
+                "#[workflow] cannot be used on a method with `self`; use a free `async fn`",
+            ),
+            FnArg::Typed(pt) => {
+                let Pat::Ident(pi) = &*pt.pat else {
+                    errors.push(
+                        pt.pat.span(),
+                        "workflow parameters must be plain names (`name: Type`); destructure inside the body",
+                    );
+                    continue;
+                };
+                if pi.by_ref.is_some() || pi.subpat.is_some() {
+                    errors.push(pi.span(), "workflow parameters must be plain names (`name: Type`)");
+                    continue;
+                }
+                if i == 0 && is_ctx_type(&pt.ty) {
+                    ctx = Some(pi.ident.clone());
+                    continue;
+                }
+                if is_ctx_type(&pt.ty) {
+                    errors.push(pt.span(), "`ctx: &Ctx` must be the first parameter");
+                    continue;
+                }
+                if let Type::Reference(r) = &*pt.ty {
+                    errors.push(
+                        r.span(),
+                        "workflow inputs are stored with the run and must be owned (`Serialize + DeserializeOwned`); take the value, not a reference",
+                    );
+                    continue;
+                }
+                inputs.push(InputParam {
+                    ident: pi.ident.clone(),
+                    mutable: pi.mutability.is_some(),
+                    ty: (*pt.ty).clone(),
+                });
+            }
+        }
+    }
+
+    let output = match &sig.output {
+        ReturnType::Default => syn::parse_quote!(()),
+        ReturnType::Type(_, ty) => {
+            if let Type::ImplTrait(it) = &**ty {
+                errors.push(
+                    it.span(),
+                    "a workflow's output is stored and must be a concrete serializable type, not `impl Trait`",
+                );
+            }
+            (**ty).clone()
+        }
+    };
+    errors.finish()?;
+
+    let name = args
+        .name
+        .map(|l| l.value())
+        .unwrap_or_else(|| sig.ident.to_string());
+    Ok(WorkflowFn { item, ctx, inputs, output, name })
+}
+
+/// `&Ctx`, `&checkpoint_runtime::Ctx`, ... : a shared reference to a path whose
+/// last segment is `Ctx`.
+fn is_ctx_type(ty: &Type) -> bool {
+    let Type::Reference(r) = ty else { return false };
+    if r.mutability.is_some() {
+        return false;
+    }
+    match &*r.elem {
+        Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Ctx"),
+        _ => false,
+    }
+}
+
+/// Collects several `syn::Error`s into one.
+#[derive(Default)]
+pub struct Errors {
+    inner: Option<syn::Error>,
+}
+
+impl Errors {
+    pub fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
+        self.add(syn::Error::new(span, msg));
+    }
+
+    pub fn add(&mut self, err: syn::Error) {
+        match &mut self.inner {
+            Some(e) => e.combine(err),
+            None => self.inner = Some(err),
+        }
+    }
+
+    pub fn finish(self) -> syn::Result<()> {
+        match self.inner {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Finding checkpoint sites: `checkpoint!()` / `checkpoint!("label")` and the
+//! suspension points `ctx.wait_for(..).await`, `ctx.wait_for_timeout(..).await`,
+//! `ctx.sleep(..).await`.
+//!
+//! Sites are numbered in source order. Each site node is tagged with a marker
+//! attribute holding its number, so later passes can tell which sites a piece
+//! of code contains (always a contiguous range, thanks to source order).
+
+use std::collections::HashMap;
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::visit::{self, Visit};
+use syn::visit_mut::{self, VisitMut};
+use syn::{Attribute, Expr, Ident, LitStr, Macro, Stmt};
+
+use crate::parse::Errors;
+
+const MARKER: &str = "__checkpoint_site";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteKind {
+    Checkpoint,
+    WaitFor,
+    WaitForTimeout,
+    Sleep,
+}
+
+impl SiteKind {
+    fn from_method(name: &str) -> Option<Self> {
+        match name {
+            "wait_for" => Some(Self::WaitFor),
+            "wait_for_timeout" => Some(Self::WaitForTimeout),
+            "sleep" => Some(Self::Sleep),
+            _ => None,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Checkpoint => "checkpoint!()",
+            Self::WaitFor => "ctx.wait_for(..).await",
+            Self::WaitForTimeout => "ctx.wait_for_timeout(..).await",
+            Self::Sleep => "ctx.sleep(..).await",
+        }
+    }
+}
+
+/// What is known about a site before lowering.
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub index: u32,
+    pub kind: SiteKind,
+    pub label: Option<String>,
+    pub span: Span,
+}
+
+impl Site {
+    /// The key stored with each checkpoint and matched on resume: the label, or
+    /// the site's position in the body.
+    pub fn key(&self) -> String {
+        match &self.label {
+            Some(l) => l.clone(),
+            None => format!("#{}", self.index + 1),
+        }
+    }
+
+    /// How errors and messages name this site.
+    pub fn describe(&self) -> String {
+        match &self.label {
+            Some(l) => format!("checkpoint \"{l}\""),
+            None => format!("{} #{}", self.kind.describe(), self.index + 1),
+        }
+    }
+}
+
+/// Tags every site in `body` and returns them in source order.
+pub fn number_sites(block: &mut syn::Block, ctx: Option<&Ident>) -> syn::Result<Vec<Site>> {
+    let mut finder = SiteFinder {
+        ctx,
+        sites: Vec::new(),
+        labels: HashMap::new(),
+        closure_depth: 0,
+        errors: Errors::default(),
+    };
+    finder.visit_block_mut(block);
+    finder.errors.finish()?;
+    Ok(finder.sites)
+}
+
+struct SiteFinder<'a> {
+    ctx: Option<&'a Ident>,
+    sites: Vec<Site>,
+    labels: HashMap<String, Span>,
+    /// > 0 inside a closure or async block, where a site cannot resume.
+    closure_depth: usize,
+    errors: Errors,
+}
+
+impl SiteFinder<'_> {
+    fn add(&mut self, kind: SiteKind, label: Option<LitStr>, span: Span, attrs: &mut Vec<Attribute>) {
+        if self.closure_depth > 0 {
+            self.errors.push(
+                span,
+                format!(
+                    "{} cannot be used inside a closure or an `async` block: only code directly in the #[workflow] body can be resumed; move it out of the closure",
+                    kind.describe()
+                ),
+            );
+            return;
+        }
+        let label = label.map(|l| {
+            let value = l.value();
+            if value.is_empty() {
+                self.errors.push(l.span(), "checkpoint label must not be empty");
+            } else if let Some(first) = self.labels.get(&value) {
+                let mut e = syn::Error::new(
+                    l.span(),
+                    format!("checkpoint label \"{value}\" is used twice; each checkpoint site needs its own label"),
+                );
+                e.combine(syn::Error::new(*first, "first used here"));
+                self.errors.add(e);
+            } else {
+                self.labels.insert(value.clone(), l.span());
+            }
+            value
+        });
+        let index = self.sites.len() as u32;
+        attrs.push(syn::parse_quote_spanned!(span=> #[__checkpoint_site = #index]));
+        self.sites.push(Site { index, kind, label, span });
+    }
+
+    fn checkpoint_macro(&mut self, mac: &Macro, attrs: &mut Vec<Attribute>) -> bool {
+        if !is_checkpoint_macro(mac) {
+            return false;
+        }
+        let label = if mac.tokens.is_empty() {
+            Ok(None)
+        } else {
+            mac.parse_body::<LitStr>().map(Some).map_err(|_| {
+                syn::Error::new(
+                    mac.tokens.span(),
+                    "checkpoint!() takes nothing or a string literal label: `checkpoint!()` or `checkpoint!(\"label\")`",
+                )
+            })
+        };
+        match label {
+            Ok(label) => self.add(SiteKind::Checkpoint, label, mac.path.span(), attrs),
+            Err(e) => self.errors.add(e),
+        }
+        true
+    }
+}
+
+impl VisitMut for SiteFinder<'_> {
+    fn visit_stmt_mut(&mut self, stmt: &mut Stmt) {
+        if let Stmt::Macro(m) = stmt {
+            if self.checkpoint_macro(&m.mac.clone(), &mut m.attrs) {
+                return;
+            }
+        }
+        visit_mut::visit_stmt_mut(self, stmt);
+    }
+
+    fn visit_expr_mut(&mut self, expr: &mut Expr) {
+        match expr {
+            Expr::Macro(m) => {
+                if self.checkpoint_macro(&m.mac.clone(), &mut m.attrs) {
+                    return;
+                }
+            }
+            Expr::Await(a) => {
+                if let Some(kind) = suspension_kind(&a.base, self.ctx) {
+                    // Visit the call's arguments first: they run before the site.
+                    visit_mut::visit_expr_mut(self, &mut a.base);
+                    let span = a.base.span();
+                    self.add(kind, None, span, &mut a.attrs);
+                    return;
+                }
+            }
+            Expr::Closure(_) | Expr::Async(_) => {
+                self.closure_depth += 1;
+                visit_mut::visit_expr_mut(self, expr);
+                self.closure_depth -= 1;
+                return;
+            }
+            _ => {}
+        }
+        visit_mut::visit_expr_mut(self, expr);
+    }
+
+    fn visit_item_mut(&mut self, _: &mut syn::Item) {
+        // A nested fn is not part of the workflow: its `checkpoint!()` expands to
+        // the "outside a workflow" error by itself.
+    }
+}
+
+fn is_checkpoint_macro(mac: &Macro) -> bool {
+    mac.path.segments.last().is_some_and(|s| s.ident == "checkpoint")
+}
+
+/// `ctx.wait_for(..)` etc. on the workflow's own `ctx` parameter.
+pub fn suspension_kind(base: &Expr, ctx: Option<&Ident>) -> Option<SiteKind> {
+    let ctx = ctx?;
+    let Expr::MethodCall(call) = base else { return None };
+    let Expr::Path(recv) = &*call.receiver else { return None };
+    if !recv.path.is_ident(ctx) {
+        return None;
+    }
+    SiteKind::from_method(&call.method.to_string())
+}
+
+/// The site number of a tagged node's attributes.
+pub fn marker(attrs: &[Attribute]) -> Option<u32> {
+    attrs.iter().find_map(|a| {
+        if !a.path().is_ident(MARKER) {
+            return None;
+        }
+        let syn::Meta::NameValue(nv) = &a.meta else { return None };
+        let Expr::Lit(lit) = &nv.value else { return None };
+        let syn::Lit::Int(i) = &lit.lit else { return None };
+        i.base10_parse().ok()
+    })
+}
+
+/// The range of site numbers inside a piece of code, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteRange {
+    pub first: u32,
+    pub last: u32,
+}
+
+#[derive(Default)]
+struct RangeFinder {
+    range: Option<SiteRange>,
+}
+
+impl RangeFinder {
+    fn note(&mut self, attrs: &[Attribute]) {
+        if let Some(i) = marker(attrs) {
+            self.range = Some(match self.range {
+                None => SiteRange { first: i, last: i },
+                Some(r) => SiteRange { first: r.first.min(i), last: r.last.max(i) },
+            });
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for RangeFinder {
+    fn visit_stmt_macro(&mut self, m: &'ast syn::StmtMacro) {
+        self.note(&m.attrs);
+    }
+    fn visit_expr_macro(&mut self, m: &'ast syn::ExprMacro) {
+        self.note(&m.attrs);
+    }
+    fn visit_expr_await(&mut self, a: &'ast syn::ExprAwait) {
+        self.note(&a.attrs);
+        visit::visit_expr_await(self, a);
+    }
+    fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
+pub fn sites_in_stmt(stmt: &Stmt) -> Option<SiteRange> {
+    let mut f = RangeFinder::default();
+    f.visit_stmt(stmt);
+    f.range
+}
+
+pub fn sites_in_expr(expr: &Expr) -> Option<SiteRange> {
+    let mut f = RangeFinder::default();
+    f.visit_expr(expr);
+    f.range
+}
+
+pub fn sites_in_block(block: &syn::Block) -> Option<SiteRange> {
+    let mut f = RangeFinder::default();
+    f.visit_block(block);
+    f.range
+}
+
+/// Removes `#[transient]` markers the user put on `let` statements outside
+/// the places lowering handles them (statements that need no lowering).
+pub struct StripTransient;
+
+impl VisitMut for StripTransient {
+    fn visit_local_mut(&mut self, l: &mut syn::Local) {
+        l.attrs.retain(|a| !a.path().is_ident("transient"));
+        visit_mut::visit_local_mut(self, l);
+    }
+    fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+}
