@@ -111,15 +111,6 @@ struct Split {
     post: TokenStream,
 }
 
-/// A lowered `if` / `match`: one arm per branch.
-struct ArmSpec {
-    /// The names the arm's body reads from its pattern, carried to the body.
-    carried: Vec<PatBinding>,
-    /// The range of sites in the arm's body.
-    sites: Option<SiteRange>,
-    body: Expr,
-}
-
 pub fn frame_ident() -> Ident {
     Ident::new("__cp_frame", Span::mixed_site())
 }
@@ -264,6 +255,14 @@ impl<'a> Lowerer<'a> {
             }
         });
         let names = exported.iter().map(|v| &v.binding.ident).collect::<Vec<_>>();
+        // Fix each slot's type from the local on the normal path, which rustc
+        // checks first, so restored values have known types on the resume path.
+        let binds = exported.iter().zip(&exported_ids).filter(|(v, _)| v.transient_init.is_none()).map(|(v, id)| {
+            let slot = Self::slot_ident(*id);
+            let ident = &v.binding.ident;
+            let rt = rt();
+            quote!(#rt::Slot::bind(&#slot, &#ident);)
+        });
         let head = Ident::new("__cp_head", Span::mixed_site());
         let resuming = self.resuming_into(range);
         let suffix_code: TokenStream = suffix.iter().map(clean_stmt).collect();
@@ -273,6 +272,7 @@ impl<'a> Lowerer<'a> {
             let (#(#pats,)* #head) = if !#resuming {
                 #prefix_code
                 let #head = #normal_head;
+                #(#binds)*
                 (#(#names,)* #head)
             } else {
                 #restore
@@ -489,7 +489,8 @@ impl<'a> Lowerer<'a> {
                     return self.misplaced(r, i.span());
                 }
                 let arms = if_arms(i);
-                self.lower_arms(None, arms, scope)
+                let rederive = if_conditions(i).into_iter().all(is_pure);
+                self.lower_arms(None, arms, rederive, scope)
             }
             Expr::Match(m) => {
                 if let Some(r) = sites::sites_in_expr(&m.expr) {
@@ -508,7 +509,7 @@ impl<'a> Lowerer<'a> {
                         (quote!(#pat #guard), carried, sites::sites_in_expr(&a.body), (*a.body).clone())
                     })
                     .collect();
-                self.lower_arms(Some(&m.expr), arms, scope)
+                self.lower_arms(Some(&m.expr), arms, match_rederives(m), scope)
             }
             _ => self.misplaced(range, expr.span()),
         }
@@ -516,14 +517,21 @@ impl<'a> Lowerer<'a> {
 
     /// `if` chains and `match`: the head picks an arm and carries the arm's
     /// bindings; the post runs the arm's body.
+    ///
+    /// On resume the head either restores the bindings of the arm that holds
+    /// the site from the checkpoint, or, when the condition / scrutinee is pure
+    /// (`rederive`), evaluates it again after the merge, which re-derives
+    /// bindings that borrow from restored locals.
     fn lower_arms(
         &mut self,
         scrutinee: Option<&Expr>,
         arms: Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)>,
+        rederive: bool,
         scope: &Scope,
     ) -> Split {
-        let enum_ident = self.fresh("Arms").to_string();
-        let enum_ident = Ident::new(&enum_ident.replace("__cp_Arms", "__CpArms"), Span::mixed_site());
+        let frame = frame_ident();
+        let rt = rt();
+        let enum_ident = Ident::new(&format!("__CpArms{}", self.fresh("arms")), Span::mixed_site());
         let n = arms.len();
         let params: Vec<Ident> = (0..n).map(|i| format_ident!("T{}", i)).collect();
         let variants: Vec<Ident> = (0..n).map(|i| format_ident!("A{}", i)).collect();
@@ -531,21 +539,43 @@ impl<'a> Lowerer<'a> {
             #[allow(non_camel_case_types, dead_code)]
             enum #enum_ident<#(#params),*> { #(#variants(#params)),* }
         };
-        let specs: Vec<ArmSpec> = arms
-            .iter()
-            .map(|(_, carried, sites, body)| ArmSpec { carried: carried.clone(), sites: *sites, body: body.clone() })
-            .collect();
+
+        // Bindings saved per arm (restore mode, arms holding sites only).
+        let mut saved_ids: Vec<Vec<usize>> = Vec::new();
+        for (_, carried, sites, _) in &arms {
+            let mut ids = Vec::new();
+            if let (Some(range), false) = (sites, rederive) {
+                let describe = self.site(range.first).describe();
+                for b in carried {
+                    if b.by_ref {
+                        self.errors.push(
+                            b.ident.span(),
+                            format!("`{}` is a reference (`ref` binding) used after {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
+                        );
+                    }
+                    let id = self.bindings.len();
+                    self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
+                    ids.push(id);
+                }
+            }
+            saved_ids.push(ids);
+        }
 
         // Normal head: evaluate the condition / scrutinee, carry the bindings.
-        let carry = |spec: &ArmSpec| {
-            let names = spec.carried.iter().map(|b| &b.ident);
-            quote!((#(#names,)*))
+        let carry = |i: usize| {
+            let names: Vec<&Ident> = arms[i].1.iter().map(|b| &b.ident).collect();
+            let binds = saved_ids[i].iter().zip(&names).map(|(id, name)| {
+                let slot = Self::slot_ident(*id);
+                quote!(#rt::Slot::bind(&#slot, &#name);)
+            });
+            let v = &variants[i];
+            quote!({ #(#binds)* #enum_ident::#v((#(#names,)*)) })
         };
         let normal_head = match scrutinee {
             Some(scrutinee) => {
-                let arms_code = arms.iter().zip(&specs).zip(&variants).map(|(((pat, ..), spec), v)| {
-                    let c = carry(spec);
-                    quote!(#pat => #enum_ident::#v(#c),)
+                let arms_code = arms.iter().enumerate().map(|(i, (pat, ..))| {
+                    let c = carry(i);
+                    quote!(#pat => #c,)
                 });
                 quote!(match #scrutinee { #(#arms_code)* })
             }
@@ -553,28 +583,25 @@ impl<'a> Lowerer<'a> {
                 // `if` chain: the arm tokens are the conditions; the last arm is
                 // the `else` (synthetic when the user wrote none).
                 let mut code = TokenStream::new();
-                for (i, ((cond, ..), spec)) in arms.iter().zip(&specs).enumerate() {
-                    let v = &variants[i];
-                    let c = carry(spec);
-                    if i + 1 < arms.len() {
-                        code.extend(quote!(if #cond { #enum_ident::#v(#c) } else));
+                for (i, (cond, ..)) in arms.iter().enumerate() {
+                    let c = carry(i);
+                    if i + 1 < n {
+                        code.extend(quote!(if #cond #c else));
                     } else {
-                        code.extend(quote!({ #enum_ident::#v(#c) }));
+                        code.extend(c);
                     }
                 }
                 code
             }
         };
 
-        // Resume head: the arm that holds the target site, its bindings restored.
-        let frame = frame_ident();
-        let rt = rt();
+        // Resume head (restore mode) and the arms' bodies.
+        let site_arms: Vec<usize> = arms.iter().enumerate().filter(|(_, a)| a.2.is_some()).map(|(i, _)| i).collect();
         let mut resume_arms = Vec::new();
         let mut post_arms = Vec::new();
-        let site_arms: Vec<usize> = specs.iter().enumerate().filter(|(_, s)| s.sites.is_some()).map(|(i, _)| i).collect();
-        for (i, spec) in specs.iter().enumerate() {
+        for (i, (_, carried, sites, body)) in arms.iter().enumerate() {
             let v = &variants[i];
-            let pats = spec.carried.iter().map(|b| {
+            let pats = carried.iter().map(|b| {
                 let ident = &b.ident;
                 if b.mutable {
                     quote!(mut #ident)
@@ -582,49 +609,77 @@ impl<'a> Lowerer<'a> {
                     quote!(#ident)
                 }
             });
-            let Some(range) = spec.sites else {
-                let body = clean_expr(&spec.body);
+            let Some(range) = sites else {
+                let body = clean_expr(body);
                 post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
                 continue;
             };
-            let describe = self.site(range.first).describe();
             let mut arm_scope = scope.clone();
-            let carried_names: NameSet = spec.carried.iter().map(|b| b.ident.to_string()).collect();
+            let carried_names: NameSet = carried.iter().map(|b| b.ident.to_string()).collect();
             arm_scope.bind_inner(&carried_names);
             let mut restores = Vec::new();
-            for b in &spec.carried {
-                if b.by_ref {
-                    self.errors.push(
-                        b.ident.span(),
-                        format!("`{}` is a reference (`ref` binding) used after {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
-                    );
-                }
-                let id = self.bindings.len();
-                self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
+            for (b, &id) in carried.iter().zip(&saved_ids[i]) {
                 arm_scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
                 let slot = Self::slot_ident(id);
                 let ident = &b.ident;
                 restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
             }
-            let names = spec.carried.iter().map(|b| &b.ident);
-            let (first, last) = (range.first, range.last);
-            let pattern = if Some(&i) == site_arms.last() {
-                quote!(_)
-            } else {
-                quote!(::core::option::Option::Some(#first..=#last))
-            };
-            resume_arms.push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
-            let body_block: Block = match &spec.body {
+            if !rederive {
+                let names = carried.iter().map(|b| &b.ident);
+                let (first, last) = (range.first, range.last);
+                let pattern = if Some(&i) == site_arms.last() {
+                    quote!(_)
+                } else {
+                    quote!(::core::option::Option::Some(#first..=#last))
+                };
+                resume_arms.push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
+            }
+            let body_block: Block = match body {
                 Expr::Block(b) if b.label.is_none() => b.block.clone(),
                 other => syn::parse_quote!({ #other }),
             };
             let body = self.lower_block(&body_block, &arm_scope);
             post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
         }
-        let resume_head = quote!(match #frame.target() { #(#resume_arms)* });
+
         let head = Ident::new("__cp_head", Span::mixed_site());
-        let post = quote!(match #head { #(#post_arms)* });
-        Split { items, normal_head, resume_head, post }
+        if rederive {
+            // The condition / scrutinee reads only restored locals and makes no
+            // calls: evaluate it again after the merge, when the restored locals
+            // have their types, and check it picks the arm that holds the site.
+            let checks = arms.iter().zip(&variants).filter_map(|((_, _, sites, _), v)| {
+                let range = (*sites)?;
+                let (first, last) = (range.first, range.last);
+                Some(quote!((::core::option::Option::Some(#first..=#last), #enum_ident::#v(..)) => true,))
+            });
+            let h = Ident::new("__cp_rederived", Span::mixed_site());
+            let post = quote! {
+                match match #head {
+                    ::core::option::Option::Some(#h) => #h,
+                    ::core::option::Option::None => {
+                        let #h = #normal_head;
+                        let ok = match (#frame.target(), &#h) { #(#checks)* _ => false };
+                        if !ok {
+                            match #frame.halt(#rt::diverged(&#frame, "the `if`/`match` around the site took another branch when evaluated again on resume")).await {}
+                        }
+                        #h
+                    }
+                } { #(#post_arms)* }
+            };
+            Split {
+                items,
+                normal_head: quote!(::core::option::Option::Some(#normal_head)),
+                resume_head: quote!(::core::option::Option::None),
+                post,
+            }
+        } else {
+            Split {
+                items,
+                normal_head,
+                resume_head: quote!(match #frame.target() { #(#resume_arms)* }),
+                post: quote!(match #head { #(#post_arms)* }),
+            }
+        }
     }
 
     fn lower_while(&mut self, w: &syn::ExprWhile, scope: &Scope) -> Split {
@@ -648,8 +703,10 @@ impl<'a> Lowerer<'a> {
                 let mut body_scope = scope.clone();
                 body_scope.bind_inner(&pat_names(&l.pat));
                 let mut restores = Vec::new();
+                let mut ids = Vec::new();
                 for b in &carried {
                     let id = self.bindings.len();
+                    ids.push(id);
                     self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
                     body_scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
                     let slot = Self::slot_ident(id);
@@ -666,13 +723,17 @@ impl<'a> Lowerer<'a> {
                     }
                 });
                 let (pat, e) = (&l.pat, &l.expr);
+                let binds = ids.iter().zip(&names).map(|(id, name)| {
+                    let slot = Self::slot_ident(*id);
+                    quote!(#rt::Slot::bind(&#slot, &#name);)
+                });
                 head_code = quote! {
                     #[allow(unused_mut, unreachable_patterns)]
-                    let (#(#pats,)*) = if #resuming {
+                    let (#(#pats,)*) = if !#resuming {
+                        match #e { #pat => { #(#binds)* (#(#names,)*) } _ => break }
+                    } else {
                         #(#restores)*
                         (#(#names,)*)
-                    } else {
-                        match #e { #pat => (#(#names,)*), _ => break }
                     };
                 };
                 body_code = self.lower_block(&w.body, &body_scope);
@@ -836,15 +897,33 @@ fn post_merge_free_expr(expr: &Expr) -> NameSet {
     match expr {
         Expr::Paren(p) => post_merge_free_expr(&p.expr),
         Expr::Group(g) => post_merge_free_expr(&g.expr),
-        Expr::If(i) => if_arms(i).iter().flat_map(|(.., body)| free_in_expr(body)).collect(),
-        Expr::Match(m) => m
-            .arms
-            .iter()
-            .flat_map(|a| {
-                let bound = pat_names(&a.pat);
-                free_in_expr(&a.body).into_iter().filter(move |n| !bound.contains(n))
-            })
-            .collect(),
+        Expr::If(i) => {
+            let mut out: NameSet = if_arms(i).iter().flat_map(|(.., body)| free_in_expr(body)).collect();
+            if if_conditions(i).into_iter().all(is_pure) {
+                out.extend(if_conditions(i).into_iter().flat_map(free_in_expr));
+            }
+            out
+        }
+        Expr::Match(m) => {
+            let mut out: NameSet = m
+                .arms
+                .iter()
+                .flat_map(|a| {
+                    let bound = pat_names(&a.pat);
+                    free_in_expr(&a.body).into_iter().filter(move |n| !bound.contains(n))
+                })
+                .collect();
+            if match_rederives(m) {
+                out.extend(free_in_expr(&m.expr));
+                for a in &m.arms {
+                    if let Some((_, g)) = &a.guard {
+                        let bound = pat_names(&a.pat);
+                        out.extend(free_in_expr(g).into_iter().filter(|n| !bound.contains(n)));
+                    }
+                }
+            }
+            out
+        }
         Expr::ForLoop(f) => {
             let bound = pat_names(&f.pat);
             let mut out: NameSet = names::free_in_stmts(&f.body.stmts).into_iter().filter(|n| !bound.contains(n)).collect();
@@ -918,6 +997,34 @@ fn carried_bindings(pats: &[&Pat], body: &Expr, ctx: Option<&Ident>) -> Vec<PatB
         .flat_map(|p| pat_bindings(p))
         .filter(|b| used.contains(&b.ident.to_string()) && ctx.is_none_or(|c| b.ident != *c))
         .collect()
+}
+
+/// A `match` is resumed by evaluating its scrutinee again (instead of
+/// restoring the arm's bindings) when the scrutinee and guards are pure.
+fn match_rederives(m: &syn::ExprMatch) -> bool {
+    is_pure(&m.expr) && m.arms.iter().all(|a| a.guard.as_ref().is_none_or(|(_, g)| is_pure(g)))
+}
+
+/// An expression that only reads locals: paths, fields, indexing, references,
+/// literals, operators, `let` patterns over those, and argument-less method
+/// calls (`opt.as_ref()`, `s.as_str()`), which are pure by convention.
+/// Evaluating it again on resume gives the same value and re-derives any
+/// references it makes into restored locals.
+fn is_pure(expr: &Expr) -> bool {
+    match expr {
+        Expr::Path(_) | Expr::Lit(_) => true,
+        Expr::Paren(p) => is_pure(&p.expr),
+        Expr::Group(g) => is_pure(&g.expr),
+        Expr::Field(f) => is_pure(&f.base),
+        Expr::Index(i) => is_pure(&i.expr) && is_pure(&i.index),
+        Expr::Reference(r) => is_pure(&r.expr),
+        Expr::Unary(u) => is_pure(&u.expr),
+        Expr::Binary(b) => is_pure(&b.left) && is_pure(&b.right),
+        Expr::Let(l) => is_pure(&l.expr),
+        Expr::Tuple(t) => t.elems.iter().all(is_pure),
+        Expr::MethodCall(m) => m.args.is_empty() && is_pure(&m.receiver),
+        _ => false,
+    }
 }
 
 fn strip_parens(expr: &Expr) -> &Expr {
