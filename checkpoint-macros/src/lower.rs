@@ -634,12 +634,17 @@ impl<'a> Lowerer<'a> {
                 };
                 resume_arms.push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
             }
+            let overwrite = if rederive {
+                self.restore_mutable_bindings(carried, &free_in_expr(body), *range, &mut arm_scope)
+            } else {
+                TokenStream::new()
+            };
             let body_block: Block = match body {
                 Expr::Block(b) if b.label.is_none() => b.block.clone(),
                 other => syn::parse_quote!({ #other }),
             };
             let body = self.lower_block(&body_block, &arm_scope);
-            post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
+            post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => { #overwrite #body }));
         }
 
         let head = Ident::new("__cp_head", Span::mixed_site());
@@ -751,6 +756,33 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// Bindings that are re-derived on resume (loop items, re-evaluated
+    /// `match` arms) but declared `mut` may have changed before the site: save
+    /// them too, and on resume overwrite the re-derived value with the saved one.
+    fn restore_mutable_bindings(
+        &mut self,
+        bindings: &[PatBinding],
+        used: &NameSet,
+        range: SiteRange,
+        scope: &mut Scope,
+    ) -> TokenStream {
+        let rt = rt();
+        let mut code = TokenStream::new();
+        for b in bindings.iter().filter(|b| b.mutable && used.contains(&b.ident.to_string())) {
+            let id = self.bindings.len();
+            self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
+            scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+            let slot = Self::slot_ident(id);
+            let ident = &b.ident;
+            code.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
+        }
+        if code.is_empty() {
+            return code;
+        }
+        let resuming = self.resuming_into(range);
+        quote!(if #resuming { #code })
+    }
+
     fn lower_for(&mut self, f: &syn::ExprForLoop, scope: &Scope) -> Split {
         let unit = quote!(());
         if let Some(r) = sites::sites_in_expr(&f.expr) {
@@ -789,6 +821,7 @@ impl<'a> Lowerer<'a> {
         }
         body_scope.bind_inner(&pat_names(&f.pat));
         body_scope.loop_positions.push(pos.clone());
+        let overwrite = self.restore_mutable_bindings(&pat_bindings(&f.pat), &body_names, range, &mut body_scope);
         let body = self.lower_block(&f.body, &body_scope);
         let (label, pat, expr) = (&f.label, &f.pat, &f.expr);
         let post = quote! {{
@@ -811,6 +844,7 @@ impl<'a> Lowerer<'a> {
                 #[allow(unused_variables)]
                 let #pos: u64 = #next;
                 #next += 1;
+                #overwrite
                 #body
             }
         }};
