@@ -1,0 +1,280 @@
+//! The runtime's error type.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything that can go wrong in the runtime.
+///
+/// Messages name the workflow, the run, the checkpoint site and the field
+/// involved wherever they are known. The type is `Clone`, comparable and
+/// serializable so that a run failed by the runtime (an incompatible checkpoint,
+/// undecodable bytes, ...) can be stored with the run and handed back, as the
+/// same error, by [`WorkflowHandle::result`](crate::WorkflowHandle::result).
+///
+/// ```
+/// use checkpoint_runtime::Error;
+///
+/// let err = Error::UnknownRun { run: "vendor-42".into() };
+/// assert_eq!(err.to_string(), "unknown run `vendor-42`");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No run with this id exists in the store.
+    #[error("unknown run `{run}`")]
+    UnknownRun {
+        /// The run id that was asked for.
+        run: String,
+    },
+
+    /// A run id (or signal name) was rejected.
+    #[error("invalid id `{id}`: {reason}")]
+    InvalidId {
+        /// The offending id (possibly truncated).
+        id: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The run exists but belongs to a different workflow.
+    #[error("run `{run}` belongs to workflow `{found}`, not `{expected}`")]
+    WorkflowMismatch {
+        /// The run id.
+        run: String,
+        /// The workflow the caller used.
+        expected: String,
+        /// The workflow the run was started with.
+        found: String,
+    },
+
+    /// A run with this id already exists (for example as the target of a fork).
+    #[error("run `{run}` already exists")]
+    AlreadyExists {
+        /// The run id.
+        run: String,
+    },
+
+    /// The workflow is not registered on this runtime.
+    #[error(
+        "workflow `{workflow}` is not registered on this runtime (call `rt.register({workflow})`)"
+    )]
+    NotRegistered {
+        /// The workflow name.
+        workflow: String,
+    },
+
+    /// No checkpoint with this sequence number is kept for the run.
+    #[error("run `{run}` has no checkpoint #{seq} (it never existed or was pruned by the retention policy)")]
+    UnknownCheckpoint {
+        /// The run id.
+        run: String,
+        /// The sequence number asked for.
+        seq: u64,
+    },
+
+    /// A stored checkpoint does not match the workflow's code any more.
+    #[error("checkpoint of run `{run}` (workflow `{workflow}`) at site `{site}` is incompatible with the code: field `{field}`: {detail}")]
+    Incompatible {
+        /// The workflow name.
+        workflow: String,
+        /// The run id.
+        run: String,
+        /// The site key stored with the checkpoint.
+        site: String,
+        /// The field that differs (or `-` when the site itself is unknown).
+        field: String,
+        /// What differs.
+        detail: String,
+    },
+
+    /// Stored bytes could not be decoded into the expected type.
+    #[error("cannot decode field `{field}` of run `{run}` (workflow `{workflow}`) at site `{site}`: {detail}")]
+    Decode {
+        /// The workflow name.
+        workflow: String,
+        /// The run id.
+        run: String,
+        /// The site key (or `<input>` / `<output>`).
+        site: String,
+        /// The field name.
+        field: String,
+        /// The decoder's message.
+        detail: String,
+    },
+
+    /// A value could not be serialized.
+    #[error("cannot encode field `{field}` of run `{run}` (workflow `{workflow}`) at site `{site}`: {detail}")]
+    Encode {
+        /// The workflow name (empty when not known).
+        workflow: String,
+        /// The run id (empty when not known).
+        run: String,
+        /// The site key (or `<input>` / `<output>`).
+        site: String,
+        /// The field name or type.
+        field: String,
+        /// The encoder's message.
+        detail: String,
+    },
+
+    /// A resumed `for` loop could not be advanced to its saved position.
+    #[error(
+        "cannot resume the loop of run `{run}` (workflow `{workflow}`) at site `{site}`: {detail}"
+    )]
+    LoopPosition {
+        /// The workflow name.
+        workflow: String,
+        /// The run id.
+        run: String,
+        /// The site key.
+        site: String,
+        /// What went wrong.
+        detail: String,
+    },
+
+    /// The run was cancelled.
+    #[error("run `{run}` was cancelled")]
+    Cancelled {
+        /// The run id.
+        run: String,
+    },
+
+    /// This worker lost its lease on the run: another worker took it over.
+    #[error("worker `{worker}` lost its lease on run `{run}` (another worker took it over)")]
+    LeaseLost {
+        /// The run id.
+        run: String,
+        /// This worker's id.
+        worker: String,
+    },
+
+    /// The store failed.
+    #[error("store error: {message}")]
+    Store {
+        /// The backend's message.
+        message: String,
+    },
+
+    /// A signal payload could not be encoded, or did not decode as the type the
+    /// workflow waits for.
+    #[error("signal `{signal}` for run `{run}` has an unusable payload: {detail}")]
+    SignalPayload {
+        /// The run id.
+        run: String,
+        /// The signal name.
+        signal: String,
+        /// The codec's message.
+        detail: String,
+    },
+
+    /// The workflow used the API in a way the runtime cannot honour (for example
+    /// `ctx.wait_for` called from a helper function instead of the workflow body).
+    #[error("run `{run}`: {detail}")]
+    Misuse {
+        /// The run id.
+        run: String,
+        /// What was wrong and how to fix it.
+        detail: String,
+    },
+
+    /// Workflow code panicked more often than the retry budget allows.
+    #[error("workflow `{workflow}` panicked in run `{run}`: {message}")]
+    Panicked {
+        /// The workflow name.
+        workflow: String,
+        /// The run id.
+        run: String,
+        /// The panic message.
+        message: String,
+    },
+
+    /// The store URL names a backend this build does not provide.
+    #[error("unsupported store `{url}`: {reason}")]
+    UnsupportedStore {
+        /// The URL given to `open`.
+        url: String,
+        /// Why it is not supported.
+        reason: String,
+    },
+
+    /// A crash-resume check of the test harness failed.
+    #[error("checkpoint check failed: {message}")]
+    CheckFailed {
+        /// Which crash point, which checkpoint, expected vs got.
+        message: String,
+    },
+
+    /// A broken internal invariant (a bug in the runtime or the generated code).
+    #[error("internal error: {message}")]
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Error::Internal {
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn unknown_run(run: &str) -> Self {
+        Error::UnknownRun {
+            run: run.to_owned(),
+        }
+    }
+}
+
+/// Checks a run id (or signal/workflow name): non-empty, at most 255 bytes, no
+/// control characters.
+pub(crate) fn validate_id(id: &str) -> Result<(), Error> {
+    let reason = if id.is_empty() {
+        "must not be empty"
+    } else if id.len() > 255 {
+        "must be at most 255 bytes long"
+    } else if id.chars().any(char::is_control) {
+        "must not contain control characters"
+    } else {
+        return Ok(());
+    };
+    let mut shown: String = id.chars().take(64).collect();
+    if shown.len() < id.len() {
+        shown.push('…');
+    }
+    Err(Error::InvalidId {
+        id: shown,
+        reason: reason.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated() {
+        assert!(validate_id("vendor-42").is_ok());
+        assert!(matches!(validate_id(""), Err(Error::InvalidId { .. })));
+        assert!(matches!(
+            validate_id(&"x".repeat(256)),
+            Err(Error::InvalidId { .. })
+        ));
+        assert!(validate_id(&"x".repeat(255)).is_ok());
+        assert!(matches!(validate_id("a\nb"), Err(Error::InvalidId { .. })));
+    }
+
+    #[test]
+    fn errors_name_their_context() {
+        let e = Error::Incompatible {
+            workflow: "wf".into(),
+            run: "r1".into(),
+            site: "task_done".into(),
+            field: "done".into(),
+            detail: "type changed".into(),
+        };
+        let s = e.to_string();
+        assert!(
+            s.contains("wf") && s.contains("r1") && s.contains("task_done") && s.contains("done")
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! [`WorkflowHandle`]: a typed reference to one run.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::runtime::Runtime;
+use crate::status::Status;
+use crate::store::{RunRecord, RunState};
+use crate::workflow::Workflow;
+use crate::Error;
+
+/// A handle to run `id` of workflow `W`, from [`Runtime::start`] or
+/// [`Runtime::handle`]. Cheap to clone.
+///
+/// ```ignore
+/// let h = rt.start(vendor_approval, "vendor-42", vendor).await?;
+/// assert_eq!(h.id(), "vendor-42");
+/// let status = h.status().await?;
+/// let out: Result<Decision, ReviewError> = h.result().await?;
+/// ```
+pub struct WorkflowHandle<W: Workflow> {
+    rt: Runtime,
+    id: Arc<str>,
+    workflow: W,
+}
+
+impl<W: Workflow> Clone for WorkflowHandle<W> {
+    fn clone(&self) -> Self {
+        WorkflowHandle {
+            rt: self.rt.clone(),
+            id: self.id.clone(),
+            workflow: self.workflow,
+        }
+    }
+}
+
+impl<W: Workflow> std::fmt::Debug for WorkflowHandle<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowHandle")
+            .field("workflow", &W::NAME)
+            .field("id", &&*self.id)
+            .finish()
+    }
+}
+
+/// How long `result()` sleeps between checks when nothing notifies it.
+const RESULT_POLL: Duration = Duration::from_millis(250);
+
+impl<W: Workflow> WorkflowHandle<W> {
+    pub(crate) fn new(rt: Runtime, workflow: W, id: &str) -> Self {
+        WorkflowHandle {
+            rt,
+            id: Arc::from(id),
+            workflow,
+        }
+    }
+
+    /// The run id.
+    ///
+    /// ```ignore
+    /// assert_eq!(rt.handle(vendor_approval, "vendor-42").id(), "vendor-42");
+    /// ```
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn load(&self) -> Result<RunRecord, Error> {
+        let run = self.rt.load(&self.id).await?;
+        if run.workflow != W::NAME {
+            return Err(Error::WorkflowMismatch {
+                run: self.id.to_string(),
+                expected: W::NAME.to_owned(),
+                found: run.workflow,
+            });
+        }
+        Ok(run)
+    }
+
+    /// The run's current status. A workflow that returned `Err` is
+    /// [`Status::Failed`] with the error as text.
+    ///
+    /// ```ignore
+    /// match h.status().await? {
+    ///     Status::Waiting { signal } => println!("waiting for {signal}"),
+    ///     other => println!("{other}"),
+    /// }
+    /// ```
+    pub async fn status(&self) -> Result<Status, Error> {
+        Ok(self.load().await?.status())
+    }
+
+    /// Waits for the run to end and returns the workflow's output.
+    ///
+    /// While waiting, it drives the run on this runtime when nobody else does
+    /// (so no worker loop is needed in tests), waits for signals and timers,
+    /// and lets another worker holding the run finish it. If the run waits
+    /// for a signal that never comes, this keeps waiting: wrap it in
+    /// `tokio::time::timeout` where that matters.
+    ///
+    /// - A workflow returning `Result<T, E>` that returned `Err(e)` gives
+    ///   `Ok(Err(e))` here (its status is `Failed`);
+    /// - a cancelled run gives [`Error::Cancelled`];
+    /// - a run the runtime failed gives that error (for example
+    ///   [`Error::Incompatible`], [`Error::Decode`], [`Error::Panicked`]).
+    ///
+    /// ```ignore
+    /// let out = tokio::time::timeout(Duration::from_secs(10), h.result()).await??;
+    /// ```
+    pub async fn result(&self) -> Result<W::Output, Error> {
+        let inner = &self.rt.inner;
+        let mut store_rx = inner.store.subscribe();
+        let mut local_rx = inner.subscribe_local();
+        loop {
+            store_rx.borrow_and_update();
+            local_rx.borrow_and_update();
+            let run = self.load().await?;
+            let wait_until = match &run.state {
+                RunState::Completed { output, .. } => {
+                    return serde_json::from_slice(output).map_err(|e| Error::Decode {
+                        workflow: W::NAME.to_owned(),
+                        run: self.id.to_string(),
+                        site: "<output>".to_owned(),
+                        field: "output".to_owned(),
+                        detail: e.to_string(),
+                    });
+                }
+                RunState::Failed { error } => return Err(error.clone()),
+                RunState::Cancelled => {
+                    return Err(Error::Cancelled {
+                        run: self.id.to_string(),
+                    })
+                }
+                RunState::Sleeping { until } => Some(*until),
+                RunState::Waiting { deadline, .. } => *deadline,
+                RunState::Ready => run.lease.as_ref().map(|l| l.expires_at),
+            };
+            if !inner.is_registered(W::NAME) {
+                // The handle knows the workflow: make it executable here.
+                inner.register(self.workflow);
+            }
+            inner.pump(Some(&self.id)).await?;
+            let wait = wait_until
+                .map(|t| {
+                    t.duration_since(SystemTime::now())
+                        .unwrap_or(Duration::ZERO)
+                })
+                .unwrap_or(RESULT_POLL)
+                .clamp(Duration::from_millis(1), RESULT_POLL);
+            tokio::select! {
+                _ = store_rx.changed() => {}
+                _ = local_rx.changed() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}

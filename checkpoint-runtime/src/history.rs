@@ -1,0 +1,179 @@
+//! The execution history (an append-only event log, for people) and the
+//! description of stored checkpoint versions.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+/// One event in a run's history. Resuming never reads the history.
+///
+/// ```no_run
+/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
+/// use checkpoint_runtime::Event;
+/// let events = rt.history("vendor-42").await?;
+/// let saved = events
+///     .iter()
+///     .filter(|e| matches!(e, Event::CheckpointSaved { .. }))
+///     .count();
+/// println!("{saved} checkpoints saved");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Event {
+    /// The run was created.
+    Started {
+        /// The workflow name.
+        workflow: String,
+    },
+    /// A checkpoint was stored.
+    CheckpointSaved {
+        /// Its sequence number.
+        seq: u64,
+        /// Its label, if the site has one.
+        label: Option<String>,
+    },
+    /// The run stopped executing until something happens.
+    Suspended {
+        /// What it waits for, in words (a signal, a timer, a worker that has
+        /// the workflow registered).
+        on: String,
+    },
+    /// A signal was stored for the run.
+    SignalReceived {
+        /// The signal name.
+        name: String,
+    },
+    /// A signal was discarded because its payload did not decode as the type
+    /// the workflow waits for; the run keeps waiting.
+    SignalRejected {
+        /// The signal name.
+        name: String,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// A worker resumed the run from a checkpoint (`from_seq` 0: from the start).
+    Resumed {
+        /// The worker id.
+        worker: String,
+        /// The checkpoint it resumed from.
+        from_seq: u64,
+    },
+    /// Workflow code panicked; the run is retried from its latest checkpoint.
+    Retried {
+        /// The attempt that failed.
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The run failed (an `Err` output, or stopped by the runtime).
+    Failed {
+        /// The error, as text.
+        error: String,
+    },
+    /// The run finished.
+    Completed,
+    /// The run was cancelled.
+    Cancelled,
+    /// A run was forked from a checkpoint of another (recorded in both runs).
+    Forked {
+        /// The source run.
+        from: String,
+        /// The checkpoint of the source that was copied.
+        seq: u64,
+        /// The new run.
+        to: String,
+    },
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Started { workflow } => write!(f, "started (workflow `{workflow}`)"),
+            Event::CheckpointSaved { seq, label } => match label {
+                Some(l) => write!(f, "checkpoint #{seq} saved ({l})"),
+                None => write!(f, "checkpoint #{seq} saved"),
+            },
+            Event::Suspended { on } => write!(f, "suspended: {on}"),
+            Event::SignalReceived { name } => write!(f, "signal `{name}` received"),
+            Event::SignalRejected { name, reason } => {
+                write!(f, "signal `{name}` rejected: {reason}")
+            }
+            Event::Resumed { worker, from_seq } => {
+                write!(f, "resumed by `{worker}` from checkpoint #{from_seq}")
+            }
+            Event::Retried { attempt, reason } => {
+                write!(f, "attempt {attempt} failed, retrying: {reason}")
+            }
+            Event::Failed { error } => write!(f, "failed: {error}"),
+            Event::Completed => f.write_str("completed"),
+            Event::Cancelled => f.write_str("cancelled"),
+            Event::Forked { from, seq, to } => {
+                write!(f, "`{to}` forked from `{from}` checkpoint #{seq}")
+            }
+        }
+    }
+}
+
+/// An [`Event`] with the time it was recorded.
+///
+/// ```no_run
+/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
+/// for entry in rt.history_entries("vendor-42").await? {
+///     println!("{:?} {}", entry.at, entry.event);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// When it was recorded.
+    pub at: SystemTime,
+    /// What happened.
+    pub event: Event,
+}
+
+/// One stored checkpoint version of a run.
+///
+/// ```no_run
+/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
+/// for cp in rt.checkpoints("vendor-42").await? {
+///     let fields: Vec<_> = cp.fields.iter().map(|f| format!("{}: {}", f.name, f.type_name)).collect();
+///     println!("#{} {:?} {} bytes [{}]", cp.seq, cp.label, cp.size, fields.join(", "));
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CheckpointInfo {
+    /// Sequence number within the run (1, 2, ...).
+    pub seq: u64,
+    /// The site's label (`checkpoint!("label")`), if any.
+    pub label: Option<String>,
+    /// The site key matched on resume (the label, or the site's position).
+    pub site: String,
+    /// When it was stored.
+    pub created_at: SystemTime,
+    /// Total size of the encoded fields, in bytes.
+    pub size: usize,
+    /// Saved positions of the enclosing `for` loops, outermost first.
+    pub loops: Vec<u64>,
+    /// The saved fields (live locals), in order.
+    pub fields: Vec<FieldInfo>,
+}
+
+/// One saved field of a checkpoint.
+///
+/// ```
+/// use checkpoint_runtime::FieldInfo;
+/// let f = FieldInfo { name: "done".into(), type_name: "alloc::vec::Vec<u32>".into(), size: 4 };
+/// assert_eq!(f.name, "done");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldInfo {
+    /// The local's name.
+    pub name: String,
+    /// Its Rust type (`std::any::type_name`).
+    pub type_name: String,
+    /// Its encoded size in bytes.
+    pub size: usize,
+}

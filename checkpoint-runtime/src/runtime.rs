@@ -1,0 +1,625 @@
+//! [`Runtime`] and [`RuntimeBuilder`]: the entry points.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::validate_id;
+use crate::executor::{Halt, Inner, InnerConfig, Resources};
+use crate::handle::WorkflowHandle;
+use crate::history::{CheckpointInfo, Event, HistoryEntry};
+use crate::status::{RunFilter, RunInfo, Status};
+use crate::store::{Created, MemoryStore, NewRun, RunRecord, Store};
+use crate::workflow::Workflow;
+use crate::Error;
+
+/// The worker id used when none is set: a restarted process with the default
+/// id resumes its own unfinished runs at once.
+pub const DEFAULT_WORKER_ID: &str = "local";
+
+/// Runs workflows: starts them, executes and resumes them, delivers signals,
+/// and answers questions about runs.
+///
+/// A `Runtime` is a cheap handle (an `Arc`): clone it into tasks freely. All
+/// methods take `&self`. Executions happen in tokio tasks spawned by
+/// [`run_until_idle`](Runtime::run_until_idle), [`run_worker`](Runtime::run_worker)
+/// or [`WorkflowHandle::result`], so those must be called inside a tokio runtime.
+///
+/// ```
+/// use checkpoint_runtime::{Runtime, RunFilter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+/// let rt = Runtime::in_memory();
+/// rt.run_until_idle().await?; // nothing to do yet
+/// assert!(rt.runs(RunFilter::new()).await?.is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("worker_id", &&*self.inner.worker)
+            .field("store", &self.inner.store.kind())
+            .field("lease_ttl", &self.inner.ttl)
+            .field("active", &self.inner.active_count())
+            .finish()
+    }
+}
+
+/// Configures a [`Runtime`].
+///
+/// ```
+/// use std::time::Duration;
+/// use checkpoint_runtime::Runtime;
+///
+/// struct HttpClient;
+///
+/// let rt = Runtime::builder()
+///     .worker_id("worker-b")
+///     .lease_ttl(Duration::from_secs(30))
+///     .resource(HttpClient)
+///     .keep_checkpoints(100)
+///     .in_memory();
+/// # let _ = rt;
+/// ```
+pub struct RuntimeBuilder {
+    worker: String,
+    ttl: Duration,
+    keep: Option<usize>,
+    concurrency: usize,
+    max_attempts: u32,
+    resources: Resources,
+    store: Option<Arc<dyn Store>>,
+    crash_after: Option<u64>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("worker_id", &self.worker)
+            .field("lease_ttl", &self.ttl)
+            .field("keep_checkpoints", &self.keep)
+            .field("concurrency", &self.concurrency)
+            .field("max_attempts", &self.max_attempts)
+            .field("resources", &self.resources.len())
+            .finish()
+    }
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder {
+            worker: DEFAULT_WORKER_ID.to_owned(),
+            ttl: Duration::from_secs(30),
+            keep: None,
+            concurrency: 64,
+            max_attempts: 3,
+            resources: Resources::default(),
+            store: None,
+            crash_after: None,
+        }
+    }
+}
+
+fn is_memory_url(url: &str) -> bool {
+    matches!(url.trim(), ":memory:" | "memory:" | "memory://" | "mem:")
+}
+
+impl RuntimeBuilder {
+    /// This worker's id (default [`DEFAULT_WORKER_ID`]). Runs leased by a
+    /// previous process with the same id are taken over at once.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::builder().worker_id("worker-b").in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn worker_id(mut self, id: &str) -> Self {
+        self.worker = id.to_owned();
+        self
+    }
+
+    /// How long a claimed run stays leased without renewal (default 30 s;
+    /// leases are renewed every third of it while a run executes). Another
+    /// worker takes a run over once its lease expires.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = checkpoint_runtime::Runtime::builder().lease_ttl(Duration::from_secs(5)).in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Registers a shared, non-serialized dependency, available to workflows as
+    /// [`Ctx::resource::<T>()`](crate::Ctx::resource). One value per type; a
+    /// later one replaces an earlier one.
+    ///
+    /// ```
+    /// struct Db { url: String }
+    /// let rt = checkpoint_runtime::Runtime::builder()
+    ///     .resource(Db { url: "postgres://...".into() })
+    ///     .in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn resource<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.resources.insert(value);
+        self
+    }
+
+    /// Keeps at most `n` checkpoint versions per run (the latest is always
+    /// kept). By default every version is kept.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::builder().keep_checkpoints(10).in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn keep_checkpoints(mut self, n: usize) -> Self {
+        self.keep = Some(n.max(1));
+        self
+    }
+
+    /// At most `n` runs execute at once on this runtime (default 64).
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::builder().concurrency(8).in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// How many times workflow code may panic, counting from its latest
+    /// checkpoint, before the run is failed with [`Error::Panicked`]
+    /// (default 3). Each panic is followed by a retry from the latest checkpoint.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::builder().max_attempts(1).in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Uses this store (for a custom backend, or to share one store between
+    /// runtimes). [`in_memory`](RuntimeBuilder::in_memory) then builds over it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use checkpoint_runtime::{store::MemoryStore, Runtime};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let rt = Runtime::builder().store(store).in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Test hook: the runtime "crashes" right after its `k`-th stored
+    /// checkpoint (the execution is dropped, its lease is left behind and the
+    /// runtime stops executing). Used by [`crate::testing`].
+    #[doc(hidden)]
+    pub fn crash_after_checkpoints(mut self, k: u64) -> Self {
+        self.crash_after = Some(k);
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn resources_from(mut self, other: &Runtime) -> Self {
+        self.resources = other.inner.resources.clone();
+        self
+    }
+
+    pub(crate) fn with_resources(mut self, resources: Resources) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    fn build(self, store: Arc<dyn Store>) -> Runtime {
+        Runtime {
+            inner: Arc::new(Inner::new(InnerConfig {
+                store,
+                worker: self.worker,
+                ttl: self.ttl,
+                keep: self.keep,
+                concurrency: self.concurrency,
+                max_attempts: self.max_attempts,
+                resources: self.resources,
+                crash_after: self.crash_after,
+            })),
+        }
+    }
+
+    /// Builds a runtime over a fresh in-memory store (or the store given with
+    /// [`store`](RuntimeBuilder::store)).
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::builder().in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn in_memory(mut self) -> Runtime {
+        let store = self
+            .store
+            .take()
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        self.build(store)
+    }
+
+    /// Builds a runtime over the store named by `url`.
+    ///
+    /// This version provides the in-memory store only: `":memory:"`,
+    /// `"memory:"` or `"memory://"`. Any other URL (an SQLite file,
+    /// `postgres://...`) gives [`Error::UnsupportedStore`]. A store set with
+    /// [`store`](RuntimeBuilder::store) takes precedence over the URL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// let rt = checkpoint_runtime::Runtime::builder()
+    ///     .worker_id("worker-a")
+    ///     .open(":memory:")
+    ///     .await?;
+    /// # let _ = rt; Ok(()) }
+    /// ```
+    pub async fn open(mut self, url: &str) -> Result<Runtime, Error> {
+        if let Some(store) = self.store.take() {
+            return Ok(self.build(store));
+        }
+        if is_memory_url(url) {
+            return Ok(self.build(Arc::new(MemoryStore::new())));
+        }
+        let reason = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            "the PostgreSQL backend is not available in this version; use \":memory:\""
+        } else {
+            "the SQLite backend is not available in this version; only the in-memory store \
+             (\":memory:\") is"
+        };
+        Err(Error::UnsupportedStore {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        })
+    }
+}
+
+impl Runtime {
+    /// A runtime over a fresh in-memory store, with default settings. Not
+    /// async; for tests and examples.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn in_memory() -> Runtime {
+        RuntimeBuilder::default().in_memory()
+    }
+
+    /// A builder for a configured runtime.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::builder().worker_id("a").in_memory();
+    /// # let _ = rt;
+    /// ```
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// A runtime with default settings over the store named by `url` (see
+    /// [`RuntimeBuilder::open`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// let rt = checkpoint_runtime::Runtime::open(":memory:").await?;
+    /// let err = checkpoint_runtime::Runtime::open("workflows.db").await.unwrap_err();
+    /// assert!(matches!(err, checkpoint_runtime::Error::UnsupportedStore { .. }));
+    /// # let _ = rt; Ok(()) }
+    /// ```
+    pub async fn open(url: &str) -> Result<Runtime, Error> {
+        RuntimeBuilder::default().open(url).await
+    }
+
+    /// This runtime's worker id.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// assert_eq!(rt.worker_id(), checkpoint_runtime::DEFAULT_WORKER_ID);
+    /// ```
+    pub fn worker_id(&self) -> &str {
+        &self.inner.worker
+    }
+
+    /// The store this runtime uses (to share it with another runtime).
+    ///
+    /// ```
+    /// use checkpoint_runtime::Runtime;
+    /// let a = Runtime::in_memory();
+    /// let b = Runtime::builder().worker_id("b").store(a.store()).in_memory();
+    /// # let _ = b;
+    /// ```
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.inner.store.clone()
+    }
+
+    /// Registers a workflow so this runtime can execute and resume its runs
+    /// by name. [`start`](Runtime::start) registers too. Registering another
+    /// workflow under the same name replaces the earlier one.
+    ///
+    /// ```ignore
+    /// rt.register(vendor_approval);
+    /// ```
+    pub fn register<W: Workflow>(&self, workflow: W) {
+        self.inner.register(workflow);
+    }
+
+    /// Starts a run of `workflow` under `id` with `input` (its parameters
+    /// after `ctx`: one bare, several as a tuple) and returns a handle. The run
+    /// executes when this runtime (or another worker on the same store) runs:
+    /// [`run_until_idle`](Runtime::run_until_idle), [`run_worker`](Runtime::run_worker)
+    /// or [`WorkflowHandle::result`].
+    ///
+    /// Idempotent per id: if a run `id` of the same workflow exists (running or
+    /// finished), this returns a handle to it and `input` is ignored. A run of
+    /// another workflow under `id` is [`Error::WorkflowMismatch`]. Ids must be
+    /// non-empty and at most 255 bytes ([`Error::InvalidId`]).
+    ///
+    /// ```ignore
+    /// let h = rt.start(vendor_approval, "vendor-42", vendor).await?;
+    /// ```
+    pub async fn start<W: Workflow>(
+        &self,
+        workflow: W,
+        id: &str,
+        input: W::Input,
+    ) -> Result<WorkflowHandle<W>, Error> {
+        validate_id(id)?;
+        let json = serde_json::to_vec(&input).map_err(|e| Error::Encode {
+            workflow: W::NAME.to_owned(),
+            run: id.to_owned(),
+            site: "<input>".to_owned(),
+            field: "input".to_owned(),
+            detail: e.to_string(),
+        })?;
+        self.start_encoded(workflow, id, json).await
+    }
+
+    pub(crate) async fn start_encoded<W: Workflow>(
+        &self,
+        workflow: W,
+        id: &str,
+        input_json: Vec<u8>,
+    ) -> Result<WorkflowHandle<W>, Error> {
+        validate_id(id)?;
+        self.inner.register(workflow);
+        let created = self
+            .inner
+            .store
+            .create_run(NewRun {
+                id: id.to_owned(),
+                workflow: W::NAME.to_owned(),
+                input: input_json.into(),
+            })
+            .await?;
+        if let Created::Existing(run) = created {
+            if run.workflow != W::NAME {
+                return Err(Error::WorkflowMismatch {
+                    run: id.to_owned(),
+                    expected: W::NAME.to_owned(),
+                    found: run.workflow,
+                });
+            }
+        }
+        Ok(self.handle(workflow, id))
+    }
+
+    /// A handle to run `id` of `workflow` (which need not exist yet: the
+    /// handle's methods report [`Error::UnknownRun`] then). Not async.
+    ///
+    /// ```ignore
+    /// let h = rt.handle(vendor_approval, "vendor-42");
+    /// println!("{:?}", h.status().await?);
+    /// ```
+    pub fn handle<W: Workflow>(&self, workflow: W, id: &str) -> WorkflowHandle<W> {
+        WorkflowHandle::new(self.clone(), workflow, id)
+    }
+
+    /// Stores a signal for run `id`; its payload is stored as JSON. A run
+    /// waiting for `name` is resumed (by whichever worker runs); a signal that
+    /// arrives before the run waits for it is kept until it does. Signals of
+    /// one name are consumed in arrival order, each exactly once.
+    ///
+    /// ```ignore
+    /// rt.signal("vendor-42", "finance_approval", &Approval { approved: true, reason: None }).await?;
+    /// ```
+    pub async fn signal<T: Serialize + ?Sized>(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &T,
+    ) -> Result<(), Error> {
+        validate_id(name)?;
+        let json = serde_json::to_vec(payload).map_err(|e| Error::SignalPayload {
+            run: id.to_owned(),
+            signal: name.to_owned(),
+            detail: e.to_string(),
+        })?;
+        self.inner.store.put_signal(id, name, json).await
+    }
+
+    /// Cancels run `id`: it will not run again, and an execution in progress
+    /// is stopped at its next checkpoint (at once on this runtime). Cancelling
+    /// a finished run changes nothing.
+    ///
+    /// ```ignore
+    /// rt.cancel("vendor-42").await?;
+    /// ```
+    pub async fn cancel(&self, id: &str) -> Result<(), Error> {
+        self.inner.store.cancel(id).await?;
+        if let Some(run) = self.inner.active_run(id) {
+            run.halt(Halt::Stop);
+        }
+        Ok(())
+    }
+
+    /// Executes runnable runs until this runtime has no run in progress and
+    /// none it may take is runnable: each is finished, waiting for a signal,
+    /// sleeping with a timer not yet due, held by another worker's live
+    /// lease, or of a workflow not registered here.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// rt.run_until_idle().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until_idle(&self) -> Result<(), Error> {
+        self.inner.run_until_idle().await
+    }
+
+    /// Keeps executing runnable runs (new ones, signalled ones, due timers,
+    /// runs whose lease expired) until [`shutdown`](Runtime::shutdown); at most
+    /// the configured concurrency at once. On shutdown, executions in progress
+    /// are stopped and their runs handed back (they resume from their latest
+    /// checkpoint elsewhere or on restart).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// let worker = tokio::spawn({
+    ///     let rt = rt.clone();
+    ///     async move { rt.run_worker().await }
+    /// });
+    /// rt.shutdown();
+    /// worker.await.expect("worker task")?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_worker(&self) -> Result<(), Error> {
+        self.inner.run_worker().await
+    }
+
+    /// Stops this runtime for good: `run_worker` returns, executions in
+    /// progress are stopped and their runs handed back, nothing new is executed.
+    ///
+    /// ```
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// rt.shutdown();
+    /// ```
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// `true` once the crash hook fired (test support).
+    #[doc(hidden)]
+    pub fn crashed(&self) -> bool {
+        self.inner.crashed()
+    }
+
+    /// Lists runs, oldest first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::{RunFilter, Runtime, StatusKind};
+    /// let rt = Runtime::in_memory();
+    /// let waiting = rt.runs(RunFilter::new().status(StatusKind::Waiting)).await?;
+    /// assert!(waiting.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn runs(&self, filter: RunFilter) -> Result<Vec<RunInfo>, Error> {
+        let runs = self.inner.store.list_runs(&filter).await?;
+        Ok(runs.into_iter().map(run_info).collect())
+    }
+
+    /// The status of run `id`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// assert!(rt.status("nope").await.is_err());
+    /// # }
+    /// ```
+    pub async fn status(&self, id: &str) -> Result<Status, Error> {
+        Ok(self.load(id).await?.status())
+    }
+
+    pub(crate) async fn load(&self, id: &str) -> Result<RunRecord, Error> {
+        self.inner
+            .store
+            .load_run(id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))
+    }
+
+    /// The kept checkpoint versions of run `id`, oldest first.
+    ///
+    /// ```ignore
+    /// for cp in rt.checkpoints("vendor-42").await? {
+    ///     println!("#{} {:?} {} bytes", cp.seq, cp.label, cp.size);
+    /// }
+    /// ```
+    pub async fn checkpoints(&self, id: &str) -> Result<Vec<CheckpointInfo>, Error> {
+        let cps = self.inner.store.list_checkpoints(id).await?;
+        Ok(cps.iter().map(|c| c.info()).collect())
+    }
+
+    /// The history of run `id`, oldest first.
+    ///
+    /// ```ignore
+    /// for event in rt.history("vendor-42").await? {
+    ///     println!("{event}");
+    /// }
+    /// ```
+    pub async fn history(&self, id: &str) -> Result<Vec<Event>, Error> {
+        let h = self.inner.store.history(id).await?;
+        Ok(h.into_iter().map(|e| e.event).collect())
+    }
+
+    /// The history of run `id` with timestamps, oldest first.
+    ///
+    /// ```ignore
+    /// for e in rt.history_entries("vendor-42").await? {
+    ///     println!("{:?} {}", e.at, e.event);
+    /// }
+    /// ```
+    pub async fn history_entries(&self, id: &str) -> Result<Vec<HistoryEntry>, Error> {
+        self.inner.store.history(id).await
+    }
+
+    /// Creates run `new_id` from checkpoint `seq` of run `id`: same workflow
+    /// and input, its only checkpoint (seq 1) a copy of that one, so it
+    /// resumes from there (a wait site waits for a new signal). `Forked` is
+    /// recorded in both histories.
+    ///
+    /// ```ignore
+    /// rt.fork("vendor-42", 3, "vendor-42-retry").await?;
+    /// rt.run_until_idle().await?;
+    /// ```
+    pub async fn fork(&self, id: &str, seq: u64, new_id: &str) -> Result<(), Error> {
+        validate_id(new_id)?;
+        self.inner.store.fork(id, seq, new_id).await
+    }
+}
+
+pub(crate) fn run_info(r: RunRecord) -> RunInfo {
+    RunInfo {
+        status: r.status(),
+        worker: r.lease.as_ref().map(|l| l.worker.clone()),
+        id: r.id,
+        workflow: r.workflow,
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+        latest_seq: r.latest_seq,
+    }
+}

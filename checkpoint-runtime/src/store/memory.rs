@@ -1,0 +1,865 @@
+//! The in-memory backend: everything in one process, lost when it exits.
+//! Meant for tests and examples; it honours the full [`Store`] contract
+//! (fencing, leases, signals, timers) so that several runtimes sharing one
+//! `MemoryStore` behave like several workers sharing a database.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use super::{
+    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, LeaseInfo, NewRun,
+    Outcome, Release, RunRecord, RunState, SignalRecord, Store, Wake, WakeValue,
+};
+use crate::history::{Event, HistoryEntry};
+use crate::status::RunFilter;
+use crate::Error;
+
+/// An in-memory [`Store`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use checkpoint_runtime::{store::MemoryStore, Runtime};
+///
+/// // Two runtimes over one store behave like two workers over one database.
+/// let store = Arc::new(MemoryStore::new());
+/// let rt = Runtime::builder().store(store).in_memory();
+/// # let _ = rt;
+/// ```
+pub struct MemoryStore {
+    state: Mutex<State>,
+    changes: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    runs: HashMap<Arc<str>, Entry>,
+    /// Non-terminal runs, in creation order.
+    active: BTreeMap<u64, Arc<str>>,
+    next_order: u64,
+}
+
+struct Entry {
+    rec: RunRecord,
+    order: u64,
+    checkpoints: VecDeque<Arc<CheckpointRecord>>,
+    history: Vec<HistoryEntry>,
+    signals: VecDeque<SignalRecord>,
+}
+
+impl Entry {
+    fn event(&mut self, at: SystemTime, event: Event) {
+        self.history.push(HistoryEntry { at, event });
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let runs = self.lock().runs.len();
+        f.debug_struct("MemoryStore").field("runs", &runs).finish()
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+fn describe_suspension(state: &RunState) -> String {
+    match state {
+        RunState::Waiting {
+            signal,
+            deadline: None,
+        } => format!("waiting for signal `{signal}`"),
+        RunState::Waiting {
+            signal,
+            deadline: Some(d),
+        } => match d.duration_since(SystemTime::now()) {
+            Ok(left) => format!(
+                "waiting for signal `{signal}` (times out in {:.3}s)",
+                left.as_secs_f64()
+            ),
+            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
+        },
+        RunState::Sleeping { until } => match until.duration_since(SystemTime::now()) {
+            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
+            Err(_) => "sleeping (timer due)".to_owned(),
+        },
+        other => format!("{other:?}"),
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    ///
+    /// ```
+    /// let store = checkpoint_runtime::store::MemoryStore::new();
+    /// # let _ = store;
+    /// ```
+    pub fn new() -> Self {
+        MemoryStore {
+            state: Mutex::new(State::default()),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while the lock is held; recover from poisoning anyway.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn fenced<'s>(st: &'s mut State, id: &str, lease: &Lease) -> Result<&'s mut Entry, Error> {
+        let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
+        if matches!(e.rec.state, RunState::Cancelled) {
+            return Err(Error::Cancelled { run: id.to_owned() });
+        }
+        let holds = e.rec.epoch == lease.epoch
+            && !e.rec.state.is_terminal()
+            && e.rec
+                .lease
+                .as_ref()
+                .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
+        if !holds {
+            return Err(Error::LeaseLost {
+                run: id.to_owned(),
+                worker: lease.worker.to_string(),
+            });
+        }
+        Ok(e)
+    }
+
+    fn do_create(&self, run: NewRun) -> Result<Created, Error> {
+        let mut st = self.lock();
+        if let Some(e) = st.runs.get(run.id.as_str()) {
+            return Ok(Created::Existing(Box::new(e.rec.clone())));
+        }
+        let now = SystemTime::now();
+        let id: Arc<str> = Arc::from(run.id.as_str());
+        let order = st.next_order;
+        st.next_order += 1;
+        let mut entry = Entry {
+            rec: RunRecord {
+                id: run.id,
+                workflow: run.workflow.clone(),
+                input: run.input,
+                state: RunState::Ready,
+                lease: None,
+                epoch: 0,
+                attempt: 0,
+                latest_seq: 0,
+                wake: None,
+                created_at: now,
+                updated_at: now,
+            },
+            order,
+            checkpoints: VecDeque::new(),
+            history: Vec::new(),
+            signals: VecDeque::new(),
+        };
+        entry.event(
+            now,
+            Event::Started {
+                workflow: run.workflow,
+            },
+        );
+        st.active.insert(order, id.clone());
+        st.runs.insert(id, entry);
+        drop(st);
+        self.bump();
+        Ok(Created::New)
+    }
+
+    fn do_claim(&self, req: &ClaimRequest) -> Result<ClaimResult, Error> {
+        let now = SystemTime::now();
+        let mut out = ClaimResult::default();
+        let mut st = self.lock();
+        let State { runs, active, .. } = &mut *st;
+        let candidates: Vec<Arc<str>> = match &req.only {
+            Some(only) => runs
+                .get_key_value(only.as_str())
+                .map(|(k, _)| vec![k.clone()])
+                .unwrap_or_default(),
+            None => active.values().cloned().collect(),
+        };
+        for id in candidates {
+            if out.claimed.len() >= req.limit {
+                break;
+            }
+            let Some(e) = runs.get_mut(&id) else { continue };
+            if e.rec.state.is_terminal() {
+                continue;
+            }
+            let lease_free = match &e.rec.lease {
+                None => true,
+                Some(l) => {
+                    l.expires_at <= now
+                        || (*l.worker == *req.worker && *l.instance != *req.instance)
+                }
+            };
+            if !lease_free {
+                continue;
+            }
+            let wake = match &e.rec.state {
+                RunState::Ready => None,
+                RunState::Sleeping { until } => {
+                    if *until > now {
+                        continue;
+                    }
+                    None
+                }
+                RunState::Waiting { signal, deadline } => {
+                    if let Some(pos) = e.signals.iter().position(|s| s.name == *signal) {
+                        Some(pos)
+                    } else if deadline.is_some_and(|d| d <= now) {
+                        None
+                    } else {
+                        continue;
+                    }
+                }
+                _ => continue,
+            };
+            if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
+                out.unregistered
+                    .push((e.rec.id.clone(), e.rec.workflow.clone()));
+                continue;
+            }
+            if let RunState::Waiting { .. } = e.rec.state {
+                let value = match wake.and_then(|pos| e.signals.remove(pos)) {
+                    Some(sig) => WakeValue::Signal {
+                        name: sig.name,
+                        payload: sig.payload,
+                    },
+                    None => WakeValue::TimedOut,
+                };
+                e.rec.wake = Some(Wake {
+                    seq: e.rec.latest_seq,
+                    value,
+                });
+            }
+            e.rec.state = RunState::Ready;
+            e.rec.epoch += 1;
+            e.rec.attempt = e.rec.attempt.saturating_add(1);
+            e.rec.lease = Some(LeaseInfo {
+                worker: req.worker.to_string(),
+                instance: req.instance.to_string(),
+                expires_at: now + req.ttl,
+            });
+            e.rec.updated_at = now;
+            out.claimed.push(Claimed {
+                lease: Lease {
+                    worker: req.worker.clone(),
+                    instance: req.instance.clone(),
+                    epoch: e.rec.epoch,
+                },
+                run: e.rec.clone(),
+                checkpoint: e.checkpoints.back().cloned(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn do_release(&self, id: &str, lease: &Lease, how: Release) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = match Self::fenced(&mut st, id, lease) {
+            Ok(e) => e,
+            Err(Error::Cancelled { .. }) => {
+                if let Some(e) = st.runs.get_mut(id) {
+                    e.rec.lease = None;
+                }
+                return Ok(());
+            }
+            Err(err) => return Err(err),
+        };
+        let now = SystemTime::now();
+        e.rec.lease = None;
+        e.rec.updated_at = now;
+        match how {
+            Release::Suspend => {
+                e.rec.attempt = 0;
+                let on = describe_suspension(&e.rec.state);
+                e.event(now, Event::Suspended { on });
+            }
+            Release::Retry { reason } => {
+                e.rec.state = RunState::Ready;
+                let attempt = e.rec.attempt;
+                e.event(now, Event::Retried { attempt, reason });
+            }
+            Release::Abandon => {}
+        }
+        drop(st);
+        self.bump();
+        Ok(())
+    }
+
+    fn do_save(
+        &self,
+        lease: &Lease,
+        cp: Arc<CheckpointRecord>,
+        keep: Option<usize>,
+    ) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = Self::fenced(&mut st, &cp.run, lease)?;
+        if cp.seq != e.rec.latest_seq + 1 {
+            return Err(Error::internal(format!(
+                "run `{}`: checkpoint #{} stored out of order (latest is #{})",
+                cp.run, cp.seq, e.rec.latest_seq
+            )));
+        }
+        e.rec.latest_seq = cp.seq;
+        e.rec.state = cp.state();
+        e.rec.attempt = 1;
+        e.rec.wake = None;
+        e.rec.updated_at = cp.created_at;
+        let event = Event::CheckpointSaved {
+            seq: cp.seq,
+            label: cp.label.as_ref().map(|l| l.to_string()),
+        };
+        let at = cp.created_at;
+        e.checkpoints.push_back(cp);
+        if let Some(keep) = keep {
+            while e.checkpoints.len() > keep.max(1) {
+                e.checkpoints.pop_front();
+            }
+        }
+        e.event(at, event);
+        Ok(())
+    }
+
+    fn do_take_signal(
+        &self,
+        id: &str,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<Option<SignalRecord>, Error> {
+        let mut st = self.lock();
+        let e = Self::fenced(&mut st, id, lease)?;
+        let Some(pos) = e.signals.iter().position(|s| s.name == name) else {
+            return Ok(None);
+        };
+        let Some(sig) = e.signals.remove(pos) else {
+            return Ok(None);
+        };
+        e.rec.wake = Some(Wake {
+            seq: e.rec.latest_seq,
+            value: WakeValue::Signal {
+                name: sig.name.clone(),
+                payload: sig.payload.clone(),
+            },
+        });
+        e.rec.state = RunState::Ready;
+        e.rec.updated_at = SystemTime::now();
+        Ok(Some(sig))
+    }
+
+    fn do_time_out(&self, id: &str, lease: &Lease) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = Self::fenced(&mut st, id, lease)?;
+        e.rec.wake = Some(Wake {
+            seq: e.rec.latest_seq,
+            value: WakeValue::TimedOut,
+        });
+        e.rec.state = RunState::Ready;
+        e.rec.updated_at = SystemTime::now();
+        Ok(())
+    }
+
+    fn do_reject(&self, id: &str, lease: &Lease, reason: String) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = Self::fenced(&mut st, id, lease)?;
+        let now = SystemTime::now();
+        if let Some(Wake {
+            value: WakeValue::Signal { name, .. },
+            ..
+        }) = e.rec.wake.take()
+        {
+            e.event(now, Event::SignalRejected { name, reason });
+        }
+        if let Some(cp) = e.checkpoints.back() {
+            if cp.seq == e.rec.latest_seq {
+                e.rec.state = cp.state();
+            }
+        }
+        e.rec.updated_at = now;
+        Ok(())
+    }
+
+    fn do_finish(&self, id: &str, lease: &Lease, outcome: Outcome) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = Self::fenced(&mut st, id, lease)?;
+        let now = SystemTime::now();
+        let (state, event) = match outcome {
+            Outcome::Completed { output, error } => {
+                let event = match &error {
+                    None => Event::Completed,
+                    Some(err) => Event::Failed { error: err.clone() },
+                };
+                (RunState::Completed { output, error }, event)
+            }
+            Outcome::Failed { error } => (
+                RunState::Failed {
+                    error: error.clone(),
+                },
+                Event::Failed {
+                    error: error.to_string(),
+                },
+            ),
+        };
+        e.rec.state = state;
+        e.rec.lease = None;
+        e.rec.updated_at = now;
+        e.event(now, event);
+        let order = e.order;
+        st.active.remove(&order);
+        drop(st);
+        self.bump();
+        Ok(())
+    }
+
+    fn do_cancel(&self, id: &str) -> Result<bool, Error> {
+        let mut st = self.lock();
+        let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
+        if e.rec.state.is_terminal() {
+            return Ok(false);
+        }
+        let now = SystemTime::now();
+        e.rec.state = RunState::Cancelled;
+        e.rec.lease = None;
+        e.rec.updated_at = now;
+        e.event(now, Event::Cancelled);
+        let order = e.order;
+        st.active.remove(&order);
+        drop(st);
+        self.bump();
+        Ok(true)
+    }
+
+    fn do_put_signal(&self, id: &str, name: &str, payload: Vec<u8>) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
+        let now = SystemTime::now();
+        e.signals.push_back(SignalRecord {
+            name: name.to_owned(),
+            payload: payload.into(),
+            received_at: now,
+        });
+        e.event(
+            now,
+            Event::SignalReceived {
+                name: name.to_owned(),
+            },
+        );
+        drop(st);
+        self.bump();
+        Ok(())
+    }
+
+    fn do_fork(&self, from: &str, seq: u64, new_id: &str) -> Result<(), Error> {
+        let mut st = self.lock();
+        if st.runs.contains_key(new_id) {
+            return Err(Error::AlreadyExists {
+                run: new_id.to_owned(),
+            });
+        }
+        let src = st
+            .runs
+            .get_mut(from)
+            .ok_or_else(|| Error::unknown_run(from))?;
+        let cp = src
+            .checkpoints
+            .iter()
+            .find(|c| c.seq == seq)
+            .cloned()
+            .ok_or_else(|| Error::UnknownCheckpoint {
+                run: from.to_owned(),
+                seq,
+            })?;
+        let now = SystemTime::now();
+        let forked = Event::Forked {
+            from: from.to_owned(),
+            seq,
+            to: new_id.to_owned(),
+        };
+        src.event(now, forked.clone());
+        let workflow = src.rec.workflow.clone();
+        let input = src.rec.input.clone();
+        let id: Arc<str> = Arc::from(new_id);
+        let mut copy = (*cp).clone();
+        copy.run = id.clone();
+        copy.seq = 1;
+        copy.created_at = now;
+        let order = st.next_order;
+        st.next_order += 1;
+        let mut entry = Entry {
+            rec: RunRecord {
+                id: new_id.to_owned(),
+                workflow,
+                input,
+                state: copy.state(),
+                lease: None,
+                epoch: 0,
+                attempt: 0,
+                latest_seq: 1,
+                wake: None,
+                created_at: now,
+                updated_at: now,
+            },
+            order,
+            checkpoints: VecDeque::from([Arc::new(copy)]),
+            history: Vec::new(),
+            signals: VecDeque::new(),
+        };
+        entry.event(now, forked);
+        st.active.insert(order, id.clone());
+        st.runs.insert(id, entry);
+        drop(st);
+        self.bump();
+        Ok(())
+    }
+
+    fn do_next_wakeup(&self) -> Option<SystemTime> {
+        let st = self.lock();
+        let mut best: Option<SystemTime> = None;
+        let mut consider = |t: SystemTime| {
+            best = Some(best.map_or(t, |b| b.min(t)));
+        };
+        for id in st.active.values() {
+            let Some(e) = st.runs.get(id) else { continue };
+            if let Some(l) = &e.rec.lease {
+                consider(l.expires_at);
+                continue;
+            }
+            match &e.rec.state {
+                RunState::Sleeping { until } => consider(*until),
+                RunState::Waiting {
+                    deadline: Some(d), ..
+                } => consider(*d),
+                _ => {}
+            }
+        }
+        best
+    }
+
+    fn with_entry<T>(&self, id: &str, f: impl FnOnce(&Entry) -> T) -> Result<T, Error> {
+        let st = self.lock();
+        st.runs.get(id).map(f).ok_or_else(|| Error::unknown_run(id))
+    }
+}
+
+impl Store for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>> {
+        ready(self.do_create(run))
+    }
+
+    fn load_run<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<RunRecord>, Error>> {
+        ready(Ok(self.lock().runs.get(id).map(|e| e.rec.clone())))
+    }
+
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>> {
+        let st = self.lock();
+        let mut found: Vec<(u64, RunRecord)> = st
+            .runs
+            .values()
+            .filter(|e| {
+                filter
+                    .workflow
+                    .as_ref()
+                    .is_none_or(|w| *w == e.rec.workflow)
+                    && filter
+                        .id_prefix
+                        .as_ref()
+                        .is_none_or(|p| e.rec.id.starts_with(p.as_str()))
+                    && filter.status.is_none_or(|k| e.rec.status().kind() == k)
+            })
+            .map(|e| (e.order, e.rec.clone()))
+            .collect();
+        drop(st);
+        found.sort_by_key(|(o, _)| *o);
+        let mut runs: Vec<RunRecord> = found.into_iter().map(|(_, r)| r).collect();
+        if let Some(limit) = filter.limit {
+            runs.truncate(limit);
+        }
+        ready(Ok(runs))
+    }
+
+    fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>> {
+        ready(self.do_claim(req))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let mut st = self.lock();
+        let r = Self::fenced(&mut st, id, lease).map(|e| {
+            if let Some(l) = e.rec.lease.as_mut() {
+                l.expires_at = SystemTime::now() + ttl;
+            }
+        });
+        ready(r)
+    }
+
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        how: Release,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_release(id, lease, how))
+    }
+
+    fn save_checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: Arc<CheckpointRecord>,
+        keep: Option<usize>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_save(lease, checkpoint, keep))
+    }
+
+    fn take_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SignalRecord>, Error>> {
+        ready(self.do_take_signal(id, lease, name))
+    }
+
+    fn time_out<'a>(&'a self, id: &'a str, lease: &'a Lease) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_time_out(id, lease))
+    }
+
+    fn reject_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        reason: String,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_reject(id, lease, reason))
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_finish(id, lease, outcome))
+    }
+
+    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        ready(self.do_cancel(id))
+    }
+
+    fn put_signal<'a>(
+        &'a self,
+        id: &'a str,
+        name: &'a str,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_put_signal(id, name, payload))
+    }
+
+    fn pending_signals<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalRecord>, Error>> {
+        ready(self.with_entry(id, |e| e.signals.iter().cloned().collect()))
+    }
+
+    fn latest_checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>> {
+        ready(self.with_entry(id, |e| e.checkpoints.back().cloned()))
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>> {
+        ready(self.with_entry(id, |e| e.checkpoints.iter().find(|c| c.seq == seq).cloned()))
+    }
+
+    fn list_checkpoints<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<CheckpointRecord>>, Error>> {
+        ready(self.with_entry(id, |e| e.checkpoints.iter().cloned().collect()))
+    }
+
+    fn append_event<'a>(&'a self, id: &'a str, event: Event) -> BoxFuture<'a, Result<(), Error>> {
+        let mut st = self.lock();
+        let r = match st.runs.get_mut(id) {
+            Some(e) => {
+                e.event(SystemTime::now(), event);
+                Ok(())
+            }
+            None => Err(Error::unknown_run(id)),
+        };
+        ready(r)
+    }
+
+    fn history<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<HistoryEntry>, Error>> {
+        ready(self.with_entry(id, |e| e.history.clone()))
+    }
+
+    fn fork<'a>(
+        &'a self,
+        from: &'a str,
+        seq: u64,
+        new_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_fork(from, seq, new_id))
+    }
+
+    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {
+        ready(Ok(self.do_next_wakeup()))
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+    use std::borrow::Cow;
+
+    fn req(worker: &str, instance: &str) -> ClaimRequest {
+        ClaimRequest {
+            worker: Arc::from(worker),
+            instance: Arc::from(instance),
+            workflows: vec!["wf"],
+            ttl: Duration::from_secs(30),
+            limit: 10,
+            only: None,
+        }
+    }
+
+    fn new_run(store: &MemoryStore, id: &str) {
+        let r = block_on(store.create_run(NewRun {
+            id: id.into(),
+            workflow: "wf".into(),
+            input: Arc::from(&b"null"[..]),
+        }))
+        .unwrap();
+        assert!(matches!(r, Created::New));
+    }
+
+    fn cp(run: &str, seq: u64) -> Arc<CheckpointRecord> {
+        Arc::new(CheckpointRecord::new(
+            Arc::from(run),
+            seq,
+            Cow::Borrowed("site"),
+            None,
+            0,
+            vec![],
+            vec![],
+            vec![],
+            None,
+            SystemTime::now(),
+        ))
+    }
+
+    #[test]
+    fn fencing_rejects_stale_lease() {
+        let store = MemoryStore::new();
+        new_run(&store, "r");
+        let a = block_on(store.claim(&req("a", "a1"))).unwrap().claimed;
+        assert_eq!(a.len(), 1);
+        let lease_a = a[0].lease.clone();
+        // Not claimable while a's lease is alive.
+        assert!(block_on(store.claim(&req("b", "b1")))
+            .unwrap()
+            .claimed
+            .is_empty());
+        // Same worker id, new instance (a restart): takes it over at once.
+        let a2 = block_on(store.claim(&req("a", "a2"))).unwrap().claimed;
+        assert_eq!(a2.len(), 1);
+        let err = block_on(store.save_checkpoint(&lease_a, cp("r", 1), None)).unwrap_err();
+        assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+        block_on(store.save_checkpoint(&a2[0].lease, cp("r", 1), None)).unwrap();
+        // Out-of-order seq is refused.
+        assert!(block_on(store.save_checkpoint(&a2[0].lease, cp("r", 5), None)).is_err());
+    }
+
+    #[test]
+    fn expired_lease_is_taken_over() {
+        let store = MemoryStore::new();
+        new_run(&store, "r");
+        let mut short = req("a", "a1");
+        short.ttl = Duration::from_millis(0);
+        assert_eq!(block_on(store.claim(&short)).unwrap().claimed.len(), 1);
+        let b = block_on(store.claim(&req("b", "b1"))).unwrap().claimed;
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].run.epoch, 2);
+        assert_eq!(b[0].run.attempt, 2);
+    }
+
+    #[test]
+    fn retention_keeps_latest() {
+        let store = MemoryStore::new();
+        new_run(&store, "r");
+        let c = block_on(store.claim(&req("a", "a1"))).unwrap().claimed;
+        for seq in 1..=5 {
+            block_on(store.save_checkpoint(&c[0].lease, cp("r", seq), Some(2))).unwrap();
+        }
+        let kept: Vec<u64> = block_on(store.list_checkpoints("r"))
+            .unwrap()
+            .iter()
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(kept, vec![4, 5]);
+    }
+
+    #[test]
+    fn unregistered_runs_are_reported_not_claimed() {
+        let store = MemoryStore::new();
+        new_run(&store, "r");
+        let mut other = req("a", "a1");
+        other.workflows = vec!["other"];
+        let res = block_on(store.claim(&other)).unwrap();
+        assert!(res.claimed.is_empty());
+        assert_eq!(res.unregistered, vec![("r".to_owned(), "wf".to_owned())]);
+    }
+
+    #[test]
+    fn cancel_blocks_fenced_writes() {
+        let store = MemoryStore::new();
+        new_run(&store, "r");
+        let c = block_on(store.claim(&req("a", "a1"))).unwrap().claimed;
+        assert!(block_on(store.cancel("r")).unwrap());
+        assert!(!block_on(store.cancel("r")).unwrap());
+        let err = block_on(store.save_checkpoint(&c[0].lease, cp("r", 1), None)).unwrap_err();
+        assert!(matches!(err, Error::Cancelled { .. }));
+        assert!(matches!(
+            block_on(store.cancel("nope")),
+            Err(Error::UnknownRun { .. })
+        ));
+    }
+}

@@ -1,0 +1,579 @@
+//! The storage boundary: the [`Store`] trait every backend implements, the
+//! records it exchanges with the executor, and the backends themselves
+//! ([`MemoryStore`] for now; SQLite and PostgreSQL slot in behind the same trait).
+//!
+//! Most users never touch this module: [`Runtime::open`](crate::Runtime::open)
+//! picks the backend from a URL. It is public so that custom backends can be
+//! written and so that several runtimes can share one store in tests:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use checkpoint_runtime::{store::MemoryStore, Runtime};
+//!
+//! let store = Arc::new(MemoryStore::new());
+//! let a = Runtime::builder().worker_id("a").store(store.clone()).in_memory();
+//! let b = Runtime::builder().worker_id("b").store(store).in_memory();
+//! # let _ = (a, b);
+//! ```
+
+mod memory;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::history::{Event, HistoryEntry};
+use crate::status::{RunFilter, Status};
+use crate::Error;
+
+pub use memory::MemoryStore;
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// The run id.
+    pub id: String,
+    /// The workflow name.
+    pub workflow: String,
+    /// The input, JSON.
+    pub input: Arc<[u8]>,
+    /// The run's state.
+    pub state: RunState,
+    /// The current lease, if any (it may have expired).
+    pub lease: Option<LeaseInfo>,
+    /// The fencing epoch: incremented by every claim.
+    pub epoch: u64,
+    /// Executions started since the latest checkpoint (see [`Ctx::attempt`](crate::Ctx::attempt)).
+    pub attempt: u32,
+    /// The sequence number of the latest checkpoint (0: none).
+    pub latest_seq: u64,
+    /// The resumption value delivered to the latest checkpoint, when it is a
+    /// wait site whose signal was consumed (or whose deadline passed).
+    pub wake: Option<Wake>,
+    /// Creation time.
+    pub created_at: SystemTime,
+    /// Time of the last change.
+    pub updated_at: SystemTime,
+}
+
+impl RunRecord {
+    /// The user-facing status of this record.
+    pub fn status(&self) -> Status {
+        match &self.state {
+            RunState::Ready => Status::Running,
+            RunState::Waiting { signal, .. } => Status::Waiting {
+                signal: signal.clone(),
+            },
+            RunState::Sleeping { until } => Status::Sleeping { until: *until },
+            RunState::Completed { error: None, .. } => Status::Completed,
+            RunState::Completed {
+                error: Some(error), ..
+            } => Status::Failed {
+                error: error.clone(),
+            },
+            RunState::Failed { error } => Status::Failed {
+                error: error.to_string(),
+            },
+            RunState::Cancelled => Status::Cancelled,
+        }
+    }
+}
+
+/// The state machine of a run, as stored.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RunState {
+    /// May be executed: new, executing under a lease, released for a retry, or
+    /// left behind by a crashed worker (its lease then expires).
+    Ready,
+    /// Suspended until a signal with this name is stored, or the deadline passes.
+    Waiting {
+        /// The signal name.
+        signal: String,
+        /// The durable deadline of `wait_for_timeout`.
+        deadline: Option<SystemTime>,
+    },
+    /// Suspended until the timer is due.
+    Sleeping {
+        /// When it is due.
+        until: SystemTime,
+    },
+    /// Finished. `error` is set when the output is a `Result::Err` (the run
+    /// counts as failed, the output is still stored).
+    Completed {
+        /// The output, JSON.
+        output: Arc<[u8]>,
+        /// The error text of an `Err` output.
+        error: Option<String>,
+    },
+    /// Stopped by the runtime.
+    Failed {
+        /// Why.
+        error: Error,
+    },
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunState {
+    /// `true` for completed, failed and cancelled runs.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            RunState::Completed { .. } | RunState::Failed { .. } | RunState::Cancelled
+        )
+    }
+}
+
+/// Who holds a run, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The worker id.
+    pub worker: String,
+    /// The runtime instance inside that worker (a restarted process with the
+    /// same worker id is a new instance and may take its old runs at once).
+    pub instance: String,
+    /// When the lease expires unless renewed.
+    pub expires_at: SystemTime,
+}
+
+/// The proof of ownership a worker presents with every fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The worker id.
+    pub worker: Arc<str>,
+    /// The runtime instance.
+    pub instance: Arc<str>,
+    /// The fencing epoch handed out by the claim.
+    pub epoch: u64,
+}
+
+/// What a suspension site stores with its checkpoint, so that the run's state
+/// can be rebuilt from the checkpoint alone (by a fork, for example).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Suspend {
+    /// `ctx.wait_for` / `ctx.wait_for_timeout`.
+    Waiting {
+        /// The signal name.
+        signal: String,
+        /// The deadline, for `wait_for_timeout`.
+        deadline: Option<SystemTime>,
+    },
+    /// `ctx.sleep`.
+    Sleeping {
+        /// When the timer is due.
+        until: SystemTime,
+    },
+}
+
+/// One saved field of a checkpoint: its bytes are
+/// `data[offset..offset + len]` of the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldRecord {
+    /// The local's name.
+    pub name: Cow<'static, str>,
+    /// `std::any::type_name` of its type.
+    pub type_name: Cow<'static, str>,
+    /// Where its bytes start in [`CheckpointRecord::data`].
+    pub offset: usize,
+    /// How many bytes it has.
+    pub len: usize,
+}
+
+/// One checkpoint, as stored. Immutable once stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointRecord {
+    /// The run id.
+    pub run: Arc<str>,
+    /// Sequence number within the run: 1, 2, ...
+    pub seq: u64,
+    /// The site key (label, or position when unlabelled).
+    pub site_key: Cow<'static, str>,
+    /// The site's label.
+    pub label: Option<Cow<'static, str>>,
+    /// The site's index in the workflow's site table when it was stored.
+    pub site_index: u32,
+    /// Positions of the enclosing `for` loops, outermost first.
+    pub loops: Vec<u64>,
+    /// The fields, in order.
+    pub fields: Vec<FieldRecord>,
+    /// The fields' postcard bytes, concatenated.
+    pub data: Vec<u8>,
+    /// Set for suspension sites: the state the run enters with this checkpoint.
+    pub suspend: Option<Suspend>,
+    /// When it was stored.
+    pub created_at: SystemTime,
+}
+
+impl CheckpointRecord {
+    /// Builds a record (for backends that load checkpoints from storage).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        run: Arc<str>,
+        seq: u64,
+        site_key: Cow<'static, str>,
+        label: Option<Cow<'static, str>>,
+        site_index: u32,
+        loops: Vec<u64>,
+        fields: Vec<FieldRecord>,
+        data: Vec<u8>,
+        suspend: Option<Suspend>,
+        created_at: SystemTime,
+    ) -> Self {
+        CheckpointRecord {
+            run,
+            seq,
+            site_key,
+            label,
+            site_index,
+            loops,
+            fields,
+            data,
+            suspend,
+            created_at,
+        }
+    }
+
+    /// The bytes of field `i`, or `None` if there is no such field or the
+    /// record is inconsistent.
+    pub fn field_bytes(&self, i: usize) -> Option<&[u8]> {
+        let f = self.fields.get(i)?;
+        let end = f.offset.checked_add(f.len)?;
+        self.data.get(f.offset..end)
+    }
+
+    /// The state the run enters when this checkpoint is stored.
+    pub fn state(&self) -> RunState {
+        match &self.suspend {
+            None => RunState::Ready,
+            Some(Suspend::Waiting { signal, deadline }) => RunState::Waiting {
+                signal: signal.clone(),
+                deadline: *deadline,
+            },
+            Some(Suspend::Sleeping { until }) => RunState::Sleeping { until: *until },
+        }
+    }
+
+    /// A public description of this checkpoint.
+    pub fn info(&self) -> crate::CheckpointInfo {
+        crate::CheckpointInfo {
+            seq: self.seq,
+            label: self.label.as_ref().map(|l| l.to_string()),
+            site: self.site_key.to_string(),
+            created_at: self.created_at,
+            size: self.data.len(),
+            loops: self.loops.clone(),
+            fields: self
+                .fields
+                .iter()
+                .map(|f| crate::FieldInfo {
+                    name: f.name.to_string(),
+                    type_name: f.type_name.to_string(),
+                    size: f.len,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A signal stored for a run, not yet consumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalRecord {
+    /// The signal name.
+    pub name: String,
+    /// The payload, JSON.
+    pub payload: Arc<[u8]>,
+    /// When it was stored.
+    pub received_at: SystemTime,
+}
+
+/// The value a wait site resumes with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeValue {
+    /// A consumed signal.
+    Signal {
+        /// The signal name.
+        name: String,
+        /// The payload, JSON.
+        payload: Arc<[u8]>,
+    },
+    /// The deadline of `wait_for_timeout` passed.
+    TimedOut,
+}
+
+/// The resumption value of the checkpoint with sequence number `seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    /// The checkpoint it belongs to.
+    pub seq: u64,
+    /// The value.
+    pub value: WakeValue,
+}
+
+/// A run to create.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// The run id.
+    pub id: String,
+    /// The workflow name.
+    pub workflow: String,
+    /// The input, JSON.
+    pub input: Arc<[u8]>,
+}
+
+/// What [`Store::create_run`] did.
+#[derive(Debug, Clone)]
+pub enum Created {
+    /// The run was created (and `Started` recorded).
+    New,
+    /// A run with this id already existed; nothing was changed.
+    Existing(Box<RunRecord>),
+}
+
+/// A request to claim runnable runs.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The claiming worker.
+    pub worker: Arc<str>,
+    /// The claiming runtime instance.
+    pub instance: Arc<str>,
+    /// The workflows this worker can execute.
+    pub workflows: Vec<&'static str>,
+    /// The lease duration.
+    pub ttl: Duration,
+    /// At most this many runs.
+    pub limit: usize,
+    /// Only this run (used by a handle driving its own run).
+    pub only: Option<String>,
+}
+
+/// A claimed run, with everything needed to execute it.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The run (after the claim: state `Ready`, lease set).
+    pub run: RunRecord,
+    /// The lease to present with fenced writes.
+    pub lease: Lease,
+    /// The latest checkpoint, if any.
+    pub checkpoint: Option<Arc<CheckpointRecord>>,
+}
+
+/// What [`Store::claim`] found.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimResult {
+    /// Runs now leased to the caller.
+    pub claimed: Vec<Claimed>,
+    /// Runnable runs the caller cannot execute: `(run id, workflow name)`.
+    pub unregistered: Vec<(String, String)>,
+}
+
+/// How an execution gives its run back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Release {
+    /// The run suspended (its state was set by the checkpoint); the attempt
+    /// counter is reset and `Suspended` recorded.
+    Suspend,
+    /// The execution failed in a retryable way; the run stays `Ready` and
+    /// `Retried` is recorded.
+    Retry {
+        /// Why.
+        reason: String,
+    },
+    /// The worker stops (shutdown); the run stays as it is, for anyone to take.
+    Abandon,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The workflow returned.
+    Completed {
+        /// The output, JSON.
+        output: Arc<[u8]>,
+        /// The error text of a `Result::Err` output.
+        error: Option<String>,
+    },
+    /// The runtime stopped the run.
+    Failed {
+        /// Why.
+        error: Error,
+    },
+}
+
+/// A storage backend.
+///
+/// All methods are asynchronous (boxed futures, so the trait is object safe:
+/// the runtime holds an `Arc<dyn Store>`). A backend must guarantee:
+///
+/// - **Atomicity.** Each method is one transaction: a checkpoint and the state
+///   change it carries ([`CheckpointRecord::state`]) and its history event are
+///   stored together or not at all; a claim moves a run to its new lease and
+///   epoch (and, for a waiting run, moves the matching signal into
+///   [`RunRecord::wake`]) atomically.
+/// - **Fencing.** Every method taking a [`Lease`] fails with
+///   [`Error::LeaseLost`] when the run's epoch differs from the lease's (another
+///   worker claimed it since), and with [`Error::Cancelled`] when the run was
+///   cancelled; terminal runs are never changed by fenced writes.
+/// - **Claim rules.** A run may be claimed when its workflow is in
+///   [`ClaimRequest::workflows`], its state is not terminal, its lease is absent,
+///   expired, or held by the same worker id under another instance (a restart);
+///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored
+///   signal of that name or a passed deadline. A claim increments the epoch and
+///   the attempt counter, sets the state to `Ready`, and for a waiting run
+///   records the wake value for the latest checkpoint (the oldest matching signal
+///   is consumed, exactly once).
+/// - **Signals** are kept per run in arrival order until consumed.
+/// - **Notification.** The counter returned by [`Store::subscribe`] changes
+///   whenever a run may have become runnable or finished (a backend without push
+///   notifications may bump it from a poller).
+/// - **Durability**: a method returns `Ok` only once its effect is durable.
+pub trait Store: Send + Sync + 'static {
+    /// A short name of the backend (`"memory"`, `"sqlite"`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Creates a run in state `Ready` and records `Started`, unless the id exists.
+    fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>>;
+
+    /// Loads a run.
+    fn load_run<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<RunRecord>, Error>>;
+
+    /// Lists runs, oldest first.
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>>;
+
+    /// Claims runnable runs (see the trait docs for the rules).
+    fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>>;
+
+    /// Extends a lease by `ttl` from now. Fenced.
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Gives a run back (clears the lease). Fenced.
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        how: Release,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Stores a checkpoint (its `seq` must be the run's latest + 1), moves the
+    /// run to [`CheckpointRecord::state`], resets the attempt counter to 1,
+    /// clears the wake value, records `CheckpointSaved`, and prunes old
+    /// checkpoints beyond `keep` (the latest is always kept). Fenced.
+    fn save_checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: Arc<CheckpointRecord>,
+        keep: Option<usize>,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Consumes the oldest stored signal named `name` into the wake value of
+    /// the latest checkpoint (state becomes `Ready`), and returns it. Fenced.
+    fn take_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SignalRecord>, Error>>;
+
+    /// Records that the deadline of the latest (wait) checkpoint passed: wake
+    /// value `TimedOut`, state `Ready`. Fenced.
+    fn time_out<'a>(&'a self, id: &'a str, lease: &'a Lease) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Discards the consumed signal of the wake value (its payload was
+    /// unusable): records `SignalRejected`, clears the wake value and returns the
+    /// run to the waiting state of its latest checkpoint. Fenced; does not
+    /// release the lease.
+    fn reject_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        reason: String,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Finishes a run (records `Completed` or `Failed`), clears the lease. Fenced.
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Cancels a run unless it is finished; returns whether it was cancelled
+    /// by this call. Records `Cancelled`.
+    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Stores a signal for a run and records `SignalReceived`.
+    fn put_signal<'a>(
+        &'a self,
+        id: &'a str,
+        name: &'a str,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// The signals stored for a run and not yet consumed, oldest first.
+    fn pending_signals<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalRecord>, Error>>;
+
+    /// The latest checkpoint of a run.
+    fn latest_checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
+
+    /// One checkpoint of a run.
+    fn checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
+
+    /// The kept checkpoints of a run, oldest first ([`Error::UnknownRun`] if
+    /// the run does not exist).
+    fn list_checkpoints<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<CheckpointRecord>>, Error>>;
+
+    /// Appends a history event.
+    fn append_event<'a>(&'a self, id: &'a str, event: Event) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// The history of a run, oldest first ([`Error::UnknownRun`] if the run
+    /// does not exist).
+    fn history<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<HistoryEntry>, Error>>;
+
+    /// Creates run `new_id` (same workflow and input as `from`) whose only
+    /// checkpoint (seq 1) is a copy of checkpoint `seq` of `from`, in the state
+    /// that checkpoint carries; records `Forked` in both histories.
+    fn fork<'a>(
+        &'a self,
+        from: &'a str,
+        seq: u64,
+        new_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// The earliest time at which a run that is not runnable now may become
+    /// runnable without a signal (a timer, a deadline, another worker's lease
+    /// expiring), if any.
+    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>>;
+
+    /// A counter that changes whenever a run may have become runnable or finished.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+}
