@@ -95,7 +95,8 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
                     errors.push(pi.span(), "workflow parameters must be plain names (`name: Type`)");
                     continue;
                 }
-                if i == 0 && is_ctx_type(&pt.ty) {
+                let first_typed = i == 0 || (i == 1 && matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
+                if first_typed && is_ctx_type(&pt.ty) {
                     ctx = Some(pi.ident.clone());
                     continue;
                 }
