@@ -77,20 +77,27 @@ fn generate(
     let frame = frame_ident();
     let input = Ident::new("__cp_input", Span::mixed_site());
     let ctx_owned = Ident::new("__cp_ctx", Span::mixed_site());
-    let ctx_binding = wf.ctx.as_ref().map(|c| {
-        quote!(#[allow(unused_variables)] let #c: &::checkpoint_runtime::Ctx = &#ctx_owned;)
-    });
+    let ctx_binding = wf.ctx.as_ref().map(
+        |c| quote!(#[allow(unused_variables)] let #c: &::checkpoint_runtime::Ctx = &#ctx_owned;),
+    );
 
     let site_table = site_table(sites, bindings, layouts);
     let save_traits = save_traits(sites, bindings);
-    let slots = bindings.iter().enumerate().filter(|(_, b)| !b.transient && !b.saved_at.is_empty()).map(|(id, _)| {
-        let slot = Lowerer::slot_ident(id);
-        quote!(let mut #slot = #rt::Slot::new();)
-    });
-    let wait_slots = sites.iter().filter(|s| matches!(s.kind, SiteKind::WaitFor | SiteKind::WaitForTimeout)).map(|s| {
-        let slot = Lowerer::wait_slot_ident(s.index);
-        quote!(let mut #slot = #rt::Slot::new();)
-    });
+    let slots = bindings
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| !b.transient && !b.saved_at.is_empty())
+        .map(|(id, _)| {
+            let slot = Lowerer::slot_ident(id);
+            quote!(let mut #slot = #rt::Slot::new();)
+        });
+    let wait_slots = sites
+        .iter()
+        .filter(|s| matches!(s.kind, SiteKind::WaitFor | SiteKind::WaitForTimeout))
+        .map(|s| {
+            let slot = Lowerer::wait_slot_ident(s.index);
+            quote!(let mut #slot = #rt::Slot::new();)
+        });
     let load = load_checkpoint(sites, bindings, layouts);
     let body_fn = Ident::new("__checkpoint_body", Span::call_site());
 
@@ -179,7 +186,10 @@ fn field_names(bindings: &[Binding], layout: &SiteLayout) -> Vec<String> {
 
 /// One trait per saved local, implemented for every serializable type: a local
 /// that cannot be saved fails this bound and the error names it and its sites.
-fn save_traits<'a>(sites: &'a [Site], bindings: &'a [Binding]) -> impl Iterator<Item = TokenStream> + 'a {
+fn save_traits<'a>(
+    sites: &'a [Site],
+    bindings: &'a [Binding],
+) -> impl Iterator<Item = TokenStream> + 'a {
     let rt = quote!(::checkpoint_runtime::__private);
     bindings.iter().enumerate().filter(|(_, b)| !b.transient && !b.saved_at.is_empty()).map(move |(id, b)| {
         let trait_ident = Lowerer::save_trait_ident(id);

@@ -37,7 +37,9 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Block, Expr, Ident, Pat, Stmt};
 
-use crate::names::{self, free_in_expr, free_in_stmts, pat_bindings, pat_names, NameSet, PatBinding};
+use crate::names::{
+    self, free_in_expr, free_in_stmts, pat_bindings, pat_names, NameSet, PatBinding,
+};
 use crate::parse::Errors;
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
@@ -181,7 +183,10 @@ impl<'a> Lowerer<'a> {
     /// Lowers a statement list; `after` are the names read after these
     /// statements by code that can still see their locals.
     fn lower_stmts(&mut self, stmts: &[Stmt], scope: &Scope, after: &NameSet) -> TokenStream {
-        let Some(j) = stmts.iter().rposition(|s| sites::sites_in_stmt(s).is_some()) else {
+        let Some(j) = stmts
+            .iter()
+            .rposition(|s| sites::sites_in_stmt(s).is_some())
+        else {
             return stmts.iter().map(clean_stmt).collect();
         };
         let (prefix, t, suffix) = (&stmts[..j], &stmts[j], &stmts[j + 1..]);
@@ -234,7 +239,11 @@ impl<'a> Lowerer<'a> {
             });
             exported_ids.push(id);
             if v.transient_init.is_none() {
-                inner.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+                inner.saved.push(Saved {
+                    binding: id,
+                    source: Source::Live,
+                    hidden_by: NameSet::new(),
+                });
             }
         }
 
@@ -243,7 +252,12 @@ impl<'a> Lowerer<'a> {
         prefix_after.extend(needed.iter().cloned());
         let prefix_code = self.lower_stmts(prefix, scope, &prefix_after);
 
-        let Split { items, normal_head, resume_head, post } = self.lower_site_stmt(t, range, &inner);
+        let Split {
+            items,
+            normal_head,
+            resume_head,
+            post,
+        } = self.lower_site_stmt(t, range, &inner);
 
         let restore = self.restore_code(&exported, &exported_ids);
         let pats = exported.iter().map(|v| {
@@ -254,15 +268,22 @@ impl<'a> Lowerer<'a> {
                 quote!(#ident)
             }
         });
-        let names = exported.iter().map(|v| &v.binding.ident).collect::<Vec<_>>();
+        let names = exported
+            .iter()
+            .map(|v| &v.binding.ident)
+            .collect::<Vec<_>>();
         // Fix each slot's type from the local on the normal path, which rustc
         // checks first, so restored values have known types on the resume path.
-        let binds = exported.iter().zip(&exported_ids).filter(|(v, _)| v.transient_init.is_none()).map(|(v, id)| {
-            let slot = Self::slot_ident(*id);
-            let ident = &v.binding.ident;
-            let rt = rt();
-            quote!(#rt::Slot::bind(&#slot, &#ident);)
-        });
+        let binds = exported
+            .iter()
+            .zip(&exported_ids)
+            .filter(|(v, _)| v.transient_init.is_none())
+            .map(|(v, id)| {
+                let slot = Self::slot_ident(*id);
+                let ident = &v.binding.ident;
+                let rt = rt();
+                quote!(#rt::Slot::bind(&#slot, &#ident);)
+            });
         let head = Ident::new("__cp_head", Span::mixed_site());
         let resuming = self.resuming_into(range);
         let suffix_code: TokenStream = suffix.iter().map(clean_stmt).collect();
@@ -362,7 +383,12 @@ impl<'a> Lowerer<'a> {
                 site.kind.describe()
             ),
         );
-        Split { items: TokenStream::new(), normal_head: quote!(()), resume_head: quote!(()), post: TokenStream::new() }
+        Split {
+            items: TokenStream::new(),
+            normal_head: quote!(()),
+            resume_head: quote!(()),
+            post: TokenStream::new(),
+        }
     }
 
     /// `checkpoint!()`: save on the normal path, arrive on the resume path.
@@ -395,10 +421,22 @@ impl<'a> Lowerer<'a> {
             return split;
         }
         let Expr::Await(aw) = strip_parens(expr) else {
-            return self.misplaced(SiteRange { first: index, last: index }, site.span);
+            return self.misplaced(
+                SiteRange {
+                    first: index,
+                    last: index,
+                },
+                site.span,
+            );
         };
         let Expr::MethodCall(call) = &*aw.base else {
-            return self.misplaced(SiteRange { first: index, last: index }, site.span);
+            return self.misplaced(
+                SiteRange {
+                    first: index,
+                    last: index,
+                },
+                site.span,
+            );
         };
         if let Some(r) = call.args.iter().find_map(sites::sites_in_expr) {
             return self.misplaced(r, call.span());
@@ -424,7 +462,12 @@ impl<'a> Lowerer<'a> {
                 quote!({ #frame.arrive(); #rt::Slot::take(&mut #slot) })
             }
         };
-        Split { items: TokenStream::new(), normal_head, resume_head, post: TokenStream::new() }
+        Split {
+            items: TokenStream::new(),
+            normal_head,
+            resume_head,
+            post: TokenStream::new(),
+        }
     }
 
     /// The loop positions and the field-encoding statements for a site, and
@@ -435,7 +478,10 @@ impl<'a> Lowerer<'a> {
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let rt = rt();
         let mut code = TokenStream::new();
-        let mut layout = SiteLayout { fields: Vec::new(), loops: scope.loop_positions.len() as u32 };
+        let mut layout = SiteLayout {
+            fields: Vec::new(),
+            loops: scope.loop_positions.len() as u32,
+        };
         for saved in &scope.saved {
             let binding = &mut self.bindings[saved.binding];
             binding.saved_at.push(index);
@@ -475,12 +521,22 @@ impl<'a> Lowerer<'a> {
             Expr::Block(b) => {
                 let label = &b.label;
                 let block = self.lower_block(&b.block, scope);
-                Split { items: TokenStream::new(), normal_head: unit(), resume_head: unit(), post: quote!(#label #block) }
+                Split {
+                    items: TokenStream::new(),
+                    normal_head: unit(),
+                    resume_head: unit(),
+                    post: quote!(#label #block),
+                }
             }
             Expr::Loop(l) => {
                 let label = &l.label;
                 let body = self.lower_block(&l.body, scope);
-                Split { items: TokenStream::new(), normal_head: unit(), resume_head: unit(), post: quote!(#label loop #body) }
+                Split {
+                    items: TokenStream::new(),
+                    normal_head: unit(),
+                    resume_head: unit(),
+                    post: quote!(#label loop #body),
+                }
             }
             Expr::While(w) => self.lower_while(w, scope),
             Expr::ForLoop(f) => self.lower_for(f, scope),
@@ -496,7 +552,11 @@ impl<'a> Lowerer<'a> {
                 if let Some(r) = sites::sites_in_expr(&m.expr) {
                     return self.misplaced(r, m.expr.span());
                 }
-                if let Some(r) = m.arms.iter().find_map(|a| a.guard.as_ref().and_then(|(_, g)| sites::sites_in_expr(g))) {
+                if let Some(r) = m
+                    .arms
+                    .iter()
+                    .find_map(|a| a.guard.as_ref().and_then(|(_, g)| sites::sites_in_expr(g)))
+                {
                     return self.misplaced(r, m.span());
                 }
                 let arms = m
@@ -506,7 +566,12 @@ impl<'a> Lowerer<'a> {
                         let carried = carried_bindings(&[&a.pat], &a.body, self.ctx);
                         let pat = &a.pat;
                         let guard = a.guard.as_ref().map(|(i, g)| quote!(#i #g));
-                        (quote!(#pat #guard), carried, sites::sites_in_expr(&a.body), (*a.body).clone())
+                        (
+                            quote!(#pat #guard),
+                            carried,
+                            sites::sites_in_expr(&a.body),
+                            (*a.body).clone(),
+                        )
                     })
                     .collect();
                 self.lower_arms(Some(&m.expr), arms, match_rederives(m), scope)
@@ -531,7 +596,10 @@ impl<'a> Lowerer<'a> {
     ) -> Split {
         let frame = frame_ident();
         let rt = rt();
-        let enum_ident = Ident::new(&format!("__CpArms{}", self.fresh("arms")), Span::mixed_site());
+        let enum_ident = Ident::new(
+            &format!("__CpArms{}", self.fresh("arms")),
+            Span::mixed_site(),
+        );
         let n = arms.len();
         let params: Vec<Ident> = (0..n).map(|i| format_ident!("T{}", i)).collect();
         let variants: Vec<Ident> = (0..n).map(|i| format_ident!("A{}", i)).collect();
@@ -554,7 +622,11 @@ impl<'a> Lowerer<'a> {
                         );
                     }
                     let id = self.bindings.len();
-                    self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
+                    self.bindings.push(Binding {
+                        ident: b.ident.clone(),
+                        transient: false,
+                        saved_at: Vec::new(),
+                    });
                     ids.push(id);
                 }
             }
@@ -596,7 +668,12 @@ impl<'a> Lowerer<'a> {
         };
 
         // Resume head (restore mode) and the arms' bodies.
-        let site_arms: Vec<usize> = arms.iter().enumerate().filter(|(_, a)| a.2.is_some()).map(|(i, _)| i).collect();
+        let site_arms: Vec<usize> = arms
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.2.is_some())
+            .map(|(i, _)| i)
+            .collect();
         let mut resume_arms = Vec::new();
         let mut post_arms = Vec::new();
         for (i, (_, carried, sites, body)) in arms.iter().enumerate() {
@@ -619,7 +696,11 @@ impl<'a> Lowerer<'a> {
             arm_scope.bind_inner(&carried_names);
             let mut restores = Vec::new();
             for (b, &id) in carried.iter().zip(&saved_ids[i]) {
-                arm_scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+                arm_scope.saved.push(Saved {
+                    binding: id,
+                    source: Source::Live,
+                    hidden_by: NameSet::new(),
+                });
                 let slot = Self::slot_ident(id);
                 let ident = &b.ident;
                 restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
@@ -632,7 +713,8 @@ impl<'a> Lowerer<'a> {
                 } else {
                     quote!(::core::option::Option::Some(#first..=#last))
                 };
-                resume_arms.push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
+                resume_arms
+                    .push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
             }
             let overwrite = if rederive {
                 self.restore_mutable_bindings(carried, &free_in_expr(body), *range, &mut arm_scope)
@@ -704,7 +786,15 @@ impl<'a> Lowerer<'a> {
         let head_code;
         match strip_parens(&w.cond) {
             Expr::Let(l) => {
-                let carried = carried_bindings(&[&l.pat], &Expr::Block(syn::ExprBlock { attrs: vec![], label: None, block: w.body.clone() }), self.ctx);
+                let carried = carried_bindings(
+                    &[&l.pat],
+                    &Expr::Block(syn::ExprBlock {
+                        attrs: vec![],
+                        label: None,
+                        block: w.body.clone(),
+                    }),
+                    self.ctx,
+                );
                 let mut body_scope = scope.clone();
                 body_scope.bind_inner(&pat_names(&l.pat));
                 let mut restores = Vec::new();
@@ -712,8 +802,16 @@ impl<'a> Lowerer<'a> {
                 for b in &carried {
                     let id = self.bindings.len();
                     ids.push(id);
-                    self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
-                    body_scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+                    self.bindings.push(Binding {
+                        ident: b.ident.clone(),
+                        transient: false,
+                        saved_at: Vec::new(),
+                    });
+                    body_scope.saved.push(Saved {
+                        binding: id,
+                        source: Source::Live,
+                        hidden_by: NameSet::new(),
+                    });
                     let slot = Self::slot_ident(id);
                     let ident = &b.ident;
                     restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
@@ -768,10 +866,21 @@ impl<'a> Lowerer<'a> {
     ) -> TokenStream {
         let rt = rt();
         let mut code = TokenStream::new();
-        for b in bindings.iter().filter(|b| b.mutable && used.contains(&b.ident.to_string())) {
+        for b in bindings
+            .iter()
+            .filter(|b| b.mutable && used.contains(&b.ident.to_string()))
+        {
             let id = self.bindings.len();
-            self.bindings.push(Binding { ident: b.ident.clone(), transient: false, saved_at: Vec::new() });
-            scope.saved.push(Saved { binding: id, source: Source::Live, hidden_by: NameSet::new() });
+            self.bindings.push(Binding {
+                ident: b.ident.clone(),
+                transient: false,
+                saved_at: Vec::new(),
+            });
+            scope.saved.push(Saved {
+                binding: id,
+                source: Source::Live,
+                hidden_by: NameSet::new(),
+            });
             let slot = Self::slot_ident(id);
             let ident = &b.ident;
             code.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
@@ -807,7 +916,10 @@ impl<'a> Lowerer<'a> {
         let mut snapshots = TokenStream::new();
         for saved in &mut body_scope.saved {
             let name = self.bindings[saved.binding].ident.to_string();
-            if matches!(saved.source, Source::Live) && iter_names.contains(&name) && !body_names.contains(&name) {
+            if matches!(saved.source, Source::Live)
+                && iter_names.contains(&name)
+                && !body_names.contains(&name)
+            {
                 let snap = self.fresh("snap");
                 let ident = &self.bindings[saved.binding].ident;
                 snapshots.extend(quote! {
@@ -821,7 +933,12 @@ impl<'a> Lowerer<'a> {
         }
         body_scope.bind_inner(&pat_names(&f.pat));
         body_scope.loop_positions.push(pos.clone());
-        let overwrite = self.restore_mutable_bindings(&pat_bindings(&f.pat), &body_names, range, &mut body_scope);
+        let overwrite = self.restore_mutable_bindings(
+            &pat_bindings(&f.pat),
+            &body_names,
+            range,
+            &mut body_scope,
+        );
         let body = self.lower_block(&f.body, &body_scope);
         let (label, pat, expr) = (&f.label, &f.pat, &f.expr);
         let post = quote! {{
@@ -848,7 +965,12 @@ impl<'a> Lowerer<'a> {
                 #body
             }
         }};
-        Split { items: TokenStream::new(), normal_head: unit.clone(), resume_head: unit, post }
+        Split {
+            items: TokenStream::new(),
+            normal_head: unit.clone(),
+            resume_head: unit,
+            post,
+        }
     }
 }
 
@@ -932,7 +1054,10 @@ fn post_merge_free_expr(expr: &Expr) -> NameSet {
         Expr::Paren(p) => post_merge_free_expr(&p.expr),
         Expr::Group(g) => post_merge_free_expr(&g.expr),
         Expr::If(i) => {
-            let mut out: NameSet = if_arms(i).iter().flat_map(|(.., body)| free_in_expr(body)).collect();
+            let mut out: NameSet = if_arms(i)
+                .iter()
+                .flat_map(|(.., body)| free_in_expr(body))
+                .collect();
             if if_conditions(i).into_iter().all(is_pure) {
                 out.extend(if_conditions(i).into_iter().flat_map(free_in_expr));
             }
@@ -944,7 +1069,9 @@ fn post_merge_free_expr(expr: &Expr) -> NameSet {
                 .iter()
                 .flat_map(|a| {
                     let bound = pat_names(&a.pat);
-                    free_in_expr(&a.body).into_iter().filter(move |n| !bound.contains(n))
+                    free_in_expr(&a.body)
+                        .into_iter()
+                        .filter(move |n| !bound.contains(n))
                 })
                 .collect();
             if match_rederives(m) {
@@ -960,7 +1087,10 @@ fn post_merge_free_expr(expr: &Expr) -> NameSet {
         }
         Expr::ForLoop(f) => {
             let bound = pat_names(&f.pat);
-            let mut out: NameSet = names::free_in_stmts(&f.body.stmts).into_iter().filter(|n| !bound.contains(n)).collect();
+            let mut out: NameSet = names::free_in_stmts(&f.body.stmts)
+                .into_iter()
+                .filter(|n| !bound.contains(n))
+                .collect();
             out.extend(free_in_expr(&f.expr));
             out
         }
@@ -974,16 +1104,30 @@ fn if_arms(i: &syn::ExprIf) -> Vec<(TokenStream, Vec<PatBinding>, Option<SiteRan
     let mut out = Vec::new();
     let mut cur = i;
     loop {
-        let body = Expr::Block(syn::ExprBlock { attrs: vec![], label: None, block: cur.then_branch.clone() });
+        let body = Expr::Block(syn::ExprBlock {
+            attrs: vec![],
+            label: None,
+            block: cur.then_branch.clone(),
+        });
         let lets = let_patterns(&cur.cond);
         let carried = carried_bindings(&lets, &body, None);
         let cond = &cur.cond;
-        out.push((quote!(#cond), carried, sites::sites_in_block(&cur.then_branch), body));
+        out.push((
+            quote!(#cond),
+            carried,
+            sites::sites_in_block(&cur.then_branch),
+            body,
+        ));
         match &cur.else_branch {
             Some((_, e)) => match &**e {
                 Expr::If(next) => cur = next,
                 other => {
-                    out.push((TokenStream::new(), Vec::new(), sites::sites_in_expr(other), other.clone()));
+                    out.push((
+                        TokenStream::new(),
+                        Vec::new(),
+                        sites::sites_in_expr(other),
+                        other.clone(),
+                    ));
                     break;
                 }
             },
@@ -1036,7 +1180,10 @@ fn carried_bindings(pats: &[&Pat], body: &Expr, ctx: Option<&Ident>) -> Vec<PatB
 /// A `match` is resumed by evaluating its scrutinee again (instead of
 /// restoring the arm's bindings) when the scrutinee and guards are pure.
 fn match_rederives(m: &syn::ExprMatch) -> bool {
-    is_pure(&m.expr) && m.arms.iter().all(|a| a.guard.as_ref().is_none_or(|(_, g)| is_pure(g)))
+    is_pure(&m.expr)
+        && m.arms
+            .iter()
+            .all(|a| a.guard.as_ref().is_none_or(|(_, g)| is_pure(g)))
 }
 
 /// An expression that only reads locals: paths, fields, indexing, references,
@@ -1079,7 +1226,11 @@ fn direct_site(expr: &Expr) -> Option<u32> {
 }
 
 fn clean_attrs(attrs: &[syn::Attribute]) -> Vec<syn::Attribute> {
-    attrs.iter().filter(|a| !a.path().is_ident("transient")).cloned().collect()
+    attrs
+        .iter()
+        .filter(|a| !a.path().is_ident("transient"))
+        .cloned()
+        .collect()
 }
 
 /// A user statement emitted unchanged, minus `#[transient]` markers.
@@ -1110,14 +1261,24 @@ mod tests {
         sites
             .iter()
             .zip(layouts)
-            .map(|(s, l)| (s.key(), l.fields.iter().map(|&b| bindings[b].ident.to_string()).collect()))
+            .map(|(s, l)| {
+                (
+                    s.key(),
+                    l.fields
+                        .iter()
+                        .map(|&b| bindings[b].ident.to_string())
+                        .collect(),
+                )
+            })
             .collect()
     }
 
     fn expect(body: TokenStream, want: &[(&str, &[&str])]) {
         let got = saved_per_site(body);
-        let want: Vec<(String, Vec<String>)> =
-            want.iter().map(|(k, f)| (k.to_string(), f.iter().map(|s| s.to_string()).collect())).collect();
+        let want: Vec<(String, Vec<String>)> = want
+            .iter()
+            .map(|(k, f)| (k.to_string(), f.iter().map(|s| s.to_string()).collect()))
+            .collect();
         assert_eq!(got, want);
     }
 
@@ -1268,7 +1429,10 @@ mod tests {
             async fn wf(ctx: &Ctx, n: u64) -> u64 { let mut total = 0; #stmts total }
         })
         .expect("parses");
-        crate::expand::workflow(TokenStream::new(), quote!(#item)).expect("expands").to_string().len()
+        crate::expand::workflow(TokenStream::new(), quote!(#item))
+            .expect("expands")
+            .to_string()
+            .len()
     }
 
     #[test]
@@ -1277,7 +1441,10 @@ mod tests {
         // Each extra site adds about the same amount of code.
         let per_site_a = (s20 - s10) as f64 / 10.0;
         let per_site_b = (s40 - s20) as f64 / 20.0;
-        assert!(per_site_b < per_site_a * 1.5, "expansion is super-linear: {s10} {s20} {s40}");
+        assert!(
+            per_site_b < per_site_a * 1.5,
+            "expansion is super-linear: {s10} {s20} {s40}"
+        );
     }
 
     #[test]
@@ -1292,8 +1459,14 @@ mod tests {
         let sites = sites::number_sites(&mut block, None).expect("sites");
         let mut lowerer = Lowerer::new(&sites, None);
         lowerer.lower_body(&block.stmts);
-        let err = lowerer.finish().err().expect("a reference live across a checkpoint is an error");
+        let err = lowerer
+            .finish()
+            .err()
+            .expect("a reference live across a checkpoint is an error");
         let msg = err.to_string();
-        assert!(msg.contains("`r` is a reference") && msg.contains("checkpoint \"after\""), "{msg}");
+        assert!(
+            msg.contains("`r` is a reference") && msg.contains("checkpoint \"after\""),
+            "{msg}"
+        );
     }
 }

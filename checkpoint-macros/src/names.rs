@@ -73,7 +73,10 @@ fn collect_pat(pat: &Pat, out: &mut Vec<PatBinding>) {
 
 /// Names bound by a pattern, as a set.
 pub fn pat_names(pat: &Pat) -> NameSet {
-    pat_bindings(pat).into_iter().map(|b| b.ident.to_string()).collect()
+    pat_bindings(pat)
+        .into_iter()
+        .map(|b| b.ident.to_string())
+        .collect()
 }
 
 /// Free local names read by an expression.
@@ -276,14 +279,18 @@ mod tests {
         let e: Expr = syn::parse_quote!({
             let x = y + 1;
             let f = |z| z + x + w;
-            match q { Some(k) => k, None => m }
+            match q {
+                Some(k) => k,
+                None => m,
+            }
         });
         assert_eq!(free_in_expr(&e), names(&["m", "q", "w", "y"]));
     }
 
     #[test]
     fn pattern_bindings() {
-        let p: Pat = syn::parse_quote!((mut a, Foo { b, c: ref d, .. }, None, [e, ..], x @ Some(_)));
+        let p: Pat =
+            syn::parse_quote!((mut a, Foo { b, c: ref d, .. }, None, [e, ..], x @ Some(_)));
         let got: Vec<_> = pat_bindings(&p)
             .into_iter()
             .map(|b| (b.ident.to_string(), b.mutable, b.by_ref))

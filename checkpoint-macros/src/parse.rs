@@ -36,7 +36,10 @@ pub fn parse_args(args: TokenStream) -> syn::Result<WorkflowArgs> {
         if meta.path.is_ident("name") {
             let lit: LitStr = meta.value()?.parse()?;
             if lit.value().trim().is_empty() {
-                return Err(syn::Error::new(lit.span(), "workflow name must not be empty"));
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "workflow name must not be empty",
+                ));
             }
             out.name = Some(lit);
             Ok(())
@@ -54,7 +57,10 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
     let mut errors = Errors::default();
     let sig = &item.sig;
     if sig.asyncness.is_none() {
-        errors.push(sig.fn_token.span(), "#[workflow] must be placed on an `async fn`");
+        errors.push(
+            sig.fn_token.span(),
+            "#[workflow] must be placed on an `async fn`",
+        );
     }
     if let Some(c) = &sig.constness {
         errors.push(c.span(), "#[workflow] functions cannot be `const`");
@@ -63,7 +69,10 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
         errors.push(u.span(), "#[workflow] functions cannot be `unsafe`");
     }
     if let Some(abi) = &sig.abi {
-        errors.push(abi.span(), "#[workflow] functions cannot have an `extern` ABI");
+        errors.push(
+            abi.span(),
+            "#[workflow] functions cannot have an `extern` ABI",
+        );
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
         errors.push(
@@ -92,10 +101,14 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
                     continue;
                 };
                 if pi.by_ref.is_some() || pi.subpat.is_some() {
-                    errors.push(pi.span(), "workflow parameters must be plain names (`name: Type`)");
+                    errors.push(
+                        pi.span(),
+                        "workflow parameters must be plain names (`name: Type`)",
+                    );
                     continue;
                 }
-                let first_typed = i == 0 || (i == 1 && matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
+                let first_typed =
+                    i == 0 || (i == 1 && matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
                 if first_typed && is_ctx_type(&pt.ty) {
                     ctx = Some(pi.ident.clone());
                     continue;
@@ -138,7 +151,13 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
         .name
         .map(|l| l.value())
         .unwrap_or_else(|| sig.ident.to_string());
-    Ok(WorkflowFn { item, ctx, inputs, output, name })
+    Ok(WorkflowFn {
+        item,
+        ctx,
+        inputs,
+        output,
+        name,
+    })
 }
 
 /// `&Ctx`, `&checkpoint_runtime::Ctx`, ... : a shared reference to a path whose

@@ -98,7 +98,13 @@ struct SiteFinder<'a> {
 }
 
 impl SiteFinder<'_> {
-    fn add(&mut self, kind: SiteKind, label: Option<LitStr>, span: Span, attrs: &mut Vec<Attribute>) {
+    fn add(
+        &mut self,
+        kind: SiteKind,
+        label: Option<LitStr>,
+        span: Span,
+        attrs: &mut Vec<Attribute>,
+    ) {
         if self.closure_depth > 0 {
             self.errors.push(
                 span,
@@ -127,7 +133,12 @@ impl SiteFinder<'_> {
         });
         let index = self.sites.len() as u32;
         attrs.push(syn::parse_quote_spanned!(span=> #[__checkpoint_site = #index]));
-        self.sites.push(Site { index, kind, label, span });
+        self.sites.push(Site {
+            index,
+            kind,
+            label,
+            span,
+        });
     }
 
     fn checkpoint_macro(&mut self, mac: &Macro, attrs: &mut Vec<Attribute>) -> bool {
@@ -164,19 +175,18 @@ impl VisitMut for SiteFinder<'_> {
 
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
         match expr {
-            Expr::Macro(m) => {
-                if self.checkpoint_macro(&m.mac.clone(), &mut m.attrs) {
-                    return;
-                }
+            Expr::Macro(m) if is_checkpoint_macro(&m.mac) => {
+                self.checkpoint_macro(&m.mac.clone(), &mut m.attrs);
+                return;
             }
-            Expr::Await(a) => {
+            Expr::Await(a) if suspension_kind(&a.base, self.ctx).is_some() => {
                 if let Some(kind) = suspension_kind(&a.base, self.ctx) {
                     // Visit the call's arguments first: they run before the site.
                     visit_mut::visit_expr_mut(self, &mut a.base);
                     let span = a.base.span();
                     self.add(kind, None, span, &mut a.attrs);
-                    return;
                 }
+                return;
             }
             Expr::Closure(_) | Expr::Async(_) => {
                 self.closure_depth += 1;
@@ -196,14 +206,21 @@ impl VisitMut for SiteFinder<'_> {
 }
 
 fn is_checkpoint_macro(mac: &Macro) -> bool {
-    mac.path.segments.last().is_some_and(|s| s.ident == "checkpoint")
+    mac.path
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "checkpoint")
 }
 
 /// `ctx.wait_for(..)` etc. on the workflow's own `ctx` parameter.
 pub fn suspension_kind(base: &Expr, ctx: Option<&Ident>) -> Option<SiteKind> {
     let ctx = ctx?;
-    let Expr::MethodCall(call) = base else { return None };
-    let Expr::Path(recv) = &*call.receiver else { return None };
+    let Expr::MethodCall(call) = base else {
+        return None;
+    };
+    let Expr::Path(recv) = &*call.receiver else {
+        return None;
+    };
     if !recv.path.is_ident(ctx) {
         return None;
     }
@@ -216,9 +233,15 @@ pub fn marker(attrs: &[Attribute]) -> Option<u32> {
         if !a.path().is_ident(MARKER) {
             return None;
         }
-        let syn::Meta::NameValue(nv) = &a.meta else { return None };
-        let Expr::Lit(lit) = &nv.value else { return None };
-        let syn::Lit::Int(i) = &lit.lit else { return None };
+        let syn::Meta::NameValue(nv) = &a.meta else {
+            return None;
+        };
+        let Expr::Lit(lit) = &nv.value else {
+            return None;
+        };
+        let syn::Lit::Int(i) = &lit.lit else {
+            return None;
+        };
         i.base10_parse().ok()
     })
 }
@@ -240,7 +263,10 @@ impl RangeFinder {
         if let Some(i) = marker(attrs) {
             self.range = Some(match self.range {
                 None => SiteRange { first: i, last: i },
-                Some(r) => SiteRange { first: r.first.min(i), last: r.last.max(i) },
+                Some(r) => SiteRange {
+                    first: r.first.min(i),
+                    last: r.last.max(i),
+                },
             });
         }
     }
