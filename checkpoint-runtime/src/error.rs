@@ -116,18 +116,18 @@ pub enum Error {
         detail: String,
     },
 
-    /// A resumed `for` loop could not be advanced to its saved position.
-    #[error(
-        "cannot resume the loop of run `{run}` (workflow `{workflow}`) at site `{site}`: {detail}"
-    )]
-    LoopPosition {
+    /// Resumed code did not reach the checkpoint's site the way it was left:
+    /// a `for` loop's iterator ended before its saved position, or an
+    /// `if`/`match` around the site took another branch when evaluated again.
+    #[error("run `{run}` (workflow `{workflow}`) cannot be resumed at site `{site}`: {detail}")]
+    Diverged {
         /// The workflow name.
         workflow: String,
         /// The run id.
         run: String,
         /// The site key.
         site: String,
-        /// What went wrong.
+        /// What went differently.
         detail: String,
     },
 

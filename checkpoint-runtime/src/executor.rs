@@ -38,10 +38,6 @@ impl Resources {
         self.0.insert(TypeId::of::<T>(), Arc::new(value));
     }
 
-    pub(crate) fn insert_arc(&mut self, id: TypeId, value: Arc<dyn Any + Send + Sync>) {
-        self.0.insert(id, value);
-    }
-
     pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.0
             .get(&TypeId::of::<T>())
@@ -342,8 +338,8 @@ pub(crate) struct Inner {
     pub(crate) active: Mutex<HashMap<Arc<str>, Arc<RunShared>>>,
     local: watch::Sender<u64>,
     shutdown: watch::Sender<bool>,
-    crash_after: Option<u64>,
-    saved: AtomicU64,
+    crash: Option<CrashPlan>,
+    saves: AtomicU64,
     crashed: AtomicBool,
     noted: Mutex<HashSet<String>>,
     pump_lock: tokio::sync::Mutex<()>,
@@ -374,7 +370,16 @@ pub(crate) struct InnerConfig {
     pub(crate) concurrency: usize,
     pub(crate) max_attempts: u32,
     pub(crate) resources: Resources,
-    pub(crate) crash_after: Option<u64>,
+    pub(crate) crash: Option<CrashPlan>,
+}
+
+/// Test hook: where the runtime simulates a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CrashPlan {
+    /// The checkpoint (counted over all runs of this runtime, from 1).
+    pub(crate) at: u64,
+    /// Crash right before storing it instead of right after.
+    pub(crate) before: bool,
 }
 
 impl Inner {
@@ -392,8 +397,8 @@ impl Inner {
             active: Mutex::new(HashMap::new()),
             local: watch::channel(0).0,
             shutdown: watch::channel(false).0,
-            crash_after: cfg.crash_after,
-            saved: AtomicU64::new(0),
+            crash: cfg.crash,
+            saves: AtomicU64::new(0),
             crashed: AtomicBool::new(false),
             noted: Mutex::new(HashSet::new()),
             pump_lock: tokio::sync::Mutex::new(()),
@@ -439,10 +444,15 @@ impl Inner {
         }
     }
 
-    /// Counts a stored checkpoint; `true` if the runtime must now crash (test hook).
-    pub(crate) fn note_checkpoint(&self) -> bool {
-        let n = self.saved.fetch_add(1, Ordering::AcqRel) + 1;
-        if self.crash_after == Some(n) {
+    /// Numbers a checkpoint about to be stored (from 1).
+    pub(crate) fn next_save(&self) -> u64 {
+        self.saves.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Whether the runtime must crash now, before (`before`) or after storing
+    /// checkpoint number `n` (test hook). Once crashed, it stays crashed.
+    pub(crate) fn crash_point(&self, n: u64, before: bool) -> bool {
+        if self.crash == Some(CrashPlan { at: n, before }) {
             self.crashed.store(true, Ordering::Release);
         }
         self.crashed()

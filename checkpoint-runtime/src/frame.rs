@@ -228,6 +228,9 @@ impl<T> Slot<T> {
         std::any::type_name::<T>()
     }
 
+    /// Ties the slot's type to a local's (type inference only; does nothing).
+    pub fn bind(&self, _value: &T) {}
+
     /// Moves the restored value out.
     ///
     /// # Panics
@@ -243,6 +246,25 @@ impl<T> Slot<T> {
             ),
         }
     }
+}
+
+/// The error for resumed code that did not reach its site the way it was left
+/// (an `if`/`match` around the site took another branch when evaluated again).
+pub fn diverged(frame: &Frame, detail: &str) -> Error {
+    Error::Diverged {
+        workflow: frame.run.workflow.to_owned(),
+        run: frame.run.id.to_string(),
+        site: frame.site_key(),
+        detail: detail.to_owned(),
+    }
+}
+
+/// The error for a fresh start without input (a broken invariant).
+pub fn missing_input(frame: &Frame) -> Error {
+    Error::internal(format!(
+        "run `{}` of workflow `{}` was started without its input",
+        frame.run.id, frame.run.workflow
+    ))
 }
 
 /// Decodes field `field` of the checkpoint being resumed into `slot`.
@@ -289,7 +311,7 @@ pub fn load<T: DeserializeOwned>(
     }
 }
 
-fn delivered_signal<'f>(frame: &'f Frame) -> Result<Option<(&'f str, &'f [u8])>, Error> {
+fn delivered_signal(frame: &Frame) -> Result<Option<(&str, &[u8])>, Error> {
     match &frame.wake {
         Some(WakeValue::Signal { name, payload }) => Ok(Some((name, payload))),
         Some(WakeValue::TimedOut) => Ok(None),
@@ -461,7 +483,7 @@ impl Frame {
         while left > 0 {
             let step = usize::try_from(left).unwrap_or(usize::MAX);
             if iter.nth(step - 1).is_none() {
-                return Err(Error::LoopPosition {
+                return Err(Error::Diverged {
                     workflow: self.run.workflow.to_owned(),
                     run: self.run.id.to_string(),
                     site: self.site_key(),
@@ -574,12 +596,13 @@ impl Frame {
             Err(e) => match self.halt(e).await {},
         };
         let rt = &self.run.rt;
-        if rt.crashed() {
-            match self.stop(Halt::Crash).await {}
-        }
         if self.run.is_halted() {
             // Cancelled or shut down meanwhile: stop at this checkpoint.
             match self.stop(Halt::Stop).await {}
+        }
+        let n = rt.next_save();
+        if rt.crash_point(n, true) {
+            match self.stop(Halt::Crash).await {}
         }
         let seq = cp.seq;
         let size = cp.data.len();
@@ -593,7 +616,7 @@ impl Frame {
         self.run.attempt.store(1, Ordering::Release);
         self.wake = None;
         self.checkpoint = None;
-        if self.run.rt.note_checkpoint() {
+        if self.run.rt.crash_point(n, false) {
             match self.stop(Halt::Crash).await {}
         }
     }

@@ -72,8 +72,8 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::frame::{
-        encode, load, load_signal, load_signal_timeout, Encoded, Encoder, Frame, SiteInfo,
-        SiteKind, Slot,
+        diverged, encode, load, load_signal, load_signal_timeout, missing_input, Encoded, Encoder,
+        Frame, SiteInfo, SiteKind, Slot,
     };
     pub use futures;
     pub use futures::future::BoxFuture;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::validate_id;
-use crate::executor::{Halt, Inner, InnerConfig, Resources};
+use crate::executor::{CrashPlan, Halt, Inner, InnerConfig, Resources};
 use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
 use crate::status::{RunFilter, RunInfo, Status};
@@ -76,7 +76,7 @@ pub struct RuntimeBuilder {
     max_attempts: u32,
     resources: Resources,
     store: Option<Arc<dyn Store>>,
-    crash_after: Option<u64>,
+    crash: Option<CrashPlan>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -102,7 +102,7 @@ impl Default for RuntimeBuilder {
             max_attempts: 3,
             resources: Resources::default(),
             store: None,
-            crash_after: None,
+            crash: None,
         }
     }
 }
@@ -210,7 +210,21 @@ impl RuntimeBuilder {
     /// runtime stops executing). Used by [`crate::testing`].
     #[doc(hidden)]
     pub fn crash_after_checkpoints(mut self, k: u64) -> Self {
-        self.crash_after = Some(k);
+        self.crash = Some(CrashPlan {
+            at: k,
+            before: false,
+        });
+        self
+    }
+
+    /// Test hook: the runtime "crashes" right before storing its `k`-th
+    /// checkpoint (the code since the previous one then runs again on resume).
+    #[doc(hidden)]
+    pub fn crash_before_checkpoint(mut self, k: u64) -> Self {
+        self.crash = Some(CrashPlan {
+            at: k,
+            before: true,
+        });
         self
     }
 
@@ -235,7 +249,7 @@ impl RuntimeBuilder {
                 concurrency: self.concurrency,
                 max_attempts: self.max_attempts,
                 resources: self.resources,
-                crash_after: self.crash_after,
+                crash: self.crash,
             })),
         }
     }

@@ -1,1 +1,540 @@
-//! Test harness (placeholder).
+//! A harness that checks a workflow survives a crash at every checkpoint.
+//!
+//! [`check_every_checkpoint`] (or the configurable [`Harness`]) runs the
+//! workflow once without interruption on a fresh in-memory store and records
+//! its output and the number `N` of checkpoints it took. Then, for every `k` in
+//! `1..=N`, it runs the workflow again on a fresh store, *crashes* it right
+//! after its `k`-th checkpoint is stored (the workflow future is dropped, the
+//! runtime discarded, only the store survives), resumes it on a brand-new
+//! runtime over that store, and checks that the final output equals the
+//! uninterrupted one (compared as JSON).
+//!
+//! Side effects: register nothing, just call
+//! `ctx.resource::<SideEffects>().record("charge-card:42")` in the workflow
+//! (the harness provides the resource). The [`Report`] lists, per crash point,
+//! effects that ran more often (or less often) than in the uninterrupted run.
+//!
+//! Signals are scripted with [`Harness::signal`] and delivered whenever the
+//! run waits for a signal of that name; sleeps and `wait_for_timeout`
+//! deadlines are waited out in real time, so keep them short in tests.
+//!
+//! ```ignore
+//! use checkpoint_runtime::testing::{self, Harness};
+//!
+//! #[tokio::test]
+//! async fn survives_crashes() {
+//!     let report = Harness::new(vendor_approval)
+//!         .input(vendor())
+//!         .signal("finance_approval", &Approval { approved: true, reason: None })
+//!         .resource(FakeHttp::default())
+//!         .run()
+//!         .await
+//!         .unwrap();
+//!     println!("{report}");
+//!     assert!(report.duplicated_effects().is_empty());
+//!
+//!     // Or, with no signals or resources:
+//!     testing::check_every_checkpoint(count, 10).await.unwrap();
+//! }
+//! ```
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+
+use crate::executor::{lock, Resources};
+use crate::runtime::{Runtime, RuntimeBuilder};
+use crate::store::{MemoryStore, RunState, Store};
+use crate::workflow::Workflow;
+use crate::Error;
+
+/// A log of side effects, shared by the executions of one check. Workflows
+/// reach it as a resource: `ctx.resource::<SideEffects>().record("...")`
+/// (the harness registers it; outside the harness register it yourself with
+/// [`RuntimeBuilder::resource`] or use [`Ctx::try_resource`](crate::Ctx::try_resource)).
+///
+/// ```
+/// use checkpoint_runtime::testing::SideEffects;
+///
+/// let fx = SideEffects::new();
+/// fx.record("email:alice");
+/// fx.record("email:alice");
+/// assert_eq!(fx.count("email:alice"), 2);
+/// assert_eq!(fx.all(), vec!["email:alice".to_owned(), "email:alice".to_owned()]);
+/// ```
+#[derive(Clone, Default)]
+pub struct SideEffects {
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::fmt::Debug for SideEffects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(lock(&self.log).iter()).finish()
+    }
+}
+
+impl SideEffects {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that an effect ran (use a stable description, e.g. `"charge:42"`).
+    pub fn record(&self, effect: impl Into<String>) {
+        lock(&self.log).push(effect.into());
+    }
+
+    /// Every recorded effect, in order.
+    pub fn all(&self) -> Vec<String> {
+        lock(&self.log).clone()
+    }
+
+    /// How often `effect` was recorded.
+    pub fn count(&self, effect: &str) -> usize {
+        lock(&self.log).iter().filter(|e| *e == effect).count()
+    }
+
+    /// How often each effect was recorded.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for e in lock(&self.log).iter() {
+            *out.entry(e.clone()).or_insert(0) += 1;
+        }
+        out
+    }
+}
+
+/// Where a crash was simulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CrashMode {
+    /// Right after the checkpoint was stored: nothing runs twice in a correct
+    /// workflow (the default).
+    AfterCheckpoint,
+    /// Right before the checkpoint was stored: the code since the previous
+    /// checkpoint runs again on resume (at-least-once), so its effects repeat.
+    BeforeCheckpoint,
+}
+
+/// An effect whose count differs from the uninterrupted run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectCount {
+    /// The effect.
+    pub effect: String,
+    /// How often it ran without a crash.
+    pub expected: usize,
+    /// How often it ran with this crash.
+    pub got: usize,
+}
+
+/// The outcome at one crash point (the run's output matched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CrashPoint {
+    /// The checkpoint number (1-based) the crash was placed at.
+    pub k: u64,
+    /// Before or after storing it.
+    pub mode: CrashMode,
+    /// Its label, if any.
+    pub label: Option<String>,
+    /// Its site key.
+    pub site: String,
+    /// Effects that ran more often than without a crash.
+    pub duplicated: Vec<EffectCount>,
+    /// Effects that ran less often than without a crash.
+    pub missing: Vec<EffectCount>,
+}
+
+/// What [`Harness::run`] found. `Display` prints one line per crash point.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Report {
+    /// The workflow name.
+    pub workflow: String,
+    /// How many checkpoints the uninterrupted run took.
+    pub checkpoints: u64,
+    /// The uninterrupted run's output, JSON.
+    pub output: serde_json::Value,
+    /// The uninterrupted run's side effects, in order.
+    pub effects: Vec<String>,
+    /// One entry per simulated crash, all with the expected output.
+    pub crash_points: Vec<CrashPoint>,
+}
+
+impl Report {
+    /// All `(crash point, effect)` pairs where an effect ran more often than
+    /// without a crash.
+    pub fn duplicated_effects(&self) -> Vec<(&CrashPoint, &EffectCount)> {
+        self.crash_points
+            .iter()
+            .flat_map(|p| p.duplicated.iter().map(move |e| (p, e)))
+            .collect()
+    }
+}
+
+fn describe_point(k: u64, mode: CrashMode, n: u64, label: &Option<String>, site: &str) -> String {
+    let when = match mode {
+        CrashMode::AfterCheckpoint => "after",
+        CrashMode::BeforeCheckpoint => "before",
+    };
+    match label {
+        Some(l) => format!("crash {when} checkpoint {k}/{n} (`{l}`)"),
+        None => format!("crash {when} checkpoint {k}/{n} (site `{site}`)"),
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "workflow `{}`: {} checkpoint(s), output {}",
+            self.workflow, self.checkpoints, self.output
+        )?;
+        for p in &self.crash_points {
+            write!(
+                f,
+                "  {}: same output",
+                describe_point(p.k, p.mode, self.checkpoints, &p.label, &p.site)
+            )?;
+            for d in &p.duplicated {
+                write!(
+                    f,
+                    "; `{}` ran {}x (expected {})",
+                    d.effect, d.got, d.expected
+                )?;
+            }
+            for d in &p.missing {
+                write!(
+                    f,
+                    "; `{}` ran {}x (expected {})",
+                    d.effect, d.got, d.expected
+                )?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a workflow uninterrupted, then crashed at each checkpoint, and
+/// compares. See the [module docs](self).
+///
+/// ```ignore
+/// let report = Harness::new(count).input(10).run().await?;
+/// assert_eq!(report.checkpoints, 10);
+/// ```
+pub struct Harness<W: Workflow> {
+    workflow: W,
+    input: Option<Result<Vec<u8>, Error>>,
+    resources: Resources,
+    signals: Vec<(String, Result<Vec<u8>, Error>)>,
+    timeout: Duration,
+    modes: Vec<CrashMode>,
+    run_id: String,
+}
+
+impl<W: Workflow> std::fmt::Debug for Harness<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("workflow", &W::NAME)
+            .field("signals", &self.signals.len())
+            .field("timeout", &self.timeout)
+            .field("modes", &self.modes)
+            .finish()
+    }
+}
+
+/// Delivers scripted signals in order, per name.
+#[derive(Clone)]
+struct Script(HashMap<String, VecDeque<Vec<u8>>>);
+
+impl Script {
+    fn next(&mut self, name: &str) -> Option<Vec<u8>> {
+        self.0.get_mut(name).and_then(|q| q.pop_front())
+    }
+}
+
+enum Ended {
+    Finished,
+    Crashed,
+}
+
+/// Runs the check with default settings: no signals, no extra resources.
+///
+/// ```ignore
+/// checkpoint_runtime::testing::check_every_checkpoint(count, 10).await?;
+/// ```
+pub async fn check_every_checkpoint<W: Workflow>(
+    workflow: W,
+    input: W::Input,
+) -> Result<Report, Error> {
+    Harness::new(workflow).input(input).run().await
+}
+
+fn failed(message: String) -> Error {
+    Error::CheckFailed { message }
+}
+
+impl<W: Workflow> Harness<W> {
+    /// A harness for `workflow`; give it an [`input`](Harness::input).
+    pub fn new(workflow: W) -> Self {
+        Harness {
+            workflow,
+            input: None,
+            resources: Resources::default(),
+            signals: Vec::new(),
+            timeout: Duration::from_secs(30),
+            modes: vec![CrashMode::AfterCheckpoint],
+            run_id: "harness-run".to_owned(),
+        }
+    }
+
+    /// The workflow's input.
+    pub fn input(mut self, input: W::Input) -> Self {
+        self.input = Some(serde_json::to_vec(&input).map_err(|e| Error::Encode {
+            workflow: W::NAME.to_owned(),
+            run: String::new(),
+            site: "<input>".to_owned(),
+            field: "input".to_owned(),
+            detail: e.to_string(),
+        }));
+        self
+    }
+
+    /// A resource shared by every runtime the harness creates (see
+    /// [`RuntimeBuilder::resource`]).
+    pub fn resource<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.resources.insert(value);
+        self
+    }
+
+    /// Scripts a signal: delivered when the run waits for `name` (signals of
+    /// one name are delivered in the order scripted, one per wait).
+    pub fn signal<T: Serialize + ?Sized>(mut self, name: &str, payload: &T) -> Self {
+        let json = serde_json::to_vec(payload).map_err(|e| Error::SignalPayload {
+            run: String::new(),
+            signal: name.to_owned(),
+            detail: e.to_string(),
+        });
+        self.signals.push((name.to_owned(), json));
+        self
+    }
+
+    /// The longest any single execution of the check may take (default 30 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Also crash right *before* each checkpoint is stored, so that the code
+    /// since the previous checkpoint runs twice; the report then shows which
+    /// side effects are repeated (at-least-once segments).
+    pub fn also_crash_before_checkpoints(mut self) -> Self {
+        if !self.modes.contains(&CrashMode::BeforeCheckpoint) {
+            self.modes.push(CrashMode::BeforeCheckpoint);
+        }
+        self
+    }
+
+    fn runtime(&self, store: Arc<dyn Store>, fx: &SideEffects) -> RuntimeBuilder {
+        let mut resources = self.resources.clone();
+        resources.insert(fx.clone());
+        Runtime::builder().store(store).with_resources(resources)
+    }
+
+    async fn drive(&self, rt: &Runtime, script: &mut Script) -> Result<Ended, Error> {
+        let started = Instant::now();
+        let id = self.run_id.as_str();
+        loop {
+            if started.elapsed() > self.timeout {
+                return Err(failed(format!(
+                    "run did not finish within {:?} (status: {})",
+                    self.timeout,
+                    rt.status(id).await?
+                )));
+            }
+            rt.run_until_idle().await?;
+            if rt.crashed() {
+                return Ok(Ended::Crashed);
+            }
+            let run = rt.load(id).await?;
+            let wait_until = match &run.state {
+                RunState::Completed { .. } | RunState::Failed { .. } | RunState::Cancelled => {
+                    return Ok(Ended::Finished)
+                }
+                RunState::Waiting { signal, deadline } => {
+                    if let Some(payload) = script.next(signal) {
+                        rt.store().put_signal(id, signal, payload).await?;
+                        continue;
+                    }
+                    match deadline {
+                        Some(d) => *d,
+                        None => {
+                            return Err(failed(format!(
+                                "run waits for signal `{signal}` but no (more) such signal is \
+                                 scripted: add `.signal(\"{signal}\", &payload)` to the harness"
+                            )))
+                        }
+                    }
+                }
+                RunState::Sleeping { until } => *until,
+                RunState::Ready => match &run.lease {
+                    Some(l) => l.expires_at,
+                    None => SystemTime::now() + Duration::from_millis(5),
+                },
+            };
+            let wait = wait_until
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+                .max(Duration::from_millis(1));
+            tokio::time::sleep(wait.min(self.timeout)).await;
+        }
+    }
+
+    /// Starts the run on `rt`.
+    async fn start(&self, rt: &Runtime, input: &[u8]) -> Result<(), Error> {
+        rt.start_encoded(self.workflow, &self.run_id, input.to_vec())
+            .await
+            .map(drop)
+    }
+
+    /// The final output of the run, or why there is none.
+    async fn output(&self, rt: &Runtime) -> Result<serde_json::Value, Error> {
+        let run = rt.load(&self.run_id).await?;
+        match run.state {
+            RunState::Completed { output, .. } => serde_json::from_slice(&output)
+                .map_err(|e| Error::internal(format!("stored output is not JSON: {e}"))),
+            RunState::Failed { error } => Err(error),
+            RunState::Cancelled => Err(Error::Cancelled {
+                run: self.run_id.clone(),
+            }),
+            other => Err(Error::internal(format!("run ended in state {other:?}"))),
+        }
+    }
+
+    /// Runs the check.
+    pub async fn run(self) -> Result<Report, Error> {
+        let input = match &self.input {
+            Some(Ok(json)) => json.clone(),
+            Some(Err(e)) => return Err(e.clone()),
+            None => {
+                return Err(failed(format!(
+                    "no input for workflow `{}`: call `.input(..)` on the harness",
+                    W::NAME
+                )))
+            }
+        };
+        let mut script = HashMap::<String, VecDeque<Vec<u8>>>::new();
+        for (name, payload) in &self.signals {
+            let payload = payload.clone()?;
+            script.entry(name.clone()).or_default().push_back(payload);
+        }
+        let script = Script(script);
+
+        // The uninterrupted run.
+        let store = Arc::new(MemoryStore::new());
+        let fx = SideEffects::new();
+        let rt = self.runtime(store.clone(), &fx).in_memory();
+        self.start(&rt, &input).await?;
+        self.drive(&rt, &mut script.clone()).await?;
+        let expected = self.output(&rt).await?;
+        let baseline_fx = fx.counts();
+        let checkpoints = store.list_checkpoints(&self.run_id).await?;
+        let n = rt.load(&self.run_id).await?.latest_seq;
+        let site_of = |k: u64| {
+            checkpoints
+                .iter()
+                .find(|c| c.seq == k)
+                .map(|c| {
+                    (
+                        c.label.as_ref().map(|l| l.to_string()),
+                        c.site_key.to_string(),
+                    )
+                })
+                .unwrap_or((None, String::new()))
+        };
+
+        let mut points = Vec::new();
+        for &mode in &self.modes {
+            for k in 1..=n {
+                let (label, site) = site_of(k);
+                let what = describe_point(k, mode, n, &label, &site);
+                let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+                let fx = SideEffects::new();
+                let mut script = script.clone();
+                let builder = self.runtime(store.clone(), &fx);
+                let builder = match mode {
+                    CrashMode::AfterCheckpoint => builder.crash_after_checkpoints(k),
+                    CrashMode::BeforeCheckpoint => builder.crash_before_checkpoint(k),
+                };
+                let first = builder.in_memory();
+                self.start(&first, &input).await?;
+                let ended = self
+                    .drive(&first, &mut script)
+                    .await
+                    .map_err(|e| failed(format!("{what}: before the crash: {e}")))?;
+                if let Ended::Finished = ended {
+                    return Err(failed(format!(
+                        "{what}: the run finished without reaching checkpoint {k} (it took {n} \
+                         uninterrupted; is the workflow deterministic in its checkpoints?)"
+                    )));
+                }
+                drop(first);
+                let second = self.runtime(store, &fx).in_memory();
+                second.register(self.workflow);
+                self.drive(&second, &mut script)
+                    .await
+                    .map_err(|e| failed(format!("{what}: after resuming: {e}")))?;
+                let got = self.output(&second).await.map_err(|e| {
+                    failed(format!("{what}: the resumed run did not complete: {e}"))
+                })?;
+                if got != expected {
+                    return Err(failed(format!(
+                        "{what}: resumed run returned {got}, expected {expected} (the output of \
+                         the uninterrupted run)"
+                    )));
+                }
+                let counts = fx.counts();
+                let mut duplicated = Vec::new();
+                let mut missing = Vec::new();
+                for (effect, &got) in &counts {
+                    let expected = baseline_fx.get(effect).copied().unwrap_or(0);
+                    if got > expected {
+                        duplicated.push(EffectCount {
+                            effect: effect.clone(),
+                            expected,
+                            got,
+                        });
+                    }
+                }
+                for (effect, &expected) in &baseline_fx {
+                    let got = counts.get(effect).copied().unwrap_or(0);
+                    if got < expected {
+                        missing.push(EffectCount {
+                            effect: effect.clone(),
+                            expected,
+                            got,
+                        });
+                    }
+                }
+                points.push(CrashPoint {
+                    k,
+                    mode,
+                    label,
+                    site,
+                    duplicated,
+                    missing,
+                });
+            }
+        }
+        Ok(Report {
+            workflow: W::NAME.to_owned(),
+            checkpoints: n,
+            output: expected,
+            effects: fx.all(),
+            crash_points: points,
+        })
+    }
+}

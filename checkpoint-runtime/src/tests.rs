@@ -1,1 +1,937 @@
+//! Runtime tests with hand-written workflows: each implements `Workflow`
+//! directly against the `__private` interface, the way `#[workflow]` does.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::__private::{load, load_signal, load_signal_timeout, Frame, SiteInfo, SiteKind, Slot};
+use crate::store::MemoryStore;
+use crate::testing::{CrashMode, Harness, SideEffects};
+use crate::{Error, Event, RunFilter, Runtime, Status, StatusKind, Workflow};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("test timed out")
+}
+
+fn effect(frame: &Frame, what: String) {
+    if let Some(fx) = frame.ctx().try_resource::<SideEffects>() {
+        fx.record(what);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// counter: for i in 0..n { total += i; checkpoint!("step") }
+
+#[derive(Clone, Copy, Debug)]
+struct Counter;
+
+const COUNTER_SITES: &[SiteInfo] = &[SiteInfo {
+    key: "step",
+    label: Some("step"),
+    kind: SiteKind::Checkpoint,
+    fields: &["n", "total"],
+    loops: 1,
+}];
+
+impl Workflow for Counter {
+    type Input = u64;
+    type Output = u64;
+    const NAME: &'static str = "counter";
+    const SITES: &'static [SiteInfo] = COUNTER_SITES;
+
+    fn run(self, frame: Frame, input: Option<u64>) -> BoxFuture<'static, u64> {
+        Box::pin(counter_body(frame, input, false))
+    }
+}
+
+/// Same workflow, but "forgets" its total on resume: the harness must notice.
+#[derive(Clone, Copy, Debug)]
+struct ForgetfulCounter;
+
+impl Workflow for ForgetfulCounter {
+    type Input = u64;
+    type Output = u64;
+    const NAME: &'static str = "forgetful";
+    const SITES: &'static [SiteInfo] = COUNTER_SITES;
+
+    fn run(self, frame: Frame, input: Option<u64>) -> BoxFuture<'static, u64> {
+        Box::pin(counter_body(frame, input, true))
+    }
+}
+
+async fn counter_body(mut frame: Frame, input: Option<u64>, forget: bool) -> u64 {
+    let ctx = frame.ctx();
+    let mut s_n = Slot::<u64>::new();
+    let mut s_total = Slot::<u64>::new();
+    let loaded = (|| -> Result<(), Error> {
+        if let Some(0) = frame.target() {
+            frame.check_fields(&[("n", s_n.type_name()), ("total", s_total.type_name())])?;
+            load(&mut s_n, &frame, 0)?;
+            load(&mut s_total, &frame, 1)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = loaded {
+        match frame.halt(e).await {}
+    }
+    frame.resumed().await;
+    effect(&frame, format!("connect:{}", ctx.attempt()));
+    let (n, mut total, skip) = match frame.target() {
+        Some(_) => {
+            let total = s_total.take();
+            (
+                s_n.take(),
+                if forget { 0 } else { total },
+                frame.loop_position(0),
+            )
+        }
+        None => (input.unwrap_or(0), 0, 0),
+    };
+    let mut iter = 0..n;
+    if let Err(e) = frame.advance(&mut iter, skip) {
+        match frame.halt(e).await {}
+    }
+    frame.arrive();
+    for i in iter {
+        total += i;
+        effect(&frame, format!("add:{i}"));
+        frame
+            .save(0, &[i + 1], |enc| {
+                enc.field(&n)?;
+                enc.field(&total)
+            })
+            .await;
+    }
+    total
+}
+
+// ---------------------------------------------------------------------------
+// approval: notify; let a: Approval = ctx.wait_for("approval").await; ...
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Approval {
+    approved: bool,
+    reason: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ApprovalFlow;
+
+impl Workflow for ApprovalFlow {
+    type Input = String;
+    type Output = Result<String, String>;
+    const NAME: &'static str = "approval";
+    const SITES: &'static [SiteInfo] = &[SiteInfo {
+        key: "0",
+        label: None,
+        kind: SiteKind::WaitFor,
+        fields: &["vendor"],
+        loops: 0,
+    }];
+
+    fn run(self, frame: Frame, input: Option<String>) -> BoxFuture<'static, Self::Output> {
+        Box::pin(approval_body(frame, input))
+    }
+}
+
+async fn approval_body(mut frame: Frame, input: Option<String>) -> Result<String, String> {
+    let mut s_vendor = Slot::<String>::new();
+    let mut s_signal = Slot::<Approval>::new();
+    let loaded = (|| -> Result<(), Error> {
+        if let Some(0) = frame.target() {
+            frame.check_fields(&[("vendor", s_vendor.type_name())])?;
+            load(&mut s_vendor, &frame, 0)?;
+            load_signal(&mut s_signal, &frame)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = loaded {
+        match frame.halt(e).await {}
+    }
+    frame.resumed().await;
+    let (vendor, approval) = match frame.target() {
+        Some(_) => {
+            frame.arrive();
+            (s_vendor.take(), s_signal.take())
+        }
+        None => {
+            let vendor = input.unwrap_or_default();
+            effect(&frame, format!("notify:{vendor}"));
+            let approval: Approval = frame
+                .wait_for(0, &[], |enc| enc.field(&vendor), "approval")
+                .await;
+            (vendor, approval)
+        }
+    };
+    effect(&frame, format!("decided:{vendor}"));
+    if approval.approved {
+        Ok(format!("{vendor}: approved"))
+    } else {
+        Err(approval.reason)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// timers: ctx.sleep(d).await; ctx.wait_for_timeout::<u32>("ping", d).await
+
+#[derive(Clone, Copy, Debug)]
+struct Timers;
+
+impl Workflow for Timers {
+    type Input = u64; // milliseconds
+    type Output = (String, Option<u32>);
+    const NAME: &'static str = "timers";
+    const SITES: &'static [SiteInfo] = &[
+        SiteInfo {
+            key: "nap",
+            label: Some("nap"),
+            kind: SiteKind::Sleep,
+            fields: &["ms"],
+            loops: 0,
+        },
+        SiteInfo {
+            key: "1",
+            label: None,
+            kind: SiteKind::WaitForTimeout,
+            fields: &["ms"],
+            loops: 0,
+        },
+    ];
+
+    fn run(self, frame: Frame, input: Option<u64>) -> BoxFuture<'static, Self::Output> {
+        Box::pin(timers_body(frame, input))
+    }
+}
+
+async fn timers_body(mut frame: Frame, input: Option<u64>) -> (String, Option<u32>) {
+    let mut s_ms = Slot::<u64>::new();
+    let mut s_ping = Slot::<Option<u32>>::new();
+    let loaded = (|| -> Result<(), Error> {
+        match frame.target() {
+            Some(0) => {
+                frame.check_fields(&[("ms", s_ms.type_name())])?;
+                load(&mut s_ms, &frame, 0)?;
+            }
+            Some(1) => {
+                frame.check_fields(&[("ms", s_ms.type_name())])?;
+                load(&mut s_ms, &frame, 0)?;
+                load_signal_timeout(&mut s_ping, &frame)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    })();
+    if let Err(e) = loaded {
+        match frame.halt(e).await {}
+    }
+    frame.resumed().await;
+    let target = frame.target();
+    let ms = match target {
+        Some(_) => s_ms.take(),
+        None => input.unwrap_or(0),
+    };
+    if target != Some(1) {
+        if target == Some(0) {
+            frame.arrive();
+        } else {
+            frame
+                .sleep(0, &[], |e| e.field(&ms), Duration::from_millis(ms))
+                .await;
+        }
+    }
+    let ping = if target == Some(1) {
+        frame.arrive();
+        s_ping.take()
+    } else {
+        frame
+            .wait_for_timeout::<u32, _>(1, &[], |e| e.field(&ms), "ping", Duration::from_millis(ms))
+            .await
+    };
+    ("woke".to_owned(), ping)
+}
+
+// ---------------------------------------------------------------------------
+// misbehaving workflows
+
+#[derive(Clone, Copy, Debug)]
+struct Panicker;
+
+impl Workflow for Panicker {
+    type Input = ();
+    type Output = ();
+    const NAME: &'static str = "panicker";
+    const SITES: &'static [SiteInfo] = &[];
+
+    fn run(self, _frame: Frame, _input: Option<()>) -> BoxFuture<'static, ()> {
+        Box::pin(async { panic!("boom") })
+    }
+}
+
+/// Calls `ctx.wait_for` from a helper instead of the workflow body.
+#[derive(Clone, Copy, Debug)]
+struct Misuser;
+
+impl Workflow for Misuser {
+    type Input = ();
+    type Output = u32;
+    const NAME: &'static str = "misuser";
+    const SITES: &'static [SiteInfo] = &[];
+
+    fn run(self, frame: Frame, _input: Option<()>) -> BoxFuture<'static, u32> {
+        Box::pin(async move {
+            let ctx = frame.ctx();
+            ctx.wait_for::<u32>("never").await
+        })
+    }
+}
+
+/// Like `Counter` but its checkpoint now saves `total` as `u32`.
+#[derive(Clone, Copy, Debug)]
+struct CounterV2;
+
+impl Workflow for CounterV2 {
+    type Input = u64;
+    type Output = u64;
+    const NAME: &'static str = "counter";
+    const SITES: &'static [SiteInfo] = COUNTER_SITES;
+
+    fn run(self, mut frame: Frame, _input: Option<u64>) -> BoxFuture<'static, u64> {
+        Box::pin(async move {
+            let mut s_n = Slot::<u64>::new();
+            let mut s_total = Slot::<u32>::new();
+            let loaded = (|| -> Result<(), Error> {
+                if frame.target().is_some() {
+                    frame
+                        .check_fields(&[("n", s_n.type_name()), ("total", s_total.type_name())])?;
+                    load(&mut s_n, &frame, 0)?;
+                    load(&mut s_total, &frame, 1)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = loaded {
+                match frame.halt(e).await {}
+            }
+            unreachable!("the type check must refuse the checkpoint")
+        })
+    }
+}
+
+/// A workflow whose only site has another key than the stored checkpoints.
+#[derive(Clone, Copy, Debug)]
+struct CounterRenamed;
+
+impl Workflow for CounterRenamed {
+    type Input = u64;
+    type Output = u64;
+    const NAME: &'static str = "counter";
+    const SITES: &'static [SiteInfo] = &[SiteInfo {
+        key: "renamed",
+        label: Some("renamed"),
+        kind: SiteKind::Checkpoint,
+        fields: &["n", "total"],
+        loops: 1,
+    }];
+
+    fn run(self, _frame: Frame, _input: Option<u64>) -> BoxFuture<'static, u64> {
+        Box::pin(async { unreachable!("must not run") })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// tests
+
+async fn crash_counter_after(store: Arc<MemoryStore>, k: u64, n: u64) {
+    let rt = Runtime::builder()
+        .store(store)
+        .crash_after_checkpoints(k)
+        .in_memory();
+    rt.start(Counter, "c", n).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert!(rt.crashed());
+}
+
+#[tokio::test]
+async fn counter_runs_to_completion() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(Counter, "c1", 10).await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Running);
+    assert_eq!(within(h.result()).await.unwrap(), 45);
+    assert_eq!(h.status().await.unwrap(), Status::Completed);
+    let cps = rt.checkpoints("c1").await.unwrap();
+    assert_eq!(cps.len(), 10);
+    assert_eq!(cps[0].seq, 1);
+    assert_eq!(cps[9].seq, 10);
+    assert_eq!(cps[9].label.as_deref(), Some("step"));
+    assert_eq!(cps[9].loops, vec![10]);
+    assert_eq!(cps[9].fields[1].name, "total");
+    assert_eq!(cps[9].fields[1].type_name, "u64");
+    let history = rt.history("c1").await.unwrap();
+    assert_eq!(
+        history.first(),
+        Some(&Event::Started {
+            workflow: "counter".into()
+        })
+    );
+    assert_eq!(history.last(), Some(&Event::Completed));
+}
+
+#[tokio::test]
+async fn restart_with_same_worker_resumes_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    crash_counter_after(store.clone(), 3, 6).await;
+    let rt = Runtime::builder().store(store).in_memory();
+    let h = rt.handle(Counter, "c");
+    assert_eq!(h.status().await.unwrap(), Status::Running);
+    assert_eq!(within(h.result()).await.unwrap(), 15);
+    let history = rt.history("c").await.unwrap();
+    assert!(history.contains(&Event::Resumed {
+        worker: "local".into(),
+        from_seq: 3
+    }));
+    let saved = history
+        .iter()
+        .filter(|e| matches!(e, Event::CheckpointSaved { .. }))
+        .count();
+    assert_eq!(saved, 6);
+}
+
+#[tokio::test]
+async fn other_worker_takes_over_after_lease_expiry() {
+    let store = Arc::new(MemoryStore::new());
+    let a = Runtime::builder()
+        .worker_id("a")
+        .lease_ttl(Duration::from_millis(200))
+        .store(store.clone())
+        .crash_after_checkpoints(2)
+        .in_memory();
+    a.start(Counter, "c", 5).await.unwrap();
+    within(a.run_until_idle()).await.unwrap();
+    assert!(a.crashed());
+    let b = Runtime::builder()
+        .worker_id("b")
+        .store(store.clone())
+        .in_memory();
+    b.register(Counter);
+    // a's lease is still live: b has nothing to do.
+    within(b.run_until_idle()).await.unwrap();
+    let info = &b.runs(RunFilter::new()).await.unwrap()[0];
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.worker.as_deref(), Some("a"));
+    assert_eq!(info.latest_seq, 2);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    within(b.run_until_idle()).await.unwrap();
+    assert_eq!(b.handle(Counter, "c").result().await.unwrap(), 10);
+    assert!(b.history("c").await.unwrap().contains(&Event::Resumed {
+        worker: "b".into(),
+        from_seq: 2
+    }));
+}
+
+#[tokio::test]
+async fn start_is_idempotent_and_validated() {
+    let rt = Runtime::in_memory();
+    let h1 = rt.start(Counter, "same", 3).await.unwrap();
+    let h2 = rt.start(Counter, "same", 100).await.unwrap();
+    assert_eq!(h1.id(), h2.id());
+    assert_eq!(within(h2.result()).await.unwrap(), 3);
+    let err = rt
+        .start(ApprovalFlow, "same", "x".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WorkflowMismatch { .. }), "{err}");
+    assert!(matches!(
+        rt.start(Counter, "", 1).await,
+        Err(Error::InvalidId { .. })
+    ));
+    assert!(matches!(
+        rt.start(Counter, &"x".repeat(256), 1).await,
+        Err(Error::InvalidId { .. })
+    ));
+    assert!(matches!(
+        rt.handle(Counter, "missing").status().await,
+        Err(Error::UnknownRun { .. })
+    ));
+    assert!(matches!(
+        rt.handle(ApprovalFlow, "same").status().await,
+        Err(Error::WorkflowMismatch { .. })
+    ));
+    assert!(matches!(
+        rt.signal("missing", "x", &1).await,
+        Err(Error::UnknownRun { .. })
+    ));
+}
+
+#[tokio::test]
+async fn wait_for_suspends_and_resumes_with_signal() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(ApprovalFlow, "v1", "acme".into()).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert_eq!(
+        h.status().await.unwrap(),
+        Status::Waiting {
+            signal: "approval".into()
+        }
+    );
+    // A new runtime over the same store picks it up when the signal comes.
+    let rt2 = Runtime::builder().store(rt.store()).in_memory();
+    rt2.register(ApprovalFlow);
+    rt2.signal(
+        "v1",
+        "approval",
+        &Approval {
+            approved: true,
+            reason: String::new(),
+        },
+    )
+    .await
+    .unwrap();
+    within(rt2.run_until_idle()).await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Completed);
+    assert_eq!(
+        within(h.result()).await.unwrap(),
+        Ok("acme: approved".to_owned())
+    );
+    let history = rt.history("v1").await.unwrap();
+    assert!(history.iter().any(|e| matches!(e, Event::Suspended { .. })));
+    assert!(history.contains(&Event::SignalReceived {
+        name: "approval".into()
+    }));
+}
+
+#[tokio::test]
+async fn signal_sent_early_is_consumed_without_suspending() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(ApprovalFlow, "v2", "acme".into()).await.unwrap();
+    rt.signal(
+        "v2",
+        "approval",
+        &Approval {
+            approved: false,
+            reason: "too expensive".into(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        within(h.result()).await.unwrap(),
+        Err("too expensive".to_owned())
+    );
+    // An `Err` output is a failed run, with the error as text.
+    assert_eq!(
+        h.status().await.unwrap(),
+        Status::Failed {
+            error: "too expensive".into()
+        }
+    );
+    let history = rt.history("v2").await.unwrap();
+    assert!(!history.iter().any(|e| matches!(e, Event::Suspended { .. })));
+}
+
+#[tokio::test]
+async fn undecodable_signal_is_rejected_and_run_keeps_waiting() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(ApprovalFlow, "v3", "acme".into()).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    rt.signal("v3", "approval", &"not an approval")
+        .await
+        .unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert_eq!(
+        h.status().await.unwrap(),
+        Status::Waiting {
+            signal: "approval".into()
+        }
+    );
+    let history = rt.history("v3").await.unwrap();
+    assert!(history
+        .iter()
+        .any(|e| matches!(e, Event::SignalRejected { name, .. } if name == "approval")));
+    // Also on the forward path: a bad signal queued before the wait.
+    let h4 = rt.start(ApprovalFlow, "v4", "beta".into()).await.unwrap();
+    rt.signal("v4", "approval", &42).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert!(matches!(h4.status().await.unwrap(), Status::Waiting { .. }));
+    // A good one completes both.
+    let ok = Approval {
+        approved: true,
+        reason: String::new(),
+    };
+    rt.signal("v3", "approval", &ok).await.unwrap();
+    rt.signal("v4", "approval", &ok).await.unwrap();
+    assert_eq!(
+        within(h.result()).await.unwrap(),
+        Ok("acme: approved".into())
+    );
+    assert_eq!(
+        within(h4.result()).await.unwrap(),
+        Ok("beta: approved".into())
+    );
+}
+
+#[tokio::test]
+async fn result_keeps_waiting_for_a_signal() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(ApprovalFlow, "v5", "acme".into()).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_millis(100), h.result()).await;
+    assert!(waited.is_err(), "result() must wait for the signal");
+    let sender = rt.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let ok = Approval {
+            approved: true,
+            reason: String::new(),
+        };
+        sender.signal("v5", "approval", &ok).await.unwrap();
+    });
+    assert_eq!(
+        within(h.result()).await.unwrap(),
+        Ok("acme: approved".into())
+    );
+}
+
+#[tokio::test]
+async fn sleep_and_wait_timeout_are_durable_timers() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(Timers, "t1", 40).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert!(matches!(h.status().await.unwrap(), Status::Sleeping { .. }));
+    // result() waits out the timer, then the timeout.
+    assert_eq!(within(h.result()).await.unwrap(), ("woke".into(), None));
+    // With a signal in time.
+    let h2 = rt.start(Timers, "t2", 40).await.unwrap();
+    rt.signal("t2", "ping", &7u32).await.unwrap();
+    assert_eq!(within(h2.result()).await.unwrap(), ("woke".into(), Some(7)));
+}
+
+#[tokio::test]
+async fn run_worker_serves_timers_and_signals_until_shutdown() {
+    let rt = Runtime::in_memory();
+    let worker = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.run_worker().await }
+    });
+    rt.register(Timers);
+    let h = rt.start(Timers, "t3", 30).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    rt.signal("t3", "ping", &1u32).await.unwrap();
+    // The handle only observes: the worker does the work.
+    assert_eq!(within(h.result()).await.unwrap(), ("woke".into(), Some(1)));
+    rt.shutdown();
+    within(worker).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn cancel_stops_a_waiting_run() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(ApprovalFlow, "v6", "acme".into()).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    rt.cancel("v6").await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    assert!(matches!(
+        within(h.result()).await,
+        Err(Error::Cancelled { .. })
+    ));
+    // Cancelling again or signalling changes nothing.
+    rt.cancel("v6").await.unwrap();
+    rt.signal("v6", "approval", &1).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    assert!(rt.history("v6").await.unwrap().contains(&Event::Cancelled));
+    assert!(matches!(
+        rt.cancel("nope").await,
+        Err(Error::UnknownRun { .. })
+    ));
+}
+
+#[tokio::test]
+async fn incompatible_checkpoint_is_refused_before_user_code() {
+    // Field type changed.
+    let store = Arc::new(MemoryStore::new());
+    crash_counter_after(store.clone(), 2, 5).await;
+    let rt = Runtime::builder().store(store).in_memory();
+    let h = rt.handle(CounterV2, "c");
+    let err = within(h.result()).await.unwrap_err();
+    match &err {
+        Error::Incompatible {
+            workflow,
+            run,
+            site,
+            field,
+            ..
+        } => {
+            assert_eq!(
+                (&**workflow, &**run, &**site, &**field),
+                ("counter", "c", "step", "total")
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err.to_string().contains("u32"), "{err}");
+    assert!(matches!(h.status().await.unwrap(), Status::Failed { .. }));
+
+    // Site renamed.
+    let store = Arc::new(MemoryStore::new());
+    crash_counter_after(store.clone(), 1, 5).await;
+    let rt = Runtime::builder().store(store).in_memory();
+    let err = within(rt.handle(CounterRenamed, "c").result())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Incompatible { site, .. } if site == "step"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn panics_are_retried_then_fail() {
+    let rt = Runtime::builder().max_attempts(3).in_memory();
+    let h = rt.start(Panicker, "p", ()).await.unwrap();
+    let err = within(h.result()).await.unwrap_err();
+    assert!(matches!(err, Error::Panicked { .. }), "{err}");
+    assert!(err.to_string().contains("boom"));
+    let retries = rt
+        .history("p")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Retried { .. }))
+        .count();
+    assert_eq!(retries, 2);
+}
+
+#[tokio::test]
+async fn ctx_suspension_outside_the_body_fails_the_run_clearly() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(Misuser, "m", ()).await.unwrap();
+    let err = within(h.result()).await.unwrap_err();
+    assert!(matches!(err, Error::Misuse { .. }), "{err}");
+    assert!(err.to_string().contains("#[workflow] body"), "{err}");
+}
+
+#[tokio::test]
+async fn fork_resumes_from_an_old_checkpoint() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(Counter, "orig", 6).await.unwrap();
+    assert_eq!(within(h.result()).await.unwrap(), 15);
+    rt.fork("orig", 2, "copy").await.unwrap();
+    let copy = rt.handle(Counter, "copy");
+    assert_eq!(within(copy.result()).await.unwrap(), 15);
+    let forked = Event::Forked {
+        from: "orig".into(),
+        seq: 2,
+        to: "copy".into(),
+    };
+    assert!(rt.history("orig").await.unwrap().contains(&forked));
+    assert!(rt.history("copy").await.unwrap().contains(&forked));
+    // The copy resumed from its copied checkpoint (seq 1), then took 4 more.
+    assert_eq!(rt.checkpoints("copy").await.unwrap().len(), 5);
+    assert!(matches!(
+        rt.fork("orig", 99, "x").await,
+        Err(Error::UnknownCheckpoint { seq: 99, .. })
+    ));
+    assert!(matches!(
+        rt.fork("orig", 1, "copy").await,
+        Err(Error::AlreadyExists { .. })
+    ));
+}
+
+#[tokio::test]
+async fn retention_keeps_the_latest_checkpoints() {
+    let rt = Runtime::builder().keep_checkpoints(3).in_memory();
+    let h = rt.start(Counter, "r", 10).await.unwrap();
+    within(h.result()).await.unwrap();
+    let seqs: Vec<u64> = rt
+        .checkpoints("r")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.seq)
+        .collect();
+    assert_eq!(seqs, vec![8, 9, 10]);
+}
+
+#[tokio::test]
+async fn unregistered_workflow_waits_with_a_history_event() {
+    let store = Arc::new(MemoryStore::new());
+    let a = Runtime::builder().store(store.clone()).in_memory();
+    a.start(Counter, "u", 3).await.unwrap();
+    let b = Runtime::builder().worker_id("b").store(store).in_memory();
+    within(b.run_until_idle()).await.unwrap();
+    within(b.run_until_idle()).await.unwrap();
+    let suspended: Vec<Event> = b
+        .history("u")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Suspended { .. }))
+        .collect();
+    assert_eq!(suspended.len(), 1, "{suspended:?}");
+    assert_eq!(b.status("u").await.unwrap(), Status::Running);
+    within(a.run_until_idle()).await.unwrap();
+    assert_eq!(a.status("u").await.unwrap(), Status::Completed);
+}
+
+#[tokio::test]
+async fn runs_are_listed_and_filtered() {
+    let rt = Runtime::in_memory();
+    rt.start(Counter, "a-1", 2).await.unwrap();
+    rt.start(ApprovalFlow, "b-1", "x".into()).await.unwrap();
+    rt.start(Counter, "a-2", 2).await.unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    let all = rt.runs(RunFilter::new()).await.unwrap();
+    let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, vec!["a-1", "b-1", "a-2"]);
+    let waiting = rt
+        .runs(RunFilter::new().status(StatusKind::Waiting))
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].workflow, "approval");
+    let counters = rt
+        .runs(RunFilter::new().workflow("counter").limit(1))
+        .await
+        .unwrap();
+    assert_eq!(counters.len(), 1);
+    assert_eq!(counters[0].id, "a-1");
+    assert_eq!(
+        rt.runs(RunFilter::new().id_prefix("a-"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_stable_per_position() {
+    #[derive(Clone, Copy)]
+    struct Keys;
+    impl Workflow for Keys {
+        type Input = ();
+        type Output = Vec<String>;
+        const NAME: &'static str = "keys";
+        const SITES: &'static [SiteInfo] = &[];
+        fn run(self, frame: Frame, _input: Option<()>) -> BoxFuture<'static, Vec<String>> {
+            Box::pin(async move {
+                let ctx = frame.ctx();
+                vec![
+                    ctx.idempotency_key(),
+                    ctx.idempotency_key(),
+                    ctx.id().to_owned(),
+                ]
+            })
+        }
+    }
+    let rt = Runtime::in_memory();
+    let out = within(rt.start(Keys, "k", ()).await.unwrap().result())
+        .await
+        .unwrap();
+    assert_eq!(out, vec!["k:0:0", "k:0:1", "k"]);
+}
+
+#[tokio::test]
+async fn open_accepts_memory_urls_only() {
+    assert!(Runtime::open(":memory:").await.is_ok());
+    assert!(Runtime::builder().open("memory:").await.is_ok());
+    for url in ["workflows.db", "postgres://u@h/db", "sqlite://x.db"] {
+        let err = Runtime::open(url).await.unwrap_err();
+        assert!(matches!(err, Error::UnsupportedStore { .. }), "{err}");
+        assert!(err.to_string().contains(url));
+    }
+}
+
+#[tokio::test]
+async fn harness_checks_every_checkpoint() {
+    let report = within(crate::testing::check_every_checkpoint(Counter, 5))
+        .await
+        .unwrap();
+    assert_eq!(report.checkpoints, 5);
+    assert_eq!(report.output, serde_json::json!(10));
+    assert_eq!(report.crash_points.len(), 5);
+    // The resume path runs "connect" again at every crash point.
+    for p in &report.crash_points {
+        assert_eq!(p.mode, CrashMode::AfterCheckpoint);
+        assert!(p.duplicated.is_empty() || p.duplicated[0].effect.starts_with("connect"));
+    }
+    let text = report.to_string();
+    assert!(text.contains("checkpoint 3/5"), "{text}");
+}
+
+#[tokio::test]
+async fn harness_reports_repeated_effects_when_crashing_before_checkpoints() {
+    let report = within(
+        Harness::new(Counter)
+            .input(3)
+            .also_crash_before_checkpoints()
+            .run(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.crash_points.len(), 6);
+    let before: Vec<_> = report
+        .crash_points
+        .iter()
+        .filter(|p| p.mode == CrashMode::BeforeCheckpoint)
+        .collect();
+    // Crashing before checkpoint k re-runs iteration k-1's `add`.
+    assert!(before[1]
+        .duplicated
+        .iter()
+        .any(|d| d.effect == "add:1" && d.got == 2 && d.expected == 1));
+}
+
+#[tokio::test]
+async fn harness_delivers_scripted_signals() {
+    let report = within(
+        Harness::new(ApprovalFlow)
+            .input("acme".into())
+            .signal(
+                "approval",
+                &Approval {
+                    approved: true,
+                    reason: String::new(),
+                },
+            )
+            .run(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.checkpoints, 1);
+    assert_eq!(report.output, serde_json::json!({"Ok": "acme: approved"}));
+    assert!(report.duplicated_effects().is_empty(), "{report}");
+
+    let err = within(Harness::new(ApprovalFlow).input("acme".into()).run())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(".signal(\"approval\""), "{err}");
+}
+
+#[tokio::test]
+async fn harness_catches_state_lost_on_resume() {
+    let err = within(crate::testing::check_every_checkpoint(ForgetfulCounter, 4))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::CheckFailed { .. }), "{msg}");
+    assert!(
+        msg.contains("checkpoint 2/4") && msg.contains("(`step`)"),
+        "{msg}"
+    );
+    assert!(msg.contains("expected 6"), "{msg}");
+}
+
+#[tokio::test]
+async fn timers_survive_crashes_in_the_harness() {
+    let report = within(Harness::new(Timers).input(20).signal("ping", &5u32).run())
+        .await
+        .unwrap();
+    assert_eq!(report.checkpoints, 2);
+    assert_eq!(report.output, serde_json::json!(["woke", 5]));
+}
