@@ -17,6 +17,7 @@
 //! ```
 
 mod memory;
+pub mod sqlite;
 
 use std::borrow::Cow;
 use std::sync::Arc;
