@@ -17,19 +17,46 @@ use crate::Error;
 /// A `Ctx` is handed to a `#[workflow]` function as its optional first
 /// parameter `ctx: &Ctx`; it is cheap to clone (an `Arc`) and never serialized.
 ///
-/// ```ignore
+/// ```
+/// use std::time::Duration;
 /// use checkpoint_runtime::prelude::*;
+/// use serde::{Deserialize, Serialize};
+///
+/// /// A client shared by all runs (registered on the runtime, never saved).
+/// struct Payments;
+/// impl Payments {
+///     async fn charge(&self, cents: u64, idempotency_key: &str) -> String {
+///         format!("receipt for {cents} ({idempotency_key})")
+///     }
+/// }
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Approval {
+///     approved: bool,
+/// }
 ///
 /// #[workflow]
-/// async fn charge(ctx: &Ctx, order: Order) -> Receipt {
-///     let payments = ctx.resource::<PaymentsClient>();
+/// async fn charge(ctx: &Ctx, cents: u64) -> Option<String> {
+///     let approval: Approval = ctx.wait_for("manager_approval").await; // suspends durably
+///     if !approval.approved {
+///         return None;
+///     }
 ///     // The same key is used if this segment runs again after a crash.
-///     let receipt = payments.charge(&order, &ctx.idempotency_key()).await;
+///     let receipt = ctx.resource::<Payments>().charge(cents, &ctx.idempotency_key()).await;
 ///     checkpoint!("charged");
-///     let approval: Approval = ctx.wait_for("manager_approval").await;
-///     ctx.sleep(std::time::Duration::from_secs(60)).await;
-///     receipt
+///     ctx.sleep(Duration::from_millis(10)).await; // a durable timer
+///     Some(receipt)
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let rt = Runtime::builder().resource(Payments).in_memory();
+/// let h = rt.start(charge, "order-7", 1250).await?;
+/// rt.run_until_idle().await?;
+/// assert_eq!(h.status().await?, Status::Waiting { signal: "manager_approval".into() });
+/// rt.signal("order-7", "manager_approval", &Approval { approved: true }).await?;
+/// assert_eq!(h.result().await?.as_deref(), Some("receipt for 1250 (order-7:1:0)"));
+/// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct Ctx {
@@ -53,8 +80,20 @@ impl Ctx {
 
     /// The run id.
     ///
-    /// ```ignore
-    /// println!("running {}", ctx.id());
+    /// ```
+    /// use checkpoint_runtime::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn whoami(ctx: &Ctx) -> String {
+    ///     format!("{} {} {} {}", ctx.id(), ctx.workflow(), ctx.worker_id(), ctx.attempt())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let out = rt.start(whoami, "w-1", ()).await?.result().await?;
+    /// assert_eq!(out, "w-1 whoami local 1");
+    /// # Ok(()) }
     /// ```
     pub fn id(&self) -> &str {
         &self.run.id
@@ -62,8 +101,17 @@ impl Ctx {
 
     /// The workflow name.
     ///
-    /// ```ignore
-    /// assert_eq!(ctx.workflow(), "vendor_approval");
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow(name = "vendor-approval")]
+    /// async fn vendor_approval(ctx: &Ctx) -> String {
+    ///     ctx.workflow().to_owned()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// # let rt = Runtime::in_memory();
+    /// # assert_eq!(rt.start(vendor_approval, "v", ()).await?.result().await?, "vendor-approval");
+    /// # Ok(()) }
     /// ```
     pub fn workflow(&self) -> &str {
         self.run.workflow
@@ -71,8 +119,17 @@ impl Ctx {
 
     /// The id of the worker executing the run.
     ///
-    /// ```ignore
-    /// tracing::info!(worker = ctx.worker_id(), "step done");
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn where_am_i(ctx: &Ctx) -> String {
+    ///     ctx.worker_id().to_owned()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::builder().worker_id("worker-b").in_memory();
+    /// assert_eq!(rt.start(where_am_i, "w", ()).await?.result().await?, "worker-b");
+    /// # Ok(()) }
     /// ```
     pub fn worker_id(&self) -> &str {
         &self.run.rt.worker
@@ -82,10 +139,18 @@ impl Ctx {
     /// 1 normally, more after a crash, a lost worker or a panic retry. Reset to
     /// 1 by every checkpoint.
     ///
-    /// ```ignore
-    /// if ctx.attempt() > 1 {
-    ///     // This segment already ran (at least partly) before.
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn careful(ctx: &Ctx) -> bool {
+    ///     // `true` when this segment already ran (at least partly) before a crash.
+    ///     ctx.attempt() > 1
     /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// # let rt = Runtime::in_memory();
+    /// # assert!(!rt.start(careful, "c", ()).await?.result().await?);
+    /// # Ok(()) }
     /// ```
     pub fn attempt(&self) -> u32 {
         self.run.attempt.load(Ordering::Acquire)
@@ -97,9 +162,22 @@ impl Ctx {
     /// same keys in the same order, so an external service that deduplicates on
     /// the key sees the same request.
     ///
-    /// ```ignore
-    /// let key = ctx.idempotency_key(); // e.g. "order-7:3:0"
-    /// payments.charge(amount, &key).await?;
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn keys(ctx: &Ctx) -> Vec<String> {
+    ///     let first = ctx.idempotency_key();
+    ///     checkpoint!("one");
+    ///     let second = ctx.idempotency_key();
+    ///     let third = ctx.idempotency_key();
+    ///     vec![first, second, third]
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let out = rt.start(keys, "k-1", ()).await?.result().await?;
+    /// assert_eq!(out, ["k-1:0:0", "k-1:1:0", "k-1:1:1"]);
+    /// # Ok(()) }
     /// ```
     pub fn idempotency_key(&self) -> String {
         let n = self.run.calls.fetch_add(1, Ordering::AcqRel);
@@ -116,8 +194,19 @@ impl Ctx {
     /// mistake; the message names the type). Use [`Ctx::try_resource`] to
     /// check instead.
     ///
-    /// ```ignore
-    /// let http = ctx.resource::<reqwest::Client>();
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// struct Greeter(&'static str);
+    ///
+    /// #[workflow]
+    /// async fn greet(ctx: &Ctx, name: String) -> String {
+    ///     format!("{}, {name}", ctx.resource::<Greeter>().0)
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::builder().resource(Greeter("hello")).in_memory();
+    /// assert_eq!(rt.start(greet, "g", "ada".into()).await?.result().await?, "hello, ada");
+    /// # Ok(()) }
     /// ```
     pub fn resource<T: Send + Sync + 'static>(&self) -> &T {
         match self.try_resource::<T>() {
@@ -132,8 +221,19 @@ impl Ctx {
 
     /// The resource of type `T`, or `None` if none was registered.
     ///
-    /// ```ignore
-    /// if let Some(metrics) = ctx.try_resource::<Metrics>() { metrics.inc(); }
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// struct Metrics;
+    ///
+    /// #[workflow]
+    /// async fn measured(ctx: &Ctx) -> bool {
+    ///     ctx.try_resource::<Metrics>().is_some()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory(); // no Metrics registered
+    /// assert!(!rt.start(measured, "m", ()).await?.result().await?);
+    /// # Ok(()) }
     /// ```
     pub fn try_resource<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.run.rt.resources.get::<T>()
@@ -162,8 +262,20 @@ impl Ctx {
     /// macro rewrites into an implicit checkpoint. Reached any other way (from
     /// a helper function), it stops the run with [`Error::Misuse`].
     ///
-    /// ```ignore
-    /// let approval: Approval = ctx.wait_for("finance_approval").await;
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn approve(ctx: &Ctx) -> bool {
+    ///     let approved: bool = ctx.wait_for("approved").await;
+    ///     approved
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(approve, "a-1", ()).await?;
+    /// rt.signal("a-1", "approved", &true).await?;
+    /// assert!(h.result().await?);
+    /// # Ok(()) }
     /// ```
     pub async fn wait_for<T: DeserializeOwned>(&self, name: &str) -> T {
         self.misuse(&format!("wait_for(\"{name}\")")).await
@@ -172,8 +284,19 @@ impl Ctx {
     /// Like [`Ctx::wait_for`] with a durable deadline: `None` if no signal
     /// arrived within `timeout`.
     ///
-    /// ```ignore
-    /// let answer: Option<Answer> = ctx.wait_for_timeout("reply", Duration::from_secs(3600)).await;
+    /// ```
+    /// # use std::time::Duration;
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn ask(ctx: &Ctx) -> String {
+    ///     let reply: Option<String> = ctx.wait_for_timeout("reply", Duration::from_millis(20)).await;
+    ///     reply.unwrap_or_else(|| "no reply".to_owned())
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// assert_eq!(rt.start(ask, "q-1", ()).await?.result().await?, "no reply");
+    /// # Ok(()) }
     /// ```
     pub async fn wait_for_timeout<T: DeserializeOwned>(
         &self,
@@ -188,8 +311,22 @@ impl Ctx {
     /// A durable timer: the run is suspended and resumed (by any worker) when
     /// it is due. Like [`Ctx::wait_for`], only in a `#[workflow]` body.
     ///
-    /// ```ignore
-    /// ctx.sleep(Duration::from_secs(24 * 3600)).await;
+    /// ```
+    /// # use std::time::Duration;
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn remind(ctx: &Ctx) -> String {
+    ///     ctx.sleep(Duration::from_millis(20)).await;
+    ///     "reminded".to_owned()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(remind, "r-1", ()).await?;
+    /// rt.run_until_idle().await?;
+    /// assert!(matches!(h.status().await?, Status::Sleeping { .. }));
+    /// assert_eq!(h.result().await?, "reminded"); // waits for the timer, then resumes
+    /// # Ok(()) }
     /// ```
     pub async fn sleep(&self, duration: Duration) {
         let _ = duration;

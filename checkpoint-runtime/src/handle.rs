@@ -12,11 +12,37 @@ use crate::Error;
 /// A handle to run `id` of workflow `W`, from [`Runtime::start`] or
 /// [`Runtime::handle`]. Cheap to clone.
 ///
-/// ```ignore
-/// let h = rt.start(vendor_approval, "vendor-42", vendor).await?;
-/// assert_eq!(h.id(), "vendor-42");
-/// let status = h.status().await?;
-/// let out: Result<Decision, ReviewError> = h.result().await?;
+/// ```
+/// use checkpoint_runtime::prelude::*;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+/// enum Decision {
+///     Approved,
+///     Rejected(String),
+/// }
+///
+/// #[workflow]
+/// async fn review(ctx: &Ctx, amount: u32) -> Result<Decision, String> {
+///     if amount > 1_000_000 {
+///         return Err("amount too large".into());
+///     }
+///     checkpoint!("checked");
+///     let ok: bool = ctx.wait_for("approval").await;
+///     Ok(if ok { Decision::Approved } else { Decision::Rejected("no".into()) })
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let rt = Runtime::in_memory();
+/// let h = rt.start(review, "r-1", 500).await?;
+/// assert_eq!(h.id(), "r-1");
+/// rt.run_until_idle().await?;
+/// assert_eq!(h.status().await?, Status::Waiting { signal: "approval".into() });
+/// rt.signal("r-1", "approval", &true).await?;
+/// let out: Result<Decision, String> = h.result().await?;
+/// assert_eq!(out, Ok(Decision::Approved));
+/// # Ok(()) }
 /// ```
 pub struct WorkflowHandle<W: Workflow> {
     rt: Runtime,
@@ -57,7 +83,11 @@ impl<W: Workflow> WorkflowHandle<W> {
 
     /// The run id.
     ///
-    /// ```ignore
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// # #[workflow]
+    /// # async fn vendor_approval(ctx: &Ctx) {}
+    /// let rt = Runtime::in_memory();
     /// assert_eq!(rt.handle(vendor_approval, "vendor-42").id(), "vendor-42");
     /// ```
     pub fn id(&self) -> &str {
@@ -79,11 +109,20 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// The run's current status. A workflow that returned `Err` is
     /// [`Status::Failed`] with the error as text.
     ///
-    /// ```ignore
-    /// match h.status().await? {
-    ///     Status::Waiting { signal } => println!("waiting for {signal}"),
-    ///     other => println!("{other}"),
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn check(ctx: &Ctx, n: i32) -> Result<i32, String> {
+    ///     if n < 0 { Err(format!("{n} is negative")) } else { Ok(n) }
     /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(check, "neg", -1).await?;
+    /// assert_eq!(h.status().await?, Status::Running); // started, not executed yet
+    /// h.result().await?;
+    /// assert_eq!(h.status().await?, Status::Failed { error: "-1 is negative".into() });
+    /// # Ok(()) }
     /// ```
     pub async fn status(&self) -> Result<Status, Error> {
         Ok(self.load().await?.status())
@@ -103,8 +142,22 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// - a run the runtime failed gives that error (for example
     ///   [`Error::Incompatible`], [`Error::Decode`], [`Error::Panicked`]).
     ///
-    /// ```ignore
+    /// ```
+    /// # use std::time::Duration;
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn slow(ctx: &Ctx) -> u32 {
+    ///     ctx.sleep(Duration::from_millis(10)).await;
+    ///     42
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(slow, "s-1", ()).await?;
+    /// // Drives the run itself (no worker needed), waiting out the timer.
     /// let out = tokio::time::timeout(Duration::from_secs(10), h.result()).await??;
+    /// assert_eq!(out, 42);
+    /// # Ok(()) }
     /// ```
     pub async fn result(&self) -> Result<W::Output, Error> {
         let inner = &self.rt.inner;

@@ -7,15 +7,20 @@ use serde::{Deserialize, Serialize};
 
 /// One event in a run's history. Resuming never reads the history.
 ///
-/// ```no_run
-/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
-/// use checkpoint_runtime::Event;
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// # #[workflow]
+/// # async fn two_steps(ctx: &Ctx) { checkpoint!("a"); checkpoint!("b"); }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// # let rt = Runtime::in_memory();
+/// # rt.start(two_steps, "vendor-42", ()).await?.result().await?;
 /// let events = rt.history("vendor-42").await?;
 /// let saved = events
 ///     .iter()
 ///     .filter(|e| matches!(e, Event::CheckpointSaved { .. }))
 ///     .count();
-/// println!("{saved} checkpoints saved");
+/// assert_eq!(saved, 2);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,8 +122,14 @@ impl std::fmt::Display for Event {
 
 /// An [`Event`] with the time it was recorded.
 ///
-/// ```no_run
-/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// # #[workflow]
+/// # async fn noop(ctx: &Ctx) {}
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// # let rt = Runtime::in_memory();
+/// # rt.start(noop, "vendor-42", ()).await?.result().await?;
 /// for entry in rt.history_entries("vendor-42").await? {
 ///     println!("{:?} {}", entry.at, entry.event);
 /// }
@@ -134,8 +145,14 @@ pub struct HistoryEntry {
 
 /// One stored checkpoint version of a run.
 ///
-/// ```no_run
-/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// # #[workflow]
+/// # async fn steps(ctx: &Ctx) { let done = vec![1u32]; checkpoint!("one"); drop(done); }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// # let rt = Runtime::in_memory();
+/// # rt.start(steps, "vendor-42", ()).await?.result().await?;
 /// for cp in rt.checkpoints("vendor-42").await? {
 ///     let fields: Vec<_> = cp.fields.iter().map(|f| format!("{}: {}", f.name, f.type_name)).collect();
 ///     println!("#{} {:?} {} bytes [{}]", cp.seq, cp.label, cp.size, fields.join(", "));

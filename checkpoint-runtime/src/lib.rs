@@ -3,8 +3,25 @@
 //! runtime resumes it from its latest checkpoint after a crash, a restart, a
 //! pause for human approval or a move to another worker.
 //!
-//! ```ignore
+//! ```
 //! use checkpoint_runtime::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize)]
+//! struct Vendor { name: String, tasks: Vec<String> }
+//! #[derive(Serialize, Deserialize)]
+//! struct Approval { approved: bool, reason: String }
+//! #[derive(Debug, PartialEq, Serialize, Deserialize)]
+//! enum Decision { Approved { security: String, done: Vec<String> }, Rejected(String) }
+//! #[derive(Debug, PartialEq, Serialize, Deserialize)]
+//! struct ReviewError(String);
+//!
+//! async fn security_review(v: &Vendor) -> Result<String, ReviewError> {
+//!     Ok(format!("{}: no findings", v.name))
+//! }
+//! async fn run_task(task: &str) -> Result<String, ReviewError> {
+//!     Ok(format!("{task}: done"))
+//! }
 //!
 //! #[workflow]
 //! async fn vendor_approval(ctx: &Ctx, vendor: Vendor) -> Result<Decision, ReviewError> {
@@ -14,14 +31,30 @@
 //!     if !approval.approved {
 //!         return Ok(Decision::Rejected(approval.reason));
 //!     }
-//!     Ok(Decision::Approved { security })
+//!     let mut done = Vec::new();
+//!     for task in &vendor.tasks {
+//!         done.push(run_task(task).await?);
+//!         checkpoint!("task_done");
+//!     }
+//!     Ok(Decision::Approved { security, done })
 //! }
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
 //! let rt = Runtime::in_memory();
+//! let vendor = Vendor { name: "acme".into(), tasks: vec!["contract".into(), "bank details".into()] };
 //! let h = rt.start(vendor_approval, "vendor-42", vendor).await?;
-//! rt.run_until_idle().await?;                        // runs until it waits
-//! rt.signal("vendor-42", "finance_approval", &approval).await?;
-//! let decision = h.result().await?;                  // resumes and finishes
+//! rt.run_until_idle().await?; // runs until it waits for the approval
+//! assert_eq!(h.status().await?, Status::Waiting { signal: "finance_approval".into() });
+//!
+//! // Later, perhaps in another process: a fresh runtime over the same store.
+//! let rt = Runtime::builder().store(rt.store()).in_memory();
+//! rt.register(vendor_approval);
+//! rt.signal("vendor-42", "finance_approval", &Approval { approved: true, reason: String::new() }).await?;
+//! let decision = rt.handle(vendor_approval, "vendor-42").result().await?; // resumes, finishes
+//! assert!(matches!(decision, Ok(Decision::Approved { .. })));
+//! assert_eq!(rt.checkpoints("vendor-42").await?.len(), 4);
+//! # Ok(()) }
 //! ```
 //!
 //! Modules: [`store`] (the storage boundary and its backends), [`testing`]

@@ -368,8 +368,25 @@ impl Runtime {
     /// by name. [`start`](Runtime::start) registers too. Registering another
     /// workflow under the same name replaces the earlier one.
     ///
-    /// ```ignore
-    /// rt.register(vendor_approval);
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn nightly(ctx: &Ctx, day: u32) -> u32 {
+    ///     checkpoint!();
+    ///     day
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let first = Runtime::in_memory();
+    /// first.start(nightly, "n-1", 3).await?;
+    ///
+    /// // Another runtime over the same store (another process, later): it can
+    /// // execute the run only once it knows the workflow by name.
+    /// let second = Runtime::builder().store(first.store()).in_memory();
+    /// second.register(nightly);
+    /// second.run_until_idle().await?;
+    /// assert_eq!(second.status("n-1").await?, Status::Completed);
+    /// # Ok(()) }
     /// ```
     pub fn register<W: Workflow>(&self, workflow: W) {
         self.inner.register(workflow);
@@ -386,8 +403,21 @@ impl Runtime {
     /// another workflow under `id` is [`Error::WorkflowMismatch`]. Ids must be
     /// non-empty and at most 255 bytes ([`Error::InvalidId`]).
     ///
-    /// ```ignore
-    /// let h = rt.start(vendor_approval, "vendor-42", vendor).await?;
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn add(ctx: &Ctx, a: u32, b: u32) -> u32 {
+    ///     a + b
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(add, "sum-1", (2, 3)).await?; // several parameters: a tuple
+    /// assert_eq!(h.id(), "sum-1");
+    /// assert_eq!(h.result().await?, 5);
+    /// // Idempotent: the same id gives the same run (the new input is ignored).
+    /// assert_eq!(rt.start(add, "sum-1", (10, 10)).await?.result().await?, 5);
+    /// # Ok(()) }
     /// ```
     pub async fn start<W: Workflow>(
         &self,
@@ -438,9 +468,23 @@ impl Runtime {
     /// A handle to run `id` of `workflow` (which need not exist yet: the
     /// handle's methods report [`Error::UnknownRun`] then). Not async.
     ///
-    /// ```ignore
-    /// let h = rt.handle(vendor_approval, "vendor-42");
-    /// println!("{:?}", h.status().await?);
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn hello(ctx: &Ctx, name: String) -> String {
+    ///     format!("hello, {name}")
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(hello, "h-1", "ada".into()).await?;
+    /// let h = rt.handle(hello, "h-1");
+    /// assert_eq!(h.result().await?, "hello, ada");
+    /// assert!(matches!(
+    ///     rt.handle(hello, "nope").status().await,
+    ///     Err(Error::UnknownRun { .. })
+    /// ));
+    /// # Ok(()) }
     /// ```
     pub fn handle<W: Workflow>(&self, workflow: W, id: &str) -> WorkflowHandle<W> {
         WorkflowHandle::new(self.clone(), workflow, id)
@@ -451,8 +495,28 @@ impl Runtime {
     /// arrives before the run waits for it is kept until it does. Signals of
     /// one name are consumed in arrival order, each exactly once.
     ///
-    /// ```ignore
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Approval {
+    ///     approved: bool,
+    ///     reason: Option<String>,
+    /// }
+    ///
+    /// #[workflow]
+    /// async fn vendor(ctx: &Ctx, name: String) -> bool {
+    ///     let approval: Approval = ctx.wait_for("finance_approval").await;
+    ///     approval.approved
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(vendor, "vendor-42", "acme".into()).await?;
     /// rt.signal("vendor-42", "finance_approval", &Approval { approved: true, reason: None }).await?;
+    /// assert!(h.result().await?);
+    /// # Ok(()) }
     /// ```
     pub async fn signal<T: Serialize + ?Sized>(
         &self,
@@ -473,8 +537,22 @@ impl Runtime {
     /// is stopped at its next checkpoint (at once on this runtime). Cancelling
     /// a finished run changes nothing.
     ///
-    /// ```ignore
-    /// rt.cancel("vendor-42").await?;
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn approval(ctx: &Ctx) -> bool {
+    ///     let ok: bool = ctx.wait_for("ok").await;
+    ///     ok
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(approval, "a-1", ()).await?;
+    /// rt.run_until_idle().await?; // now waiting
+    /// rt.cancel("a-1").await?;
+    /// assert_eq!(h.status().await?, Status::Cancelled);
+    /// assert!(matches!(h.result().await, Err(Error::Cancelled { .. })));
+    /// # Ok(()) }
     /// ```
     pub async fn cancel(&self, id: &str) -> Result<(), Error> {
         self.inner.store.cancel(id).await?;
@@ -578,10 +656,26 @@ impl Runtime {
 
     /// The kept checkpoint versions of run `id`, oldest first.
     ///
-    /// ```ignore
-    /// for cp in rt.checkpoints("vendor-42").await? {
-    ///     println!("#{} {:?} {} bytes", cp.seq, cp.label, cp.size);
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn steps(ctx: &Ctx, n: u32) -> Vec<u32> {
+    ///     let mut done = Vec::new();
+    ///     for i in 0..n {
+    ///         done.push(i);
+    ///         checkpoint!("step");
+    ///     }
+    ///     done
     /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(steps, "s-1", 3).await?.result().await?;
+    /// let cps = rt.checkpoints("s-1").await?;
+    /// assert_eq!(cps.iter().map(|c| c.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    /// assert_eq!(cps[0].label.as_deref(), Some("step"));
+    /// assert!(cps[0].fields.iter().any(|f| f.name == "done"));
+    /// # Ok(()) }
     /// ```
     pub async fn checkpoints(&self, id: &str) -> Result<Vec<CheckpointInfo>, Error> {
         let cps = self.inner.store.list_checkpoints(id).await?;
@@ -590,10 +684,22 @@ impl Runtime {
 
     /// The history of run `id`, oldest first.
     ///
-    /// ```ignore
-    /// for event in rt.history("vendor-42").await? {
-    ///     println!("{event}");
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn once(ctx: &Ctx) -> u8 {
+    ///     checkpoint!("only");
+    ///     7
     /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(once, "o-1", ()).await?.result().await?;
+    /// let events = rt.history("o-1").await?;
+    /// assert_eq!(events.first(), Some(&Event::Started { workflow: "once".into() }));
+    /// assert!(events.contains(&Event::CheckpointSaved { seq: 1, label: Some("only".into()) }));
+    /// assert_eq!(events.last(), Some(&Event::Completed));
+    /// # Ok(()) }
     /// ```
     pub async fn history(&self, id: &str) -> Result<Vec<Event>, Error> {
         let h = self.inner.store.history(id).await?;
@@ -602,10 +708,18 @@ impl Runtime {
 
     /// The history of run `id` with timestamps, oldest first.
     ///
-    /// ```ignore
-    /// for e in rt.history_entries("vendor-42").await? {
-    ///     println!("{:?} {}", e.at, e.event);
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// # #[workflow]
+    /// # async fn noop(ctx: &Ctx) {}
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// # let rt = Runtime::in_memory();
+    /// # rt.start(noop, "vendor-42", ()).await?.result().await?;
+    /// for entry in rt.history_entries("vendor-42").await? {
+    ///     println!("{:?} {}", entry.at, entry.event);
     /// }
+    /// # Ok(()) }
     /// ```
     pub async fn history_entries(&self, id: &str) -> Result<Vec<HistoryEntry>, Error> {
         self.inner.store.history(id).await
@@ -616,9 +730,25 @@ impl Runtime {
     /// resumes from there (a wait site waits for a new signal). `Forked` is
     /// recorded in both histories.
     ///
-    /// ```ignore
-    /// rt.fork("vendor-42", 3, "vendor-42-retry").await?;
-    /// rt.run_until_idle().await?;
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn count(ctx: &Ctx, n: u32) -> u32 {
+    ///     let mut total = 0;
+    ///     for i in 0..n {
+    ///         total += i;
+    ///         checkpoint!("step");
+    ///     }
+    ///     total
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// assert_eq!(rt.start(count, "c-1", 5).await?.result().await?, 10);
+    /// // Re-run from the state after the second step.
+    /// rt.fork("c-1", 2, "c-1-retry").await?;
+    /// assert_eq!(rt.handle(count, "c-1-retry").result().await?, 10);
+    /// # Ok(()) }
     /// ```
     pub async fn fork(&self, id: &str, seq: u64, new_id: &str) -> Result<(), Error> {
         validate_id(new_id)?;

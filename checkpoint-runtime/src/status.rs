@@ -175,9 +175,14 @@ impl RunFilter {
 
 /// One run in a listing.
 ///
-/// ```no_run
-/// # async fn demo(rt: checkpoint_runtime::Runtime) -> Result<(), checkpoint_runtime::Error> {
-/// use checkpoint_runtime::RunFilter;
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// # #[workflow]
+/// # async fn noop(ctx: &Ctx) {}
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// # let rt = Runtime::in_memory();
+/// # rt.start(noop, "n-1", ()).await?;
 /// for run in rt.runs(RunFilter::new()).await? {
 ///     println!("{} {} {}", run.id, run.workflow, run.status);
 /// }

@@ -18,24 +18,36 @@
 //! run waits for a signal of that name; sleeps and `wait_for_timeout`
 //! deadlines are waited out in real time, so keep them short in tests.
 //!
-//! ```ignore
-//! use checkpoint_runtime::testing::{self, Harness};
+//! ```
+//! use checkpoint_runtime::prelude::*;
+//! use checkpoint_runtime::testing::{self, Harness, SideEffects};
 //!
-//! #[tokio::test]
-//! async fn survives_crashes() {
-//!     let report = Harness::new(vendor_approval)
-//!         .input(vendor())
-//!         .signal("finance_approval", &Approval { approved: true, reason: None })
-//!         .resource(FakeHttp::default())
-//!         .run()
-//!         .await
-//!         .unwrap();
-//!     println!("{report}");
-//!     assert!(report.duplicated_effects().is_empty());
-//!
-//!     // Or, with no signals or resources:
-//!     testing::check_every_checkpoint(count, 10).await.unwrap();
+//! #[workflow]
+//! async fn onboarding(ctx: &Ctx, user: String) -> Vec<String> {
+//!     let mut done = Vec::new();
+//!     for step in ["account", "mailbox", "badge"] {
+//!         ctx.resource::<SideEffects>().record(format!("{step}:{user}"));
+//!         done.push(step.to_owned());
+//!         checkpoint!("step_done");
+//!     }
+//!     let approved: bool = ctx.wait_for("manager_ok").await;
+//!     if approved {
+//!         done.push("approved".into());
+//!     }
+//!     done
 //! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! let report = Harness::new(onboarding)
+//!     .input("ada".into())
+//!     .signal("manager_ok", &true)
+//!     .run()
+//!     .await?;
+//! println!("{report}");
+//! assert_eq!(report.checkpoints, 4); // 3 labelled + the implicit one of wait_for
+//! assert!(report.duplicated_effects().is_empty());
+//! # Ok(()) }
 //! ```
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -221,9 +233,24 @@ impl std::fmt::Display for Report {
 /// Runs a workflow uninterrupted, then crashed at each checkpoint, and
 /// compares. See the [module docs](self).
 ///
-/// ```ignore
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// # use checkpoint_runtime::testing::Harness;
+/// #[workflow]
+/// async fn count(ctx: &Ctx, n: u64) -> u64 {
+///     let mut total = 0;
+///     for i in 0..n {
+///         total += i;
+///         checkpoint!("step");
+///     }
+///     total
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
 /// let report = Harness::new(count).input(10).run().await?;
 /// assert_eq!(report.checkpoints, 10);
+/// assert_eq!(report.output, serde_json::json!(45));
+/// # Ok(()) }
 /// ```
 pub struct Harness<W: Workflow> {
     workflow: W,
@@ -263,8 +290,21 @@ enum Ended {
 
 /// Runs the check with default settings: no signals, no extra resources.
 ///
-/// ```ignore
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// #[workflow]
+/// async fn count(ctx: &Ctx, n: u64) -> u64 {
+///     let mut total = 0;
+///     for i in 0..n {
+///         total += i;
+///         checkpoint!("step");
+///     }
+///     total
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
 /// checkpoint_runtime::testing::check_every_checkpoint(count, 10).await?;
+/// # Ok(()) }
 /// ```
 pub async fn check_every_checkpoint<W: Workflow>(
     workflow: W,

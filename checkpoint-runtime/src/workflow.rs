@@ -15,7 +15,7 @@ use crate::frame::{Frame, SiteInfo};
 /// machine yourself against the (hidden, unstable) `__private` interface; use
 /// the macro:
 ///
-/// ```ignore
+/// ```
 /// use checkpoint_runtime::prelude::*;
 ///
 /// #[workflow]
@@ -27,6 +27,12 @@ use crate::frame::{Frame, SiteInfo};
 ///     }
 ///     total
 /// }
+///
+/// // The function's name is a value implementing `Workflow`.
+/// fn name_of<W: Workflow>(_: W) -> &'static str {
+///     W::NAME
+/// }
+/// assert_eq!(name_of(count), "count");
 /// ```
 pub trait Workflow: Copy + Send + Sync + 'static {
     /// The workflow's input: its parameters after `ctx` (one bare, several as a tuple).

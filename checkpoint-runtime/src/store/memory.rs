@@ -582,12 +582,12 @@ impl Store for MemoryStore {
                 filter
                     .workflow
                     .as_ref()
-                    .map_or(true, |w| *w == e.rec.workflow)
+                    .is_none_or(|w| *w == e.rec.workflow)
                     && filter
                         .id_prefix
                         .as_ref()
-                        .map_or(true, |p| e.rec.id.starts_with(p.as_str()))
-                    && filter.status.map_or(true, |k| e.rec.status().kind() == k)
+                        .is_none_or(|p| e.rec.id.starts_with(p.as_str()))
+                    && filter.status.is_none_or(|k| e.rec.status().kind() == k)
             })
             .map(|e| (e.order, e.rec.clone()))
             .collect();
