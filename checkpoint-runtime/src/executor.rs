@@ -354,10 +354,10 @@ fn new_instance_id() -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
+    // Zero-padded so that ids sort by start time (the claim rule relies on it).
     format!(
-        "{}-{:x}-{}",
+        "{nanos:020}-{:010}-{:06}",
         std::process::id(),
-        nanos,
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
 }

@@ -935,3 +935,199 @@ async fn timers_survive_crashes_in_the_harness() {
     assert_eq!(report.checkpoints, 2);
     assert_eq!(report.output, serde_json::json!(["woke", 5]));
 }
+
+// ---------------------------------------------------------------------------
+// slow: for i in 0..n { tokio::time::sleep(ms).await; checkpoint!("tick") }
+
+#[derive(Clone, Copy, Debug)]
+struct Slow;
+
+impl Workflow for Slow {
+    type Input = (u64, u64);
+    type Output = u64;
+    const NAME: &'static str = "slow";
+    const SITES: &'static [SiteInfo] = &[SiteInfo {
+        key: "tick",
+        label: Some("tick"),
+        kind: SiteKind::Checkpoint,
+        fields: &["n", "ms"],
+        loops: 1,
+    }];
+
+    fn run(self, frame: Frame, input: Option<(u64, u64)>) -> BoxFuture<'static, u64> {
+        Box::pin(slow_body(frame, input))
+    }
+}
+
+async fn slow_body(mut frame: Frame, input: Option<(u64, u64)>) -> u64 {
+    let mut s_n = Slot::<u64>::new();
+    let mut s_ms = Slot::<u64>::new();
+    let loaded = (|| -> Result<(), Error> {
+        if let Some(0) = frame.target() {
+            frame.check_fields(&[("n", s_n.type_name()), ("ms", s_ms.type_name())])?;
+            load(&mut s_n, &frame, 0)?;
+            load(&mut s_ms, &frame, 1)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = loaded {
+        match frame.halt(e).await {}
+    }
+    frame.resumed().await;
+    let (n, ms, skip) = match frame.target() {
+        Some(_) => (s_n.take(), s_ms.take(), frame.loop_position(0)),
+        None => {
+            let (n, ms) = input.unwrap_or((0, 0));
+            (n, ms, 0)
+        }
+    };
+    let mut iter = 0..n;
+    if let Err(e) = frame.advance(&mut iter, skip) {
+        match frame.halt(e).await {}
+    }
+    frame.arrive();
+    for i in iter {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        effect(&frame, format!("tick:{i}"));
+        frame
+            .save(0, &[i + 1], |enc| {
+                enc.field(&n)?;
+                enc.field(&ms)
+            })
+            .await;
+    }
+    n
+}
+
+#[tokio::test]
+async fn cancel_stops_an_executing_run_promptly() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(Slow, "s", (1000, 5)).await.unwrap();
+    let driver = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.run_until_idle().await }
+    });
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    rt.cancel("s").await.unwrap();
+    within(driver).await.unwrap().unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    let taken = rt.checkpoints("s").await.unwrap().len();
+    assert!(taken > 0 && taken < 1000, "{taken}");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(rt.checkpoints("s").await.unwrap().len(), taken);
+}
+
+#[tokio::test]
+async fn shutdown_hands_runs_back_for_another_worker() {
+    let store = Arc::new(MemoryStore::new());
+    let a = Runtime::builder()
+        .worker_id("a")
+        .store(store.clone())
+        .in_memory();
+    a.register(Slow);
+    let worker = tokio::spawn({
+        let a = a.clone();
+        async move { a.run_worker().await }
+    });
+    a.start(Slow, "s", (20, 5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    a.shutdown();
+    within(worker).await.unwrap().unwrap();
+    let info = &a.runs(RunFilter::new()).await.unwrap()[0];
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.worker, None, "the lease is released on shutdown");
+    assert!(info.latest_seq > 0 && info.latest_seq < 20);
+    let b = Runtime::builder().worker_id("b").store(store).in_memory();
+    assert_eq!(within(b.handle(Slow, "s").result()).await.unwrap(), 20);
+}
+
+#[tokio::test]
+async fn leases_are_renewed_while_a_run_executes() {
+    let store = Arc::new(MemoryStore::new());
+    let a = Runtime::builder()
+        .worker_id("a")
+        .lease_ttl(Duration::from_millis(120))
+        .store(store.clone())
+        .in_memory();
+    let b = Runtime::builder()
+        .worker_id("b")
+        .lease_ttl(Duration::from_millis(120))
+        .store(store)
+        .in_memory();
+    b.register(Slow);
+    let h = a.start(Slow, "s", (10, 30)).await.unwrap();
+    let driver = tokio::spawn({
+        let a = a.clone();
+        async move { a.run_until_idle().await }
+    });
+    // For 300 ms (> 2 lease lifetimes) b keeps trying and never gets the run.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        within(b.run_until_idle()).await.unwrap();
+    }
+    within(driver).await.unwrap().unwrap();
+    assert_eq!(within(h.result()).await.unwrap(), 10);
+    let history = a.history("s").await.unwrap();
+    assert!(
+        !history.iter().any(|e| matches!(e, Event::Resumed { .. })),
+        "{history:?}"
+    );
+}
+
+#[tokio::test]
+async fn many_runs_execute_concurrently_with_bounded_concurrency() {
+    let rt = Runtime::builder().concurrency(8).in_memory();
+    rt.register(Slow);
+    let worker = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.run_worker().await }
+    });
+    let mut handles = Vec::new();
+    for i in 0..40 {
+        handles.push(rt.start(Slow, &format!("s{i}"), (3, 2)).await.unwrap());
+    }
+    for h in &handles {
+        assert_eq!(within(h.result()).await.unwrap(), 3);
+    }
+    let done = rt
+        .runs(RunFilter::new().status(StatusKind::Completed))
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 40);
+    rt.shutdown();
+    within(worker).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_older_instance_does_not_take_runs_back() {
+    let store = Arc::new(MemoryStore::new());
+    let old = Runtime::builder().store(store.clone()).in_memory();
+    let new = Runtime::builder().store(store).in_memory();
+    old.register(Slow);
+    new.register(Slow);
+    new.start(Slow, "s", (5, 10)).await.unwrap();
+    let driver = tokio::spawn({
+        let new = new.clone();
+        async move { new.run_until_idle().await }
+    });
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        within(old.run_until_idle()).await.unwrap();
+    }
+    within(driver).await.unwrap().unwrap();
+    assert_eq!(new.status("s").await.unwrap(), Status::Completed);
+    let history = new.history("s").await.unwrap();
+    assert!(
+        !history.iter().any(|e| matches!(e, Event::Resumed { .. })),
+        "{history:?}"
+    );
+}
+
+#[tokio::test]
+async fn zero_length_timers_do_not_suspend() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(Timers, "t0", 0).await.unwrap();
+    assert_eq!(within(h.result()).await.unwrap(), ("woke".into(), None));
+    let history = rt.history("t0").await.unwrap();
+    assert!(!history.iter().any(|e| matches!(e, Event::Suspended { .. })));
+}

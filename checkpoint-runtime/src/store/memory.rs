@@ -204,8 +204,7 @@ impl MemoryStore {
             let lease_free = match &e.rec.lease {
                 None => true,
                 Some(l) => {
-                    l.expires_at <= now
-                        || (*l.worker == *req.worker && *l.instance != *req.instance)
+                    l.expires_at <= now || (*l.worker == *req.worker && *l.instance < *req.instance)
                 }
             };
             if !lease_free {
@@ -801,6 +800,11 @@ mod tests {
         // Same worker id, new instance (a restart): takes it over at once.
         let a2 = block_on(store.claim(&req("a", "a2"))).unwrap().claimed;
         assert_eq!(a2.len(), 1);
+        // ...but an older instance never takes it back.
+        assert!(block_on(store.claim(&req("a", "a1")))
+            .unwrap()
+            .claimed
+            .is_empty());
         let err = block_on(store.save_checkpoint(&lease_a, cp("r", 1), None)).unwrap_err();
         assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
         block_on(store.save_checkpoint(&a2[0].lease, cp("r", 1), None)).unwrap();

@@ -136,8 +136,10 @@ impl RunState {
 pub struct LeaseInfo {
     /// The worker id.
     pub worker: String,
-    /// The runtime instance inside that worker (a restarted process with the
-    /// same worker id is a new instance and may take its old runs at once).
+    /// The runtime instance inside that worker. Instance ids sort by the
+    /// instance's start time (`"{start nanos, 20 digits}-{pid}-{counter}"`), so a
+    /// restarted process with the same worker id, a newer instance, may take
+    /// its old runs at once.
     pub instance: String,
     /// When the lease expires unless renewed.
     pub expires_at: SystemTime,
@@ -426,7 +428,10 @@ pub enum Outcome {
 ///   cancelled; terminal runs are never changed by fenced writes.
 /// - **Claim rules.** A run may be claimed when its workflow is in
 ///   [`ClaimRequest::workflows`], its state is not terminal, its lease is absent,
-///   expired, or held by the same worker id under another instance (a restart);
+///   expired, or held by the same worker id under an *older* instance (a
+///   restart: instance ids sort by start time, see [`LeaseInfo::instance`]; an
+///   older instance never takes a run from a newer one, so two live runtimes
+///   that share a worker id cannot steal runs back and forth);
 ///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored
 ///   signal of that name or a passed deadline. A claim increments the epoch and
 ///   the attempt counter, sets the state to `Ready`, and for a waiting run
