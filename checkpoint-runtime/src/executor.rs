@@ -530,7 +530,11 @@ impl Inner {
                 halted: AtomicBool::new(false),
                 halt_notify: Notify::new(),
             });
-            lock(&self.active).insert(shared.id.clone(), shared.clone());
+            let replaced = lock(&self.active).insert(shared.id.clone(), shared.clone());
+            if let Some(old) = replaced {
+                // Our own earlier execution whose lease lapsed: it is fenced off now.
+                old.halt(Halt::Stop);
+            }
             tokio::spawn(drive(self.clone(), shared, claimed));
         }
         Ok(n)
@@ -583,12 +587,15 @@ impl Inner {
                 break;
             }
             self.pump(None).await?;
+            // A time already past belongs to a run this worker could not take
+            // (not registered here, or no free slot: a slot freeing up notifies).
+            let now = SystemTime::now();
             let wait = match self.store.next_wakeup().await? {
-                Some(t) => t
-                    .duration_since(SystemTime::now())
+                Some(t) if t > now => t
+                    .duration_since(now)
                     .unwrap_or(Duration::ZERO)
                     .min(POLL * 4),
-                None => POLL * 4,
+                _ => POLL * 4,
             };
             tokio::select! {
                 _ = self.wait_change(&mut store_rx, &mut local_rx, wait) => {}
@@ -689,7 +696,14 @@ async fn drive(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
         _ => end,
     };
     conclude(&rt, &run, end).await;
-    lock(&rt.active).remove(&run.id);
+    {
+        // Only our own entry: if the run was claimed again meanwhile (our lease
+        // lapsed), the newer execution's entry stays.
+        let mut active = lock(&rt.active);
+        if active.get(&run.id).is_some_and(|a| Arc::ptr_eq(a, &run)) {
+            active.remove(&run.id);
+        }
+    }
     rt.bump_local();
 }
 

@@ -198,7 +198,7 @@ impl<W: Workflow> WorkflowHandle<W> {
                         .unwrap_or(Duration::ZERO)
                 })
                 .unwrap_or(RESULT_POLL)
-                .clamp(Duration::from_millis(1), RESULT_POLL);
+                .clamp(Duration::from_millis(5), RESULT_POLL);
             tokio::select! {
                 _ = store_rx.changed() => {}
                 _ = local_rx.changed() => {}
