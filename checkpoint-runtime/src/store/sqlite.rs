@@ -16,8 +16,8 @@
 //!   leases and fencing epochs are read and written inside the writer's
 //!   `IMMEDIATE` transaction, so two processes never both claim a run.
 //! - **Checkpoint storage.** A checkpoint row holds the metadata and, per
-//!   field, a reference `(chunk seq, offset, len)` into a `chunks` row of the
-//!   same run. A checkpoint's chunk holds only the bytes of the fields that
+//!   field, a reference `(chunk id, offset, len)` into a `chunks` row of the
+//!   same run. A checkpoint's own chunk holds only the bytes of the fields that
 //!   changed since the run's previous checkpoint; an unchanged field points at
 //!   the chunk that already holds its bytes. Chunks carry a reference count
 //!   (the number of stored checkpoints pointing into them), so retention can
@@ -111,7 +111,7 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
         );
 
         -- Checkpoint metadata; `refs` is postcard `StoredRefs`: where each
-        -- field's bytes are (chunk seq, offset, len).
+        -- field's bytes are (chunk id, offset, len).
         CREATE TABLE checkpoints (
             run        INTEGER NOT NULL REFERENCES runs (ord),
             seq        INTEGER NOT NULL,
@@ -127,15 +127,15 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
             PRIMARY KEY (run, seq)
         ) WITHOUT ROWID;
 
-        -- Field bytes first stored by checkpoint `seq`; `refs` counts the
-        -- stored checkpoints that point into this chunk.
+        -- Field bytes first stored by a checkpoint of run `run`; `refs`
+        -- counts the stored checkpoints that point into this chunk. New
+        -- chunks append to the table's last page, which concurrent saves in
+        -- one group commit share.
         CREATE TABLE chunks (
             id   INTEGER PRIMARY KEY,
             run  INTEGER NOT NULL REFERENCES runs (ord),
-            seq  INTEGER NOT NULL,
             refs INTEGER NOT NULL,
-            data BLOB    NOT NULL,
-            UNIQUE (run, seq)
+            data BLOB    NOT NULL
         );
 
         -- Signals not yet consumed, in arrival order.
@@ -148,14 +148,15 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
         );
         CREATE INDEX signals_by_run ON signals (run, name, id);
 
-        -- The append-only history; `event` is the Event as JSON.
+        -- The append-only history, numbered per run; `event` is the Event
+        -- as JSON.
         CREATE TABLE history (
-            id    INTEGER PRIMARY KEY,
             run   INTEGER NOT NULL REFERENCES runs (ord),
+            n     INTEGER NOT NULL,
             at    INTEGER NOT NULL,
-            event TEXT    NOT NULL
-        );
-        CREATE INDEX history_by_run ON history (run, id);
+            event TEXT    NOT NULL,
+            PRIMARY KEY (run, n)
+        ) WITHOUT ROWID;
         "#,
     )
 }
@@ -443,6 +444,17 @@ type StateCols<'a> = (
     Option<String>,
 );
 
+fn state_code(state: &RunState) -> i64 {
+    match state {
+        RunState::Ready => READY,
+        RunState::Waiting { .. } => WAITING,
+        RunState::Sleeping { .. } => SLEEPING,
+        RunState::Completed { .. } => COMPLETED,
+        RunState::Failed { .. } => FAILED,
+        RunState::Cancelled => CANCELLED,
+    }
+}
+
 fn state_cols(state: &RunState) -> R<StateCols<'_>> {
     Ok(match state {
         RunState::Ready => (READY, None, None, None, None),
@@ -458,8 +470,10 @@ fn state_cols(state: &RunState) -> R<StateCols<'_>> {
     })
 }
 
-/// Writes every mutable column of `rec` back to run `ord`.
-fn write_run(conn: &Connection, ord: i64, rec: &RunRecord) -> R<()> {
+/// Writes every mutable column of `rec` back to run `ord`, whose state code
+/// was `before`. The `state` column is left alone when it does not change, so
+/// that the index of active runs is not rewritten on every checkpoint.
+fn write_run(conn: &Connection, ord: i64, rec: &RunRecord, before: i64) -> R<()> {
     let (state, signal, due, output, error) = state_cols(&rec.state)?;
     let (lw, li, le) = match &rec.lease {
         Some(l) => (
@@ -480,13 +494,18 @@ fn write_run(conn: &Connection, ord: i64, rec: &RunRecord) -> R<()> {
             WakeValue::TimedOut => (Some(to_i64(w.seq, "seq")?), None, None),
         },
     };
-    conn.prepare_cached(
+    let sql = if state == before {
+        "UPDATE runs SET signal = ?3, due = ?4, output = ?5, error = ?6, \
+         lease_worker = ?7, lease_instance = ?8, lease_expires = ?9, epoch = ?10, \
+         attempt = ?11, latest_seq = ?12, wake_seq = ?13, wake_signal = ?14, \
+         wake_payload = ?15, updated_at = ?16 WHERE ord = ?1 AND state = ?2"
+    } else {
         "UPDATE runs SET state = ?2, signal = ?3, due = ?4, output = ?5, error = ?6, \
          lease_worker = ?7, lease_instance = ?8, lease_expires = ?9, epoch = ?10, \
          attempt = ?11, latest_seq = ?12, wake_seq = ?13, wake_signal = ?14, \
-         wake_payload = ?15, updated_at = ?16 WHERE ord = ?1",
-    )?
-    .execute(params![
+         wake_payload = ?15, updated_at = ?16 WHERE ord = ?1"
+    };
+    let n = conn.prepare_cached(sql)?.execute(params![
         ord,
         state,
         signal,
@@ -504,6 +523,11 @@ fn write_run(conn: &Connection, ord: i64, rec: &RunRecord) -> R<()> {
         wpay,
         ts(rec.updated_at),
     ])?;
+    if n != 1 {
+        return Err(
+            Error::internal(format!("run `{}` changed under its transaction", rec.id)).into(),
+        );
+    }
     Ok(())
 }
 
@@ -534,8 +558,11 @@ fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
 }
 
 fn add_event(conn: &Connection, ord: i64, at: SystemTime, event: &Event) -> R<()> {
-    conn.prepare_cached("INSERT INTO history (run, at, event) VALUES (?1, ?2, ?3)")?
-        .execute(params![ord, ts(at), to_json(event)?])?;
+    conn.prepare_cached(
+        "INSERT INTO history (run, n, at, event) \
+         SELECT ?1, coalesce(max(n), 0) + 1, ?2, ?3 FROM history WHERE run = ?1",
+    )?
+    .execute(params![ord, ts(at), to_json(event)?])?;
     Ok(())
 }
 
@@ -588,34 +615,33 @@ fn describe_suspension(state: &RunState) -> String {
 // ---------------------------------------------------------------------------
 // Checkpoints
 
-/// Where one field's bytes are: `(chunk seq, offset in the chunk, len)`.
+/// Where one field's bytes are: `(chunk id, offset in the chunk, len)`.
+/// Empty fields are `(0, 0, 0)` (chunk ids start at 1).
 type Loc = (u64, u64, u64);
 
 /// The `checkpoints.refs` column.
 #[derive(Serialize, Deserialize)]
 struct StoredRefs {
-    /// The record's data is not the plain concatenation of its fields: the
-    /// whole data is the checkpoint's own chunk and each `Loc` offset is the
-    /// field's offset in it.
-    raw: bool,
+    /// When the record's data is not the plain concatenation of its fields,
+    /// the whole data is stored as chunk `raw` (0: empty) and each `Loc`
+    /// offset is the field's offset in it.
+    raw: Option<u64>,
     fields: Vec<Loc>,
 }
 
 impl StoredRefs {
-    /// The chunks (by seq) this checkpoint holds a reference to.
-    fn chunks(&self, seq: u64, size: u64) -> BTreeSet<u64> {
-        if self.raw {
-            return if size > 0 {
-                BTreeSet::from([seq])
-            } else {
-                BTreeSet::new()
-            };
+    /// The chunks (by id) this checkpoint holds a reference to.
+    fn chunks(&self) -> BTreeSet<u64> {
+        match self.raw {
+            Some(0) => BTreeSet::new(),
+            Some(id) => BTreeSet::from([id]),
+            None => self
+                .fields
+                .iter()
+                .filter(|(_, _, len)| *len > 0)
+                .map(|(id, _, _)| *id)
+                .collect(),
         }
-        self.fields
-            .iter()
-            .filter(|(_, _, len)| *len > 0)
-            .map(|(s, _, _)| *s)
-            .collect()
     }
 }
 
@@ -658,20 +684,20 @@ impl CpRow {
     }
 }
 
-/// Chunk bytes read so far in one operation, by chunk seq.
+/// Chunk bytes read so far in one operation, by chunk id.
 type Chunks = HashMap<u64, Vec<u8>>;
 
-fn chunk<'c>(conn: &Connection, ord: i64, seq: u64, chunks: &'c mut Chunks) -> R<&'c [u8]> {
-    if let std::collections::hash_map::Entry::Vacant(slot) = chunks.entry(seq) {
+fn chunk<'c>(conn: &Connection, ord: i64, id: u64, chunks: &'c mut Chunks) -> R<&'c [u8]> {
+    if let std::collections::hash_map::Entry::Vacant(slot) = chunks.entry(id) {
         let data: Vec<u8> = conn
-            .prepare_cached("SELECT data FROM chunks WHERE run = ?1 AND seq = ?2")?
-            .query_row(params![ord, to_i64(seq, "seq")?], |r| r.get(0))
+            .prepare_cached("SELECT data FROM chunks WHERE id = ?1 AND run = ?2")?
+            .query_row(params![to_i64(id, "chunk id")?, ord], |r| r.get(0))
             .optional()?
-            .ok_or_else(|| corrupt(format_args!("chunk #{seq} of run {ord} is missing")))?;
+            .ok_or_else(|| corrupt(format_args!("chunk {id} of run {ord} is missing")))?;
         slot.insert(data);
     }
     chunks
-        .get(&seq)
+        .get(&id)
         .map(Vec::as_slice)
         .ok_or_else(|| corrupt("chunk vanished"))
 }
@@ -695,9 +721,9 @@ fn decode_checkpoint(
     }
     let size = usize::try_from(row.size).map_err(|_| bad("bad size"))?;
     let mut fields = Vec::with_capacity(layout.len());
-    let data = if refs.raw {
-        let data = if size > 0 {
-            chunk(conn, ord, seq, chunks)?.to_vec()
+    let data = if let Some(raw) = refs.raw {
+        let data = if raw != 0 {
+            chunk(conn, ord, raw, chunks)?.to_vec()
         } else {
             Vec::new()
         };
@@ -712,10 +738,10 @@ fn decode_checkpoint(
         data
     } else {
         let mut data = Vec::with_capacity(size);
-        for ((name, type_name), &(cseq, off, len)) in layout.into_iter().zip(&refs.fields) {
+        for ((name, type_name), &(cid, off, len)) in layout.into_iter().zip(&refs.fields) {
             let offset = data.len();
             if len > 0 {
-                let bytes = chunk(conn, ord, cseq, chunks)?;
+                let bytes = chunk(conn, ord, cid, chunks)?;
                 let start = usize::try_from(off).map_err(|_| bad("bad offset"))?;
                 let end = usize::try_from(len)
                     .ok()
@@ -809,7 +835,8 @@ fn insert_checkpoint(
     cp: &CheckpointRecord,
     prev: Option<&Located>,
 ) -> R<Vec<Loc>> {
-    let seq = cp.seq;
+    /// Stands for the new chunk's id until it is known.
+    const OWN: u64 = 0;
     let tiled = is_tiled(cp);
     let mut own: Vec<u8> = Vec::new();
     let mut locs: Vec<Loc> = Vec::with_capacity(cp.fields.len());
@@ -832,7 +859,7 @@ fn insert_checkpoint(
             match shared {
                 Some(loc) => locs.push(loc),
                 None => {
-                    locs.push((seq, own.len() as u64, bytes.len() as u64));
+                    locs.push((OWN, own.len() as u64, bytes.len() as u64));
                     own.extend_from_slice(bytes);
                 }
             }
@@ -840,33 +867,39 @@ fn insert_checkpoint(
     } else {
         own.extend_from_slice(&cp.data);
         for f in &cp.fields {
-            locs.push((seq, f.offset as u64, f.len as u64));
+            locs.push((OWN, f.offset as u64, f.len as u64));
+        }
+    }
+    let mut own_id = 0;
+    if !own.is_empty() {
+        cx.conn
+            .prepare_cached("INSERT INTO chunks (run, refs, data) VALUES (?1, 1, ?2)")?
+            .execute(params![ord, own])?;
+        own_id = to_u64(cx.conn.last_insert_rowid(), "chunk id")?;
+    }
+    for loc in &mut locs {
+        if loc.0 == OWN && (loc.2 > 0 || !tiled) {
+            loc.0 = own_id;
         }
     }
     let refs = StoredRefs {
-        raw: !tiled,
+        raw: (!tiled).then_some(own_id),
         fields: locs,
     };
-    let seq_i = to_i64(seq, "seq")?;
-    for cseq in refs.chunks(seq, cp.data.len() as u64) {
-        if cseq == seq {
+    for cid in refs.chunks() {
+        if cid == own_id {
             continue;
         }
         let n = cx
             .conn
-            .prepare_cached("UPDATE chunks SET refs = refs + 1 WHERE run = ?1 AND seq = ?2")?
-            .execute(params![ord, to_i64(cseq, "seq")?])?;
+            .prepare_cached("UPDATE chunks SET refs = refs + 1 WHERE id = ?1 AND run = ?2")?
+            .execute(params![to_i64(cid, "chunk id")?, ord])?;
         if n != 1 {
             return Err(corrupt(format_args!(
-                "chunk #{cseq} of run `{}` is missing",
+                "chunk {cid} of run `{}` is missing",
                 cp.run
             )));
         }
-    }
-    if !own.is_empty() {
-        cx.conn
-            .prepare_cached("INSERT INTO chunks (run, seq, refs, data) VALUES (?1, ?2, 1, ?3)")?
-            .execute(params![ord, seq_i, own])?;
     }
     let layout = cx.layout_id(cp)?;
     let loops = if cp.loops.is_empty() {
@@ -883,7 +916,7 @@ fn insert_checkpoint(
         )?
         .execute(params![
             ord,
-            seq_i,
+            to_i64(cp.seq, "seq")?,
             cp.site_key.as_ref(),
             cp.label.as_deref(),
             i64::from(cp.site_index),
@@ -901,27 +934,25 @@ fn insert_checkpoint(
 /// chunks no remaining checkpoint refers to.
 fn prune(conn: &Connection, ord: i64, upto: u64) -> R<()> {
     let upto = to_i64(upto, "seq")?;
-    let doomed: Vec<(i64, Vec<u8>, i64)> = conn
-        .prepare_cached("SELECT seq, refs, size FROM checkpoints WHERE run = ?1 AND seq <= ?2")?
-        .query_map(params![ord, upto], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?
+    let doomed: Vec<(i64, Vec<u8>)> = conn
+        .prepare_cached("SELECT seq, refs FROM checkpoints WHERE run = ?1 AND seq <= ?2")?
+        .query_map(params![ord, upto], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     if doomed.is_empty() {
         return Ok(());
     }
-    for (seq, refs, size) in doomed {
+    for (seq, refs) in doomed {
         let refs: StoredRefs = postcard::from_bytes(&refs).map_err(|_| {
             corrupt(format_args!(
                 "checkpoint #{seq} of run {ord}: undecodable field references"
             ))
         })?;
-        for cseq in refs.chunks(to_u64(seq, "seq")?, to_u64(size, "size")?) {
-            let cseq = to_i64(cseq, "seq")?;
-            conn.prepare_cached("UPDATE chunks SET refs = refs - 1 WHERE run = ?1 AND seq = ?2")?
-                .execute(params![ord, cseq])?;
-            conn.prepare_cached("DELETE FROM chunks WHERE run = ?1 AND seq = ?2 AND refs <= 0")?
-                .execute(params![ord, cseq])?;
+        for cid in refs.chunks() {
+            let cid = to_i64(cid, "chunk id")?;
+            conn.prepare_cached("UPDATE chunks SET refs = refs - 1 WHERE id = ?1")?
+                .execute([cid])?;
+            conn.prepare_cached("DELETE FROM chunks WHERE id = ?1 AND refs <= 0")?
+                .execute([cid])?;
         }
     }
     conn.prepare_cached("DELETE FROM checkpoints WHERE run = ?1 AND seq <= ?2")?
@@ -1530,6 +1561,7 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
         let Some((ord, mut rec)) = fetch_run(cx.conn, &id, true)? else {
             continue;
         };
+        let before = state_code(&rec.state);
         if let RunState::Waiting { signal, .. } = &rec.state {
             let sig: Option<(i64, String, Vec<u8>)> = cx
                 .conn
@@ -1567,7 +1599,7 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
             expires_at: expires,
         });
         rec.updated_at = now;
-        write_run(cx.conn, ord, &rec)?;
+        write_run(cx.conn, ord, &rec, before)?;
         let run_id: Arc<str> = Arc::from(rec.id.as_str());
         let checkpoint = match latest_seq_stored(cx.conn, ord)? {
             None => None,
@@ -1588,10 +1620,11 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
 
 fn op_renew(cx: &mut Ctx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<()> {
     let (ord, mut rec) = fenced(cx.conn, id, lease)?;
+    let before = state_code(&rec.state);
     if let Some(l) = rec.lease.as_mut() {
         l.expires_at = from_ts(ts(SystemTime::now()).saturating_add(dur_nanos(ttl)));
     }
-    write_run(cx.conn, ord, &rec)
+    write_run(cx.conn, ord, &rec, before)
 }
 
 fn op_release(cx: &mut Ctx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> {
@@ -1599,13 +1632,15 @@ fn op_release(cx: &mut Ctx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> 
         Ok(found) => found,
         Err(Fail::Err(e)) if matches!(*e, Error::Cancelled { .. }) => {
             if let Some((ord, mut rec)) = fetch_run(cx.conn, id, false)? {
+                let before = state_code(&rec.state);
                 rec.lease = None;
-                write_run(cx.conn, ord, &rec)?;
+                write_run(cx.conn, ord, &rec, before)?;
             }
             return Ok(());
         }
         Err(e) => return Err(e),
     };
+    let before = state_code(&rec.state);
     let now = SystemTime::now();
     rec.lease = None;
     rec.updated_at = now;
@@ -1622,7 +1657,7 @@ fn op_release(cx: &mut Ctx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> 
         }
         Release::Abandon => {}
     }
-    write_run(cx.conn, ord, &rec)?;
+    write_run(cx.conn, ord, &rec, before)?;
     cx.bump = true;
     Ok(())
 }
@@ -1634,6 +1669,7 @@ fn op_save(
     keep: Option<usize>,
 ) -> R<()> {
     let (ord, mut rec) = fenced(cx.conn, &cp.run, lease)?;
+    let before = state_code(&rec.state);
     if cp.seq != rec.latest_seq + 1 {
         return Err(Error::internal(format!(
             "run `{}`: checkpoint #{} stored out of order (latest is #{})",
@@ -1653,7 +1689,7 @@ fn op_save(
     rec.attempt = 1;
     rec.wake = None;
     rec.updated_at = cp.created_at;
-    write_run(cx.conn, ord, &rec)?;
+    write_run(cx.conn, ord, &rec, before)?;
     add_event(
         cx.conn,
         ord,
@@ -1680,6 +1716,7 @@ fn op_take_signal(
     name: &str,
 ) -> R<Option<SignalRecord>> {
     let (ord, mut rec) = fenced(cx.conn, id, lease)?;
+    let before = state_code(&rec.state);
     let sig: Option<(i64, String, Vec<u8>, i64)> = cx
         .conn
         .prepare_cached(
@@ -1710,23 +1747,25 @@ fn op_take_signal(
     });
     rec.state = RunState::Ready;
     rec.updated_at = SystemTime::now();
-    write_run(cx.conn, ord, &rec)?;
+    write_run(cx.conn, ord, &rec, before)?;
     Ok(Some(sig))
 }
 
 fn op_time_out(cx: &mut Ctx<'_>, id: &str, lease: &Lease) -> R<()> {
     let (ord, mut rec) = fenced(cx.conn, id, lease)?;
+    let before = state_code(&rec.state);
     rec.wake = Some(Wake {
         seq: rec.latest_seq,
         value: WakeValue::TimedOut,
     });
     rec.state = RunState::Ready;
     rec.updated_at = SystemTime::now();
-    write_run(cx.conn, ord, &rec)
+    write_run(cx.conn, ord, &rec, before)
 }
 
 fn op_reject(cx: &mut Ctx<'_>, id: &str, lease: &Lease, reason: String) -> R<()> {
     let (ord, mut rec) = fenced(cx.conn, id, lease)?;
+    let before = state_code(&rec.state);
     let now = SystemTime::now();
     if let Some(Wake {
         value: WakeValue::Signal { name, .. },
@@ -1754,11 +1793,12 @@ fn op_reject(cx: &mut Ctx<'_>, id: &str, lease: &Lease, reason: String) -> R<()>
         };
     }
     rec.updated_at = now;
-    write_run(cx.conn, ord, &rec)
+    write_run(cx.conn, ord, &rec, before)
 }
 
 fn op_finish(cx: &mut Ctx<'_>, id: &str, lease: &Lease, outcome: Outcome) -> R<()> {
     let (ord, mut rec) = fenced(cx.conn, id, lease)?;
+    let before = state_code(&rec.state);
     let now = SystemTime::now();
     let (state, event) = match outcome {
         Outcome::Completed { output, error } => {
@@ -1780,7 +1820,7 @@ fn op_finish(cx: &mut Ctx<'_>, id: &str, lease: &Lease, outcome: Outcome) -> R<(
     rec.state = state;
     rec.lease = None;
     rec.updated_at = now;
-    write_run(cx.conn, ord, &rec)?;
+    write_run(cx.conn, ord, &rec, before)?;
     add_event(cx.conn, ord, now, &event)?;
     cx.cache.forget(ord);
     cx.bump = true;
@@ -1789,6 +1829,7 @@ fn op_finish(cx: &mut Ctx<'_>, id: &str, lease: &Lease, outcome: Outcome) -> R<(
 
 fn op_cancel(cx: &mut Ctx<'_>, id: &str) -> R<bool> {
     let (ord, mut rec) = fetch_run(cx.conn, id, false)?.ok_or_else(|| Error::unknown_run(id))?;
+    let before = state_code(&rec.state);
     if rec.state.is_terminal() {
         return Ok(false);
     }
@@ -1796,7 +1837,7 @@ fn op_cancel(cx: &mut Ctx<'_>, id: &str) -> R<bool> {
     rec.state = RunState::Cancelled;
     rec.lease = None;
     rec.updated_at = now;
-    write_run(cx.conn, ord, &rec)?;
+    write_run(cx.conn, ord, &rec, before)?;
     add_event(cx.conn, ord, now, &Event::Cancelled)?;
     cx.cache.forget(ord);
     cx.bump = true;
@@ -1959,7 +2000,7 @@ fn read_checkpoints(conn: &Connection, id: &str) -> R<Vec<Arc<CheckpointRecord>>
 fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> {
     let ord = run_ord(conn, id)?;
     let rows: Vec<(i64, String)> = conn
-        .prepare_cached("SELECT at, event FROM history WHERE run = ?1 ORDER BY id")?
+        .prepare_cached("SELECT at, event FROM history WHERE run = ?1 ORDER BY n")?
         .query_map([ord], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     rows.into_iter()
@@ -2910,8 +2951,6 @@ mod tests {
             leases.push((c.run.id.clone(), c.lease));
         }
         assert_eq!(leases.len(), 64);
-        let before = count(&store, "PRAGMA data_version");
-        let _ = before;
         let tasks: Vec<_> = leases
             .into_iter()
             .map(|(id, lease)| {
