@@ -76,6 +76,10 @@ struct Scope {
     saved: Vec<Saved>,
     /// Position variables of the enclosing `for` loops, outermost first.
     loop_positions: Vec<Ident>,
+    /// Locals known to hold references that are re-derived on resume (items
+    /// of `for` loops over borrowed collections, bindings of re-evaluated
+    /// `match`es): a `match` on them is evaluated again rather than restored.
+    ref_locals: NameSet,
 }
 
 impl Scope {
@@ -197,7 +201,7 @@ impl<'a> Lowerer<'a> {
         // Which locals declared before `t` does the code after the split read?
         let mut needed = free_in_stmts(suffix);
         needed.extend(after.iter().cloned());
-        needed.extend(post_merge_free(t));
+        needed.extend(post_merge_free(t, &inner_refs(scope)));
         let visible = visible_bindings(prefix);
         loop {
             let before = needed.len();
@@ -225,6 +229,7 @@ impl<'a> Lowerer<'a> {
         let mut inner = scope.clone();
         let prefix_names: NameSet = visible.keys().cloned().collect();
         inner.bind_inner(&prefix_names);
+        inner.ref_locals.retain(|n| !prefix_names.contains(n));
         let first_site = self.site(range.first).describe();
         let mut exported_ids = Vec::new();
         for v in &exported {
@@ -545,7 +550,7 @@ impl<'a> Lowerer<'a> {
                     return self.misplaced(r, i.span());
                 }
                 let arms = if_arms(i);
-                let rederive = if_conditions(i).into_iter().all(is_pure);
+                let rederive = if_rederives(i, &scope.ref_locals);
                 self.lower_arms(None, arms, rederive, scope)
             }
             Expr::Match(m) => {
@@ -574,7 +579,12 @@ impl<'a> Lowerer<'a> {
                         )
                     })
                     .collect();
-                self.lower_arms(Some(&m.expr), arms, match_rederives(m), scope)
+                self.lower_arms(
+                    Some(&m.expr),
+                    arms,
+                    match_rederives(m, &scope.ref_locals),
+                    scope,
+                )
             }
             _ => self.misplaced(range, expr.span()),
         }
@@ -694,6 +704,9 @@ impl<'a> Lowerer<'a> {
             let mut arm_scope = scope.clone();
             let carried_names: NameSet = carried.iter().map(|b| b.ident.to_string()).collect();
             arm_scope.bind_inner(&carried_names);
+            if rederive {
+                arm_scope.ref_locals.extend(carried_names.iter().cloned());
+            }
             let mut restores = Vec::new();
             for (b, &id) in carried.iter().zip(&saved_ids[i]) {
                 arm_scope.saved.push(Saved {
@@ -932,6 +945,9 @@ impl<'a> Lowerer<'a> {
             }
         }
         body_scope.bind_inner(&pat_names(&f.pat));
+        if yields_reference(&f.expr, &scope.ref_locals) {
+            body_scope.ref_locals.extend(pat_names(&f.pat));
+        }
         body_scope.loop_positions.push(pos.clone());
         let overwrite = self.restore_mutable_bindings(
             &pat_bindings(&f.pat),
@@ -992,8 +1008,17 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
     let mut order = 0;
     for stmt in stmts {
         let Stmt::Local(local) = stmt else { continue };
-        let transient = local.attrs.iter().any(|a| a.path().is_ident("transient"));
         let init = local.init.as_ref().map(|i| &*i.expr);
+        // `let tag = "n";`: a constant is re-created on resume rather than
+        // saved (a `&'static str` could not be deserialized anyway).
+        let constant = matches!(&local.pat, Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none())
+            || matches!(&local.pat, Pat::Type(t) if matches!(&*t.pat, Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none()));
+        let constant = constant
+            && local
+                .init
+                .as_ref()
+                .is_some_and(|i| i.diverge.is_none() && is_constant(&i.expr));
+        let transient = constant || local.attrs.iter().any(|a| a.path().is_ident("transient"));
         let reference_init = matches!(init.map(strip_parens), Some(Expr::Reference(_)));
         for binding in pat_bindings(&local.pat) {
             order += 1;
@@ -1030,13 +1055,13 @@ fn reference_error(v: &Visible, site: &str) -> Option<syn::Error> {
 
 /// Names a statement's code reads after its split point: everything but the
 /// head that the normal path evaluates before the split.
-fn post_merge_free(stmt: &Stmt) -> NameSet {
+fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
     match stmt {
         Stmt::Local(l) => {
             let mut out = NameSet::new();
             if let Some(init) = &l.init {
                 if direct_site(&init.expr).is_none() {
-                    out.extend(post_merge_free_expr(&init.expr));
+                    out.extend(post_merge_free_expr(&init.expr, refs));
                 }
                 if let Some((_, d)) = &init.diverge {
                     out.extend(free_in_expr(d));
@@ -1044,21 +1069,21 @@ fn post_merge_free(stmt: &Stmt) -> NameSet {
             }
             out
         }
-        Stmt::Expr(e, _) if direct_site(e).is_none() => post_merge_free_expr(e),
+        Stmt::Expr(e, _) if direct_site(e).is_none() => post_merge_free_expr(e, refs),
         _ => NameSet::new(),
     }
 }
 
-fn post_merge_free_expr(expr: &Expr) -> NameSet {
+fn post_merge_free_expr(expr: &Expr, refs: &NameSet) -> NameSet {
     match expr {
-        Expr::Paren(p) => post_merge_free_expr(&p.expr),
-        Expr::Group(g) => post_merge_free_expr(&g.expr),
+        Expr::Paren(p) => post_merge_free_expr(&p.expr, refs),
+        Expr::Group(g) => post_merge_free_expr(&g.expr, refs),
         Expr::If(i) => {
             let mut out: NameSet = if_arms(i)
                 .iter()
                 .flat_map(|(.., body)| free_in_expr(body))
                 .collect();
-            if if_conditions(i).into_iter().all(is_pure) {
+            if if_rederives(i, refs) {
                 out.extend(if_conditions(i).into_iter().flat_map(free_in_expr));
             }
             out
@@ -1074,7 +1099,7 @@ fn post_merge_free_expr(expr: &Expr) -> NameSet {
                         .filter(move |n| !bound.contains(n))
                 })
                 .collect();
-            if match_rederives(m) {
+            if match_rederives(m, refs) {
                 out.extend(free_in_expr(&m.expr));
                 for a in &m.arms {
                     if let Some((_, g)) = &a.guard {
@@ -1177,13 +1202,109 @@ fn carried_bindings(pats: &[&Pat], body: &Expr, ctx: Option<&Ident>) -> Vec<PatB
         .collect()
 }
 
+/// The references a scope is known to hold.
+fn inner_refs(scope: &Scope) -> NameSet {
+    scope.ref_locals.clone()
+}
+
 /// A `match` is resumed by evaluating its scrutinee again (instead of
-/// restoring the arm's bindings) when the scrutinee and guards are pure.
-fn match_rederives(m: &syn::ExprMatch) -> bool {
+/// restoring the arm's bindings) when the scrutinee and guards are pure and
+/// the arms bind references: the scrutinee is borrowed (`&x`, `x.as_ref()`, a
+/// local holding a re-derived reference) or a pattern says `ref`. Bindings
+/// that move out of an owned scrutinee are restored instead.
+fn match_rederives(m: &syn::ExprMatch, refs: &NameSet) -> bool {
     is_pure(&m.expr)
         && m.arms
             .iter()
             .all(|a| a.guard.as_ref().is_none_or(|(_, g)| is_pure(g)))
+        && (yields_reference(&m.expr, refs) || m.arms.iter().any(|a| binds_by_ref(&a.pat)))
+}
+
+/// The same for an `if let` chain: every condition pure, and every `let`
+/// condition borrowing.
+fn if_rederives(i: &syn::ExprIf, refs: &NameSet) -> bool {
+    let conds = if_conditions(i);
+    let mut lets = conds.iter().flat_map(|c| let_conditions(c)).peekable();
+    lets.peek().is_some()
+        && conds.iter().all(|c| is_pure(c))
+        && lets.all(|l| yields_reference(&l.expr, refs) || binds_by_ref(&l.pat))
+}
+
+fn let_conditions(cond: &Expr) -> Vec<&syn::ExprLet> {
+    match strip_parens(cond) {
+        Expr::Let(l) => vec![l],
+        Expr::Binary(b) if matches!(b.op, syn::BinOp::And(_)) => {
+            let mut out = let_conditions(&b.left);
+            out.extend(let_conditions(&b.right));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn binds_by_ref(pat: &Pat) -> bool {
+    pat_bindings(pat).iter().any(|b| b.by_ref)
+}
+
+/// Methods that borrow their receiver and return a reference or a borrowing
+/// iterator.
+const BORROWING_METHODS: &[&str] = &[
+    "as_ref",
+    "as_mut",
+    "as_deref",
+    "as_deref_mut",
+    "as_str",
+    "as_slice",
+    "as_bytes",
+    "borrow",
+    "borrow_mut",
+    "iter",
+    "iter_mut",
+    "chars",
+    "bytes",
+    "keys",
+    "values",
+    "values_mut",
+    "lines",
+];
+
+/// Whether an expression evaluates to a reference (or an iterator of
+/// references) into locals, judged from its syntax.
+fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
+    match strip_parens(expr) {
+        Expr::Reference(_) => true,
+        Expr::Path(p) => p
+            .path
+            .get_ident()
+            .is_some_and(|i| refs.contains(&i.to_string())),
+        Expr::Field(f) => yields_reference(&f.base, refs),
+        Expr::Index(i) => yields_reference(&i.expr, refs),
+        Expr::MethodCall(m) => {
+            BORROWING_METHODS.contains(&m.method.to_string().as_str())
+                || yields_reference(&m.receiver, refs)
+        }
+        _ => false,
+    }
+}
+
+/// A literal (`"n"`, `3`, `-1.5`, `b"x"`, `true`) or a path that names a
+/// constant by convention (`MAX_RETRIES`, `u32::MAX`).
+fn is_constant(expr: &Expr) -> bool {
+    match strip_parens(expr) {
+        Expr::Lit(_) => true,
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_constant(&u.expr),
+        Expr::Path(p) => {
+            p.qself.is_none()
+                && p.path.segments.last().is_some_and(|s| {
+                    let name = s.ident.to_string();
+                    name.len() > 1
+                        && name
+                            .chars()
+                            .all(|c| c.is_uppercase() || c.is_ascii_digit() || c == '_')
+                })
+        }
+        _ => false,
+    }
 }
 
 /// An expression that only reads locals: paths, fields, indexing, references,
@@ -1300,11 +1421,12 @@ mod tests {
     fn uses_inside_macros_count() {
         expect(
             quote! {
-                let a = 1;
-                let b = 2;
-                let c = 3;
+                let a = f(1);
+                let b = f(2);
+                let c = f(3);
+                let tag = "constant";
                 checkpoint!("x");
-                println!("{a} {}", b);
+                println!("{a} {} {tag}", b);
                 vec![c; 2]
             },
             &[("x", &["a", "b", "c"])],

@@ -145,39 +145,46 @@ impl FreeNames {
     }
 }
 
-/// `{name}` / `{name:?}` captures inside a string literal's source text.
+/// Names captured by a format string's placeholders: `{name}`, `{name:?}`,
+/// and `{:>width$.prec$}` width / precision arguments.
 fn format_captures(literal: &str) -> Vec<String> {
     if !literal.starts_with('"') && !literal.starts_with('r') {
         return Vec::new();
     }
     let mut out = Vec::new();
-    let mut chars = literal.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '{' {
+    let mut rest = literal;
+    while let Some(open) = rest.find('{') {
+        rest = &rest[open + 1..];
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
             continue;
         }
-        if chars.peek() == Some(&'{') {
-            chars.next();
-            continue;
+        let Some(close) = rest.find('}') else { break };
+        let placeholder = &rest[..close];
+        rest = &rest[close + 1..];
+        let (arg, spec) = placeholder.split_once(':').unwrap_or((placeholder, ""));
+        if is_identifier(arg.trim()) {
+            out.push(arg.trim().to_owned());
         }
-        let mut name = String::new();
-        while let Some(&n) = chars.peek() {
-            if n.is_alphanumeric() || n == '_' {
-                name.push(n);
-                chars.next();
-            } else {
-                break;
+        // `width$` / `prec$` inside the spec.
+        for (i, _) in spec.match_indices('$') {
+            let before = &spec[..i];
+            let start = before
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map_or(0, |p| p + 1);
+            if is_identifier(&before[start..]) {
+                out.push(before[start..].to_owned());
             }
-        }
-        let valid = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_alphabetic() || c == '_');
-        if valid {
-            out.push(name);
         }
     }
     out
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
 impl<'ast> Visit<'ast> for FreeNames {
@@ -268,10 +275,13 @@ mod tests {
     #[test]
     fn reads_through_macros_and_format_captures() {
         let e: Expr = syn::parse_quote!({
-            println!("{a} and {b:?} {{not}}", c);
+            println!("{a} and {b:?} {{not}} {:>w$.p$}", c);
             vec![d; n]
         });
-        assert_eq!(free_in_expr(&e), names(&["a", "b", "c", "d", "n"]));
+        assert_eq!(
+            free_in_expr(&e),
+            names(&["a", "b", "c", "d", "n", "p", "w"])
+        );
     }
 
     #[test]
