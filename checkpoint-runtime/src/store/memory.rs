@@ -3,6 +3,7 @@
 //! (fencing, leases, signals, timers) so that several runtimes sharing one
 //! `MemoryStore` behave like several workers sharing a database.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -46,13 +47,40 @@ struct Entry {
     rec: RunRecord,
     order: u64,
     checkpoints: VecDeque<Arc<CheckpointRecord>>,
-    history: Vec<HistoryEntry>,
+    history: Vec<Hist>,
     signals: VecDeque<SignalRecord>,
+}
+
+/// A history entry as kept in memory: the frequent `CheckpointSaved` event
+/// compactly (no allocation for a static label), the rest boxed.
+enum Hist {
+    Saved {
+        at: SystemTime,
+        seq: u64,
+        label: Option<Cow<'static, str>>,
+    },
+    Other(Box<HistoryEntry>),
+}
+
+impl Hist {
+    fn entry(&self) -> HistoryEntry {
+        match self {
+            Hist::Saved { at, seq, label } => HistoryEntry {
+                at: *at,
+                event: Event::CheckpointSaved {
+                    seq: *seq,
+                    label: label.as_ref().map(|l| l.to_string()),
+                },
+            },
+            Hist::Other(e) => (**e).clone(),
+        }
+    }
 }
 
 impl Entry {
     fn event(&mut self, at: SystemTime, event: Event) {
-        self.history.push(HistoryEntry { at, event });
+        self.history
+            .push(Hist::Other(Box::new(HistoryEntry { at, event })));
     }
 }
 
@@ -321,18 +349,18 @@ impl MemoryStore {
         e.rec.attempt = 1;
         e.rec.wake = None;
         e.rec.updated_at = cp.created_at;
-        let event = Event::CheckpointSaved {
+        let saved = Hist::Saved {
+            at: cp.created_at,
             seq: cp.seq,
-            label: cp.label.as_ref().map(|l| l.to_string()),
+            label: cp.label.clone(),
         };
-        let at = cp.created_at;
         e.checkpoints.push_back(cp);
         if let Some(keep) = keep {
             while e.checkpoints.len() > keep.max(1) {
                 e.checkpoints.pop_front();
             }
         }
-        e.event(at, event);
+        e.history.push(saved);
         Ok(())
     }
 
@@ -722,7 +750,7 @@ impl Store for MemoryStore {
     }
 
     fn history<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<HistoryEntry>, Error>> {
-        ready(self.with_entry(id, |e| e.history.clone()))
+        ready(self.with_entry(id, |e| e.history.iter().map(Hist::entry).collect()))
     }
 
     fn fork<'a>(
