@@ -388,7 +388,11 @@ impl Inner {
             store: cfg.store,
             worker: Arc::from(cfg.worker),
             instance: Arc::from(new_instance_id()),
-            ttl: cfg.ttl.max(Duration::from_millis(30)),
+            // Bounded so that lease arithmetic on times never overflows.
+            ttl: cfg.ttl.clamp(
+                Duration::from_millis(30),
+                Duration::from_secs(365 * 24 * 3600),
+            ),
             keep: cfg.keep,
             concurrency: cfg.concurrency.max(1),
             max_attempts: cfg.max_attempts.max(1),

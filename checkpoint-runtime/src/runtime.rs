@@ -126,7 +126,8 @@ impl RuntimeBuilder {
 
     /// How long a claimed run stays leased without renewal (default 30 s;
     /// leases are renewed every third of it while a run executes). Another
-    /// worker takes a run over once its lease expires.
+    /// worker takes a run over once its lease expires. Clamped to between
+    /// 30 ms and one year.
     ///
     /// ```
     /// use std::time::Duration;

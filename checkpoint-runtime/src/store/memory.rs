@@ -97,6 +97,13 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
+/// `now + d`, saturating at a far-future time instead of overflowing.
+fn later(now: SystemTime, d: Duration) -> SystemTime {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(v))
 }
@@ -281,7 +288,7 @@ impl MemoryStore {
             e.rec.lease = Some(LeaseInfo {
                 worker: req.worker.to_string(),
                 instance: req.instance.to_string(),
-                expires_at: now + req.ttl,
+                expires_at: later(now, req.ttl),
             });
             e.rec.updated_at = now;
             out.claimed.push(Claimed {
@@ -640,7 +647,7 @@ impl Store for MemoryStore {
         let mut st = self.lock();
         let r = Self::fenced(&mut st, id, lease).map(|e| {
             if let Some(l) = e.rec.lease.as_mut() {
-                l.expires_at = SystemTime::now() + ttl;
+                l.expires_at = later(SystemTime::now(), ttl);
             }
         });
         ready(r)
