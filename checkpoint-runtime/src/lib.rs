@@ -57,6 +57,43 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # How runs behave
+//!
+//! - **Execution.** [`Runtime::start`] only records the run. It executes when a
+//!   runtime on the same store runs: [`Runtime::run_until_idle`],
+//!   [`Runtime::run_worker`], or [`WorkflowHandle::result`] (which drives its
+//!   own run when nobody else does). Each execution is a tokio task.
+//! - **Checkpoints** are stored before `checkpoint!()` returns. After a crash
+//!   the run resumes from its latest checkpoint, so code since then runs again
+//!   (at least once per segment); use [`Ctx::idempotency_key`] to deduplicate
+//!   external calls. [`Ctx::attempt`] tells whether a segment is re-running.
+//!   Every version is kept unless [`RuntimeBuilder::keep_checkpoints`] says
+//!   otherwise.
+//! - **Signals** ([`Runtime::signal`]) are stored as JSON and kept until a
+//!   `ctx.wait_for` of that name consumes them, oldest first, each exactly once.
+//!   A payload that does not decode as the awaited type is rejected (an
+//!   [`Event::SignalRejected`] in the history) and the run keeps waiting.
+//! - **Timers** (`ctx.sleep`, `ctx.wait_for_timeout`) are durable: the run is
+//!   suspended and resumed by any worker once due.
+//! - **Workers and leases.** A claimed run is leased to its worker and the
+//!   lease is renewed while it executes; another worker takes it over when the
+//!   lease expires, and every write is fenced by an epoch so the old worker can
+//!   no longer change it. A restarted runtime with the same worker id (a newer
+//!   instance) takes its old runs over at once.
+//! - **Outcomes.** A workflow returning `Result::Err` is a *failed* run
+//!   ([`Status::Failed`] with the error as text) whose output is still stored:
+//!   [`WorkflowHandle::result`] gives `Ok(Err(e))`. A run stopped by the
+//!   runtime (an incompatible or undecodable checkpoint, repeated panics, a
+//!   misused API) is also `Failed`, and `result()` gives that [`Error`]. A
+//!   panic is retried from the latest checkpoint up to
+//!   [`RuntimeBuilder::max_attempts`] times.
+//! - **Compatibility.** Before resuming, the stored site, loop depth and the
+//!   names and types of the saved fields are checked against the code; any
+//!   difference fails the run with [`Error::Incompatible`] naming the
+//!   workflow, run, site and field, before any user code runs.
+//! - **Encodings.** Checkpoint fields are postcard; inputs, outputs and signal
+//!   payloads are JSON.
+//!
 //! Modules: [`store`] (the storage boundary and its backends), [`testing`]
 //! (a harness that crashes a workflow after every checkpoint and checks that
 //! it resumes to the same result); the rest is re-exported at the crate root
