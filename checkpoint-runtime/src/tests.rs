@@ -1131,3 +1131,37 @@ async fn zero_length_timers_do_not_suspend() {
     let history = rt.history("t0").await.unwrap();
     assert!(!history.iter().any(|e| matches!(e, Event::Suspended { .. })));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_a_multi_threaded_runtime() {
+    let rt = Runtime::builder().concurrency(4).in_memory();
+    rt.register(Slow);
+    rt.register(ApprovalFlow);
+    let worker = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.run_worker().await }
+    });
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        handles.push(rt.start(Slow, &format!("m{i}"), (5, 1)).await.unwrap());
+    }
+    let approval = rt.start(ApprovalFlow, "ap", "acme".into()).await.unwrap();
+    let ok = Approval {
+        approved: true,
+        reason: String::new(),
+    };
+    rt.signal("ap", "approval", &ok).await.unwrap();
+    for h in &handles {
+        assert_eq!(within(h.result()).await.unwrap(), 5);
+    }
+    assert_eq!(
+        within(approval.result()).await.unwrap(),
+        Ok("acme: approved".into())
+    );
+    rt.shutdown();
+    within(worker).await.unwrap().unwrap();
+    let report = within(crate::testing::check_every_checkpoint(Counter, 3))
+        .await
+        .unwrap();
+    assert_eq!(report.crash_points.len(), 3);
+}
