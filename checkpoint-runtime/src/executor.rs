@@ -348,6 +348,9 @@ pub(crate) struct Inner {
 /// How often the executor re-checks the store even without notifications.
 const POLL: Duration = Duration::from_millis(500);
 
+/// Consecutive store failures after which `run_worker` gives up.
+const MAX_STORE_FAILURES: u32 = 10;
+
 fn new_instance_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
@@ -584,17 +587,36 @@ impl Inner {
         let mut store_rx = self.store.subscribe();
         let mut local_rx = self.subscribe_local();
         let mut shutdown_rx = self.shutdown.subscribe();
+        let mut failures = 0u32;
         loop {
             store_rx.borrow_and_update();
             local_rx.borrow_and_update();
             if self.stopped() {
                 break;
             }
-            self.pump(None).await?;
+            // A store error is retried with a growing pause; only a store that
+            // keeps failing ends the worker (with that error).
+            let step = async {
+                self.pump(None).await?;
+                self.store.next_wakeup().await
+            };
+            let next = match step.await {
+                Ok(next) => {
+                    failures = 0;
+                    next
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures >= MAX_STORE_FAILURES {
+                        return Err(e);
+                    }
+                    Some(SystemTime::now() + Duration::from_millis(50 << failures.min(6)))
+                }
+            };
             // A time already past belongs to a run this worker could not take
             // (not registered here, or no free slot: a slot freeing up notifies).
             let now = SystemTime::now();
-            let wait = match self.store.next_wakeup().await? {
+            let wait = match next {
                 Some(t) if t > now => t
                     .duration_since(now)
                     .unwrap_or(Duration::ZERO)
@@ -606,7 +628,12 @@ impl Inner {
                 _ = shutdown_rx.changed() => {}
             }
         }
-        // Let the halted executions hand their runs back.
+        self.wind_down(&mut local_rx).await;
+        Ok(())
+    }
+
+    /// Waits for the (halted) executions to hand their runs back.
+    async fn wind_down(&self, local_rx: &mut watch::Receiver<u64>) {
         while self.active_count() > 0 {
             local_rx.borrow_and_update();
             if self.active_count() == 0 {
@@ -614,7 +641,6 @@ impl Inner {
             }
             let _ = tokio::time::timeout(POLL, local_rx.changed()).await;
         }
-        Ok(())
     }
 }
 

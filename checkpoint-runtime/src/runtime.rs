@@ -583,7 +583,9 @@ impl Runtime {
     /// runs whose lease expired) until [`shutdown`](Runtime::shutdown); at most
     /// the configured concurrency at once. On shutdown, executions in progress
     /// are stopped and their runs handed back (they resume from their latest
-    /// checkpoint elsewhere or on restart).
+    /// checkpoint elsewhere or on restart). Store errors are retried with a
+    /// growing pause; after 10 consecutive failures it returns the last one
+    /// (executions in progress go on; call it again to resume serving).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
