@@ -10,11 +10,16 @@ use serde::{Deserialize, Serialize};
 /// undecodable bytes, ...) can be stored with the run and handed back, as the
 /// same error, by [`WorkflowHandle::result`](crate::WorkflowHandle::result).
 ///
+/// The three variants with five fields keep their `detail` as a `Box<str>`,
+/// so that `Error` stays under 128 bytes and `Result<_, Error>` does not trip
+/// clippy's `result_large_err` in user code.
+///
 /// ```
 /// use checkpoint_runtime::Error;
 ///
 /// let err = Error::UnknownRun { run: "vendor-42".into() };
 /// assert_eq!(err.to_string(), "unknown run `vendor-42`");
+/// assert!(std::mem::size_of::<Error>() < 128);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[non_exhaustive]
@@ -83,7 +88,7 @@ pub enum Error {
         /// The field that differs (or `-` when the site itself is unknown).
         field: String,
         /// What differs.
-        detail: String,
+        detail: Box<str>,
     },
 
     /// Stored bytes could not be decoded into the expected type.
@@ -98,7 +103,7 @@ pub enum Error {
         /// The field name.
         field: String,
         /// The decoder's message.
-        detail: String,
+        detail: Box<str>,
     },
 
     /// A value could not be serialized.
@@ -113,7 +118,7 @@ pub enum Error {
         /// The field name or type.
         field: String,
         /// The encoder's message.
-        detail: String,
+        detail: Box<str>,
     },
 
     /// Resumed code did not reach the checkpoint's site the way it was left:

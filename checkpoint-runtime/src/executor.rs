@@ -161,7 +161,7 @@ fn incompatible(run: &RunShared, site: &str, field: &str, detail: String) -> Hal
         run: run.id.to_string(),
         site: site.to_owned(),
         field: field.to_owned(),
-        detail,
+        detail: detail.into(),
     })
 }
 
@@ -178,7 +178,7 @@ impl<W: Workflow> Launcher for WorkflowLauncher<W> {
                         run: run.id.to_string(),
                         site: "<input>".to_owned(),
                         field: "input".to_owned(),
-                        detail: e.to_string(),
+                        detail: e.to_string().into(),
                     }))
                 }
             };
@@ -303,7 +303,7 @@ fn encode_output<O: Serialize>(out: &O, workflow: &str, run: &str) -> Result<Fin
         run: run.to_owned(),
         site: "<output>".to_owned(),
         field: "output".to_owned(),
-        detail: e.to_string(),
+        detail: e.to_string().into(),
     };
     let value = serde_json::to_value(out).map_err(enc_err)?;
     let error = if is_result_type::<O>() {

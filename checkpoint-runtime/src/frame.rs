@@ -141,7 +141,7 @@ impl Encoder {
                 run: self.run.to_string(),
                 site: self.site.to_owned(),
                 field: name.to_owned(),
-                detail: e.to_string(),
+                detail: e.to_string().into(),
             });
         }
         self.fields.push(FieldRecord {
@@ -194,7 +194,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Encoded, Error> {
         run: String::new(),
         site: String::new(),
         field: std::any::type_name::<T>().to_owned(),
-        detail: e.to_string(),
+        detail: e.to_string().into(),
     })?;
     Ok(Encoded {
         bytes,
@@ -292,7 +292,7 @@ pub fn load<T: DeserializeOwned>(
         run: frame.run.id.to_string(),
         site: cp.site_key.to_string(),
         field: name.clone(),
-        detail,
+        detail: detail.into(),
     };
     let bytes = cp.field_bytes(field).ok_or_else(|| {
         decode_err("the checkpoint has no such field (or its record is corrupt)".to_owned())
@@ -431,7 +431,7 @@ impl Frame {
             run: self.run.id.to_string(),
             site: cp.site_key.to_string(),
             field: field.to_owned(),
-            detail,
+            detail: detail.into(),
         };
         for (i, (name, ty)) in expected.iter().enumerate() {
             let Some(stored) = cp.fields.get(i) else {

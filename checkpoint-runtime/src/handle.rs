@@ -174,7 +174,7 @@ impl<W: Workflow> WorkflowHandle<W> {
                         run: self.id.to_string(),
                         site: "<output>".to_owned(),
                         field: "output".to_owned(),
-                        detail: e.to_string(),
+                        detail: e.to_string().into(),
                     });
                 }
                 RunState::Failed { error } => return Err(error.clone()),

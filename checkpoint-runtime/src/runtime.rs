@@ -432,7 +432,7 @@ impl Runtime {
             run: id.to_owned(),
             site: "<input>".to_owned(),
             field: "input".to_owned(),
-            detail: e.to_string(),
+            detail: e.to_string().into(),
         })?;
         self.start_encoded(workflow, id, json).await
     }

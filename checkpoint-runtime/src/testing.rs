@@ -338,7 +338,7 @@ impl<W: Workflow> Harness<W> {
             run: String::new(),
             site: "<input>".to_owned(),
             field: "input".to_owned(),
-            detail: e.to_string(),
+            detail: e.to_string().into(),
         }));
         self
     }
