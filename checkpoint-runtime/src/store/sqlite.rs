@@ -54,6 +54,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const BUSY_RETRY_FOR: Duration = Duration::from_secs(60);
 /// At most this many write requests share one transaction.
 const MAX_BATCH: usize = 4096;
+/// The writer connection's page cache, in KiB.
+const WRITER_CACHE_KIB: i64 = 32 << 10;
 /// Reader threads (each with its own connection).
 const READERS: usize = 2;
 /// How often the poller looks for commits by other processes.
@@ -100,7 +102,8 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
             wake_signal    TEXT,
             wake_payload   BLOB,
             created_at     INTEGER NOT NULL,
-            updated_at     INTEGER NOT NULL
+            updated_at     INTEGER NOT NULL,
+            last_event     INTEGER
         );
         CREATE INDEX runs_active ON runs (ord) WHERE state < 3;
 
@@ -148,15 +151,17 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
         );
         CREATE INDEX signals_by_run ON signals (run, name, id);
 
-        -- The append-only history, numbered per run; `event` is the Event
-        -- as JSON.
+        -- The append-only history; `event` is the Event as JSON. Rows are
+        -- appended in one global order (concurrent runs' events share
+        -- pages) and chained per run: `prev` is the run's previous event,
+        -- `runs.last_event` its latest.
         CREATE TABLE history (
+            id    INTEGER PRIMARY KEY,
             run   INTEGER NOT NULL REFERENCES runs (ord),
-            n     INTEGER NOT NULL,
+            prev  INTEGER,
             at    INTEGER NOT NULL,
-            event TEXT    NOT NULL,
-            PRIMARY KEY (run, n)
-        ) WITHOUT ROWID;
+            event TEXT    NOT NULL
+        );
         "#,
     )
 }
@@ -558,11 +563,17 @@ fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
 }
 
 fn add_event(conn: &Connection, ord: i64, at: SystemTime, event: &Event) -> R<()> {
-    conn.prepare_cached(
-        "INSERT INTO history (run, n, at, event) \
-         SELECT ?1, coalesce(max(n), 0) + 1, ?2, ?3 FROM history WHERE run = ?1",
-    )?
-    .execute(params![ord, ts(at), to_json(event)?])?;
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO history (run, prev, at, event) \
+             SELECT ?1, last_event, ?2, ?3 FROM runs WHERE ord = ?1",
+        )?
+        .execute(params![ord, ts(at), to_json(event)?])?;
+    if n != 1 {
+        return Err(corrupt(format_args!("run {ord} vanished")));
+    }
+    conn.prepare_cached("UPDATE runs SET last_event = ?2 WHERE ord = ?1")?
+        .execute(params![ord, conn.last_insert_rowid()])?;
     Ok(())
 }
 
@@ -1392,6 +1403,13 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
         conn.pragma_update(None, "temp_store", "MEMORY")?;
+        // Room for the pages a large group commit touches (in KiB; SQLite's
+        // default of 2 MiB makes a batch of 1,000 runs re-read its pages).
+        conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
+        // Checkpoint the WAL every 64 MiB rather than SQLite's 4 MiB: a group
+        // commit of many runs writes several MiB, and a page rewritten by
+        // several commits between two WAL checkpoints is copied back once.
+        conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
         conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
         conn.set_prepared_statement_cache_capacity(64);
         retry_busy(|| {
@@ -1518,7 +1536,7 @@ fn op_create(cx: &mut Ctx<'_>, run: NewRun) -> R<Created> {
 
 const CLAIMABLE: &str = "state < 3 \
      AND (lease_worker IS NULL OR lease_expires <= ?1 \
-          OR (lease_worker = ?2 AND lease_instance <> ?3)) \
+          OR (lease_worker = ?2 AND lease_instance < ?3)) \
      AND (state = 0 \
           OR (state = 2 AND due <= ?1) \
           OR (state = 1 AND (due <= ?1 OR EXISTS \
@@ -2000,7 +2018,14 @@ fn read_checkpoints(conn: &Connection, id: &str) -> R<Vec<Arc<CheckpointRecord>>
 fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> {
     let ord = run_ord(conn, id)?;
     let rows: Vec<(i64, String)> = conn
-        .prepare_cached("SELECT at, event FROM history WHERE run = ?1 ORDER BY n")?
+        .prepare_cached(
+            "WITH RECURSIVE chain (id) AS ( \
+                 SELECT last_event FROM runs WHERE ord = ?1 \
+                 UNION ALL \
+                 SELECT h.prev FROM history h JOIN chain c ON h.id = c.id \
+                 WHERE h.prev IS NOT NULL) \
+             SELECT h.at, h.event FROM chain c JOIN history h ON h.id = c.id ORDER BY h.id",
+        )?
         .query_map([ord], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     rows.into_iter()
@@ -2329,6 +2354,11 @@ mod tests {
         // Same worker id, new instance (a restart): takes it over at once.
         let a2 = block_on(store.claim(&req("a", "a2"))).unwrap().claimed;
         assert_eq!(a2.len(), 1);
+        // ...but an older instance never takes it back.
+        assert!(block_on(store.claim(&req("a", "a1")))
+            .unwrap()
+            .claimed
+            .is_empty());
         let err = block_on(store.save_checkpoint(&lease_a, cp("r", 1), None)).unwrap_err();
         assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
         block_on(store.save_checkpoint(&a2[0].lease, cp("r", 1), None)).unwrap();
