@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 
 /// Runs the harness (uninterrupted, then a crash after every checkpoint) and
 /// returns the uninterrupted output and the number of checkpoints taken.
-async fn check<W: Workflow>(wf: W, input: W::Input) -> (W::Output, u64) {
+async fn check<I: IntoWorkflow>(
+    wf: I,
+    input: <I::Workflow as Workflow>::Input,
+) -> (<I::Workflow as Workflow>::Output, u64) {
     check_with(Harness::new(wf).input(input)).await
 }
 
@@ -657,7 +660,7 @@ struct Approval {
 
 // 27. Waiting for a signal (human approval).
 #[workflow]
-async fn approval_flow(ctx: &Ctx, vendor: String) -> String {
+async fn approval(ctx: &Ctx, vendor: String) -> String {
     let review = format!("reviewed {vendor}");
     checkpoint!("reviewed");
     let approval: Approval = ctx.wait_for("finance_approval").await;
@@ -669,7 +672,7 @@ async fn approval_flow(ctx: &Ctx, vendor: String) -> String {
 
 #[tokio::test]
 async fn w27_wait_for_signal() {
-    let harness = Harness::new(approval_flow)
+    let harness = Harness::new(approval)
         .input("acme".to_string())
         .signal(
             "finance_approval",
@@ -777,6 +780,6 @@ async fn no_input(ctx: &Ctx) {
 
 #[tokio::test]
 async fn w32_no_input() {
-    assert_eq!(<no_input as Workflow>::NAME, "nothing-much");
+    assert_eq!(IntoWorkflow::name(no_input), "nothing-much");
     check(no_input, ()).await;
 }

@@ -101,13 +101,28 @@ fn generate(
     let load = load_checkpoint(sites, bindings, layouts);
     let body_fn = Ident::new("__checkpoint_body", Span::call_site());
 
+    // The workflow is named by a function item (see `IntoWorkflow`), not a
+    // unit struct: a unit struct's name would turn every `let <name> = ..`
+    // pattern in the module into a struct pattern.
+    let ty = Ident::new(&format!("__checkpoint_workflow_{ident}"), ident.span());
     quote! {
-        #(#attrs)*
+        #[doc(hidden)]
         #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, Default)]
-        #vis struct #ident;
+        #[derive(Clone, Copy, Default)]
+        #vis struct #ty;
 
-        impl ::checkpoint_runtime::Workflow for #ident {
+        impl ::core::fmt::Debug for #ty {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str(#name)
+            }
+        }
+
+        #(#attrs)*
+        #vis fn #ident(_: #rt::WorkflowToken) -> #ty {
+            #ty
+        }
+
+        impl ::checkpoint_runtime::Workflow for #ty {
             type Input = #input_ty;
             type Output = #output;
             const NAME: &'static str = #name;
@@ -122,7 +137,7 @@ fn generate(
             }
         }
 
-        impl #ident {
+        impl #ty {
             #[doc(hidden)]
             #[allow(unused_mut, unused_variables, unreachable_code, clippy::all)]
             async fn #body_fn(

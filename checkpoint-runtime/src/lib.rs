@@ -119,7 +119,7 @@ pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
 pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_WORKER_ID};
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
-pub use workflow::Workflow;
+pub use workflow::{IntoWorkflow, Workflow};
 
 pub use checkpoint_macros::{checkpoint, workflow};
 
@@ -132,8 +132,8 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CheckpointInfo, Ctx, Error, Event, FieldInfo, RunFilter, RunInfo,
-        Runtime, RuntimeBuilder, Status, StatusKind, Workflow, WorkflowHandle,
+        checkpoint, workflow, CheckpointInfo, Ctx, Error, Event, FieldInfo, IntoWorkflow,
+        RunFilter, RunInfo, Runtime, RuntimeBuilder, Status, StatusKind, Workflow, WorkflowHandle,
     };
 }
 
@@ -145,6 +145,7 @@ pub mod __private {
         diverged, encode, load, load_signal, load_signal_timeout, missing_input, Encoded, Encoder,
         Frame, SiteInfo, SiteKind, Slot,
     };
+    pub use crate::workflow::WorkflowToken;
     pub use futures;
     pub use futures::future::BoxFuture;
     pub use serde;

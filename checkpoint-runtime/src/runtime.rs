@@ -10,8 +10,9 @@ use crate::executor::{CrashPlan, Halt, Inner, InnerConfig, Resources};
 use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
 use crate::status::{RunFilter, RunInfo, Status};
+use crate::store::sqlite::SqliteStore;
 use crate::store::{Created, MemoryStore, NewRun, RunRecord, Store};
-use crate::workflow::Workflow;
+use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
 /// The worker id used when none is set: a restarted process with the default
@@ -293,16 +294,30 @@ impl RuntimeBuilder {
         if is_memory_url(url) {
             return Ok(self.build(Arc::new(MemoryStore::new())));
         }
-        let reason = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            "the PostgreSQL backend is not available in this version; use \":memory:\""
-        } else {
-            "the SQLite backend is not available in this version; only the in-memory store \
-             (\":memory:\") is"
-        };
-        Err(Error::UnsupportedStore {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        })
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Err(Error::UnsupportedStore {
+                url: url.to_owned(),
+                reason: "the PostgreSQL backend is not available in this version; use an SQLite \
+                         file path or \":memory:\""
+                    .to_owned(),
+            });
+        }
+        // Anything else is an SQLite file: `path.db` or `sqlite://path.db`.
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url)
+            .to_owned();
+        if path.is_empty() {
+            return Err(Error::UnsupportedStore {
+                url: url.to_owned(),
+                reason: "empty SQLite file path".to_owned(),
+            });
+        }
+        let store = tokio::task::spawn_blocking(move || SqliteStore::open(path))
+            .await
+            .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
+        Ok(self.build(Arc::new(store)))
     }
 }
 
@@ -389,7 +404,12 @@ impl Runtime {
     /// assert_eq!(second.status("n-1").await?, Status::Completed);
     /// # Ok(()) }
     /// ```
-    pub fn register<W: Workflow>(&self, workflow: W) {
+    pub fn register<I: IntoWorkflow>(&self, workflow: I) {
+        self.inner.register(workflow.into_workflow());
+    }
+
+    /// [`register`](Runtime::register) for a workflow value.
+    pub(crate) fn register_workflow<W: Workflow>(&self, workflow: W) {
         self.inner.register(workflow);
     }
 
@@ -420,15 +440,17 @@ impl Runtime {
     /// assert_eq!(rt.start(add, "sum-1", (10, 10)).await?.result().await?, 5);
     /// # Ok(()) }
     /// ```
-    pub async fn start<W: Workflow>(
+    pub async fn start<I: IntoWorkflow>(
         &self,
-        workflow: W,
+        workflow: I,
         id: &str,
-        input: W::Input,
-    ) -> Result<WorkflowHandle<W>, Error> {
+        input: <I::Workflow as Workflow>::Input,
+    ) -> Result<WorkflowHandle<I::Workflow>, Error> {
+        type W<I> = <I as IntoWorkflow>::Workflow;
+        let workflow = workflow.into_workflow();
         validate_id(id)?;
         let json = serde_json::to_vec(&input).map_err(|e| Error::Encode {
-            workflow: W::NAME.to_owned(),
+            workflow: W::<I>::NAME.to_owned(),
             run: id.to_owned(),
             site: "<input>".to_owned(),
             field: "input".to_owned(),
@@ -463,7 +485,7 @@ impl Runtime {
                 });
             }
         }
-        Ok(self.handle(workflow, id))
+        Ok(WorkflowHandle::new(self.clone(), workflow, id))
     }
 
     /// A handle to run `id` of `workflow` (which need not exist yet: the
@@ -487,8 +509,8 @@ impl Runtime {
     /// ));
     /// # Ok(()) }
     /// ```
-    pub fn handle<W: Workflow>(&self, workflow: W, id: &str) -> WorkflowHandle<W> {
-        WorkflowHandle::new(self.clone(), workflow, id)
+    pub fn handle<I: IntoWorkflow>(&self, workflow: I, id: &str) -> WorkflowHandle<I::Workflow> {
+        WorkflowHandle::new(self.clone(), workflow.into_workflow(), id)
     }
 
     /// Stores a signal for run `id`; its payload is stored as JSON. A run

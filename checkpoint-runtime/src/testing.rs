@@ -59,7 +59,7 @@ use serde::Serialize;
 use crate::executor::{lock, Resources};
 use crate::runtime::{Runtime, RuntimeBuilder};
 use crate::store::{MemoryStore, RunState, Store};
-use crate::workflow::Workflow;
+use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
 /// A log of side effects, shared by the executions of one check. Workflows
@@ -306,9 +306,9 @@ enum Ended {
 /// checkpoint_runtime::testing::check_every_checkpoint(count, 10).await?;
 /// # Ok(()) }
 /// ```
-pub async fn check_every_checkpoint<W: Workflow>(
-    workflow: W,
-    input: W::Input,
+pub async fn check_every_checkpoint<I: IntoWorkflow>(
+    workflow: I,
+    input: <I::Workflow as Workflow>::Input,
 ) -> Result<Report, Error> {
     Harness::new(workflow).input(input).run().await
 }
@@ -319,9 +319,9 @@ fn failed(message: String) -> Error {
 
 impl<W: Workflow> Harness<W> {
     /// A harness for `workflow`; give it an [`input`](Harness::input).
-    pub fn new(workflow: W) -> Self {
+    pub fn new<I: IntoWorkflow<Workflow = W>>(workflow: I) -> Self {
         Harness {
-            workflow,
+            workflow: workflow.into_workflow(),
             input: None,
             resources: Resources::default(),
             signals: Vec::new(),
@@ -523,7 +523,7 @@ impl<W: Workflow> Harness<W> {
                 }
                 drop(first);
                 let second = self.runtime(store, &fx).in_memory();
-                second.register(self.workflow);
+                second.register_workflow(self.workflow);
                 self.drive(&second, &mut script)
                     .await
                     .map_err(|e| failed(format!("{what}: after resuming: {e}")))?;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::__private::{load, load_signal, load_signal_timeout, Frame, SiteInfo, SiteKind, Slot};
 use crate::store::MemoryStore;
 use crate::testing::{CrashMode, Harness, SideEffects};
-use crate::{Error, Event, RunFilter, Runtime, Status, StatusKind, Workflow};
+use crate::{Error, Event, IntoWorkflow, RunFilter, Runtime, Status, StatusKind, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -40,6 +40,13 @@ const COUNTER_SITES: &[SiteInfo] = &[SiteInfo {
     loops: 1,
 }];
 
+impl IntoWorkflow for Counter {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
+
 impl Workflow for Counter {
     type Input = u64;
     type Output = u64;
@@ -54,6 +61,13 @@ impl Workflow for Counter {
 /// Same workflow, but "forgets" its total on resume: the harness must notice.
 #[derive(Clone, Copy, Debug)]
 struct ForgetfulCounter;
+
+impl IntoWorkflow for ForgetfulCounter {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
 
 impl Workflow for ForgetfulCounter {
     type Input = u64;
@@ -124,6 +138,13 @@ struct Approval {
 #[derive(Clone, Copy, Debug)]
 struct ApprovalFlow;
 
+impl IntoWorkflow for ApprovalFlow {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
+
 impl Workflow for ApprovalFlow {
     type Input = String;
     type Output = Result<String, String>;
@@ -183,6 +204,13 @@ async fn approval_body(mut frame: Frame, input: Option<String>) -> Result<String
 
 #[derive(Clone, Copy, Debug)]
 struct Timers;
+
+impl IntoWorkflow for Timers {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
 
 impl Workflow for Timers {
     type Input = u64; // milliseconds
@@ -263,6 +291,13 @@ async fn timers_body(mut frame: Frame, input: Option<u64>) -> (String, Option<u3
 #[derive(Clone, Copy, Debug)]
 struct Panicker;
 
+impl IntoWorkflow for Panicker {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
+
 impl Workflow for Panicker {
     type Input = ();
     type Output = ();
@@ -277,6 +312,13 @@ impl Workflow for Panicker {
 /// Calls `ctx.wait_for` from a helper instead of the workflow body.
 #[derive(Clone, Copy, Debug)]
 struct Misuser;
+
+impl IntoWorkflow for Misuser {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
 
 impl Workflow for Misuser {
     type Input = ();
@@ -295,6 +337,13 @@ impl Workflow for Misuser {
 /// Like `Counter` but its checkpoint now saves `total` as `u32`.
 #[derive(Clone, Copy, Debug)]
 struct CounterV2;
+
+impl IntoWorkflow for CounterV2 {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
 
 impl Workflow for CounterV2 {
     type Input = u64;
@@ -326,6 +375,13 @@ impl Workflow for CounterV2 {
 /// A workflow whose only site has another key than the stored checkpoints.
 #[derive(Clone, Copy, Debug)]
 struct CounterRenamed;
+
+impl IntoWorkflow for CounterRenamed {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
 
 impl Workflow for CounterRenamed {
     type Input = u64;
@@ -813,6 +869,13 @@ async fn runs_are_listed_and_filtered() {
 async fn idempotency_keys_are_stable_per_position() {
     #[derive(Clone, Copy)]
     struct Keys;
+    impl IntoWorkflow for Keys {
+        type Workflow = Self;
+        fn into_workflow(self) -> Self {
+            self
+        }
+    }
+
     impl Workflow for Keys {
         type Input = ();
         type Output = Vec<String>;
@@ -941,6 +1004,13 @@ async fn timers_survive_crashes_in_the_harness() {
 
 #[derive(Clone, Copy, Debug)]
 struct Slow;
+
+impl IntoWorkflow for Slow {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
 
 impl Workflow for Slow {
     type Input = (u64, u64);

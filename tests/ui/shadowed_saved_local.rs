@@ -1,10 +1,14 @@
 use checkpoint_runtime::prelude::*;
 
+fn compute() -> u32 {
+    1
+}
+
 #[workflow]
 async fn shadow(ctx: &Ctx) -> u32 {
-    let x = 1u32;
+    let x = compute();
     {
-        let x = "inner";
+        let x = format!("{}", compute());
         checkpoint!("inner");
         let _ = x;
     }
