@@ -28,7 +28,11 @@ async fn review(ctx: &Ctx, docs: Vec<String>) -> Result<String, String> {
     if !approval.approved {
         return Err(format!("rejected by {}", approval.by));
     }
-    Ok(format!("{} documents approved by {}: {summaries:?}", docs.len(), approval.by))
+    Ok(format!(
+        "{} documents approved by {}: {summaries:?}",
+        docs.len(),
+        approval.by
+    ))
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -40,7 +44,11 @@ async fn main() -> Result<(), Error> {
     // 1. Start the run; it works until it waits for the approval.
     let rt = Runtime::open(&url).await?;
     rt.register(review);
-    let docs = vec!["the quick brown fox".to_string(), "jumps over".to_string(), "the lazy dog".to_string()];
+    let docs = vec![
+        "the quick brown fox".to_string(),
+        "jumps over".to_string(),
+        "the lazy dog".to_string(),
+    ];
     let h = rt.start(review, "review-1", docs).await?;
     rt.run_until_idle().await?;
     println!("status after the first run: {:?}", h.status().await?);
@@ -49,14 +57,32 @@ async fn main() -> Result<(), Error> {
     // 2. Later, anywhere: a person approves, and a fresh runtime finishes the run.
     let rt = Runtime::open(&url).await?;
     rt.register(review);
-    rt.signal("review-1", "approval", &Approval { approved: true, by: "ada".into() }).await?;
+    rt.signal(
+        "review-1",
+        "approval",
+        &Approval {
+            approved: true,
+            by: "ada".into(),
+        },
+    )
+    .await?;
     let out = rt.handle(review, "review-1").result().await?;
     println!("result: {out:?}");
 
     println!("\ncheckpoints:");
     for c in rt.checkpoints("review-1").await? {
-        let fields: Vec<String> = c.fields.iter().map(|f| format!("{}: {}", f.name, f.type_name)).collect();
-        println!("  #{} {:<12} {:>4} bytes  [{}]", c.seq, c.label.as_deref().unwrap_or("-"), c.size, fields.join(", "));
+        let fields: Vec<String> = c
+            .fields
+            .iter()
+            .map(|f| format!("{}: {}", f.name, f.type_name))
+            .collect();
+        println!(
+            "  #{} {:<12} {:>4} bytes  [{}]",
+            c.seq,
+            c.label.as_deref().unwrap_or("-"),
+            c.size,
+            fields.join(", ")
+        );
     }
     println!("\nhistory:");
     for e in rt.history("review-1").await? {

@@ -672,15 +672,13 @@ async fn approval(ctx: &Ctx, vendor: String) -> String {
 
 #[tokio::test]
 async fn w27_wait_for_signal() {
-    let harness = Harness::new(approval)
-        .input("acme".to_string())
-        .signal(
-            "finance_approval",
-            &Approval {
-                approved: true,
-                reason: "budget ok".into(),
-            },
-        );
+    let harness = Harness::new(approval).input("acme".to_string()).signal(
+        "finance_approval",
+        &Approval {
+            approved: true,
+            reason: "budget ok".into(),
+        },
+    );
     let (out, n) = check_with(harness).await;
     assert_eq!(out, "reviewed acme: approved (budget ok)");
     assert_eq!(n, 2);
