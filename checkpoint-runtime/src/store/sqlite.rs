@@ -24,8 +24,10 @@
 //!   delete old checkpoints without ever dropping bytes a kept one still uses.
 //!   Field names and types are interned in `layouts` (one row per distinct
 //!   field list), so they are not repeated in every checkpoint.
-//! - **Schema versions** live in `PRAGMA user_version`; [`MIGRATIONS`] lists
-//!   one function per version, applied in order on open.
+//! - **History** rows are appended in one global order and chained per run
+//!   (`prev`, `runs.last_event`), so the events of a group commit share pages.
+//! - **Schema versions** live in `PRAGMA user_version`; `MIGRATIONS` (in this
+//!   file) lists one function per version, applied in order on open.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
