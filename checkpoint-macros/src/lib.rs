@@ -19,12 +19,17 @@ use proc_macro::TokenStream;
 
 /// Turns an `async fn` into a durable, resumable workflow.
 ///
-/// See the `checkpoint_runtime` crate for the full documentation.
+/// The optional first parameter `ctx: &Ctx` is supplied by the runtime; the
+/// other parameters are the workflow's input (one bare, several as a tuple)
+/// and the return type is its output. `#[workflow(name = "...")]` sets the
+/// name runs are stored under (default: the function's name). The function's
+/// name becomes a value naming the workflow, for `rt.start(..)` and
+/// `rt.register(..)`.
 ///
-/// ```ignore
+/// ```
 /// use checkpoint_runtime::prelude::*;
 ///
-/// #[workflow]
+/// #[workflow(name = "counting")]
 /// async fn count(ctx: &Ctx, n: u32) -> u32 {
 ///     let mut total = 0;
 ///     for i in 0..n {
@@ -33,6 +38,14 @@ use proc_macro::TokenStream;
 ///     }
 ///     total
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let rt = Runtime::in_memory();
+/// let h = rt.start(count, "count-1", 4).await?;
+/// assert_eq!(h.result().await?, 6);
+/// assert_eq!(rt.checkpoints("count-1").await?.len(), 4);
+/// # Ok(()) }
 /// ```
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -41,13 +54,33 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Takes a checkpoint: `checkpoint!()` or `checkpoint!("label")`.
+/// Takes a checkpoint: `checkpoint!()` or `checkpoint!("label")`; returns
+/// once the checkpoint is stored (durably, on durable stores).
 ///
-/// Only valid directly inside the body of a `#[workflow]` async fn, where the
-/// `#[workflow]` attribute rewrites it; anywhere else it is a compile error.
+/// Only valid directly inside the body of a `#[workflow]` async fn (at any
+/// depth of blocks, `if`, `match` and loops), where `#[workflow]` rewrites
+/// it; in a closure, an `async` block or any other function it is a compile
+/// error.
 ///
-/// ```ignore
-/// checkpoint!("after_review");
+/// ```
+/// use checkpoint_runtime::prelude::*;
+///
+/// #[workflow]
+/// async fn two_steps(ctx: &Ctx, name: String) -> String {
+///     let greeting = format!("hello {name}");
+///     checkpoint!("greeted");
+///     format!("{greeting}!")
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let rt = Runtime::in_memory();
+/// let out = rt.start(two_steps, "t-1", "ada".into()).await?.result().await?;
+/// assert_eq!(out, "hello ada!");
+/// let saved = rt.checkpoints("t-1").await?;
+/// assert_eq!(saved[0].label.as_deref(), Some("greeted"));
+/// assert_eq!(saved[0].fields[0].name, "greeting");
+/// # Ok(()) }
 /// ```
 #[proc_macro]
 pub fn checkpoint(input: TokenStream) -> TokenStream {
