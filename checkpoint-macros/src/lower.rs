@@ -1560,6 +1560,7 @@ mod tests {
     #[test]
     fn expansion_grows_linearly_with_the_number_of_sites() {
         let (s10, s20, s40) = (expansion_size(10), expansion_size(20), expansion_size(40));
+        eprintln!("expansion size for 10/20/40 sites: {s10} / {s20} / {s40} bytes");
         // Each extra site adds about the same amount of code.
         let per_site_a = (s20 - s10) as f64 / 10.0;
         let per_site_b = (s40 - s20) as f64 / 20.0;
