@@ -900,14 +900,28 @@ async fn idempotency_keys_are_stable_per_position() {
 }
 
 #[tokio::test]
-async fn open_accepts_memory_urls_only() {
+async fn open_picks_the_store_from_the_url() {
     assert!(Runtime::open(":memory:").await.is_ok());
     assert!(Runtime::builder().open("memory:").await.is_ok());
-    for url in ["workflows.db", "postgres://u@h/db", "sqlite://x.db"] {
-        let err = Runtime::open(url).await.unwrap_err();
-        assert!(matches!(err, Error::UnsupportedStore { .. }), "{err}");
-        assert!(err.to_string().contains(url));
+    let err = Runtime::open("postgres://u@h/db").await.unwrap_err();
+    assert!(matches!(err, Error::UnsupportedStore { .. }), "{err}");
+    assert!(err.to_string().contains("postgres://u@h/db"));
+
+    let dir = std::env::temp_dir().join(format!("cp-open-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("runs.db");
+    for url in [
+        file.to_string_lossy().to_string(),
+        format!("sqlite://{}", file.to_string_lossy()),
+    ] {
+        let rt = Runtime::open(&url)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(rt.store().kind(), "sqlite");
     }
+    let missing = dir.join("no-such-dir").join("runs.db");
+    assert!(Runtime::open(&missing.to_string_lossy()).await.is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
