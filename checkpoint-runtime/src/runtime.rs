@@ -273,10 +273,14 @@ impl RuntimeBuilder {
 
     /// Builds a runtime over the store named by `url`.
     ///
-    /// This version provides the in-memory store only: `":memory:"`,
-    /// `"memory:"` or `"memory://"`. Any other URL (an SQLite file,
-    /// `postgres://...`) gives [`Error::UnsupportedStore`]. A store set with
-    /// [`store`](RuntimeBuilder::store) takes precedence over the URL.
+    /// - `":memory:"`, `"memory:"` or `"memory://"`: a fresh in-memory store;
+    /// - `postgres://...`: not available in this version
+    ///   ([`Error::UnsupportedStore`]);
+    /// - anything else is an SQLite file path, optionally written
+    ///   `sqlite://path` (created if missing; several processes may share it).
+    ///
+    /// A store set with [`store`](RuntimeBuilder::store) takes precedence over
+    /// the URL.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -349,10 +353,10 @@ impl Runtime {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
-    /// let rt = checkpoint_runtime::Runtime::open(":memory:").await?;
-    /// let err = checkpoint_runtime::Runtime::open("workflows.db").await.unwrap_err();
-    /// assert!(matches!(err, checkpoint_runtime::Error::UnsupportedStore { .. }));
-    /// # let _ = rt; Ok(()) }
+    /// let path = std::env::temp_dir().join("checkpoint-doc-open.db");
+    /// let rt = checkpoint_runtime::Runtime::open(&path.to_string_lossy()).await?; // SQLite file
+    /// let mem = checkpoint_runtime::Runtime::open(":memory:").await?;
+    /// # let _ = (rt, mem); Ok(()) }
     /// ```
     pub async fn open(url: &str) -> Result<Runtime, Error> {
         RuntimeBuilder::default().open(url).await
