@@ -781,3 +781,28 @@ async fn w32_no_input() {
     assert_eq!(IntoWorkflow::name(no_input), "nothing-much");
     check(no_input, ()).await;
 }
+
+// 33. A suspension call followed by a method chain; items declared in the body.
+#[workflow]
+async fn postfix_and_items(ctx: &Ctx, n: u32) -> u32 {
+    fn double(x: u32) -> u32 {
+        x * 2
+    }
+    const BONUS: u32 = 7;
+    let base = double(n);
+    checkpoint!("doubled");
+    let extra = ctx
+        .wait_for_timeout::<u32>("extra", Duration::from_millis(10))
+        .await
+        .unwrap_or(BONUS);
+    double(base) + extra
+}
+
+#[tokio::test]
+async fn w33_postfix_and_items() {
+    assert_eq!(check(postfix_and_items, 3).await.0, 19);
+    let harness = Harness::new(postfix_and_items)
+        .input(3)
+        .signal("extra", &100u32);
+    assert_eq!(check_with(harness).await.0, 112);
+}

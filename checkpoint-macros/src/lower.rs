@@ -197,6 +197,14 @@ impl<'a> Lowerer<'a> {
         let Some(range) = sites::sites_in_stmt(t) else {
             return TokenStream::new();
         };
+        // Items (`fn`, `use`, `struct`, `macro_rules!`) cannot read locals: keep
+        // them at this level so the code after the split still sees them.
+        let (items, prefix): (Vec<Stmt>, Vec<Stmt>) = prefix
+            .iter()
+            .cloned()
+            .partition(|s| matches!(s, Stmt::Item(_)));
+        let prefix = prefix.as_slice();
+        let hoisted: TokenStream = items.iter().map(clean_stmt).collect();
 
         // Which locals declared before `t` does the code after the split read?
         let mut needed = free_in_stmts(suffix);
@@ -293,6 +301,7 @@ impl<'a> Lowerer<'a> {
         let resuming = self.resuming_into(range);
         let suffix_code: TokenStream = suffix.iter().map(clean_stmt).collect();
         quote! {
+            #hoisted
             #items
             #[allow(unused_mut, unused_variables, unused_parens, clippy::let_unit_value)]
             let (#(#pats,)* #head) = if !#resuming {
@@ -364,10 +373,9 @@ impl<'a> Lowerer<'a> {
                 let attrs = clean_attrs(&local.attrs);
                 let pat = &local.pat;
                 let diverge = init.diverge.as_ref().map(|(e, d)| quote!(#e #d));
-                if let Some(index) = direct_site(&init.expr) {
-                    let mut split = self.direct_site_split(index, &init.expr, scope);
-                    let head = Ident::new("__cp_head", Span::mixed_site());
-                    split.post = quote!(#(#attrs)* let #pat = #head #diverge;);
+                if let Some((index, site_expr, rest)) = site_with_postfix(&init.expr) {
+                    let mut split = self.direct_site_split(index, &site_expr, scope);
+                    split.post = quote!(#(#attrs)* let #pat = #rest #diverge;);
                     return split;
                 }
                 let mut split = self.lower_ctrl(&init.expr, range, scope);
@@ -1060,8 +1068,10 @@ fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
         Stmt::Local(l) => {
             let mut out = NameSet::new();
             if let Some(init) = &l.init {
-                if direct_site(&init.expr).is_none() {
-                    out.extend(post_merge_free_expr(&init.expr, refs));
+                match site_with_postfix(&init.expr) {
+                    // The chain after the call runs after the split.
+                    Some(_) => out.extend(free_in_expr(&init.expr)),
+                    None => out.extend(post_merge_free_expr(&init.expr, refs)),
                 }
                 if let Some((_, d)) = &init.diverge {
                     out.extend(free_in_expr(d));
@@ -1334,6 +1344,34 @@ fn strip_parens(expr: &Expr) -> &Expr {
         Expr::Paren(p) => strip_parens(&p.expr),
         Expr::Group(g) => strip_parens(&g.expr),
         other => other,
+    }
+}
+
+/// `ctx.wait_for(..).await.unwrap_or(..)?`: a suspension call at the root of a
+/// chain of method calls, field accesses and `?`. Returns the site, the call
+/// itself and the chain with the call replaced by the site's value.
+fn site_with_postfix(expr: &Expr) -> Option<(u32, Expr, TokenStream)> {
+    if let Some(index) = direct_site(expr) {
+        let head = Ident::new("__cp_head", Span::mixed_site());
+        return Some((index, expr.clone(), quote!(#head)));
+    }
+    match expr {
+        Expr::MethodCall(m) if m.args.iter().all(|a| sites::sites_in_expr(a).is_none()) => {
+            let (index, site, rest) = site_with_postfix(&m.receiver)?;
+            let (dot, method, turbofish, args) = (&m.dot_token, &m.method, &m.turbofish, &m.args);
+            Some((index, site, quote!(#rest #dot #method #turbofish (#args))))
+        }
+        Expr::Field(f) => {
+            let (index, site, rest) = site_with_postfix(&f.base)?;
+            let (dot, member) = (&f.dot_token, &f.member);
+            Some((index, site, quote!(#rest #dot #member)))
+        }
+        Expr::Try(t) => {
+            let (index, site, rest) = site_with_postfix(&t.expr)?;
+            let q = &t.question_token;
+            Some((index, site, quote!(#rest #q)))
+        }
+        _ => None,
     }
 }
 

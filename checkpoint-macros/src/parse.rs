@@ -117,6 +117,13 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
                     errors.push(pt.span(), "`ctx: &Ctx` must be the first parameter");
                     continue;
                 }
+                if let Type::ImplTrait(it) = &*pt.ty {
+                    errors.push(
+                        it.span(),
+                        "workflow inputs are stored with the run and need a concrete type, not `impl Trait`",
+                    );
+                    continue;
+                }
                 if let Type::Reference(r) = &*pt.ty {
                     errors.push(
                         r.span(),
