@@ -117,6 +117,23 @@ struct Split {
     post: TokenStream,
 }
 
+/// `mut x` or `x`, as the binding was declared.
+fn binding_pat(b: &PatBinding) -> TokenStream {
+    let ident = &b.ident;
+    if b.mutable {
+        quote!(mut #ident)
+    } else {
+        quote!(#ident)
+    }
+}
+
+/// `let x = <restored value of binding id>;`
+fn restore_stmt(ident: &Ident, id: usize) -> TokenStream {
+    let rt = rt();
+    let slot = Lowerer::slot_ident(id);
+    quote!(let #ident = #rt::Slot::take(&mut #slot);)
+}
+
 pub fn frame_ident() -> Ident {
     Ident::new("__cp_frame", Span::mixed_site())
 }
@@ -157,6 +174,16 @@ impl<'a> Lowerer<'a> {
 
     pub fn save_trait_ident(binding: usize) -> Ident {
         Ident::new(&format!("__CpSave{binding}"), Span::mixed_site())
+    }
+
+    /// Registers a local that sites may save; returns its id (and slot).
+    fn new_binding(&mut self, ident: &Ident, transient: bool) -> usize {
+        self.bindings.push(Binding {
+            ident: ident.clone(),
+            transient,
+            saved_at: Vec::new(),
+        });
+        self.bindings.len() - 1
     }
 
     fn site(&self, index: u32) -> &Site {
@@ -244,12 +271,7 @@ impl<'a> Lowerer<'a> {
             if let Some(err) = reference_error(v, &first_site) {
                 self.errors.add(err);
             }
-            let id = self.bindings.len();
-            self.bindings.push(Binding {
-                ident: v.binding.ident.clone(),
-                transient: v.transient_init.is_some(),
-                saved_at: Vec::new(),
-            });
+            let id = self.new_binding(&v.binding.ident, v.transient_init.is_some());
             exported_ids.push(id);
             if v.transient_init.is_none() {
                 inner.saved.push(Saved {
@@ -273,14 +295,7 @@ impl<'a> Lowerer<'a> {
         } = self.lower_site_stmt(t, range, &inner);
 
         let restore = self.restore_code(&exported, &exported_ids);
-        let pats = exported.iter().map(|v| {
-            let ident = &v.binding.ident;
-            if v.binding.mutable {
-                quote!(mut #ident)
-            } else {
-                quote!(#ident)
-            }
-        });
+        let pats = exported.iter().map(|v| binding_pat(&v.binding));
         let names = exported
             .iter()
             .map(|v| &v.binding.ident)
@@ -322,18 +337,13 @@ impl<'a> Lowerer<'a> {
     /// Code that rebinds exported locals on the resume path, in declaration
     /// order: saved ones from their slots, transient ones by running their
     /// initialiser again.
-    fn restore_code(&mut self, exported: &[&Visible], ids: &[usize]) -> TokenStream {
-        let rt = rt();
+    fn restore_code(&self, exported: &[&Visible], ids: &[usize]) -> TokenStream {
         exported
             .iter()
             .zip(ids)
             .map(|(v, &id)| match (&v.transient_init, &v.transient_pat) {
                 (Some(init), Some(pat)) => quote!(let #pat = #init;),
-                _ => {
-                    let ident = &v.binding.ident;
-                    let slot = Self::slot_ident(id);
-                    quote!(let #ident = #rt::Slot::take(&mut #slot);)
-                }
+                _ => restore_stmt(&v.binding.ident, id),
             })
             .collect()
     }
@@ -639,13 +649,7 @@ impl<'a> Lowerer<'a> {
                             format!("`{}` is a reference (`ref` binding) used after {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
                         );
                     }
-                    let id = self.bindings.len();
-                    self.bindings.push(Binding {
-                        ident: b.ident.clone(),
-                        transient: false,
-                        saved_at: Vec::new(),
-                    });
-                    ids.push(id);
+                    ids.push(self.new_binding(&b.ident, false));
                 }
             }
             saved_ids.push(ids);
@@ -696,14 +700,7 @@ impl<'a> Lowerer<'a> {
         let mut post_arms = Vec::new();
         for (i, (_, carried, sites, body)) in arms.iter().enumerate() {
             let v = &variants[i];
-            let pats = carried.iter().map(|b| {
-                let ident = &b.ident;
-                if b.mutable {
-                    quote!(mut #ident)
-                } else {
-                    quote!(#ident)
-                }
-            });
+            let pats = carried.iter().map(binding_pat);
             let Some(range) = sites else {
                 let body = clean_expr(body);
                 post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
@@ -722,9 +719,7 @@ impl<'a> Lowerer<'a> {
                     source: Source::Live,
                     hidden_by: NameSet::new(),
                 });
-                let slot = Self::slot_ident(id);
-                let ident = &b.ident;
-                restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
+                restores.push(restore_stmt(&b.ident, id));
             }
             if !rederive {
                 let names = carried.iter().map(|b| &b.ident);
@@ -821,31 +816,17 @@ impl<'a> Lowerer<'a> {
                 let mut restores = Vec::new();
                 let mut ids = Vec::new();
                 for b in &carried {
-                    let id = self.bindings.len();
+                    let id = self.new_binding(&b.ident, false);
                     ids.push(id);
-                    self.bindings.push(Binding {
-                        ident: b.ident.clone(),
-                        transient: false,
-                        saved_at: Vec::new(),
-                    });
                     body_scope.saved.push(Saved {
                         binding: id,
                         source: Source::Live,
                         hidden_by: NameSet::new(),
                     });
-                    let slot = Self::slot_ident(id);
-                    let ident = &b.ident;
-                    restores.push(quote!(let #ident = #rt::Slot::take(&mut #slot);));
+                    restores.push(restore_stmt(&b.ident, id));
                 }
                 let names: Vec<&Ident> = carried.iter().map(|b| &b.ident).collect();
-                let pats = carried.iter().map(|b| {
-                    let ident = &b.ident;
-                    if b.mutable {
-                        quote!(mut #ident)
-                    } else {
-                        quote!(#ident)
-                    }
-                });
+                let pats = carried.iter().map(binding_pat);
                 let (pat, e) = (&l.pat, &l.expr);
                 let binds = ids.iter().zip(&names).map(|(id, name)| {
                     let slot = Self::slot_ident(*id);
@@ -891,12 +872,7 @@ impl<'a> Lowerer<'a> {
             .iter()
             .filter(|b| b.mutable && used.contains(&b.ident.to_string()))
         {
-            let id = self.bindings.len();
-            self.bindings.push(Binding {
-                ident: b.ident.clone(),
-                transient: false,
-                saved_at: Vec::new(),
-            });
+            let id = self.new_binding(&b.ident, false);
             scope.saved.push(Saved {
                 binding: id,
                 source: Source::Live,
