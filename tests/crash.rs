@@ -1,0 +1,769 @@
+//! Crash tests across real processes, on one SQLite file.
+//!
+//! Each test spawns `checkpoint-test-worker` (src/bin) as child processes. Its
+//! workflow processes three items (a checkpoint each), waits for an
+//! `approval` signal, sleeps durably, takes a last checkpoint and returns;
+//! every side effect is appended and fsynced to a log file as
+//! `<unix nanos> <worker> <text>`. With `--step`, the child prints
+//! `CHECKPOINT <n> <label> <detail>` at every durable point and blocks until
+//! the test writes `go` (or kills it), so a test can stop a process at an
+//! exact point. See the binary's docs for the rest of its protocol.
+//!
+//! - `sigkill_after_every_checkpoint`: SIGKILL right after each durable point
+//!   in turn, resume in a fresh process: same output, same side-effect log.
+//! - `takeover_only_after_lease_expiry`: a second worker does not touch a run
+//!   while the first one's lease is live (even past one TTL, while it is
+//!   renewed), and takes it over once the lease of the killed first worker
+//!   has expired, not before.
+//! - `sigstopped_worker_is_fenced`: a worker frozen past its lease loses the
+//!   run to another worker; thawed, its writes are rejected and the stored
+//!   run stays exactly the new owner's.
+//!
+//! The tests run one at a time (they measure lease timings; the machine may
+//! have two cores only).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use checkpoint_runtime::store::{RunRecord, RunState};
+use checkpoint_runtime::{CheckpointInfo, Event, HistoryEntry, Runtime, Status};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-test-worker");
+const RUN: &str = "story-1";
+const APPROVAL: &str = r#"{"approved":true,"by":"ada"}"#;
+/// How long the test waits for one line from a child before failing.
+const LINE_TIMEOUT: Duration = Duration::from_secs(20);
+/// The lease TTL of the two-worker tests.
+const TTL: Duration = Duration::from_millis(1000);
+
+/// One test at a time: the lease tests measure time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos()
+}
+
+fn nanos(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH)
+        .expect("time after 1970")
+        .as_nanos()
+}
+
+fn ms(d: u128) -> f64 {
+    d as f64 / 1e6
+}
+
+/// A fresh directory, removed when the test passes (kept for inspection and
+/// printed when it fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "checkpoint-crash-{name}-{}-{}",
+            std::process::id(),
+            now_nanos()
+        ));
+        std::fs::create_dir_all(&dir).expect("creating the temp dir");
+        TempDir(dir)
+    }
+
+    fn db(&self) -> String {
+        self.0.join("runs.db").to_string_lossy().into_owned()
+    }
+
+    fn log(&self) -> PathBuf {
+        self.0.join("effects.log")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("crash test files kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A child worker process. Dropping it SIGKILLs and reaps the child, so no
+/// process outlives a failed assertion.
+struct Proc {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    stderr: PathBuf,
+    /// Every stdout line read so far.
+    seen: Vec<String>,
+}
+
+impl Proc {
+    fn spawn(dir: &TempDir, name: &str, args: &[&str]) -> Proc {
+        let stderr = dir.0.join(format!("{name}.stderr"));
+        let mut child = Command::new(WORKER)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {WORKER}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc {
+            name: name.to_owned(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+            seen: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn describe(&self) -> String {
+        let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        format!(
+            "process `{}`: stdout so far {:?}; stderr: {err}",
+            self.name, self.seen
+        )
+    }
+
+    /// The next stdout line; `None` at end of output.
+    fn next_line(&mut self) -> Option<String> {
+        match self.lines.recv_timeout(LINE_TIMEOUT) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                Some(line)
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no output for {LINE_TIMEOUT:?} from {}", self.describe())
+            }
+        }
+    }
+
+    /// A line already printed, if any (does not wait).
+    fn try_line(&mut self) -> Option<String> {
+        let line = self.lines.try_recv().ok()?;
+        self.seen.push(line.clone());
+        Some(line)
+    }
+
+    /// Reads lines until one starts with `prefix`, which is returned.
+    fn expect_line(&mut self, prefix: &str) -> String {
+        loop {
+            match self.next_line() {
+                Some(line) if line.starts_with(prefix) => return line,
+                Some(_) => {}
+                None => panic!("expected a line `{prefix}...` from {}", self.describe()),
+            }
+        }
+    }
+
+    /// Lets a stepping child go on past its current durable point.
+    fn go(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(b"go\n")
+            .and_then(|_| stdin.flush())
+            .unwrap_or_else(|e| panic!("writing to {}: {e}", self.name));
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix), then reap.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill {sig} {} failed", self.pid());
+    }
+
+    /// Waits for the child to exit on its own.
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{} did not exit within {timeout:?}",
+                self.describe()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Reads the rest of the output and checks that the child exited with 0.
+    fn finish(&mut self) -> Vec<String> {
+        let mut rest = Vec::new();
+        while let Some(line) = self.next_line() {
+            rest.push(line);
+        }
+        let status = self.wait_exit(Duration::from_secs(10));
+        assert!(status.success(), "{} exited with {status}", self.describe());
+        rest
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // Also ends a SIGSTOPped child: SIGKILL needs no SIGCONT.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn worker_args<'a>(cmd: &'a str, db: &'a str, log: &'a str) -> Vec<&'a str> {
+    vec![cmd, "--db", db, "--id", RUN, "--log", log]
+}
+
+/// Stores the approval signal, from a process of its own.
+fn send_approval(dir: &TempDir) {
+    let db = dir.db();
+    let mut p = Proc::spawn(
+        dir,
+        "signal",
+        &[
+            "signal", "--db", &db, "--id", RUN, "--name", "approval", "--json", APPROVAL,
+        ],
+    );
+    let out = p.finish();
+    assert_eq!(out, ["SIGNALLED"], "{}", p.describe());
+}
+
+/// One line of the side-effect log.
+#[derive(Debug, Clone, PartialEq)]
+struct Effect {
+    at: u128,
+    worker: String,
+    text: String,
+}
+
+fn read_log(path: &Path) -> Vec<Effect> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            let at = parts.next().and_then(|t| t.parse().ok());
+            let worker = parts.next();
+            let rest = parts.next();
+            match (at, worker, rest) {
+                (Some(at), Some(worker), Some(text)) => Effect {
+                    at,
+                    worker: worker.to_owned(),
+                    text: text.to_owned(),
+                },
+                _ => panic!("malformed side-effect line {l:?}"),
+            }
+        })
+        .collect()
+}
+
+fn effects_of(log: &[Effect]) -> Vec<(String, String)> {
+    log.iter()
+        .map(|e| (e.worker.clone(), e.text.clone()))
+        .collect()
+}
+
+fn expected_effects(workers: &[(&str, &str)]) -> Vec<(String, String)> {
+    workers
+        .iter()
+        .map(|(w, t)| ((*w).to_owned(), (*t).to_owned()))
+        .collect()
+}
+
+/// What the store holds about the run, read through the library.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    status: Status,
+    record: RunRecord,
+    output: Option<serde_json::Value>,
+    checkpoints: Vec<CheckpointInfo>,
+    history: Vec<HistoryEntry>,
+}
+
+fn snapshot(db: &str) -> Snapshot {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        // A runtime that only reads: it never runs a worker, so it claims nothing.
+        let store = Runtime::builder()
+            .worker_id("inspector")
+            .open(db)
+            .await
+            .expect("opening the database");
+        let record = store
+            .store()
+            .load_run(RUN)
+            .await
+            .expect("loading the run")
+            .expect("the run exists");
+        let output = match &record.state {
+            RunState::Completed { output, .. } => {
+                Some(serde_json::from_slice(output).expect("output is JSON"))
+            }
+            _ => None,
+        };
+        Snapshot {
+            status: store.status(RUN).await.expect("status"),
+            output,
+            checkpoints: store.checkpoints(RUN).await.expect("checkpoints"),
+            history: store.history_entries(RUN).await.expect("history"),
+            record,
+        }
+    })
+}
+
+fn labels(s: &Snapshot) -> Vec<(u64, Option<String>)> {
+    s.checkpoints
+        .iter()
+        .map(|c| (c.seq, c.label.clone()))
+        .collect()
+}
+
+/// How one story (start, signal, resumes) went.
+#[derive(Debug)]
+struct Story {
+    output: serde_json::Value,
+    effects: Vec<(String, String)>,
+    /// `CHECKPOINT` lines seen over all processes.
+    durable_points: usize,
+    signals: usize,
+    processes: usize,
+    checkpoints: Vec<(u64, Option<String>)>,
+}
+
+/// Runs the story to its end on a fresh database, every process stepping; if
+/// `kill_at` is `Some(k)`, the process that prints the k-th `CHECKPOINT` line
+/// (counted over all processes) is SIGKILLed right there and a fresh process
+/// resumes the run. The approval is sent whenever a process reports that the
+/// run waits for it.
+fn run_story(dir: &TempDir, kill_at: Option<usize>) -> Story {
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let mut durable_points = 0;
+    let mut signals = 0;
+    let mut processes = 0;
+    let mut killed = false;
+    // The durable point a killed process stopped at ("label detail").
+    let mut killed_at: Option<String> = None;
+    loop {
+        processes += 1;
+        assert!(
+            processes <= 8,
+            "the story does not end: {processes} processes"
+        );
+        let cmd = if processes == 1 { "start" } else { "resume" };
+        let mut args = worker_args(cmd, &db, &log);
+        args.extend(["--worker-id", "w", "--step"]);
+        let mut p = Proc::spawn(dir, &format!("{processes}-{cmd}"), &args);
+        enum End {
+            Killed,
+            Waiting,
+            Done(serde_json::Value),
+        }
+        let mut end = None;
+        while let Some(line) = p.next_line() {
+            if let Some(rest) = line.strip_prefix("CHECKPOINT ") {
+                durable_points += 1;
+                let point = rest.split_once(' ').map_or("", |(_, p)| p).to_owned();
+                if let Some(at) = killed_at.take() {
+                    // The fresh process continues right after the checkpoint
+                    // the killed one had reached (it announces it again).
+                    assert_eq!(point, at, "resumed elsewhere than where it was killed");
+                }
+                if Some(durable_points) == kill_at {
+                    // The checkpoint is durable and nothing after it has run:
+                    // the child is blocked reading stdin.
+                    p.kill();
+                    killed = true;
+                    killed_at = Some(point);
+                    end = Some(End::Killed);
+                    break;
+                }
+                p.go();
+            } else if line == "WAITING approval" {
+                end = Some(End::Waiting);
+            } else if let Some(json) = line.strip_prefix("RESULT ") {
+                end = Some(End::Done(
+                    serde_json::from_str(json).expect("RESULT is JSON"),
+                ));
+            } else if line != "STARTED" && line != "SLEEPING" {
+                panic!("unexpected line {line:?} from {}", p.describe());
+            }
+        }
+        match end {
+            Some(End::Killed) => {}
+            Some(End::Waiting) => {
+                p.finish();
+                send_approval(dir);
+                signals += 1;
+            }
+            Some(End::Done(output)) => {
+                p.finish();
+                if let Some(k) = kill_at {
+                    assert!(killed, "the story ended before durable point {k}");
+                }
+                let s = snapshot(&db);
+                assert_eq!(s.status, Status::Completed);
+                assert_eq!(s.output.as_ref(), Some(&output), "stored output");
+                return Story {
+                    output,
+                    effects: effects_of(&read_log(&dir.log())),
+                    durable_points,
+                    signals,
+                    processes,
+                    checkpoints: labels(&s),
+                };
+            }
+            None => panic!("{} ended without a result", p.describe()),
+        }
+    }
+}
+
+#[test]
+fn sigkill_after_every_checkpoint() {
+    let _serial = serial();
+    let started = Instant::now();
+    let base_dir = TempDir::new("uninterrupted");
+    let base = run_story(&base_dir, None);
+    let w = |t: &'static str| ("w", t);
+    assert_eq!(
+        base.effects,
+        expected_effects(&[
+            w("begin"),
+            w("process item-1"),
+            w("process item-2"),
+            w("process item-3"),
+            w("after approval by ada"),
+            w("after sleep"),
+            w("end"),
+        ])
+    );
+    assert_eq!(
+        base.output,
+        serde_json::json!({
+            "processed": ["item-1 by w", "item-2 by w", "item-3 by w"],
+            "approved_by": "ada",
+            "finished_by": "w",
+        })
+    );
+    // item x3, approved (after the wait), slept (after the sleep), final.
+    assert_eq!(base.durable_points, 6);
+    assert_eq!(base.signals, 1);
+    // start (until the wait), signal, resume (through the sleep to the end).
+    assert_eq!(base.processes, 2);
+    let n = base.durable_points;
+    for k in 1..=n {
+        let dir = TempDir::new(&format!("kill-{k}"));
+        let story = run_story(&dir, Some(k));
+        // Every kill happens right after a durable point, while the child is
+        // blocked on stdin, so nothing after that checkpoint has run: the
+        // resumed process starts exactly where the killed one stopped and no
+        // segment runs twice. (In general a segment after the latest
+        // checkpoint may run again; here that segment is empty.) So the log
+        // must equal the uninterrupted run's exactly, not just up to repeats.
+        assert_eq!(
+            story.effects, base.effects,
+            "side effects after a SIGKILL at durable point {k}"
+        );
+        assert_eq!(story.output, base.output, "output after a SIGKILL at {k}");
+        assert_eq!(
+            story.checkpoints, base.checkpoints,
+            "checkpoint versions after a SIGKILL at {k}"
+        );
+        // The signal consumed by the killed process is not lost: the resumed
+        // process gets it again from the store (no second signal is needed).
+        assert_eq!(story.signals, 1, "signals sent with a SIGKILL at {k}");
+        assert!(
+            story.durable_points >= n,
+            "kill at {k}: only {} durable points",
+            story.durable_points
+        );
+        assert_eq!(story.processes, base.processes + 1, "kill at {k}");
+    }
+    eprintln!(
+        "sigkill_after_every_checkpoint: {n} kill points, {:.2?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn takeover_only_after_lease_expiry() {
+    let _serial = serial();
+    let started = Instant::now();
+    let dir = TempDir::new("takeover");
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let ttl_ms = TTL.as_millis().to_string();
+
+    // Worker A claims the run and stops right after its first checkpoint.
+    let mut a_args = worker_args("start", &db, &log);
+    a_args.extend(["--worker-id", "a", "--lease-ttl-ms", &ttl_ms, "--step"]);
+    let mut a = Proc::spawn(&dir, "a", &a_args);
+    assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+
+    // Worker B, on the same file, started at once.
+    let mut b_args = worker_args("resume", &db, &log);
+    b_args.extend(["--worker-id", "b", "--lease-ttl-ms", &ttl_ms]);
+    let mut b = Proc::spawn(&dir, "b", &b_args);
+
+    // A stays alive (and renews its lease) for one and a half TTLs: B must
+    // not touch the run all that time.
+    std::thread::sleep(TTL * 3 / 2);
+    assert_eq!(b.try_line(), None, "B executed while A's lease was live");
+    let held = snapshot(&db);
+    assert_eq!(held.record.latest_seq, 1);
+    let lease = held.record.lease.clone().expect("A holds a lease");
+    assert_eq!(lease.worker, "a");
+    assert!(
+        !read_log(&dir.log()).iter().any(|e| e.worker == "b"),
+        "B had side effects while A's lease was live"
+    );
+
+    // SIGKILL A. Its lease, as it was last renewed, is now fixed.
+    a.kill();
+    let killed_at = now_nanos();
+    let expiry = nanos(
+        snapshot(&db)
+            .record
+            .lease
+            .expect("A's lease is left behind")
+            .expires_at,
+    );
+    assert!(
+        expiry > killed_at,
+        "A's lease had expired before it was killed (renewals missed?)"
+    );
+
+    // B takes over once the lease has expired, runs until the wait.
+    // B resumes right after A's checkpoint #1 (and re-announces it).
+    assert_eq!(b.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+    b.expect_line("WAITING approval");
+    b.finish();
+    send_approval(&dir);
+    let mut b2_args = worker_args("resume", &db, &log);
+    b2_args.extend(["--worker-id", "b", "--lease-ttl-ms", &ttl_ms]);
+    let mut b2 = Proc::spawn(&dir, "b2", &b2_args);
+    let result = b2.expect_line("RESULT ");
+    b2.finish();
+
+    let effects = read_log(&dir.log());
+    assert_eq!(
+        effects_of(&effects),
+        expected_effects(&[
+            ("a", "begin"),
+            ("a", "process item-1"),
+            ("b", "process item-2"),
+            ("b", "process item-3"),
+            ("b", "after approval by ada"),
+            ("b", "after sleep"),
+            ("b", "end"),
+        ])
+    );
+    let b_first_effect = effects
+        .iter()
+        .find(|e| e.worker == "b")
+        .expect("B had side effects")
+        .at;
+    assert!(
+        b_first_effect >= expiry,
+        "B ran {:.1} ms before A's lease expired",
+        ms(expiry - b_first_effect)
+    );
+    let s = snapshot(&db);
+    let resumed_by_b = s
+        .history
+        .iter()
+        .find(|e| matches!(&e.event, Event::Resumed { worker, from_seq: 1 } if worker == "b"))
+        .expect("history: resumed by b from checkpoint #1");
+    assert!(nanos(resumed_by_b.at) >= expiry, "B resumed before expiry");
+    // Nothing happened to the run between A's first checkpoint and B's takeover.
+    let before_takeover: Vec<&Event> = s
+        .history
+        .iter()
+        .filter(|e| nanos(e.at) < expiry)
+        .map(|e| &e.event)
+        .collect();
+    assert!(
+        before_takeover.iter().all(|e| !matches!(
+            e,
+            Event::Resumed { .. } | Event::CheckpointSaved { seq: 2.., .. }
+        )),
+        "events before the lease expired: {before_takeover:?}"
+    );
+    let takeover_delay = b_first_effect - expiry;
+    assert!(
+        takeover_delay < 3_000_000_000,
+        "B took {:.1} ms after the expiry to take over",
+        ms(takeover_delay)
+    );
+    let expected = serde_json::json!({
+        "processed": ["item-1 by a", "item-2 by b", "item-3 by b"],
+        "approved_by": "ada",
+        "finished_by": "b",
+    });
+    assert_eq!(s.status, Status::Completed);
+    assert_eq!(s.output, Some(expected.clone()));
+    let printed: serde_json::Value =
+        serde_json::from_str(result.trim_start_matches("RESULT ")).expect("JSON");
+    assert_eq!(printed, expected);
+    eprintln!(
+        "takeover_only_after_lease_expiry: A killed {:.1} ms before its lease expired; B's \
+         first side effect {:.1} ms after the expiry; total {:.2?}",
+        ms(expiry - killed_at),
+        ms(takeover_delay),
+        started.elapsed()
+    );
+}
+
+#[test]
+fn sigstopped_worker_is_fenced() {
+    let _serial = serial();
+    let started = Instant::now();
+    let dir = TempDir::new("fenced");
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let ttl_ms = TTL.as_millis().to_string();
+
+    // Worker A holds the run, right after its first checkpoint; freeze it.
+    let mut a_args = worker_args("start", &db, &log);
+    a_args.extend(["--worker-id", "a", "--lease-ttl-ms", &ttl_ms, "--step"]);
+    let mut a = Proc::spawn(&dir, "a", &a_args);
+    assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+    a.signal("-STOP");
+    let stopped_at = now_nanos();
+    let epoch_a = snapshot(&db).record.epoch;
+
+    // Worker B takes the run over once A's lease expires, and finishes it.
+    let mut b_args = worker_args("resume", &db, &log);
+    b_args.extend(["--worker-id", "b", "--lease-ttl-ms", &ttl_ms]);
+    let mut b = Proc::spawn(&dir, "b", &b_args);
+    // B resumes right after A's checkpoint #1 (and re-announces it).
+    assert_eq!(b.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+    b.expect_line("WAITING approval");
+    b.finish();
+    send_approval(&dir);
+    let mut b2 = Proc::spawn(&dir, "b2", &b_args);
+    b2.expect_line("RESULT ");
+    b2.finish();
+    let taken_over = snapshot(&db);
+    assert_eq!(taken_over.status, Status::Completed);
+    assert!(
+        taken_over.record.epoch > epoch_a,
+        "B claimed with a new epoch"
+    );
+    let expected = serde_json::json!({
+        "processed": ["item-1 by a", "item-2 by b", "item-3 by b"],
+        "approved_by": "ada",
+        "finished_by": "b",
+    });
+    assert_eq!(taken_over.output, Some(expected.clone()));
+
+    // Thaw A and let it go on past its checkpoint: it would process item-2
+    // and store checkpoint #2, but its epoch is stale.
+    let effects_before = read_log(&dir.log()).len();
+    a.go();
+    let continued_at = now_nanos();
+    a.signal("-CONT");
+    let status = a.wait_exit(Duration::from_secs(20));
+    let mut a_rest = Vec::new();
+    while let Some(line) = a.next_line() {
+        a_rest.push(line);
+    }
+    assert!(status.success(), "A exited with {status}: {}", a.describe());
+    // A's next checkpoint never returned (no CHECKPOINT line), and when it
+    // looked at the run again it found B's result.
+    assert!(
+        !a_rest.iter().any(|l| l.starts_with("CHECKPOINT")),
+        "A passed a checkpoint after losing its lease: {a_rest:?}"
+    );
+    let a_result = a_rest
+        .iter()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("A printed no result: {a_rest:?}"));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(a_result).expect("JSON"),
+        expected
+    );
+
+    // The store is exactly as B left it: same output, checkpoints, history,
+    // epoch and lease. A's checkpoint #2 (or its lease renewal) was rejected.
+    let after = snapshot(&db);
+    assert_eq!(
+        after, taken_over,
+        "A changed the run after losing its lease"
+    );
+    assert_eq!(
+        labels(&after),
+        [
+            (1, Some("item".to_owned())),
+            (2, Some("item".to_owned())),
+            (3, Some("item".to_owned())),
+            (4, None),
+            (5, None),
+            (6, Some("final".to_owned())),
+        ]
+        .into_iter()
+        .map(|(s, l)| (s as u64, l))
+        .collect::<Vec<_>>(),
+    );
+    // At most the segment after A's checkpoint ran again in A (a side effect
+    // fencing cannot undo: at-least-once per segment), and nothing further.
+    let effects = read_log(&dir.log());
+    let a_after: Vec<&str> = effects[effects_before..]
+        .iter()
+        .map(|e| {
+            assert_eq!(e.worker, "a", "only A ran after B finished");
+            assert!(e.at >= continued_at);
+            e.text.as_str()
+        })
+        .collect();
+    assert!(
+        a_after.is_empty() || a_after == ["process item-2"],
+        "A ran past its rejected checkpoint: {a_after:?}"
+    );
+    eprintln!(
+        "sigstopped_worker_is_fenced: A frozen for {:.1} ms; after SIGCONT A {}; total {:.2?}",
+        ms(continued_at - stopped_at),
+        if a_after.is_empty() {
+            "was stopped by its rejected lease renewal before running on"
+        } else {
+            "re-ran the item-2 segment and its checkpoint #2 was rejected"
+        },
+        started.elapsed()
+    );
+}
