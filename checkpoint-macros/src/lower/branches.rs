@@ -1,0 +1,313 @@
+//! `if` chains and `match`: which arm holds the site, and whether the arm's
+//! bindings are restored from the checkpoint or re-derived by evaluating the
+//! condition again.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::{Block, Expr, Ident, Pat};
+
+use super::syntax::{is_pure, strip_parens, yields_reference};
+use super::{
+    binding_pat, clean_expr, frame_ident, restore_stmt, rt, Lowerer, Saved, Scope, Source, Split,
+};
+use crate::names::{free_in_expr, pat_bindings, NameSet, PatBinding};
+use crate::sites::{self, SiteRange};
+
+impl Lowerer<'_> {
+    /// `if` chains and `match`: the head picks an arm and carries the arm's
+    /// bindings; the post runs the arm's body.
+    ///
+    /// On resume the head either restores the bindings of the arm that holds
+    /// the site from the checkpoint, or, when the condition / scrutinee is pure
+    /// (`rederive`), evaluates it again after the merge, which re-derives
+    /// bindings that borrow from restored locals.
+    pub(super) fn lower_arms(
+        &mut self,
+        scrutinee: Option<&Expr>,
+        arms: Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)>,
+        rederive: bool,
+        scope: &Scope,
+    ) -> Split {
+        let frame = frame_ident();
+        let rt = rt();
+        let enum_ident = Ident::new(
+            &format!("__CpArms{}", self.fresh("arms")),
+            Span::mixed_site(),
+        );
+        let n = arms.len();
+        let params: Vec<Ident> = (0..n).map(|i| format_ident!("T{}", i)).collect();
+        let variants: Vec<Ident> = (0..n).map(|i| format_ident!("A{}", i)).collect();
+        let items = quote! {
+            #[allow(non_camel_case_types, dead_code)]
+            enum #enum_ident<#(#params),*> { #(#variants(#params)),* }
+        };
+
+        // Bindings saved per arm (restore mode, arms holding sites only).
+        let mut saved_ids: Vec<Vec<usize>> = Vec::new();
+        for (_, carried, sites, _) in &arms {
+            let mut ids = Vec::new();
+            if let (Some(range), false) = (sites, rederive) {
+                let describe = self.site(range.first).describe();
+                for b in carried {
+                    if b.by_ref {
+                        self.errors.push(
+                            b.ident.span(),
+                            format!("`{}` is a reference (`ref` binding) used after {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
+                        );
+                    }
+                    ids.push(self.new_binding(&b.ident, false));
+                }
+            }
+            saved_ids.push(ids);
+        }
+
+        // Normal head: evaluate the condition / scrutinee, carry the bindings.
+        let carry = |i: usize| {
+            let names: Vec<&Ident> = arms[i].1.iter().map(|b| &b.ident).collect();
+            let binds = saved_ids[i].iter().zip(&names).map(|(id, name)| {
+                let slot = Self::slot_ident(*id);
+                quote!(#rt::Slot::bind(&#slot, &#name);)
+            });
+            let v = &variants[i];
+            quote!({ #(#binds)* #enum_ident::#v((#(#names,)*)) })
+        };
+        let normal_head = match scrutinee {
+            Some(scrutinee) => {
+                let arms_code = arms.iter().enumerate().map(|(i, (pat, ..))| {
+                    let c = carry(i);
+                    quote!(#pat => #c,)
+                });
+                quote!(match #scrutinee { #(#arms_code)* })
+            }
+            None => {
+                // `if` chain: the arm tokens are the conditions; the last arm is
+                // the `else` (synthetic when the user wrote none).
+                let mut code = TokenStream::new();
+                for (i, (cond, ..)) in arms.iter().enumerate() {
+                    let c = carry(i);
+                    if i + 1 < n {
+                        code.extend(quote!(if #cond #c else));
+                    } else {
+                        code.extend(c);
+                    }
+                }
+                code
+            }
+        };
+
+        // Resume head (restore mode) and the arms' bodies.
+        let site_arms: Vec<usize> = arms
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.2.is_some())
+            .map(|(i, _)| i)
+            .collect();
+        let mut resume_arms = Vec::new();
+        let mut post_arms = Vec::new();
+        for (i, (_, carried, sites, body)) in arms.iter().enumerate() {
+            let v = &variants[i];
+            let pats = carried.iter().map(binding_pat);
+            let Some(range) = sites else {
+                let body = clean_expr(body);
+                post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
+                continue;
+            };
+            let mut arm_scope = scope.clone();
+            let carried_names: NameSet = carried.iter().map(|b| b.ident.to_string()).collect();
+            arm_scope.bind_inner(&carried_names);
+            if rederive {
+                arm_scope.ref_locals.extend(carried_names.iter().cloned());
+            }
+            let mut restores = Vec::new();
+            for (b, &id) in carried.iter().zip(&saved_ids[i]) {
+                arm_scope.saved.push(Saved {
+                    binding: id,
+                    source: Source::Live,
+                    hidden_by: NameSet::new(),
+                });
+                restores.push(restore_stmt(&b.ident, id));
+            }
+            if !rederive {
+                let names = carried.iter().map(|b| &b.ident);
+                let (first, last) = (range.first, range.last);
+                let pattern = if Some(&i) == site_arms.last() {
+                    quote!(_)
+                } else {
+                    quote!(::core::option::Option::Some(#first..=#last))
+                };
+                resume_arms
+                    .push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
+            }
+            let overwrite = if rederive {
+                self.restore_mutable_bindings(carried, &free_in_expr(body), *range, &mut arm_scope)
+            } else {
+                TokenStream::new()
+            };
+            let body_block: Block = match body {
+                Expr::Block(b) if b.label.is_none() => b.block.clone(),
+                other => syn::parse_quote!({ #other }),
+            };
+            let body = self.lower_block(&body_block, &arm_scope);
+            post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => { #overwrite #body }));
+        }
+
+        let head = Ident::new("__cp_head", Span::mixed_site());
+        if rederive {
+            // The condition / scrutinee reads only restored locals and makes no
+            // calls: evaluate it again after the merge, when the restored locals
+            // have their types, and check it picks the arm that holds the site.
+            let checks = arms.iter().zip(&variants).filter_map(|((_, _, sites, _), v)| {
+                let range = (*sites)?;
+                let (first, last) = (range.first, range.last);
+                Some(quote!((::core::option::Option::Some(#first..=#last), #enum_ident::#v(..)) => true,))
+            });
+            let h = Ident::new("__cp_rederived", Span::mixed_site());
+            let post = quote! {
+                match match #head {
+                    ::core::option::Option::Some(#h) => #h,
+                    ::core::option::Option::None => {
+                        let #h = #normal_head;
+                        let ok = match (#frame.target(), &#h) { #(#checks)* _ => false };
+                        if !ok {
+                            match #frame.halt(#rt::diverged(&#frame, "the `if`/`match` around the site took another branch when evaluated again on resume")).await {}
+                        }
+                        #h
+                    }
+                } { #(#post_arms)* }
+            };
+            Split {
+                items,
+                normal_head: quote!(::core::option::Option::Some(#normal_head)),
+                resume_head: quote!(::core::option::Option::None),
+                post,
+            }
+        } else {
+            Split {
+                items,
+                normal_head,
+                resume_head: quote!(match #frame.target() { #(#resume_arms)* }),
+                post: quote!(match #head { #(#post_arms)* }),
+            }
+        }
+    }
+}
+
+/// The arms of an `if` / `else if` / `else` chain: (condition tokens or empty
+/// for `else`, carried bindings, sites, body).
+pub(super) fn if_arms(
+    i: &syn::ExprIf,
+) -> Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)> {
+    let mut out = Vec::new();
+    let mut cur = i;
+    loop {
+        let body = Expr::Block(syn::ExprBlock {
+            attrs: vec![],
+            label: None,
+            block: cur.then_branch.clone(),
+        });
+        let lets = let_patterns(&cur.cond);
+        let carried = carried_bindings(&lets, &body, None);
+        let cond = &cur.cond;
+        out.push((
+            quote!(#cond),
+            carried,
+            sites::sites_in_block(&cur.then_branch),
+            body,
+        ));
+        match &cur.else_branch {
+            Some((_, e)) => match &**e {
+                Expr::If(next) => cur = next,
+                other => {
+                    out.push((
+                        TokenStream::new(),
+                        Vec::new(),
+                        sites::sites_in_expr(other),
+                        other.clone(),
+                    ));
+                    break;
+                }
+            },
+            None => {
+                out.push((TokenStream::new(), Vec::new(), None, syn::parse_quote!({})));
+                break;
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn if_conditions(i: &syn::ExprIf) -> Vec<&Expr> {
+    let mut out = vec![&*i.cond];
+    let mut cur = i;
+    while let Some((_, e)) = &cur.else_branch {
+        match &**e {
+            Expr::If(next) => {
+                out.push(&next.cond);
+                cur = next;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Patterns of `let` conditions in an `if` condition (`&&` chains included).
+pub(super) fn let_patterns(cond: &Expr) -> Vec<&Pat> {
+    match strip_parens(cond) {
+        Expr::Let(l) => vec![&l.pat],
+        Expr::Binary(b) if matches!(b.op, syn::BinOp::And(_)) => {
+            let mut out = let_patterns(&b.left);
+            out.extend(let_patterns(&b.right));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Bindings of `pats` that `body` reads.
+pub(super) fn carried_bindings(pats: &[&Pat], body: &Expr, ctx: Option<&Ident>) -> Vec<PatBinding> {
+    let used = free_in_expr(body);
+    pats.iter()
+        .flat_map(|p| pat_bindings(p))
+        .filter(|b| used.contains(&b.ident.to_string()) && ctx.is_none_or(|c| b.ident != *c))
+        .collect()
+}
+
+/// A `match` is resumed by evaluating its scrutinee again (instead of
+/// restoring the arm's bindings) when the scrutinee and guards are pure and
+/// the arms bind references: the scrutinee is borrowed (`&x`, `x.as_ref()`, a
+/// local holding a re-derived reference) or a pattern says `ref`. Bindings
+/// that move out of an owned scrutinee are restored instead.
+pub(super) fn match_rederives(m: &syn::ExprMatch, refs: &NameSet) -> bool {
+    is_pure(&m.expr)
+        && m.arms
+            .iter()
+            .all(|a| a.guard.as_ref().is_none_or(|(_, g)| is_pure(g)))
+        && (yields_reference(&m.expr, refs) || m.arms.iter().any(|a| binds_by_ref(&a.pat)))
+}
+
+/// The same for an `if let` chain: every condition pure, and every `let`
+/// condition borrowing.
+pub(super) fn if_rederives(i: &syn::ExprIf, refs: &NameSet) -> bool {
+    let conds = if_conditions(i);
+    let mut lets = conds.iter().flat_map(|c| let_conditions(c)).peekable();
+    lets.peek().is_some()
+        && conds.iter().all(|c| is_pure(c))
+        && lets.all(|l| yields_reference(&l.expr, refs) || binds_by_ref(&l.pat))
+}
+
+pub(super) fn let_conditions(cond: &Expr) -> Vec<&syn::ExprLet> {
+    match strip_parens(cond) {
+        Expr::Let(l) => vec![l],
+        Expr::Binary(b) if matches!(b.op, syn::BinOp::And(_)) => {
+            let mut out = let_conditions(&b.left);
+            out.extend(let_conditions(&b.right));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+pub(super) fn binds_by_ref(pat: &Pat) -> bool {
+    pat_bindings(pat).iter().any(|b| b.by_ref)
+}

@@ -1,0 +1,97 @@
+//! What can be judged from an expression's syntax alone: constants, pure
+//! reads of locals, and borrows.
+
+use syn::Expr;
+
+use crate::names::NameSet;
+
+/// Methods that borrow their receiver and return a reference or a borrowing
+/// iterator.
+const BORROWING_METHODS: &[&str] = &[
+    "as_ref",
+    "as_mut",
+    "as_deref",
+    "as_deref_mut",
+    "as_str",
+    "as_slice",
+    "as_bytes",
+    "borrow",
+    "borrow_mut",
+    "iter",
+    "iter_mut",
+    "chars",
+    "bytes",
+    "keys",
+    "values",
+    "values_mut",
+    "lines",
+];
+
+/// Whether an expression evaluates to a reference (or an iterator of
+/// references) into locals, judged from its syntax.
+pub(super) fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
+    match strip_parens(expr) {
+        Expr::Reference(_) => true,
+        Expr::Path(p) => p
+            .path
+            .get_ident()
+            .is_some_and(|i| refs.contains(&i.to_string())),
+        Expr::Field(f) => yields_reference(&f.base, refs),
+        Expr::Index(i) => yields_reference(&i.expr, refs),
+        Expr::MethodCall(m) => {
+            BORROWING_METHODS.contains(&m.method.to_string().as_str())
+                || yields_reference(&m.receiver, refs)
+        }
+        _ => false,
+    }
+}
+
+/// A literal (`"n"`, `3`, `-1.5`, `b"x"`, `true`) or a path that names a
+/// constant by convention (`MAX_RETRIES`, `u32::MAX`).
+pub(super) fn is_constant(expr: &Expr) -> bool {
+    match strip_parens(expr) {
+        Expr::Lit(_) => true,
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_constant(&u.expr),
+        Expr::Path(p) => {
+            p.qself.is_none()
+                && p.path.segments.last().is_some_and(|s| {
+                    let name = s.ident.to_string();
+                    name.len() > 1
+                        && name
+                            .chars()
+                            .all(|c| c.is_uppercase() || c.is_ascii_digit() || c == '_')
+                })
+        }
+        _ => false,
+    }
+}
+
+/// An expression that only reads locals: paths, fields, indexing, references,
+/// literals, operators, `let` patterns over those, and argument-less method
+/// calls (`opt.as_ref()`, `s.as_str()`), which are pure by convention.
+/// Evaluating it again on resume gives the same value and re-derives any
+/// references it makes into restored locals.
+pub(super) fn is_pure(expr: &Expr) -> bool {
+    match expr {
+        Expr::Path(_) | Expr::Lit(_) => true,
+        Expr::Paren(p) => is_pure(&p.expr),
+        Expr::Group(g) => is_pure(&g.expr),
+        Expr::Field(f) => is_pure(&f.base),
+        Expr::Index(i) => is_pure(&i.expr) && is_pure(&i.index),
+        Expr::Reference(r) => is_pure(&r.expr),
+        Expr::Unary(u) => is_pure(&u.expr),
+        Expr::Binary(b) => is_pure(&b.left) && is_pure(&b.right),
+        Expr::Let(l) => is_pure(&l.expr),
+        Expr::Tuple(t) => t.elems.iter().all(is_pure),
+        Expr::MethodCall(m) => m.args.is_empty() && is_pure(&m.receiver),
+        _ => false,
+    }
+}
+
+pub(super) fn strip_parens(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Paren(p) => strip_parens(&p.expr),
+        Expr::Group(g) => strip_parens(&g.expr),
+        other => other,
+    }
+}

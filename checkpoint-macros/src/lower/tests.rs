@@ -1,0 +1,226 @@
+//! Unit tests of the analysis: which locals each site saves, and the size
+//! of the expansion.
+
+use super::*;
+
+/// Lowers `body` and returns, for each site, the names of the locals it saves.
+fn saved_per_site(body: TokenStream) -> Vec<(String, Vec<String>)> {
+    let mut block: Block = syn::parse2(quote!({ #body })).expect("body parses");
+    let ctx = Ident::new("ctx", Span::call_site());
+    let sites = sites::number_sites(&mut block, Some(&ctx)).expect("sites");
+    let mut lowerer = Lowerer::new(&sites, Some(&ctx));
+    lowerer.lower_body(&block.stmts);
+    let (bindings, layouts) = lowerer.finish().expect("lowering succeeds");
+    sites
+        .iter()
+        .zip(layouts)
+        .map(|(s, l)| {
+            (
+                s.key(),
+                l.fields
+                    .iter()
+                    .map(|&b| bindings[b].ident.to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn expect(body: TokenStream, want: &[(&str, &[&str])]) {
+    let got = saved_per_site(body);
+    let want: Vec<(String, Vec<String>)> = want
+        .iter()
+        .map(|(k, f)| (k.to_string(), f.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn only_locals_used_after_the_site_are_saved() {
+    expect(
+        quote! {
+            let a = 1;
+            let client = make_client();
+            let b = client.get(a);
+            checkpoint!("x");
+            b + 1
+        },
+        &[("x", &["b"])],
+    );
+}
+
+#[test]
+fn uses_inside_macros_count() {
+    expect(
+        quote! {
+            let a = f(1);
+            let b = f(2);
+            let c = f(3);
+            let tag = "constant";
+            checkpoint!("x");
+            println!("{a} {} {tag}", b);
+            vec![c; 2]
+        },
+        &[("x", &["a", "b", "c"])],
+    );
+}
+
+#[test]
+fn a_local_shadowed_before_its_next_use_is_dead() {
+    expect(
+        quote! {
+            let x = 1;
+            let y = x;
+            checkpoint!("x");
+            let x = 2;
+            x + y
+        },
+        &[("x", &["y"])],
+    );
+}
+
+#[test]
+fn loop_carried_locals_are_live() {
+    expect(
+        quote! {
+            let mut i = 0;
+            let unused_after = 5;
+            let total = unused_after * 2;
+            loop {
+                checkpoint!("top");
+                i += 1;
+                if i > 3 { break; }
+            }
+            total
+        },
+        &[("top", &["i", "total"])],
+    );
+}
+
+#[test]
+fn for_loop_iterables_are_snapshotted_and_bindings_rederived() {
+    expect(
+        quote! {
+            let tasks = vec![1, 2, 3];
+            let mut done = Vec::new();
+            for t in &tasks {
+                let doubled = t * 2;
+                checkpoint!("task");
+                done.push(doubled + t);
+            }
+            done
+        },
+        &[("task", &["tasks", "done", "doubled"])],
+    );
+}
+
+#[test]
+fn match_arm_bindings_are_restored_when_the_scrutinee_is_a_call() {
+    expect(
+        quote! {
+            match fetch() {
+                Some(v) => { checkpoint!("got"); v + 1 }
+                None => 0,
+            }
+        },
+        &[("got", &["v"])],
+    );
+}
+
+#[test]
+fn pure_scrutinees_are_evaluated_again_instead() {
+    expect(
+        quote! {
+            let opt = fetch();
+            match &opt {
+                Some(v) => { checkpoint!("got"); v + 1 }
+                None => 0,
+            }
+        },
+        &[("got", &["opt"])],
+    );
+}
+
+#[test]
+fn suspension_points_are_sites() {
+    expect(
+        quote! {
+            let vendor = load();
+            let approval: Approval = ctx.wait_for("finance").await;
+            ctx.sleep(d).await;
+            (vendor, approval)
+        },
+        &[("#1", &["vendor"]), ("#2", &["vendor", "approval"])],
+    );
+}
+
+#[test]
+fn transient_locals_are_recreated_not_saved() {
+    expect(
+        quote! {
+            let url = config();
+            #[transient]
+            let client = Client::new(&url);
+            checkpoint!("a");
+            client.get()
+        },
+        &[("a", &["url"])],
+    );
+}
+
+fn expansion_size(sites: usize) -> usize {
+    let mut stmts = TokenStream::new();
+    for i in 0..sites {
+        let label = format!("s{i}");
+        stmts.extend(quote! {
+            for i in 0..n {
+                let mut j = 0;
+                while j < i { j += 1; total += j; checkpoint!(#label); }
+            }
+        });
+    }
+    let item: syn::ItemFn = syn::parse2(quote! {
+        async fn wf(ctx: &Ctx, n: u64) -> u64 { let mut total = 0; #stmts total }
+    })
+    .expect("parses");
+    crate::expand::workflow(TokenStream::new(), quote!(#item))
+        .expect("expands")
+        .to_string()
+        .len()
+}
+
+#[test]
+fn expansion_grows_linearly_with_the_number_of_sites() {
+    let (s10, s20, s40) = (expansion_size(10), expansion_size(20), expansion_size(40));
+    eprintln!("expansion size for 10/20/40 sites: {s10} / {s20} / {s40} bytes");
+    // Each extra site adds about the same amount of code.
+    let per_site_a = (s20 - s10) as f64 / 10.0;
+    let per_site_b = (s40 - s20) as f64 / 20.0;
+    assert!(
+        per_site_b < per_site_a * 1.5,
+        "expansion is super-linear: {s10} {s20} {s40}"
+    );
+}
+
+#[test]
+fn errors_name_the_variable_and_the_site() {
+    let mut block: Block = syn::parse2(quote!({
+        let data = vec![1];
+        let r = &data;
+        checkpoint!("after");
+        r.len()
+    }))
+    .expect("parses");
+    let sites = sites::number_sites(&mut block, None).expect("sites");
+    let mut lowerer = Lowerer::new(&sites, None);
+    lowerer.lower_body(&block.stmts);
+    let err = lowerer
+        .finish()
+        .err()
+        .expect("a reference live across a checkpoint is an error");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("`r` is a reference") && msg.contains("checkpoint \"after\""),
+        "{msg}"
+    );
+}
