@@ -806,3 +806,103 @@ async fn w33_postfix_and_items() {
         .signal("extra", &100u32);
     assert_eq!(check_with(harness).await.0, 112);
 }
+
+// 34. The DESIGN.md example, verbatim in shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct Vendor {
+    name: String,
+    risky: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct ReviewError(String);
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+enum Decision {
+    Rejected(String),
+    Approved { security: String, done: Vec<String> },
+}
+
+async fn security_review(vendor: &Vendor) -> Result<String, ReviewError> {
+    if vendor.risky {
+        Err(ReviewError(format!("{} is risky", vendor.name)))
+    } else {
+        Ok(format!("{} passed", vendor.name))
+    }
+}
+
+async fn notify_finance(_vendor: &Vendor) {}
+
+fn onboarding_tasks(vendor: &Vendor) -> Vec<String> {
+    vec![
+        format!("account:{}", vendor.name),
+        format!("badge:{}", vendor.name),
+    ]
+}
+
+async fn run_task(task: &str) -> Result<String, ReviewError> {
+    Ok(format!("{task} done"))
+}
+
+#[workflow]
+async fn vendor_approval(ctx: &Ctx, vendor: Vendor) -> Result<Decision, ReviewError> {
+    let security = security_review(&vendor).await?;
+    checkpoint!("security_reviewed");
+    notify_finance(&vendor).await;
+    let approval: Approval = ctx.wait_for("finance_approval").await;
+    if !approval.approved {
+        return Ok(Decision::Rejected(approval.reason));
+    }
+    let mut done = Vec::new();
+    for task in onboarding_tasks(&vendor) {
+        done.push(run_task(&task).await?);
+        checkpoint!("task_done");
+    }
+    Ok(Decision::Approved { security, done })
+}
+
+#[tokio::test]
+async fn w34_design_example() {
+    let vendor = Vendor {
+        name: "acme".into(),
+        risky: false,
+    };
+    let ok = Approval {
+        approved: true,
+        reason: "fine".into(),
+    };
+    let harness = Harness::new(vendor_approval)
+        .input(vendor.clone())
+        .signal("finance_approval", &ok);
+    let (out, n) = check_with(harness).await;
+    assert_eq!(
+        out,
+        Ok(Decision::Approved {
+            security: "acme passed".into(),
+            done: vec!["account:acme done".into(), "badge:acme done".into()],
+        })
+    );
+    assert_eq!(n, 4);
+    let no = Approval {
+        approved: false,
+        reason: "budget".into(),
+    };
+    let harness = Harness::new(vendor_approval)
+        .input(vendor)
+        .signal("finance_approval", &no);
+    assert_eq!(
+        check_with(harness).await.0,
+        Ok(Decision::Rejected("budget".into()))
+    );
+    let risky = Vendor {
+        name: "shady".into(),
+        risky: true,
+    };
+    let report = Harness::new(vendor_approval)
+        .input(risky)
+        .run()
+        .await
+        .expect("harness");
+    assert_eq!(report.checkpoints, 0);
+    assert_eq!(report.output, serde_json::json!({"Err": "shady is risky"}));
+}
