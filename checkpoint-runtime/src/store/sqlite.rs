@@ -3407,4 +3407,261 @@ mod tests {
         let sqlite = script(&sqlite);
         assert_eq!(memory, sqlite);
     }
+
+    // -- Measurements (not run by default) ---------------------------------
+    //
+    // cargo test --release -p checkpoint-runtime --lib sqlite::tests::bench -- --ignored --nocapture --test-threads 1
+
+    /// WAL frames (pages written) so far, from the WAL file's size.
+    fn wal_frames(path: &Path) -> u64 {
+        let wal = PathBuf::from(format!("{}-wal", path.display()));
+        let len = std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0);
+        len.saturating_sub(32) / (4096 + 24)
+    }
+
+    fn no_autocheckpoint(store: &SqliteStore) {
+        block_on(store.write(|cx| {
+            cx.conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+            Ok(())
+        }))
+        .unwrap();
+        peek(store)
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+    }
+
+    /// A raw connection with the store's pragmas and a one-table schema.
+    fn raw_conn(path: &Path) -> Connection {
+        let c = Connection::open(path).unwrap();
+        c.pragma_update(None, "journal_mode", "WAL").unwrap();
+        c.pragma_update(None, "synchronous", "FULL").unwrap();
+        c.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)
+            .unwrap();
+        c.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        c.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, run INTEGER, data BLOB)")
+            .unwrap();
+        c
+    }
+
+    fn state_bytes(i: u64) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let at = (i % 1000) as usize;
+        v[at] = v[at].wrapping_add(1 + (i / 1000) as u8);
+        v
+    }
+
+    fn percentile(times: &mut [Duration], p: f64) -> Duration {
+        times.sort();
+        times[((times.len() - 1) as f64 * p) as usize]
+    }
+
+    fn micros(d: Duration) -> f64 {
+        d.as_secs_f64() * 1e6
+    }
+
+    fn claim_all(store: &SqliteStore, n: usize) -> Vec<(String, Lease)> {
+        for i in 0..n {
+            new_run(store, &format!("r{i}"));
+        }
+        let mut r = req("w", "i");
+        r.limit = n;
+        block_on(store.claim(&r))
+            .unwrap()
+            .claimed
+            .into_iter()
+            .map(|c| (c.run.id, c.lease))
+            .collect()
+    }
+
+    /// Sequential durable saves of a ~1 KB state vs raw INSERT + COMMIT.
+    fn bench_sequential(n: u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
+        let runs = claim_all(&store, 1);
+        let (id, lease) = &runs[0];
+        for seq in 1..=50 {
+            let cp = cp_fields(id, seq, &[("state", &state_bytes(seq))], None);
+            block_on(store.save_checkpoint(lease, cp, None)).unwrap();
+        }
+        no_autocheckpoint(&store);
+        let f0 = wal_frames(store.path());
+        let mut times = Vec::new();
+        for seq in 51..=50 + n {
+            let cp = cp_fields(id, seq, &[("state", &state_bytes(seq))], None);
+            let t = Instant::now();
+            block_on(store.save_checkpoint(lease, cp, None)).unwrap();
+            times.push(t.elapsed());
+        }
+        let frames = wal_frames(store.path()) - f0;
+        let mean_s = times.iter().sum::<Duration>() / n as u32;
+        let med_s = percentile(&mut times, 0.5);
+
+        let raw = raw_conn(&dir.path().join("raw.db"));
+        for i in 0..50 {
+            raw.execute("INSERT INTO t (run, data) VALUES (1, ?1)", [state_bytes(i)])
+                .unwrap();
+        }
+        let rpath = dir.path().join("raw.db");
+        let f0 = wal_frames(&rpath);
+        let mut times = Vec::new();
+        for i in 0..n {
+            let data = state_bytes(i);
+            let t = Instant::now();
+            raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+            raw.prepare_cached("INSERT INTO t (run, data) VALUES (1, ?1)")
+                .unwrap()
+                .execute([data])
+                .unwrap();
+            raw.execute_batch("COMMIT").unwrap();
+            times.push(t.elapsed());
+        }
+        let rframes = wal_frames(&rpath) - f0;
+        let mean_r = times.iter().sum::<Duration>() / n as u32;
+        let med_r = percentile(&mut times, 0.5);
+        println!(
+            "sequential ({n} saves): store median {:.0} us mean {:.0} us, {:.2} pages/commit | \
+             raw median {:.0} us mean {:.0} us, {:.2} pages/commit | ratio median {:.2} mean {:.2}",
+            micros(med_s),
+            micros(mean_s),
+            frames as f64 / n as f64,
+            micros(med_r),
+            micros(mean_r),
+            rframes as f64 / n as f64,
+            med_s.as_secs_f64() / med_r.as_secs_f64(),
+            mean_s.as_secs_f64() / mean_r.as_secs_f64(),
+        );
+    }
+
+    /// `runs` concurrent runs, `each` saves each, vs raw batched inserts.
+    fn bench_concurrent(runs: usize, each: u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path().join("c.db")).unwrap());
+        let leases = claim_all(&store, runs);
+        assert_eq!(leases.len(), runs);
+        no_autocheckpoint(&store);
+        let f0 = wal_frames(store.path());
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        tokio.block_on(async {
+            let tasks: Vec<_> = leases
+                .into_iter()
+                .map(|(id, lease)| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        for seq in 1..=each {
+                            let cp = cp_fields(&id, seq, &[("state", &state_bytes(seq))], None);
+                            store.save_checkpoint(&lease, cp, None).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let took = start.elapsed();
+        let total = runs as u64 * each;
+        let frames = wal_frames(store.path()) - f0;
+        let per_s = total as f64 / took.as_secs_f64();
+
+        let rpath = dir.path().join("raw.db");
+        let raw = raw_conn(&rpath);
+        let f0 = wal_frames(&rpath);
+        let start = Instant::now();
+        for b in 0..each {
+            raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+            for r in 0..runs {
+                raw.prepare_cached("INSERT INTO t (run, data) VALUES (?1, ?2)")
+                    .unwrap()
+                    .execute(params![r as i64, state_bytes(b)])
+                    .unwrap();
+            }
+            raw.execute_batch("COMMIT").unwrap();
+        }
+        let rtook = start.elapsed();
+        let rframes = wal_frames(&rpath) - f0;
+        let raw_s = total as f64 / rtook.as_secs_f64();
+        println!(
+            "concurrent {runs} runs x {each}: store {per_s:.0}/s, {:.2} pages/checkpoint | \
+             raw batched {raw_s:.0} rows/s, {:.2} pages/row | {:.0}%",
+            frames as f64 / total as f64,
+            rframes as f64 / total as f64,
+            100.0 * per_s / raw_s,
+        );
+    }
+
+    /// Resume (fresh open, claim with the latest checkpoint, load it) after
+    /// `n` prior checkpoints.
+    fn bench_resume(n: u64) -> Duration {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            // Other runs interleaved, so the run's rows are not alone.
+            let leases = claim_all(&store, 4);
+            let mut seq = 0;
+            while seq < n {
+                let batch: Vec<_> = (0..1000.min(n - seq))
+                    .flat_map(|k| {
+                        let s = seq + k + 1;
+                        leases
+                            .iter()
+                            .take(if s % 100 == 0 { 4 } else { 1 })
+                            .map(|(id, lease)| {
+                                let cs = if id == "r0" { s } else { s / 100 };
+                                let cp = cp_fields(id, cs, &[("state", &state_bytes(s))], None);
+                                store.save_checkpoint(lease, cp, None)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                for f in batch {
+                    block_on(f).unwrap();
+                }
+                seq += 1000.min(n - seq);
+            }
+        }
+        let mut times = Vec::new();
+        for round in 0..21 {
+            let t = Instant::now();
+            let store = SqliteStore::open(&path).unwrap();
+            let mut r = req("w", &format!("j{round:03}"));
+            r.only = Some("r0".into());
+            let c = block_on(store.claim(&r)).unwrap().claimed.remove(0);
+            assert_eq!(c.checkpoint.as_ref().unwrap().seq, n);
+            let latest = block_on(store.latest_checkpoint("r0")).unwrap().unwrap();
+            assert_eq!(latest.seq, n);
+            times.push(t.elapsed());
+        }
+        let med = percentile(&mut times, 0.5);
+        println!("resume after {n} checkpoints: median {:.0} us", micros(med));
+        med
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_1_sequential() {
+        bench_sequential(2000);
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_2_concurrent() {
+        bench_concurrent(1000, 20);
+        bench_concurrent(50, 200);
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_3_resume() {
+        let small = bench_resume(10);
+        let big = bench_resume(100_000);
+        println!(
+            "resume ratio 100k/10: {:.2}",
+            big.as_secs_f64() / small.as_secs_f64()
+        );
+    }
 }
