@@ -330,7 +330,11 @@ async fn run_stage(db: &Path, stage: Stage) -> Result<(), Box<dyn std::error::Er
             say("exiting; nothing about this run is left in memory anywhere");
         }
         Stage::Approve { reject, by } => {
-            say(&format!("status: {}", rt.status(RUN_ID).await?));
+            let status = rt.status(RUN_ID).await?;
+            say(&format!("status: {status}"));
+            if status.is_finished() {
+                return Err(format!("run `{RUN_ID}` is {status}: nothing to approve").into());
+            }
             let approval = match reject {
                 Some(reason) => Approval {
                     approved: false,
