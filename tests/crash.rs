@@ -650,48 +650,143 @@ fn takeover_only_after_lease_expiry() {
     );
 }
 
+/// When the frozen worker A is thawed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Thaw {
+    /// After B has finished the run.
+    AfterCompletion,
+    /// While B holds the run under its live lease, mid-way (split brain).
+    WhileBHoldsIt,
+}
+
+/// Worker A (stepping with `--step`: its lease is renewed while it waits at a
+/// durable point) is SIGSTOPped past its lease; B takes the run over and
+/// completes it; then A is SIGCONTed and told to go on. Whichever of A's
+/// writes comes first (a lease renewal, or checkpoint #2 if it gets to run
+/// the item-2 segment first) is rejected, and the stored run stays B's.
 #[test]
 fn sigstopped_worker_is_fenced() {
     let _serial = serial();
+    fenced_scenario("--step", Thaw::AfterCompletion);
+}
+
+/// A (stepping with `--step-blocking`) is frozen inside its segment's code,
+/// so once SIGCONTed it deterministically runs the item-2 segment and tries
+/// to store checkpoint #2 with its stale epoch before any lease renewal. It
+/// is thawed while B holds the run mid-way (a live, non-finished run, so a
+/// rule like "finished runs are never changed" cannot be what saves it):
+/// A's checkpoint is rejected, B goes on undisturbed and the result is B's.
+#[test]
+fn sigstopped_worker_mid_segment_is_fenced() {
+    let _serial = serial();
+    let a_after = fenced_scenario("--step-blocking", Thaw::WhileBHoldsIt);
+    assert_eq!(
+        a_after,
+        ["process item-2"],
+        "A ran its segment after SIGCONT"
+    );
+}
+
+/// The parts of a snapshot that only a write by the run's owner may change
+/// (not the lease expiry or `updated_at`, which renewals move).
+fn owned_state(s: &Snapshot) -> impl PartialEq + std::fmt::Debug {
+    (
+        s.status.clone(),
+        s.record.latest_seq,
+        s.record.epoch,
+        s.record.state.clone(),
+        s.record.wake.clone(),
+        s.record
+            .lease
+            .as_ref()
+            .map(|l| (l.worker.clone(), l.instance.clone())),
+        s.output.clone(),
+        s.checkpoints.clone(),
+        s.history.clone(),
+    )
+}
+
+fn wait_for_effect(dir: &TempDir, worker: &str, text: &str) {
+    let start = Instant::now();
+    while !read_log(&dir.log())
+        .iter()
+        .any(|e| e.worker == worker && e.text == text)
+    {
+        assert!(
+            start.elapsed() < LINE_TIMEOUT,
+            "no side effect `{worker} {text}` within {LINE_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs a fencing scenario; returns the side effects A had after SIGCONT.
+fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
     let started = Instant::now();
-    let dir = TempDir::new("fenced");
+    let dir = TempDir::new(&format!("fenced{step}"));
     let db = dir.db();
     let log = dir.log().to_string_lossy().into_owned();
     let ttl_ms = TTL.as_millis().to_string();
+    let expected = serde_json::json!({
+        "processed": ["item-1 by a", "item-2 by b", "item-3 by b"],
+        "approved_by": "ada",
+        "finished_by": "b",
+    });
 
     // Worker A holds the run, right after its first checkpoint; freeze it.
     let mut a_args = worker_args("start", &db, &log);
-    a_args.extend(["--worker-id", "a", "--lease-ttl-ms", &ttl_ms, "--step"]);
+    a_args.extend(["--worker-id", "a", "--lease-ttl-ms", &ttl_ms, step]);
     let mut a = Proc::spawn(&dir, "a", &a_args);
     assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
     a.signal("-STOP");
     let stopped_at = now_nanos();
     let epoch_a = snapshot(&db).record.epoch;
 
-    // Worker B takes the run over once A's lease expires, and finishes it.
+    // Worker B takes the run over once A's lease has expired. It resumes
+    // right after A's checkpoint #1 (and announces it again).
     let mut b_args = worker_args("resume", &db, &log);
     b_args.extend(["--worker-id", "b", "--lease-ttl-ms", &ttl_ms]);
+    let b2_args = b_args.clone();
+    if thaw == Thaw::WhileBHoldsIt {
+        b_args.push("--step");
+    }
     let mut b = Proc::spawn(&dir, "b", &b_args);
-    // B resumes right after A's checkpoint #1 (and re-announces it).
     assert_eq!(b.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
-    b.expect_line("WAITING approval");
-    b.finish();
-    send_approval(&dir);
-    let mut b2 = Proc::spawn(&dir, "b2", &b_args);
-    b2.expect_line("RESULT ");
-    b2.finish();
-    let taken_over = snapshot(&db);
-    assert_eq!(taken_over.status, Status::Completed);
+    let b_took_over = snapshot(&db);
     assert!(
-        taken_over.record.epoch > epoch_a,
+        b_took_over.record.epoch > epoch_a,
         "B claimed with a new epoch"
     );
-    let expected = serde_json::json!({
-        "processed": ["item-1 by a", "item-2 by b", "item-3 by b"],
-        "approved_by": "ada",
-        "finished_by": "b",
-    });
-    assert_eq!(taken_over.output, Some(expected.clone()));
+    let finish_b = |b: &mut Proc| {
+        if thaw == Thaw::WhileBHoldsIt {
+            // B is held at its first durable point: let it go on.
+            b.go();
+            loop {
+                let line = b.next_line().expect("B goes on to the wait");
+                if line.starts_with("CHECKPOINT") {
+                    b.go();
+                } else if line == "WAITING approval" {
+                    break;
+                }
+            }
+        } else {
+            b.expect_line("WAITING approval");
+        }
+        b.finish();
+        send_approval(&dir);
+        let mut b2 = Proc::spawn(&dir, "b2", &b2_args);
+        b2.expect_line("RESULT ");
+        b2.finish();
+        let done = snapshot(&db);
+        assert_eq!(done.status, Status::Completed);
+        assert_eq!(done.output, Some(expected.clone()));
+        done
+    };
+    let before_thaw = match thaw {
+        Thaw::AfterCompletion => finish_b(&mut b),
+        // B holds the run (renewing its lease) at its first durable point.
+        Thaw::WhileBHoldsIt => b_took_over,
+    };
 
     // Thaw A and let it go on past its checkpoint: it would process item-2
     // and store checkpoint #2, but its epoch is stale.
@@ -699,36 +794,59 @@ fn sigstopped_worker_is_fenced() {
     a.go();
     let continued_at = now_nanos();
     a.signal("-CONT");
+    if step == "--step-blocking" {
+        // A certainly runs its segment, then tries its checkpoint.
+        wait_for_effect(&dir, "a", "process item-2");
+    }
+    // Longer than a renewal period (TTL / 3): A has tried to write by now.
+    std::thread::sleep(TTL / 2);
+    let after_thaw = snapshot(&db);
+    assert_eq!(
+        owned_state(&after_thaw),
+        owned_state(&before_thaw),
+        "A changed the run after losing its lease"
+    );
+    if thaw == Thaw::WhileBHoldsIt {
+        assert_eq!(after_thaw.record.latest_seq, 1, "A's checkpoint #2 landed");
+        let done = finish_b(&mut b);
+        // B's checkpoints #2.. went through: A had not taken seq 2.
+        assert_eq!(done.record.latest_seq, 6);
+    }
+    let done = snapshot(&db);
+
+    // A stops executing the run: it exits once the run waits or is finished,
+    // having passed no further durable point.
     let status = a.wait_exit(Duration::from_secs(20));
     let mut a_rest = Vec::new();
     while let Some(line) = a.next_line() {
         a_rest.push(line);
     }
     assert!(status.success(), "A exited with {status}: {}", a.describe());
-    // A's next checkpoint never returned (no CHECKPOINT line), and when it
-    // looked at the run again it found B's result.
     assert!(
         !a_rest.iter().any(|l| l.starts_with("CHECKPOINT")),
         "A passed a checkpoint after losing its lease: {a_rest:?}"
     );
-    let a_result = a_rest
-        .iter()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("A printed no result: {a_rest:?}"));
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(a_result).expect("JSON"),
-        expected
-    );
+    let last = a_rest.last().map(String::as_str).unwrap_or("");
+    match thaw {
+        // A looked at the run again and found B's result.
+        Thaw::AfterCompletion => {
+            let json = last
+                .strip_prefix("RESULT ")
+                .unwrap_or_else(|| panic!("A printed no result: {a_rest:?}"));
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(json).expect("JSON"),
+                expected
+            );
+        }
+        // A polled the run (held by B) until B left it waiting.
+        Thaw::WhileBHoldsIt => assert_eq!(last, "WAITING approval", "{a_rest:?}"),
+    }
 
-    // The store is exactly as B left it: same output, checkpoints, history,
-    // epoch and lease. A's checkpoint #2 (or its lease renewal) was rejected.
-    let after = snapshot(&db);
+    // The store is exactly as B left it: output, checkpoints, history, epoch.
+    assert_eq!(snapshot(&db), done, "A changed the run after exiting");
+    assert_eq!(done.output, Some(expected));
     assert_eq!(
-        after, taken_over,
-        "A changed the run after losing its lease"
-    );
-    assert_eq!(
-        labels(&after),
+        labels(&done),
         [
             (1, Some("item".to_owned())),
             (2, Some("item".to_owned())),
@@ -737,19 +855,20 @@ fn sigstopped_worker_is_fenced() {
             (5, None),
             (6, Some("final".to_owned())),
         ]
-        .into_iter()
-        .map(|(s, l)| (s as u64, l))
-        .collect::<Vec<_>>(),
+    );
+    assert!(
+        !done.history.iter().any(|e| nanos(e.at) >= continued_at
+            && matches!(&e.event, Event::Resumed { worker, .. } if worker == "a")),
+        "A resumed the run again"
     );
     // At most the segment after A's checkpoint ran again in A (a side effect
     // fencing cannot undo: at-least-once per segment), and nothing further.
-    let effects = read_log(&dir.log());
-    let a_after: Vec<&str> = effects[effects_before..]
+    let a_after: Vec<String> = read_log(&dir.log())[effects_before..]
         .iter()
+        .filter(|e| e.worker == "a")
         .map(|e| {
-            assert_eq!(e.worker, "a", "only A ran after B finished");
             assert!(e.at >= continued_at);
-            e.text.as_str()
+            e.text.clone()
         })
         .collect();
     assert!(
@@ -757,7 +876,7 @@ fn sigstopped_worker_is_fenced() {
         "A ran past its rejected checkpoint: {a_after:?}"
     );
     eprintln!(
-        "sigstopped_worker_is_fenced: A frozen for {:.1} ms; after SIGCONT A {}; total {:.2?}",
+        "fenced ({step}, thawed {thaw:?}): A frozen for {:.1} ms; after SIGCONT A {}; total {:.2?}",
         ms(continued_at - stopped_at),
         if a_after.is_empty() {
             "was stopped by its rejected lease renewal before running on"
@@ -766,4 +885,5 @@ fn sigstopped_worker_is_fenced() {
         },
         started.elapsed()
     );
+    a_after
 }

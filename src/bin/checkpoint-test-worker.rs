@@ -10,8 +10,12 @@
 //! (right after each `checkpoint!()` returns, and right after a resumed
 //! `wait_for` / `sleep` returns) the workflow prints
 //! `CHECKPOINT <n> <label> <detail>` and, with `--step`, blocks until the
-//! parent writes a line `go` on stdin (or kills the process). Other lines on
-//! stdout:
+//! parent writes a line `go` on stdin (or kills the process). The wait runs
+//! on the side (a reader thread), so the runtime keeps renewing the run's
+//! lease meanwhile. With `--step-blocking` instead, the workflow reads stdin
+//! synchronously inside its own poll: the execution is frozen mid-segment and
+//! renews nothing until the line arrives, then runs on at once (a process
+//! that paused in the middle of user code). Other lines on stdout:
 //!
 //! - `WAITING <signal>`: the run waits for a signal; the process exits 0;
 //! - `SLEEPING`: the run sleeps; this process waits for the timer;
@@ -20,8 +24,8 @@
 //! - `SIGNALLED`: `signal` stored the signal.
 //!
 //! ```text
-//! checkpoint-test-worker start  --db F --id ID --log L [--items N] [--step] [--worker-id W] [--lease-ttl-ms N] [--sleep-ms N]
-//! checkpoint-test-worker resume --db F --id ID --log L [--step] [--worker-id W] [--lease-ttl-ms N]
+//! checkpoint-test-worker start  --db F --id ID --log L [--items N] [--step|--step-blocking] [--worker-id W] [--lease-ttl-ms N] [--sleep-ms N]
+//! checkpoint-test-worker resume --db F --id ID --log L [--step|--step-blocking] [--worker-id W] [--lease-ttl-ms N]
 //! checkpoint-test-worker signal --db F --id ID --name NAME --json JSON
 //! checkpoint-test-worker result --db F --id ID
 //! ```
@@ -63,8 +67,8 @@ struct StoryOutput {
 /// The process's environment, shared with the workflow as a resource.
 struct Env {
     log: PathBuf,
-    step: bool,
-    stdin: Mutex<mpsc::UnboundedReceiver<String>>,
+    step: Stepping,
+    stdin: Option<Mutex<mpsc::UnboundedReceiver<String>>>,
     steps: AtomicU64,
 }
 
@@ -104,10 +108,19 @@ impl Env {
     async fn step(&self, label: &str, detail: &str) {
         let n = self.steps.fetch_add(1, Ordering::AcqRel) + 1;
         out(&format!("CHECKPOINT {n} {label} {detail}"));
-        if !self.step {
-            return;
-        }
-        let line = self.stdin.lock().await.recv().await;
+        let line = match (&self.step, &self.stdin) {
+            (Stepping::No, _) => return,
+            (Stepping::Async, Some(stdin)) => stdin.lock().await.recv().await,
+            (Stepping::Async, None) => None,
+            (Stepping::Blocking, _) => {
+                // Deliberately blocks the executor thread that polls this run.
+                let mut line = String::new();
+                match std::io::stdin().read_line(&mut line) {
+                    Ok(n) if n > 0 => Some(line),
+                    _ => None,
+                }
+            }
+        };
         match line.as_deref().map(str::trim) {
             Some("go") => {}
             // The parent closed stdin (or went away): stop here, as if killed.
@@ -155,6 +168,18 @@ async fn story(ctx: &Ctx, input: StoryInput) -> StoryOutput {
     }
 }
 
+/// How a workflow waits at its durable points.
+#[derive(Default, Clone, Copy, PartialEq)]
+enum Stepping {
+    /// It does not.
+    #[default]
+    No,
+    /// For a line read by a thread on the side (leases are renewed).
+    Async,
+    /// For a line read inside the workflow's poll (nothing else of the run moves).
+    Blocking,
+}
+
 /// Parsed command line.
 #[derive(Default)]
 struct Args {
@@ -162,7 +187,7 @@ struct Args {
     db: Option<String>,
     id: Option<String>,
     log: Option<PathBuf>,
-    step: bool,
+    step: Stepping,
     worker_id: Option<String>,
     lease_ttl_ms: Option<u64>,
     items: usize,
@@ -175,7 +200,7 @@ fn usage(msg: &str) -> ! {
     eprintln!("checkpoint-test-worker: {msg}");
     eprintln!(
         "usage: checkpoint-test-worker start|resume|signal|result --db FILE --id ID \
-         [--log FILE] [--step] [--worker-id W] [--lease-ttl-ms N] [--items N] [--sleep-ms N] \
+         [--log FILE] [--step|--step-blocking] [--worker-id W] [--lease-ttl-ms N] [--items N] [--sleep-ms N] \
          [--name NAME --json JSON]"
     );
     std::process::exit(64);
@@ -198,7 +223,8 @@ fn parse_args() -> Args {
             "--db" => a.db = Some(value()),
             "--id" => a.id = Some(value()),
             "--log" => a.log = Some(PathBuf::from(value())),
-            "--step" => a.step = true,
+            "--step" => a.step = Stepping::Async,
+            "--step-blocking" => a.step = Stepping::Blocking,
             "--worker-id" => a.worker_id = Some(value()),
             "--lease-ttl-ms" => {
                 a.lease_ttl_ms = Some(value().parse().unwrap_or_else(|_| usage("bad ttl")))
@@ -296,7 +322,7 @@ async fn main_async(a: Args) -> Result<i32, Error> {
             let env = Env {
                 log,
                 step: a.step,
-                stdin: Mutex::new(stdin_lines()),
+                stdin: (a.step == Stepping::Async).then(|| Mutex::new(stdin_lines())),
                 steps: AtomicU64::new(0),
             };
             let rt = open(&a, Some(env)).await?;
