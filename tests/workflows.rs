@@ -906,3 +906,44 @@ async fn w34_design_example() {
     assert_eq!(report.checkpoints, 0);
     assert_eq!(report.output, serde_json::json!({"Err": "shady is risky"}));
 }
+
+async fn fetch(n: u32) -> Result<String, String> {
+    if n % 2 == 0 {
+        Ok(format!("item-{n}"))
+    } else {
+        Err(format!("odd-{n}"))
+    }
+}
+
+// 35. Branch bindings moved before a checkpoint in their branch: only what
+// is read after the checkpoint is saved.
+#[workflow]
+async fn moved_bindings(ctx: &Ctx, ns: Vec<u32>) -> Vec<String> {
+    let mut seen = Vec::new();
+    for n in ns {
+        match fetch(n).await {
+            Ok(item) => {
+                seen.push(item);
+                checkpoint!("pushed");
+            }
+            Err(e) => seen.push(e),
+        }
+        if let Ok(again) = fetch(n + 2).await {
+            seen.push(again);
+            checkpoint!("pushed_again");
+        }
+    }
+    let mut queue = vec!["a".to_string(), "b".to_string()];
+    while let Some(x) = queue.pop() {
+        seen.push(x);
+        checkpoint!("popped");
+    }
+    seen
+}
+
+#[tokio::test]
+async fn w35_moved_bindings() {
+    let (out, n) = check(moved_bindings, vec![2, 3]).await;
+    assert_eq!(out, vec!["item-2", "item-4", "odd-3", "b", "a"]);
+    assert_eq!(n, 4);
+}

@@ -7,9 +7,7 @@ use quote::{format_ident, quote};
 use syn::{Block, Expr, Ident, Pat};
 
 use super::syntax::{is_pure, strip_parens, yields_reference};
-use super::{
-    binding_pat, clean_expr, frame_ident, restore_stmt, rt, Lowerer, Saved, Scope, Source, Split,
-};
+use super::{binding_pat, clean_expr, frame_ident, rt, Lowerer, Scope, Split};
 use crate::names::{free_in_expr, pat_bindings, NameSet, PatBinding};
 use crate::sites::{self, SiteRange};
 
@@ -42,34 +40,20 @@ impl Lowerer<'_> {
             enum #enum_ident<#(#params),*> { #(#variants(#params)),* }
         };
 
-        // Bindings saved per arm (restore mode, arms holding sites only).
-        let mut saved_ids: Vec<Vec<usize>> = Vec::new();
-        for (_, carried, sites, _) in &arms {
-            let mut ids = Vec::new();
-            if let (Some(range), false) = (sites, rederive) {
-                let describe = self.site(range.first).describe();
-                for b in carried {
-                    if b.by_ref {
-                        self.errors.push(
-                            b.ident.span(),
-                            format!("`{}` is a reference (`ref` binding) used after {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
-                        );
-                    }
-                    ids.push(self.new_binding(&b.ident, false));
-                }
-            }
-            saved_ids.push(ids);
-        }
-
-        // Normal head: evaluate the condition / scrutinee, carry the bindings.
+        // In restore mode an arm holding a site carries its bindings as
+        // `Some(tuple)` on the normal path and `None` on resume; its body
+        // starts by binding them as ordinary locals, so the body's own split
+        // saves only those still needed after its checkpoints (a binding moved
+        // before the checkpoint is not saved).
+        let wraps = |i: usize| !rederive && arms[i].2.is_some();
         let carry = |i: usize| {
-            let names: Vec<&Ident> = arms[i].1.iter().map(|b| &b.ident).collect();
-            let binds = saved_ids[i].iter().zip(&names).map(|(id, name)| {
-                let slot = Self::slot_ident(*id);
-                quote!(#rt::Slot::bind(&#slot, &#name);)
-            });
+            let names = arms[i].1.iter().map(|b| &b.ident);
             let v = &variants[i];
-            quote!({ #(#binds)* #enum_ident::#v((#(#names,)*)) })
+            if wraps(i) {
+                quote!(#enum_ident::#v(::core::option::Option::Some((#(#names,)*))))
+            } else {
+                quote!(#enum_ident::#v((#(#names,)*)))
+            }
         };
         let normal_head = match scrutinee {
             Some(scrutinee) => {
@@ -86,9 +70,9 @@ impl Lowerer<'_> {
                 for (i, (cond, ..)) in arms.iter().enumerate() {
                     let c = carry(i);
                     if i + 1 < n {
-                        code.extend(quote!(if #cond #c else));
+                        code.extend(quote!(if #cond { #c } else));
                     } else {
-                        code.extend(c);
+                        code.extend(quote!({ #c }));
                     }
                 }
                 code
@@ -102,53 +86,60 @@ impl Lowerer<'_> {
             .filter(|(_, a)| a.2.is_some())
             .map(|(i, _)| i)
             .collect();
+        let carried_ident = Ident::new("__cp_carried", Span::mixed_site());
         let mut resume_arms = Vec::new();
         let mut post_arms = Vec::new();
         for (i, (_, carried, sites, body)) in arms.iter().enumerate() {
             let v = &variants[i];
-            let pats = carried.iter().map(binding_pat);
+            let pats: Vec<TokenStream> = carried.iter().map(binding_pat).collect();
             let Some(range) = sites else {
                 let body = clean_expr(body);
                 post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
                 continue;
             };
-            let mut arm_scope = scope.clone();
-            let carried_names: NameSet = carried.iter().map(|b| b.ident.to_string()).collect();
-            arm_scope.bind_inner(&carried_names);
-            if rederive {
-                arm_scope.ref_locals.extend(carried_names.iter().cloned());
-            }
-            let mut restores = Vec::new();
-            for (b, &id) in carried.iter().zip(&saved_ids[i]) {
-                arm_scope.saved.push(Saved {
-                    binding: id,
-                    source: Source::Live,
-                    hidden_by: NameSet::new(),
-                });
-                restores.push(restore_stmt(&b.ident, id));
-            }
-            if !rederive {
-                let names = carried.iter().map(|b| &b.ident);
-                let (first, last) = (range.first, range.last);
-                let pattern = if Some(&i) == site_arms.last() {
-                    quote!(_)
-                } else {
-                    quote!(::core::option::Option::Some(#first..=#last))
-                };
-                resume_arms
-                    .push(quote!(#pattern => { #(#restores)* #enum_ident::#v((#(#names,)*)) }));
-            }
-            let overwrite = if rederive {
-                self.restore_mutable_bindings(carried, &free_in_expr(body), *range, &mut arm_scope)
-            } else {
-                TokenStream::new()
-            };
-            let body_block: Block = match body {
+            let mut body_block: Block = match body {
                 Expr::Block(b) if b.label.is_none() => b.block.clone(),
                 other => syn::parse_quote!({ #other }),
             };
+            let mut arm_scope = scope.clone();
+            if rederive {
+                let carried_names: NameSet = carried.iter().map(|b| b.ident.to_string()).collect();
+                arm_scope.bind_inner(&carried_names);
+                arm_scope.ref_locals.extend(carried_names.iter().cloned());
+                let overwrite = self.restore_mutable_bindings(
+                    carried,
+                    &free_in_expr(body),
+                    *range,
+                    &mut arm_scope,
+                );
+                let body = self.lower_block(&body_block, &arm_scope);
+                post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => { #overwrite #body }));
+                continue;
+            }
+            for b in carried.iter().filter(|b| b.by_ref) {
+                let describe = self.site(range.first).describe();
+                self.errors.push(
+                    b.ident.span(),
+                    format!("`{}` is a reference (`ref` binding) in the branch of {describe}; a reference cannot be saved in a checkpoint: bind by value, or borrow again after the checkpoint", b.ident),
+                );
+            }
+            let (first, last) = (range.first, range.last);
+            let pattern = if Some(&i) == site_arms.last() {
+                quote!(_)
+            } else {
+                quote!(::core::option::Option::Some(#first..=#last))
+            };
+            resume_arms.push(quote!(#pattern => #enum_ident::#v(::core::option::Option::None),));
+            let unpack = unpack_carried(&carried_ident, &pats);
+            match syn::parse2::<syn::Stmt>(unpack) {
+                Ok(stmt) => body_block.stmts.insert(0, stmt),
+                Err(e) => {
+                    self.errors.add(e);
+                    continue;
+                }
+            }
             let body = self.lower_block(&body_block, &arm_scope);
-            post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => { #overwrite #body }));
+            post_arms.push(quote!(#enum_ident::#v(#carried_ident) => #body,));
         }
 
         let head = Ident::new("__cp_head", Span::mixed_site());
@@ -189,6 +180,23 @@ impl Lowerer<'_> {
                 post: quote!(match #head { #(#post_arms)* }),
             }
         }
+    }
+}
+
+/// `let (a, mut b) = <carried bindings>;`: the first statement of a branch
+/// body whose bindings are carried as `Some(tuple)` on the normal path (the
+/// resume path skips it, along with the rest of the body before the site).
+pub(super) fn unpack_carried(carried: &Ident, pats: &[TokenStream]) -> TokenStream {
+    let frame = frame_ident();
+    let rt = rt();
+    quote! {
+        let (#(#pats,)*) = match #carried {
+            ::core::option::Option::Some(carried) => carried,
+            ::core::option::Option::None => match #frame.halt(#rt::diverged(
+                &#frame,
+                "a branch's bindings are missing on the normal path",
+            )).await {},
+        };
     }
 }
 

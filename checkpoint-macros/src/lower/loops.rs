@@ -1,14 +1,14 @@
 //! Loops: `while` and `while let` re-enter their body; `for` re-evaluates its
 //! iterable and skips the items already taken.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident};
 
-use super::branches::carried_bindings;
+use super::branches::{carried_bindings, unpack_carried};
 use super::syntax::{strip_parens, yields_reference};
-use super::{binding_pat, frame_ident, restore_stmt, rt, Lowerer, Saved, Scope, Source, Split};
+use super::{binding_pat, frame_ident, rt, Lowerer, Saved, Scope, Source, Split};
 use crate::names::{self, free_in_expr, pat_bindings, pat_names, NameSet, PatBinding};
 use crate::sites::{self, SiteRange};
 
@@ -23,9 +23,6 @@ impl Lowerer<'_> {
             return self.misplaced(SiteRange { first: 0, last: 0 }, w.span());
         };
         let resuming = self.resuming_into(range);
-        let frame = frame_ident();
-        let _ = frame;
-        let rt = rt();
         let body_code;
         let head_code;
         match strip_parens(&w.cond) {
@@ -39,37 +36,27 @@ impl Lowerer<'_> {
                     }),
                     self.ctx,
                 );
-                let mut body_scope = scope.clone();
-                body_scope.bind_inner(&pat_names(&l.pat));
-                let mut restores = Vec::new();
-                let mut ids = Vec::new();
-                for b in &carried {
-                    let id = self.new_binding(&b.ident, false);
-                    ids.push(id);
-                    body_scope.saved.push(Saved {
-                        binding: id,
-                        source: Source::Live,
-                        hidden_by: NameSet::new(),
-                    });
-                    restores.push(restore_stmt(&b.ident, id));
-                }
+                // As for `match` arms: the bindings are carried as
+                // `Some(tuple)` and become the body's first locals, saved only
+                // if still needed after its checkpoints.
+                let carried_ident = Ident::new("__cp_carried", Span::mixed_site());
                 let names: Vec<&Ident> = carried.iter().map(|b| &b.ident).collect();
-                let pats = carried.iter().map(binding_pat);
+                let pats: Vec<TokenStream> = carried.iter().map(binding_pat).collect();
                 let (pat, e) = (&l.pat, &l.expr);
-                let binds = ids.iter().zip(&names).map(|(id, name)| {
-                    let slot = Self::slot_ident(*id);
-                    quote!(#rt::Slot::bind(&#slot, &#name);)
-                });
                 head_code = quote! {
-                    #[allow(unused_mut, unreachable_patterns)]
-                    let (#(#pats,)*) = if !#resuming {
-                        match #e { #pat => { #(#binds)* (#(#names,)*) } _ => break }
+                    #[allow(unreachable_patterns)]
+                    let #carried_ident = if !#resuming {
+                        match #e { #pat => ::core::option::Option::Some((#(#names,)*)), _ => break }
                     } else {
-                        #(#restores)*
-                        (#(#names,)*)
+                        ::core::option::Option::None
                     };
                 };
-                body_code = self.lower_block(&w.body, &body_scope);
+                let mut body = w.body.clone();
+                match syn::parse2::<syn::Stmt>(unpack_carried(&carried_ident, &pats)) {
+                    Ok(stmt) => body.stmts.insert(0, stmt),
+                    Err(e) => self.errors.add(e),
+                }
+                body_code = self.lower_block(&body, scope);
             }
             cond => {
                 head_code = quote!(if !#resuming { if !(#cond) { break; } });
