@@ -15,9 +15,14 @@
 //!   while the first one's lease is live (even past one TTL, while it is
 //!   renewed), and takes it over once the lease of the killed first worker
 //!   has expired, not before.
-//! - `sigstopped_worker_is_fenced`: a worker frozen past its lease loses the
-//!   run to another worker; thawed, its writes are rejected and the stored
-//!   run stays exactly the new owner's.
+//! - `sigstopped_worker_is_fenced`: a worker frozen (SIGSTOP) past its lease
+//!   loses the run to another worker, which finishes it; thawed (SIGCONT) and
+//!   told to go on, its writes are rejected and the stored run stays exactly
+//!   the new owner's.
+//! - `sigstopped_worker_mid_segment_is_fenced`: the same with the frozen
+//!   worker thawed while the new owner holds the run mid-way, and frozen in
+//!   the middle of user code, so that it certainly tries to store a
+//!   checkpoint with its stale epoch: rejected, and the new owner goes on.
 //!
 //! The tests run one at a time (they measure lease timings; the machine may
 //! have two cores only).
@@ -145,7 +150,10 @@ impl Proc {
         self.child.id().to_string()
     }
 
-    fn describe(&self) -> String {
+    fn describe(&mut self) -> String {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
         let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         format!(
             "process `{}`: stdout so far {:?}; stderr: {err}",
@@ -440,6 +448,15 @@ fn run_story(dir: &TempDir, kill_at: Option<usize>) -> Story {
                 let s = snapshot(&db);
                 assert_eq!(s.status, Status::Completed);
                 assert_eq!(s.output.as_ref(), Some(&output), "stored output");
+                // A fresh process reads the same output from the file.
+                let mut r = Proc::spawn(dir, "result", &["result", "--db", &db, "--id", RUN]);
+                let printed = r.finish();
+                assert_eq!(printed.len(), 1, "{printed:?}");
+                let read: serde_json::Value = serde_json::from_str(
+                    printed[0].strip_prefix("RESULT ").expect("a RESULT line"),
+                )
+                .expect("RESULT is JSON");
+                assert_eq!(read, output, "output read by `result`");
                 return Story {
                     output,
                     effects: effects_of(&read_log(&dir.log())),
@@ -720,6 +737,18 @@ fn wait_for_effect(dir: &TempDir, worker: &str, text: &str) {
     }
 }
 
+/// Waits for the thawed worker A to exit by itself, successfully; returns
+/// the rest of its output.
+fn stop_of_a(a: &mut Proc) -> Vec<String> {
+    let status = a.wait_exit(Duration::from_secs(20));
+    let mut rest = Vec::new();
+    while let Some(line) = a.next_line() {
+        rest.push(line);
+    }
+    assert!(status.success(), "A exited with {status}: {}", a.describe());
+    rest
+}
+
 /// Runs a fencing scenario; returns the side effects A had after SIGCONT.
 fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
     let started = Instant::now();
@@ -757,7 +786,9 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
         b_took_over.record.epoch > epoch_a,
         "B claimed with a new epoch"
     );
-    let finish_b = |b: &mut Proc| {
+    // B goes on to the wait. A, if it is alive, must stop first (see below);
+    // then the approval is sent and a second B process finishes the run.
+    let finish_b = |b: &mut Proc, a: Option<&mut Proc>| {
         if thaw == Thaw::WhileBHoldsIt {
             // B is held at its first durable point: let it go on.
             b.go();
@@ -773,6 +804,10 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
             b.expect_line("WAITING approval");
         }
         b.finish();
+        // A live A polls the run; it must exit (having found the run waiting)
+        // before the approval makes the run claimable again, or it could
+        // legitimately claim it itself.
+        let a_rest = a.map(stop_of_a);
         send_approval(&dir);
         let mut b2 = Proc::spawn(&dir, "b2", &b2_args);
         b2.expect_line("RESULT ");
@@ -780,10 +815,10 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
         let done = snapshot(&db);
         assert_eq!(done.status, Status::Completed);
         assert_eq!(done.output, Some(expected.clone()));
-        done
+        (done, a_rest)
     };
     let before_thaw = match thaw {
-        Thaw::AfterCompletion => finish_b(&mut b),
+        Thaw::AfterCompletion => finish_b(&mut b, None).0,
         // B holds the run (renewing its lease) at its first durable point.
         Thaw::WhileBHoldsIt => b_took_over,
     };
@@ -806,22 +841,20 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
         owned_state(&before_thaw),
         "A changed the run after losing its lease"
     );
-    if thaw == Thaw::WhileBHoldsIt {
-        assert_eq!(after_thaw.record.latest_seq, 1, "A's checkpoint #2 landed");
-        let done = finish_b(&mut b);
-        // B's checkpoints #2.. went through: A had not taken seq 2.
-        assert_eq!(done.record.latest_seq, 6);
-    }
+    let a_rest = match thaw {
+        Thaw::WhileBHoldsIt => {
+            assert_eq!(after_thaw.record.latest_seq, 1, "A's checkpoint #2 landed");
+            let (done, a_rest) = finish_b(&mut b, Some(&mut a));
+            // B's checkpoints #2.. went through: A had not taken seq 2.
+            assert_eq!(done.record.latest_seq, 6);
+            a_rest.expect("A's output")
+        }
+        Thaw::AfterCompletion => stop_of_a(&mut a),
+    };
     let done = snapshot(&db);
 
-    // A stops executing the run: it exits once the run waits or is finished,
-    // having passed no further durable point.
-    let status = a.wait_exit(Duration::from_secs(20));
-    let mut a_rest = Vec::new();
-    while let Some(line) = a.next_line() {
-        a_rest.push(line);
-    }
-    assert!(status.success(), "A exited with {status}: {}", a.describe());
+    // A stopped executing the run: it exited once the run waited or was
+    // finished, having passed no further durable point.
     assert!(
         !a_rest.iter().any(|l| l.starts_with("CHECKPOINT")),
         "A passed a checkpoint after losing its lease: {a_rest:?}"
