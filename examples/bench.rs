@@ -708,7 +708,7 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
     let mut rows = Vec::new();
     // Raw batched-insert throughput of the same disk (best of two measures,
     // one before and one after the runtime's).
-    let (per_tx, txs) = (1000usize, scaled(20, scale));
+    let (per_tx, txs) = (1000usize, scaled(100, scale));
     let bytes: Vec<u8> = (0..payload.max(1)).map(|i| i as u8).collect();
     eprintln!("raw batched inserts: {txs} x {per_tx} rows ...");
     let raw_b = raw_conn(&d.join("raw-batch.db"))?;

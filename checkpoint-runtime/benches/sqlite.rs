@@ -1,0 +1,208 @@
+//! Criterion benchmarks of durable checkpoints on the SQLite store (a file in
+//! a temp dir; WAL, `synchronous=FULL`), each next to its raw rusqlite floor
+//! on the same disk with the store's pragmas:
+//!
+//! - `sqlite/latency`: one run taking checkpoints of a ~1 KB state one after
+//!   the other (time per checkpoint) vs one `INSERT` + `COMMIT` of as many
+//!   bytes;
+//! - `sqlite/throughput_64_runs`: 64 concurrent runs (group commit; time per
+//!   checkpoint, so elements/s is checkpoints/s) vs batched inserts of
+//!   1,000 rows per transaction.
+//!
+//! ```text
+//! cargo bench -p checkpoint-runtime --bench sqlite
+//! ```
+//!
+//! `cargo run --release --example bench` prints the same figures (and more)
+//! as one table.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use checkpoint_runtime::prelude::*;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rusqlite::{params, Connection};
+
+/// The state each checkpoint saves: ~1 KB plus a few bytes of counters.
+const STATE: u32 = 1000;
+/// Concurrent runs in the throughput benchmark.
+const RUNS: u64 = 64;
+
+#[workflow]
+async fn save_loop(ctx: &Ctx, args: (u32, u32)) -> u64 {
+    let (n, size) = args;
+    let mut state: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    let mut sum = 0u64;
+    for i in 0..n {
+        let at = (i % size.max(1)) as usize;
+        state[at] = state[at].wrapping_add(1);
+        sum += state[at] as u64;
+        checkpoint!("step");
+    }
+    sum
+}
+
+/// A connection with the SQLite store's pragmas and one table of blobs.
+fn raw_conn(path: &Path) -> Connection {
+    let conn = Connection::open(path).expect("open raw db");
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .expect("WAL");
+    assert!(mode.eq_ignore_ascii_case("wal"));
+    for (name, value) in [
+        ("synchronous", "FULL"),
+        ("foreign_keys", "ON"),
+        ("temp_store", "MEMORY"),
+        ("cache_size", "-32768"),
+        ("wal_autocheckpoint", "16384"),
+        ("journal_size_limit", "67108864"),
+    ] {
+        conn.pragma_update(None, name, value).expect("pragma");
+    }
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, run INTEGER NOT NULL, \
+         data BLOB NOT NULL)",
+    )
+    .expect("schema");
+    conn
+}
+
+/// The payload of one `save_loop` checkpoint of a `STATE`-byte state.
+fn payload(tokio: &tokio::runtime::Runtime) -> Vec<u8> {
+    let size = tokio.block_on(async {
+        let rt = Runtime::in_memory();
+        let h = rt
+            .start(save_loop, "size", (1, STATE))
+            .await
+            .expect("start");
+        h.result().await.expect("result");
+        let cps = rt.checkpoints("size").await.expect("checkpoints");
+        cps.last().map(|c| c.size).unwrap_or(STATE as usize)
+    });
+    (0..size).map(|i| i as u8).collect()
+}
+
+fn bench_sqlite(c: &mut Criterion) {
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bytes = payload(&tokio);
+    let open = |name: &str| {
+        let path = dir.path().join(name);
+        tokio.block_on(async {
+            Runtime::builder()
+                .concurrency(RUNS as usize)
+                .open(path.to_str().expect("utf-8 path"))
+                .await
+                .expect("open the SQLite store")
+        })
+    };
+
+    let mut group = c.benchmark_group("sqlite");
+    group.throughput(Throughput::Elements(1));
+
+    // Sequential latency: one run of `iters` checkpoints, timed end to end
+    // (its start and completion are two more commits, so this slightly
+    // overstates the time per checkpoint for small `iters`).
+    let rt = open("latency.db");
+    let mut run = 0u64;
+    group.bench_function("latency/checkpoint_1KB", |b| {
+        b.to_async(&tokio).iter_custom(|iters| {
+            run += 1;
+            let (rt, id) = (rt.clone(), format!("lat-{run}"));
+            async move {
+                let n = u32::try_from(iters).unwrap_or(u32::MAX);
+                let h = rt.start(save_loop, &id, (n, STATE)).await.expect("start");
+                let start = Instant::now();
+                black_box(h.result().await.expect("result"));
+                start.elapsed()
+            }
+        });
+    });
+    drop(rt);
+
+    let raw = raw_conn(&dir.path().join("raw-latency.db"));
+    group.bench_function("latency/raw_insert_commit_1KB", |b| {
+        b.iter_custom(|iters| {
+            let mut stmt = raw
+                .prepare_cached("INSERT INTO t (run, data) VALUES (1, ?1)")
+                .expect("prepare");
+            let start = Instant::now();
+            for _ in 0..iters {
+                raw.execute_batch("BEGIN IMMEDIATE").expect("begin");
+                stmt.execute([&bytes]).expect("insert");
+                raw.execute_batch("COMMIT").expect("commit");
+            }
+            start.elapsed()
+        });
+    });
+    drop(raw);
+
+    // Throughput: 64 concurrent runs of ceil(iters / 64) checkpoints each,
+    // scaled back to `iters` checkpoints.
+    let rt = open("throughput.db");
+    let mut round = 0u64;
+    group.bench_function("throughput_64_runs/checkpoint_1KB", |b| {
+        b.to_async(&tokio).iter_custom(|iters| {
+            round += 1;
+            let (rt, round) = (rt.clone(), round);
+            async move {
+                let per_run = iters.div_ceil(RUNS).max(1);
+                let n = u32::try_from(per_run).unwrap_or(u32::MAX);
+                let mut set = tokio::task::JoinSet::new();
+                for r in 0..RUNS {
+                    let rt = rt.clone();
+                    let id = format!("tp-{round}-{r}");
+                    set.spawn(
+                        async move { rt.start(save_loop, &id, (n, STATE)).await.map(|_| ()) },
+                    );
+                }
+                while let Some(res) = set.join_next().await {
+                    res.expect("start task").expect("start");
+                }
+                let start = Instant::now();
+                rt.run_until_idle().await.expect("run");
+                let took = start.elapsed();
+                took.mul_f64(iters as f64 / (per_run * RUNS) as f64)
+            }
+        });
+    });
+    drop(rt);
+
+    let raw = raw_conn(&dir.path().join("raw-batched.db"));
+    group.bench_function("throughput_64_runs/raw_batched_1000_rows_per_tx", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            let mut left = iters;
+            while left > 0 {
+                let rows = left.min(1000);
+                raw.execute_batch("BEGIN IMMEDIATE").expect("begin");
+                {
+                    let mut stmt = raw
+                        .prepare_cached("INSERT INTO t (run, data) VALUES (?1, ?2)")
+                        .expect("prepare");
+                    for r in 0..rows {
+                        stmt.execute(params![r as i64, &bytes]).expect("insert");
+                    }
+                }
+                raw.execute_batch("COMMIT").expect("commit");
+                left -= rows;
+            }
+            start.elapsed()
+        });
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5))
+        .warm_up_time(Duration::from_secs(1));
+    targets = bench_sqlite
+}
+criterion_main!(benches);
