@@ -374,12 +374,27 @@ struct Story {
     checkpoints: Vec<(u64, Option<String>)>,
 }
 
-/// Runs the story to its end on a fresh database, every process stepping; if
-/// `kill_at` is `Some(k)`, the process that prints the k-th `CHECKPOINT` line
-/// (counted over all processes) is SIGKILLed right there and a fresh process
-/// resumes the run. The approval is sent whenever a process reports that the
+/// Where `run_story` SIGKILLs a process.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kill {
+    Never,
+    /// The process that prints the k-th `CHECKPOINT` line (counted over all
+    /// processes, from 1), right there.
+    AtDurablePoint(usize),
+    /// The process that reports the run sleeping (its timer is stored, the
+    /// process waits for it), right then.
+    WhenSleeping,
+}
+
+/// Runs the story to its end on a fresh database, every process stepping,
+/// SIGKILLs one process as `kill` says, and resumes the run in a fresh
+/// process after it. The approval is sent whenever a process reports that the
 /// run waits for it.
-fn run_story(dir: &TempDir, kill_at: Option<usize>) -> Story {
+fn run_story(dir: &TempDir, kill: Kill) -> Story {
+    let kill_at = match kill {
+        Kill::AtDurablePoint(k) => Some(k),
+        _ => None,
+    };
     let db = dir.db();
     let log = dir.log().to_string_lossy().into_owned();
     let mut durable_points = 0;
@@ -429,6 +444,11 @@ fn run_story(dir: &TempDir, kill_at: Option<usize>) -> Story {
                 end = Some(End::Done(
                     serde_json::from_str(json).expect("RESULT is JSON"),
                 ));
+            } else if line == "SLEEPING" && kill == Kill::WhenSleeping && !killed {
+                p.kill();
+                killed = true;
+                end = Some(End::Killed);
+                break;
             } else if line != "STARTED" && line != "SLEEPING" {
                 panic!("unexpected line {line:?} from {}", p.describe());
             }
@@ -442,8 +462,8 @@ fn run_story(dir: &TempDir, kill_at: Option<usize>) -> Story {
             }
             Some(End::Done(output)) => {
                 p.finish();
-                if let Some(k) = kill_at {
-                    assert!(killed, "the story ended before durable point {k}");
+                if kill != Kill::Never {
+                    assert!(killed, "the story ended before the kill ({kill:?})");
                 }
                 let s = snapshot(&db);
                 assert_eq!(s.status, Status::Completed);
@@ -476,7 +496,7 @@ fn sigkill_after_every_checkpoint() {
     let _serial = serial();
     let started = Instant::now();
     let base_dir = TempDir::new("uninterrupted");
-    let base = run_story(&base_dir, None);
+    let base = run_story(&base_dir, Kill::Never);
     let w = |t: &'static str| ("w", t);
     assert_eq!(
         base.effects,
@@ -504,11 +524,16 @@ fn sigkill_after_every_checkpoint() {
     // start (until the wait), signal, resume (through the sleep to the end).
     assert_eq!(base.processes, 2);
     let n = base.durable_points;
-    for k in 1..=n {
-        let dir = TempDir::new(&format!("kill-{k}"));
-        let story = run_story(&dir, Some(k));
+    let kills = (1..=n)
+        .map(Kill::AtDurablePoint)
+        .chain([Kill::WhenSleeping]);
+    for kill in kills {
+        let k = format!("{kill:?}");
+        let dir = TempDir::new(&format!("kill-{}", k.replace(['(', ')'], "")));
+        let story = run_story(&dir, kill);
         // Every kill happens right after a durable point, while the child is
-        // blocked on stdin, so nothing after that checkpoint has run: the
+        // blocked on stdin (or waits for its stored timer), so nothing after
+        // that checkpoint has run: the
         // resumed process starts exactly where the killed one stopped and no
         // segment runs twice. (In general a segment after the latest
         // checkpoint may run again; here that segment is empty.) So the log
@@ -533,7 +558,8 @@ fn sigkill_after_every_checkpoint() {
         assert_eq!(story.processes, base.processes + 1, "kill at {k}");
     }
     eprintln!(
-        "sigkill_after_every_checkpoint: {n} kill points, {:.2?}",
+        "sigkill_after_every_checkpoint: {} kill points, {:.2?}",
+        n + 1,
         started.elapsed()
     );
 }
