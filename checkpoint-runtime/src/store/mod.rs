@@ -412,6 +412,25 @@ pub enum Outcome {
     },
 }
 
+/// What [`Store::gc`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GcReport {
+    /// Pruned checkpoints whose stored bytes were cut down to the part that
+    /// kept checkpoints still share.
+    pub checkpoints_compacted: u64,
+    /// Bytes dropped by that compaction.
+    pub bytes_compacted: u64,
+    /// Free pages given back to the file system.
+    pub pages_released: u64,
+    /// Whether the write-ahead log was folded into the main file and truncated.
+    pub wal_truncated: bool,
+    /// Size of the store's files before, in bytes (0 for a store without files).
+    pub bytes_before: u64,
+    /// Size of the store's files after, in bytes.
+    pub bytes_after: u64,
+}
+
 /// A storage backend.
 ///
 /// All methods are asynchronous (boxed futures, so the trait is object safe:
@@ -582,4 +601,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// A counter that changes whenever a run may have become runnable or finished.
     fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// Reclaims space that retention ([`Store::save_checkpoint`]'s `keep`)
+    /// freed but the backend still holds. Nothing visible changes. The
+    /// default does nothing.
+    fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
+        Box::pin(std::future::ready(Ok(GcReport::default())))
+    }
 }
