@@ -343,12 +343,13 @@ async fn throughput(
 fn raw_conn(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     assert!(mode.eq_ignore_ascii_case("wal"), "WAL mode");
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.pragma_update(None, "cache_size", -(32i64 << 10))?;
+    conn.pragma_update(None, "cache_size", -(8i64 << 10))?;
     conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
     conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
     conn.execute_batch(

@@ -46,6 +46,8 @@ async fn save_loop(ctx: &Ctx, args: (u32, u32)) -> u64 {
 /// A connection with the SQLite store's pragmas and one table of blobs.
 fn raw_conn(path: &Path) -> Connection {
     let conn = Connection::open(path).expect("open raw db");
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+        .expect("auto_vacuum");
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
         .expect("WAL");
@@ -54,7 +56,7 @@ fn raw_conn(path: &Path) -> Connection {
         ("synchronous", "FULL"),
         ("foreign_keys", "ON"),
         ("temp_store", "MEMORY"),
-        ("cache_size", "-32768"),
+        ("cache_size", "-8192"),
         ("wal_autocheckpoint", "16384"),
         ("journal_size_limit", "67108864"),
     ] {
