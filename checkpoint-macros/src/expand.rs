@@ -232,7 +232,7 @@ fn save_traits<'a>(
             }
             impl<T: #rt::serde::Serialize + #rt::serde::de::DeserializeOwned> #trait_ident for T {
                 fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
-                    enc.field(self)
+                    enc.typed_field(self)
                 }
                 fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
                     #rt::load(slot, frame, field)

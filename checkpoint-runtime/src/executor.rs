@@ -343,6 +343,8 @@ pub(crate) struct Inner {
     crashed: AtomicBool,
     noted: Mutex<HashSet<String>>,
     pump_lock: tokio::sync::Mutex<()>,
+    /// Keys of the schemas this runtime stored (or found stored).
+    pub(crate) schemas_stored: Mutex<HashSet<&'static str>>,
 }
 
 /// How often the executor re-checks the store even without notifications.
@@ -409,6 +411,7 @@ impl Inner {
             crashed: AtomicBool::new(false),
             noted: Mutex::new(HashSet::new()),
             pump_lock: tokio::sync::Mutex::new(()),
+            schemas_stored: Mutex::new(HashSet::new()),
         }
     }
 

@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::ctx::Ctx;
 use crate::executor::{Halt, RunShared};
 use crate::history::Event;
+use crate::schema::{self, SchemaRef};
 use crate::store::{CheckpointRecord, FieldRecord, Suspend, WakeValue};
 use crate::Error;
 
@@ -61,6 +62,10 @@ pub struct Frame {
     wake: Option<WakeValue>,
     resumed: bool,
     size_hint: usize,
+    /// Schemas this execution knows the store has.
+    stored_schemas: Vec<&'static SchemaRef>,
+    /// Schemas the prepared checkpoint refers to that the store may lack.
+    new_schemas: Vec<&'static SchemaRef>,
 }
 
 impl std::fmt::Debug for Frame {
@@ -102,6 +107,8 @@ impl Flavor for Append<'_> {
 pub struct Encoder {
     buf: Vec<u8>,
     fields: Vec<FieldRecord>,
+    /// The schema of each field so far (`None`: none), in order.
+    schemas: Vec<Option<&'static SchemaRef>>,
     names: &'static [&'static str],
     workflow: &'static str,
     run: Arc<str>,
@@ -130,7 +137,20 @@ impl Encoder {
         })
     }
 
-    /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`.
+    /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`
+    /// and the schema of `T` (traced once per type and process; none if `T`
+    /// cannot be traced), so that the field can be shown as JSON without this
+    /// code. The generated code saves every field with this.
+    pub fn typed_field<T: Serialize + DeserializeOwned>(&mut self, value: &T) -> Result<(), Error> {
+        self.field(value)?;
+        if let Some(last) = self.schemas.last_mut() {
+            *last = schema::schema_of::<T>();
+        }
+        Ok(())
+    }
+
+    /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`
+    /// but no schema (see [`Encoder::typed_field`]).
     pub fn field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
         let name = self.next_name()?;
         let offset = self.buf.len();
@@ -150,6 +170,7 @@ impl Encoder {
             offset,
             len: self.buf.len() - offset,
         });
+        self.schemas.push(None);
         Ok(())
     }
 
@@ -164,6 +185,7 @@ impl Encoder {
             offset,
             len: value.bytes.len(),
         });
+        self.schemas.push(None);
         Ok(())
     }
 }
@@ -381,6 +403,8 @@ impl Frame {
             wake,
             resumed: false,
             size_hint,
+            stored_schemas: Vec::new(),
+            new_schemas: Vec::new(),
         }
     }
 
@@ -562,6 +586,7 @@ impl Frame {
         let mut enc = Encoder {
             buf: Vec::with_capacity(self.size_hint),
             fields: Vec::with_capacity(info.fields.len()),
+            schemas: Vec::with_capacity(info.fields.len()),
             names: info.fields,
             workflow: self.run.workflow,
             run: self.run.id.clone(),
@@ -578,18 +603,62 @@ impl Frame {
             )));
         }
         let seq = self.run.seq.load(Ordering::Acquire) + 1;
-        Ok(Arc::new(CheckpointRecord::new(
-            enc.run,
-            seq,
-            Cow::Borrowed(info.key),
-            info.label.map(Cow::Borrowed),
-            site,
-            loops.to_vec(),
-            enc.fields,
-            enc.buf,
-            suspend,
-            SystemTime::now(),
-        )))
+        self.new_schemas.clear();
+        let mut keys = Vec::new();
+        if enc.schemas.iter().any(Option::is_some) {
+            keys.reserve_exact(enc.schemas.len());
+            for s in &enc.schemas {
+                keys.push(s.map(|s| Cow::Borrowed(s.key)));
+                if let Some(s) = *s {
+                    let known = self.stored_schemas.iter().any(|k| std::ptr::eq(*k, s))
+                        || self.new_schemas.iter().any(|k| std::ptr::eq(*k, s));
+                    if !known {
+                        self.new_schemas.push(s);
+                    }
+                }
+            }
+        }
+        Ok(Arc::new(
+            CheckpointRecord::new(
+                enc.run,
+                seq,
+                Cow::Borrowed(info.key),
+                info.label.map(Cow::Borrowed),
+                site,
+                loops.to_vec(),
+                enc.fields,
+                enc.buf,
+                suspend,
+                SystemTime::now(),
+            )
+            .with_schemas(keys),
+        ))
+    }
+
+    /// Stores the schemas the prepared checkpoint refers to that the store
+    /// may lack (once per schema and runtime). A failure is not the run's
+    /// problem: those fields merely cannot be shown as JSON.
+    async fn store_schemas(&mut self) {
+        if self.new_schemas.is_empty() {
+            return;
+        }
+        let rt = &self.run.rt;
+        let missing: Vec<(String, String)> = {
+            let stored = rt.schemas_stored.lock().unwrap_or_else(|e| e.into_inner());
+            self.new_schemas
+                .iter()
+                .filter(|s| !stored.contains(s.key))
+                .map(|s| (s.key.to_owned(), s.json.to_owned()))
+                .collect()
+        };
+        if !missing.is_empty() {
+            if rt.store.put_schemas(missing).await.is_err() {
+                return;
+            }
+            let mut stored = rt.schemas_stored.lock().unwrap_or_else(|e| e.into_inner());
+            stored.extend(self.new_schemas.iter().map(|s| s.key));
+        }
+        self.stored_schemas.append(&mut self.new_schemas);
     }
 
     /// Stores a prepared checkpoint; halts on failure and on a simulated crash.
@@ -609,6 +678,8 @@ impl Frame {
         }
         let seq = cp.seq;
         let size = cp.data.len();
+        self.store_schemas().await;
+        let rt = &self.run.rt;
         let stored = rt.store.save_checkpoint(&self.run.lease, cp, rt.keep).await;
         if let Err(e) = stored {
             match self.halt(e).await {}

@@ -182,7 +182,12 @@ pub struct CheckpointInfo {
 ///
 /// ```
 /// use checkpoint_runtime::FieldInfo;
-/// let f = FieldInfo { name: "done".into(), type_name: "alloc::vec::Vec<u32>".into(), size: 4 };
+/// let f = FieldInfo {
+///     name: "done".into(),
+///     type_name: "alloc::vec::Vec<u32>".into(),
+///     size: 4,
+///     schema: None,
+/// };
 /// assert_eq!(f.name, "done");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,4 +198,9 @@ pub struct FieldInfo {
     pub type_name: String,
     /// Its encoded size in bytes.
     pub size: usize,
+    /// The key of its schema in the store, when one was recorded: the field
+    /// can then be shown as JSON without the workflow's code
+    /// ([`Runtime::checkpoint_fields_json`](crate::Runtime::checkpoint_fields_json)).
+    #[serde(default)]
+    pub schema: Option<String>,
 }

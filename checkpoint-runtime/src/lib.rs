@@ -108,6 +108,7 @@ mod frame;
 mod handle;
 mod history;
 mod runtime;
+pub mod schema;
 mod status;
 pub mod store;
 pub mod testing;
@@ -118,6 +119,7 @@ pub use error::Error;
 pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
 pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_WORKER_ID};
+pub use schema::FieldJson;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
 pub use workflow::{IntoWorkflow, Workflow};
 
@@ -132,8 +134,9 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CheckpointInfo, Ctx, Error, Event, FieldInfo, IntoWorkflow,
-        RunFilter, RunInfo, Runtime, RuntimeBuilder, Status, StatusKind, Workflow, WorkflowHandle,
+        checkpoint, workflow, CheckpointInfo, Ctx, Error, Event, FieldInfo, FieldJson,
+        IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status, StatusKind, Workflow,
+        WorkflowHandle,
     };
 }
 

@@ -9,6 +9,7 @@ use crate::error::validate_id;
 use crate::executor::{CrashPlan, Halt, Inner, InnerConfig, Resources};
 use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
+use crate::schema::FieldJson;
 use crate::status::{RunFilter, RunInfo, Status};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Created, MemoryStore, NewRun, RunRecord, Store};
@@ -709,6 +710,71 @@ impl Runtime {
     pub async fn checkpoints(&self, id: &str) -> Result<Vec<CheckpointInfo>, Error> {
         let cps = self.inner.store.list_checkpoints(id).await?;
         Ok(cps.iter().map(|c| c.info()).collect())
+    }
+
+    /// The fields of checkpoint `seq` of run `id`, each decoded as JSON, in
+    /// order. Only the store is needed: the workflow need not be registered
+    /// in this runtime, nor its code be in this program (each field was saved
+    /// with a schema of its type; see [`crate::schema`]). A field that cannot
+    /// be shown (its type had no traceable schema, its bytes do not decode)
+    /// has `value: None` and a `note` saying why; that is not an error.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// use std::sync::Arc;
+    /// use checkpoint_runtime::store::MemoryStore;
+    /// use serde_json::json;
+    ///
+    /// #[workflow]
+    /// async fn tally(ctx: &Ctx, items: Vec<String>) -> usize {
+    ///     let mut seen = Vec::new();
+    ///     for item in items {
+    ///         seen.push(item);
+    ///         checkpoint!("item");
+    ///     }
+    ///     seen.len()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let rt = Runtime::builder().store(store.clone()).in_memory();
+    /// let input = vec!["a".to_owned(), "b".to_owned()];
+    /// rt.start(tally, "t-1", input).await?.result().await?;
+    ///
+    /// // Another runtime over the same store, which does not know `tally`:
+    /// let viewer = Runtime::builder().store(store).in_memory();
+    /// let fields = viewer.checkpoint_fields_json("t-1", 2).await?;
+    /// let seen = fields.iter().find(|f| f.name == "seen").unwrap();
+    /// assert_eq!(seen.value, Some(json!(["a", "b"])));
+    /// # Ok(()) }
+    /// ```
+    pub async fn checkpoint_fields_json(
+        &self,
+        id: &str,
+        seq: u64,
+    ) -> Result<Vec<FieldJson>, Error> {
+        let store = &self.inner.store;
+        let cp = match store.checkpoint(id, seq).await? {
+            Some(cp) => cp,
+            None => {
+                if store.load_run(id).await?.is_none() {
+                    return Err(Error::unknown_run(id));
+                }
+                return Err(Error::UnknownCheckpoint {
+                    run: id.to_owned(),
+                    seq,
+                });
+            }
+        };
+        let mut keys: Vec<String> = cp.schemas.iter().flatten().map(|k| k.to_string()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let docs = if keys.is_empty() {
+            Default::default()
+        } else {
+            store.schemas(&keys).await?
+        };
+        Ok(crate::schema::fields_json(&cp, &docs))
     }
 
     /// The history of run `id`, oldest first.

@@ -41,6 +41,8 @@ struct State {
     /// Non-terminal runs, in creation order.
     active: BTreeMap<u64, Arc<str>>,
     next_order: u64,
+    /// Schema documents by key.
+    schemas: HashMap<String, String>,
 }
 
 struct Entry {
@@ -771,6 +773,26 @@ impl Store for MemoryStore {
 
     fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {
         ready(Ok(self.do_next_wakeup()))
+    }
+
+    fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
+        let mut st = self.lock();
+        for (key, json) in schemas {
+            st.schemas.entry(key).or_insert(json);
+        }
+        ready(Ok(()))
+    }
+
+    fn schemas<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
+        let st = self.lock();
+        let found = keys
+            .iter()
+            .filter_map(|k| st.schemas.get(k).map(|j| (k.clone(), j.clone())))
+            .collect();
+        ready(Ok(found))
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

@@ -20,6 +20,7 @@ mod memory;
 pub mod sqlite;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -213,6 +214,11 @@ pub struct CheckpointRecord {
     pub suspend: Option<Suspend>,
     /// When it was stored.
     pub created_at: SystemTime,
+    /// The schema key of each field, in the order of `fields` (see
+    /// [`Store::put_schemas`]); `None`, or missing at the end, for a field
+    /// saved without a schema (its type could not be traced, it was saved by
+    /// hand-written code, or by a backend or version that did not keep them).
+    pub schemas: Vec<Option<Cow<'static, str>>>,
 }
 
 impl CheckpointRecord {
@@ -241,7 +247,19 @@ impl CheckpointRecord {
             data,
             suspend,
             created_at,
+            schemas: Vec::new(),
         }
+    }
+
+    /// Sets the schema keys of the fields (see [`CheckpointRecord::schemas`]).
+    pub fn with_schemas(mut self, schemas: Vec<Option<Cow<'static, str>>>) -> Self {
+        self.schemas = schemas;
+        self
+    }
+
+    /// The schema key of field `i`, if one was recorded.
+    pub fn schema_key(&self, i: usize) -> Option<&str> {
+        self.schemas.get(i).and_then(|k| k.as_deref())
     }
 
     /// The bytes of field `i`, or `None` if there is no such field or the
@@ -276,10 +294,12 @@ impl CheckpointRecord {
             fields: self
                 .fields
                 .iter()
-                .map(|f| crate::FieldInfo {
+                .enumerate()
+                .map(|(i, f)| crate::FieldInfo {
                     name: f.name.to_string(),
                     type_name: f.type_name.to_string(),
                     size: f.len,
+                    schema: self.schema_key(i).map(str::to_owned),
                 })
                 .collect(),
         }
@@ -607,5 +627,30 @@ pub trait Store: Send + Sync + 'static {
     /// default does nothing.
     fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
         Box::pin(std::future::ready(Ok(GcReport::default())))
+    }
+
+    /// Stores schema documents, `(key, JSON)` pairs (see [`crate::schema`]
+    /// for what they are). A key names its document for good (it is a hash
+    /// of it), so a key already stored is left as it is. Not fenced: any
+    /// worker may add schemas, and they are never removed.
+    ///
+    /// The runtime stores a field's schema before the first checkpoint that
+    /// refers to it and remembers what it stored, so this is called once per
+    /// schema and runtime, not per checkpoint. A failure only costs the JSON
+    /// view of those fields. The default keeps nothing (the fields of
+    /// checkpoints in such a store cannot be shown as JSON).
+    fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
+        let _ = schemas;
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The stored schema documents among `keys`, by key (unknown keys are
+    /// left out). The default has none.
+    fn schemas<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
+        let _ = keys;
+        Box::pin(std::future::ready(Ok(HashMap::new())))
     }
 }
