@@ -22,7 +22,7 @@ use crate::ctx::Ctx;
 use crate::executor::{Halt, RunShared};
 use crate::history::Event;
 use crate::schema::{self, SchemaRef};
-use crate::store::{CheckpointRecord, FieldRecord, Suspend, WakeValue};
+use crate::store::{CheckpointRecord, FieldRecord, SchemaKeys, Suspend, WakeValue};
 use crate::Error;
 
 /// A checkpoint site, as the macro describes it.
@@ -66,6 +66,12 @@ pub struct Frame {
     stored_schemas: Vec<&'static SchemaRef>,
     /// Schemas the prepared checkpoint refers to that the store may lack.
     new_schemas: Vec<&'static SchemaRef>,
+    /// The fields' schemas of the latest checkpoint prepared, and the keys
+    /// stored for them (shared by the next checkpoints with the same ones).
+    last_schemas: Vec<Option<&'static SchemaRef>>,
+    last_keys: SchemaKeys,
+    /// A spare buffer for [`Encoder`]'s schemas.
+    schema_buf: Vec<Option<&'static SchemaRef>>,
 }
 
 impl std::fmt::Debug for Frame {
@@ -405,6 +411,9 @@ impl Frame {
             size_hint,
             stored_schemas: Vec::new(),
             new_schemas: Vec::new(),
+            last_schemas: Vec::new(),
+            last_keys: SchemaKeys::default(),
+            schema_buf: Vec::new(),
         }
     }
 
@@ -586,7 +595,7 @@ impl Frame {
         let mut enc = Encoder {
             buf: Vec::with_capacity(self.size_hint),
             fields: Vec::with_capacity(info.fields.len()),
-            schemas: Vec::with_capacity(info.fields.len()),
+            schemas: std::mem::take(&mut self.schema_buf),
             names: info.fields,
             workflow: self.run.workflow,
             run: self.run.id.clone(),
@@ -603,21 +612,10 @@ impl Frame {
             )));
         }
         let seq = self.run.seq.load(Ordering::Acquire) + 1;
-        self.new_schemas.clear();
-        let mut keys = Vec::new();
-        if enc.schemas.iter().any(Option::is_some) {
-            keys.reserve_exact(enc.schemas.len());
-            for s in &enc.schemas {
-                keys.push(s.map(|s| Cow::Borrowed(s.key)));
-                if let Some(s) = *s {
-                    let known = self.stored_schemas.iter().any(|k| std::ptr::eq(*k, s))
-                        || self.new_schemas.iter().any(|k| std::ptr::eq(*k, s));
-                    if !known {
-                        self.new_schemas.push(s);
-                    }
-                }
-            }
-        }
+        let keys = self.schema_keys(&enc.schemas);
+        let mut spare = std::mem::take(&mut enc.schemas);
+        spare.clear();
+        self.schema_buf = spare;
         Ok(Arc::new(
             CheckpointRecord::new(
                 enc.run,
@@ -633,6 +631,45 @@ impl Frame {
             )
             .with_schemas(keys),
         ))
+    }
+
+    /// The schema keys of a checkpoint whose fields have `schemas` (shared
+    /// with the previous checkpoint when they are the same); notes the ones
+    /// the store may lack in `new_schemas` (which keeps, for another try,
+    /// those that could not be stored for the previous one).
+    fn schema_keys(&mut self, schemas: &[Option<&'static SchemaRef>]) -> SchemaKeys {
+        let same = schemas.len() == self.last_schemas.len()
+            && schemas
+                .iter()
+                .zip(&self.last_schemas)
+                .all(|(a, b)| match (a, b) {
+                    (Some(a), Some(b)) => std::ptr::eq(*a, *b),
+                    (None, None) => true,
+                    _ => false,
+                });
+        if same {
+            return self.last_keys.clone();
+        }
+        self.new_schemas.clear();
+        for s in schemas.iter().flatten() {
+            let known = self.stored_schemas.iter().any(|k| std::ptr::eq(*k, *s))
+                || self.new_schemas.iter().any(|k| std::ptr::eq(*k, *s));
+            if !known {
+                self.new_schemas.push(s);
+            }
+        }
+        let keys: SchemaKeys = if schemas.iter().all(Option::is_none) {
+            SchemaKeys::default()
+        } else {
+            schemas
+                .iter()
+                .map(|s| s.map(|s| Cow::Borrowed(s.key)))
+                .collect()
+        };
+        self.last_schemas.clear();
+        self.last_schemas.extend_from_slice(schemas);
+        self.last_keys = keys.clone();
+        keys
     }
 
     /// Stores the schemas the prepared checkpoint refers to that the store

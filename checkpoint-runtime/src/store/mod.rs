@@ -218,8 +218,12 @@ pub struct CheckpointRecord {
     /// [`Store::put_schemas`]); `None`, or missing at the end, for a field
     /// saved without a schema (its type could not be traced, it was saved by
     /// hand-written code, or by a backend or version that did not keep them).
-    pub schemas: Vec<Option<Cow<'static, str>>>,
+    pub schemas: SchemaKeys,
 }
+
+/// The schema key of each field of a checkpoint (see
+/// [`CheckpointRecord::schemas`]); shared between checkpoints.
+pub type SchemaKeys = Arc<[Option<Cow<'static, str>>]>;
 
 impl CheckpointRecord {
     /// Builds a record (for backends that load checkpoints from storage).
@@ -247,13 +251,13 @@ impl CheckpointRecord {
             data,
             suspend,
             created_at,
-            schemas: Vec::new(),
+            schemas: SchemaKeys::default(),
         }
     }
 
     /// Sets the schema keys of the fields (see [`CheckpointRecord::schemas`]).
-    pub fn with_schemas(mut self, schemas: Vec<Option<Cow<'static, str>>>) -> Self {
-        self.schemas = schemas;
+    pub fn with_schemas(mut self, schemas: impl Into<SchemaKeys>) -> Self {
+        self.schemas = schemas.into();
         self
     }
 
