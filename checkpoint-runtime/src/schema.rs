@@ -256,6 +256,9 @@ impl FieldJson {
     }
 }
 
+/// The note of a field saved without a schema.
+const NO_SCHEMA: &str = "no schema was recorded for this field: its type's serde format cannot be traced (it deserializes with `deserialize_any`: untagged or internally tagged enums, `serde_json::Value`, ...), or it was saved without one (the snapshot of a `for` loop's iterable, a version without schemas)";
+
 /// Decodes the fields of `cp` with the stored schema documents `docs` (by key).
 pub(crate) fn fields_json(
     cp: &crate::store::CheckpointRecord,
@@ -275,10 +278,7 @@ pub(crate) fn fields_json(
             };
             let decoded = match (key, cp.field_bytes(i)) {
                 (_, None) => Err("the checkpoint record has no bytes for this field".to_owned()),
-                (None, _) => Err(
-                    "no schema was recorded for this field (its type's serde format cannot be traced, e.g. it deserializes with `deserialize_any`, or it was saved by an older version)"
-                        .to_owned(),
-                ),
+                (None, _) => Err(NO_SCHEMA.to_owned()),
                 (Some(key), Some(bytes)) => match docs.get(key) {
                     None => Err(format!("schema `{key}` is not in the store")),
                     Some(json) => decode_json(json, bytes),

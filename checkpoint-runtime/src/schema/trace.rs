@@ -366,8 +366,9 @@ impl<'de> de::Deserializer<'de> for Tr<'_> {
     primitive!(deserialize_char, Char, visit_char, 'A');
     primitive!(deserialize_str, Str, visit_borrowed_str, "");
     primitive!(deserialize_string, Str, visit_string, String::new());
-    primitive!(deserialize_bytes, Bytes, visit_borrowed_bytes, b"");
-    primitive!(deserialize_byte_buf, Bytes, visit_byte_buf, Vec::new());
+    // Sixteen bytes: what fixed-size binary types (UUIDs) insist on.
+    primitive!(deserialize_bytes, Bytes, visit_borrowed_bytes, &[0; 16]);
+    primitive!(deserialize_byte_buf, Bytes, visit_byte_buf, vec![0; 16]);
 
     fn deserialize_unit<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, TraceError> {
         self.set(Format::Unit)?;
