@@ -766,8 +766,8 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
     let mut tp = Vec::new();
     for (runs, n) in [
         (1usize, scaled(2000, scale)),
-        (64, scaled(150, scale)),
-        (1000, scaled(40, scale)),
+        (64, scaled(300, scale)),
+        (1000, scaled(100, scale)),
     ] {
         eprintln!("throughput: {runs} runs x {n} checkpoints ...");
         let t = throughput(d, &format!("tp{runs}"), runs, n as u32, 1000).await?;
@@ -813,7 +813,7 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
 async fn resume_row(d: &Path, scale: f64) -> Result<String, BoxError> {
     // Resume latency after a short and a long history.
     let long_n = scaled(100_000, scale) as u32;
-    let rounds = 5;
+    let rounds = 9;
     eprintln!("resume: building a run of 10 checkpoints ...");
     let short_db = d.join("hist-10.db");
     build_history(&short_db, 10).await?;
