@@ -1,0 +1,191 @@
+//! Checkpoint fields shown as JSON by a runtime that does not know the
+//! workflow (only the store is shared), on the in-memory and SQLite stores.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use checkpoint_runtime::prelude::*;
+use checkpoint_runtime::store::MemoryStore;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct Vendor {
+    name: String,
+    score: i32,
+    tags: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+enum Stage {
+    Draft,
+    Review { by: String, round: u8 },
+    Approved(u64),
+    Blocked(String, Option<Box<Stage>>),
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+enum Outcome {
+    Pass,
+    Fail(Problem),
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+enum Problem {
+    Missing { field: String },
+    Late(u32),
+}
+
+/// What the workflow held at each checkpoint, by local name, as
+/// `serde_json::to_value` renders it.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<BTreeMap<String, Value>>>);
+
+impl Recorder {
+    fn record(&self, locals: Vec<(&str, Value)>) {
+        let snapshot = locals.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        self.0.lock().unwrap().push(snapshot);
+    }
+}
+
+fn v<T: Serialize>(x: &T) -> Value {
+    serde_json::to_value(x).unwrap()
+}
+
+#[workflow]
+async fn vendor_review(ctx: &Ctx, vendor: Vendor) -> u32 {
+    #[transient]
+    let rec = ctx.resource::<Arc<Recorder>>().clone();
+    let mut stage = Stage::Draft;
+    let mut notes: HashMap<String, Vec<Option<i64>>> = HashMap::new();
+    let mut checks: Vec<Outcome> = Vec::new();
+    let mut last: Option<Stage> = None;
+    // No schema: `serde_json::Value` deserializes with `deserialize_any`.
+    let mut raw = serde_json::json!({ "source": "import", "ids": [1, 2] });
+    rec.record(vec![
+        ("vendor", v(&vendor)),
+        ("stage", v(&stage)),
+        ("notes", v(&notes)),
+        ("checks", v(&checks)),
+        ("last", v(&last)),
+        ("raw", v(&raw)),
+    ]);
+    checkpoint!("drafted");
+    stage = Stage::Review {
+        by: "ann".into(),
+        round: 2,
+    };
+    notes.insert("security".into(), vec![Some(-3), None, Some(i64::MAX)]);
+    notes.insert("finance".into(), vec![]);
+    checks.push(Outcome::Pass);
+    checks.push(Outcome::Fail(Problem::Missing {
+        field: "iban".into(),
+    }));
+    rec.record(vec![
+        ("vendor", v(&vendor)),
+        ("stage", v(&stage)),
+        ("notes", v(&notes)),
+        ("checks", v(&checks)),
+        ("last", v(&last)),
+        ("raw", v(&raw)),
+    ]);
+    checkpoint!("reviewed");
+    last = Some(stage.clone());
+    stage = Stage::Blocked("sanctions".into(), Some(Box::new(Stage::Approved(7))));
+    checks.push(Outcome::Fail(Problem::Late(30)));
+    raw["ids"] = serde_json::json!([3]);
+    rec.record(vec![
+        ("vendor", v(&vendor)),
+        ("stage", v(&stage)),
+        ("notes", v(&notes)),
+        ("checks", v(&checks)),
+        ("last", v(&last)),
+        ("raw", v(&raw)),
+    ]);
+    checkpoint!("blocked");
+    let n = vendor.tags.len() + notes.len() + checks.len();
+    let s = format!("{stage:?}{last:?}{raw}");
+    (n + s.len()) as u32
+}
+
+fn vendor() -> Vendor {
+    Vendor {
+        name: "ACME \"Ltd\"".into(),
+        score: -12,
+        tags: vec!["eu".into(), "hardware".into()],
+    }
+}
+
+/// Every checkpoint's fields, read by `viewer`, equal what the workflow held;
+/// `raw` has no schema and a note instead of a value.
+async fn check_fields(viewer: &Runtime, recorder: &Recorder) {
+    let recorded = recorder.0.lock().unwrap().clone();
+    let cps = viewer.checkpoints("vr-1").await.unwrap();
+    assert_eq!(cps.len(), recorded.len());
+    for (cp, expected) in cps.iter().zip(&recorded) {
+        let fields = viewer.checkpoint_fields_json("vr-1", cp.seq).await.unwrap();
+        assert_eq!(
+            fields.iter().map(|f| &f.name).collect::<Vec<_>>(),
+            cp.fields.iter().map(|f| &f.name).collect::<Vec<_>>()
+        );
+        assert!(!fields.is_empty());
+        for (f, info) in fields.iter().zip(&cp.fields) {
+            assert_eq!(f.type_name, info.type_name);
+            assert_eq!(f.schema, info.schema);
+            if f.name == "raw" {
+                assert_eq!(f.schema, None);
+                assert_eq!(f.value, None);
+                let note = f.note.as_deref().unwrap_or_default();
+                assert!(note.contains("no schema"), "{note}");
+                continue;
+            }
+            assert!(f.schema.is_some(), "{f:?}");
+            assert_eq!(f.note, None, "{f:?}");
+            assert_eq!(
+                f.value.as_ref(),
+                Some(&expected[&f.name]),
+                "checkpoint #{} field `{}`",
+                cp.seq,
+                f.name
+            );
+        }
+    }
+    // The enums nested in later variants decoded (Outcome::Fail(Problem::..)).
+    let last = cps.last().unwrap().seq;
+    let fields = viewer.checkpoint_fields_json("vr-1", last).await.unwrap();
+    let checks = fields.iter().find(|f| f.name == "checks").unwrap();
+    assert_eq!(
+        checks.value,
+        Some(json!(["Pass", {"Fail": {"Missing": {"field": "iban"}}}, {"Fail": {"Late": 30}}]))
+    );
+    // Unknown run / checkpoint: errors.
+    assert!(viewer.checkpoint_fields_json("nope", 1).await.is_err());
+    assert!(viewer.checkpoint_fields_json("vr-1", 999).await.is_err());
+}
+
+#[tokio::test]
+async fn memory_store_fields_as_json_without_the_workflow() {
+    let recorder = Arc::new(Recorder::default());
+    let store = Arc::new(MemoryStore::new());
+    let rt = Runtime::builder()
+        .store(store.clone())
+        .resource(recorder.clone())
+        .in_memory();
+    let out = rt
+        .start(vendor_review, "vr-1", vendor())
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    assert!(out > 0);
+    drop(rt);
+    // A runtime that never registered `vendor_review`.
+    let viewer = Runtime::builder().store(store).in_memory();
+    check_fields(&viewer, &recorder).await;
+    viewer.fork("vr-1", 2, "vr-fork").await.unwrap();
+    assert_eq!(
+        viewer.checkpoint_fields_json("vr-fork", 1).await.unwrap(),
+        viewer.checkpoint_fields_json("vr-1", 2).await.unwrap()
+    );
+}
