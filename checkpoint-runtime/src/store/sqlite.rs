@@ -78,8 +78,12 @@ const MAX_BATCH: usize = 4096;
 const WRITER_CACHE_KIB: i64 = 8 << 10;
 /// Reader threads (each with its own connection).
 const READERS: usize = 2;
-/// How long the idle writer looks for a next request before it sleeps.
+/// How long the idle writer looks for a next request before it sleeps ...
 const SPIN: Duration = Duration::from_micros(100);
+/// ... after a batch of at most this many requests.
+const SPIN_BATCH: usize = 2;
+/// Batches of more requests are answered by another thread.
+const ANSWER_INLINE: usize = 16;
 /// How often the poller looks for commits by other processes.
 const POLL_EVERY: Duration = Duration::from_millis(200);
 /// The writer remembers at most this many runs (state and latest checkpoint,
@@ -104,8 +108,8 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
         -- (due = until), 3 completed (output, error = Err text), 4 failed
         -- (error = the runtime's Error as JSON), 5 cancelled.
         -- Times are nanoseconds since the Unix epoch. The latest checkpoint
-        -- is the run's highest `seq` in `checkpoints`; `updated_at` is the
-        -- later of this column and that checkpoint's `created_at`.
+        -- is `heads.latest`; `updated_at` is the later of this column and
+        -- that checkpoint's `created_at`.
         CREATE TABLE runs (
             ord            INTEGER PRIMARY KEY AUTOINCREMENT,
             id             TEXT    NOT NULL UNIQUE,
@@ -138,7 +142,10 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
 
         -- One row per checkpoint, appended under an increasing `id` shared
         -- with `history` (so concurrent runs' rows share the last pages,
-        -- and a run's history is both tables merged by `id`).
+        -- and a run's history is both tables merged by `id`). `prev` is the
+        -- run's previous checkpoint row: a run's rows form a chain from
+        -- `heads.latest`, and every 64th seq is indexed, so checkpoint `n`
+        -- is at most 63 steps from an indexed one (or from the latest).
         -- `floor`: the oldest seq the run keeps as of this checkpoint (NULL:
         -- 1); rows of the run below the latest row's floor are hidden.
         -- `quiet`: 1 for a fork's copy (no `CheckpointSaved` event).
@@ -152,6 +159,7 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
             id         INTEGER PRIMARY KEY,
             run        INTEGER NOT NULL,
             seq        INTEGER NOT NULL,
+            prev       INTEGER,
             shape      INTEGER NOT NULL,
             created_at INTEGER NOT NULL,
             floor      INTEGER,
@@ -162,7 +170,16 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
             refs       BLOB,
             data       BLOB
         );
-        CREATE UNIQUE INDEX checkpoints_by_run ON checkpoints (run, seq);
+        CREATE INDEX checkpoint_anchors ON checkpoints (run, seq) WHERE seq % 64 = 0;
+
+        -- Per run: its latest checkpoint row, and the seq below which
+        -- hidden rows have been cut down (see `prune`). Small rows, so that
+        -- the heads of many runs share a page.
+        CREATE TABLE heads (
+            run    INTEGER PRIMARY KEY,
+            latest INTEGER,
+            pruned INTEGER NOT NULL DEFAULT 1
+        );
 
         -- Signals not yet consumed, in arrival order.
         CREATE TABLE signals (
@@ -322,13 +339,12 @@ const RUN_COLS: &str = "r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.out
      r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at";
 
 /// A run row with its input and its latest checkpoint's `seq` and
-/// `created_at` (both read from the `(run, seq)` index's last entry).
+/// `created_at`.
 const RUN_SELECT: &str = "SELECT r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, \
      r.error, r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
      r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.input, \
-     (SELECT c.seq FROM checkpoints c WHERE c.run = r.ord ORDER BY c.seq DESC LIMIT 1), \
-     (SELECT c.created_at FROM checkpoints c WHERE c.run = r.ord ORDER BY c.seq DESC LIMIT 1) \
-     FROM runs r";
+     c.seq, c.created_at \
+     FROM runs r LEFT JOIN heads h ON h.run = r.ord LEFT JOIN checkpoints c ON c.id = h.latest";
 
 struct RawRun {
     ord: i64,
@@ -571,7 +587,8 @@ fn write_run(conn: &Connection, ord: i64, rec: &RunRecord, before: i64) -> R<()>
     Ok(())
 }
 
-/// Inserts a new run (no lease, no wake value); returns its `ord`.
+/// Inserts a new run (no lease, no wake value, no checkpoint); returns its
+/// `ord`. Two statements.
 fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
     let (state, signal, due, output, error) = state_cols(&rec.state)?;
     conn.prepare_cached(
@@ -593,7 +610,10 @@ fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
         ts(rec.created_at),
         ts(rec.updated_at),
     ])?;
-    Ok(conn.last_insert_rowid())
+    let ord = conn.last_insert_rowid();
+    conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?
+        .execute([ord])?;
+    Ok(ord)
 }
 
 /// The fencing check of [`MemoryStore`](super::MemoryStore), on a run record.
@@ -826,8 +846,8 @@ impl Sources {
     }
 }
 
-const CP_COLS: &str = "c.id, c.seq, c.shape, c.created_at, c.floor, c.loops, c.suspend, c.size, \
-                       c.refs, c.data, s.body";
+const CP_COLS: &str = "c.id, c.seq, c.shape, c.created_at, c.loops, c.suspend, c.size, c.refs, \
+                       c.data, s.body";
 const CP_FROM: &str = "FROM checkpoints c JOIN shapes s ON s.id = c.shape";
 
 struct CpRow {
@@ -835,7 +855,6 @@ struct CpRow {
     seq: i64,
     shape: i64,
     created_at: i64,
-    floor: Option<i64>,
     loops: Option<Vec<u8>>,
     suspend: Option<String>,
     size: Option<i64>,
@@ -851,13 +870,12 @@ impl CpRow {
             seq: r.get(1)?,
             shape: r.get(2)?,
             created_at: r.get(3)?,
-            floor: r.get(4)?,
-            loops: r.get(5)?,
-            suspend: r.get(6)?,
-            size: r.get(7)?,
-            refs: r.get(8)?,
-            data: r.get(9)?,
-            body: r.get(10)?,
+            loops: r.get(4)?,
+            suspend: r.get(5)?,
+            size: r.get(6)?,
+            refs: r.get(7)?,
+            data: r.get(8)?,
+            body: r.get(9)?,
         })
     }
 }
@@ -967,29 +985,62 @@ fn decode_checkpoint(
     })
 }
 
-/// The latest checkpoint of run `ord` and its `floor`.
-fn load_latest(conn: &Connection, ord: i64, run: &Arc<str>) -> R<Option<(Located, u64)>> {
-    let row = conn
-        .prepare_cached(&format!(
-            "SELECT {CP_COLS} {CP_FROM} WHERE c.run = ?1 ORDER BY c.seq DESC LIMIT 1"
-        ))?
-        .query_row([ord], CpRow::from_row)
+/// Every this many seqs, a checkpoint is in the `checkpoint_anchors` index.
+const ANCHOR_EVERY: u64 = 64;
+
+/// The run's chain of checkpoint rows, from row `?1` back to the row with
+/// seq `?2` (inclusive, if it exists), newest first: `walk(id, seq)`.
+const WALK: &str = "WITH RECURSIVE walk (id, seq, prev) AS ( \
+         SELECT id, seq, prev FROM checkpoints WHERE id = ?1 \
+         UNION ALL \
+         SELECT c.id, c.seq, c.prev FROM walk w JOIN checkpoints c ON c.id = w.prev \
+         WHERE w.seq > ?2) ";
+
+/// The latest checkpoint row of run `ord`: `(id, seq, floor)`.
+fn read_head(conn: &Connection, ord: i64) -> R<Option<(i64, u64, u64)>> {
+    let row: Option<(i64, i64, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT c.id, c.seq, c.floor FROM heads h JOIN checkpoints c ON c.id = h.latest \
+             WHERE h.run = ?1",
+        )?
+        .query_row([ord], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let floor = to_u64(row.floor.unwrap_or(1), "floor")?;
-    let located = decode_checkpoint(conn, ord, run, row, &mut Sources::default())?;
-    Ok(Some((located, floor)))
+    row.map(|(id, seq, floor)| {
+        Ok((
+            id,
+            to_u64(seq, "seq")?,
+            to_u64(floor.unwrap_or(1), "floor")?,
+        ))
+    })
+    .transpose()
 }
 
-/// Checkpoint `seq` of run `ord`, hidden or not.
-fn load_seq(conn: &Connection, ord: i64, run: &Arc<str>, seq: u64) -> R<Option<Located>> {
-    let row = conn
+/// The id of checkpoint `seq` of run `ord` (hidden or not): from the nearest
+/// anchor at or above it (or the latest), at most 63 steps down the chain.
+fn find_row(conn: &Connection, ord: i64, seq: u64) -> R<Option<i64>> {
+    let seq = to_i64(seq, "seq")?;
+    let start: Option<i64> = conn
         .prepare_cached(&format!(
-            "SELECT {CP_COLS} {CP_FROM} WHERE c.run = ?1 AND c.seq = ?2"
+            "SELECT coalesce( \
+                 (SELECT id FROM checkpoints WHERE run = ?1 AND seq >= ?2 \
+                  AND seq % {ANCHOR_EVERY} = 0 ORDER BY seq LIMIT 1), \
+                 (SELECT latest FROM heads WHERE run = ?1))"
         ))?
-        .query_row(params![ord, to_i64(seq, "seq")?], CpRow::from_row)
+        .query_row(params![ord, seq], |r| r.get(0))?;
+    let Some(start) = start else {
+        return Ok(None);
+    };
+    Ok(conn
+        .prepare_cached(&format!("{WALK} SELECT id FROM walk WHERE seq = ?2"))?
+        .query_row(params![start, seq], |r| r.get(0))
+        .optional()?)
+}
+
+/// Checkpoint row `id` of run `ord`.
+fn load_id(conn: &Connection, ord: i64, run: &Arc<str>, id: i64) -> R<Option<Located>> {
+    let row = conn
+        .prepare_cached(&format!("SELECT {CP_COLS} {CP_FROM} WHERE c.id = ?1"))?
+        .query_row([id], CpRow::from_row)
         .optional()?;
     match row {
         None => Ok(None),
@@ -997,13 +1048,20 @@ fn load_seq(conn: &Connection, ord: i64, run: &Arc<str>, seq: u64) -> R<Option<L
     }
 }
 
-/// The oldest kept seq of run `ord` (`None`: no checkpoint).
-fn read_floor(conn: &Connection, ord: i64) -> R<Option<u64>> {
-    let floor: Option<Option<i64>> = conn
-        .prepare_cached("SELECT floor FROM checkpoints WHERE run = ?1 ORDER BY seq DESC LIMIT 1")?
-        .query_row([ord], |r| r.get(0))
-        .optional()?;
-    floor.map(|f| to_u64(f.unwrap_or(1), "floor")).transpose()
+/// The latest checkpoint of run `ord`.
+fn load_latest(conn: &Connection, ord: i64, run: &Arc<str>) -> R<Option<Located>> {
+    match read_head(conn, ord)? {
+        None => Ok(None),
+        Some((id, _, _)) => load_id(conn, ord, run, id),
+    }
+}
+
+/// Checkpoint `seq` of run `ord`, hidden or not.
+fn load_seq(conn: &Connection, ord: i64, run: &Arc<str>, seq: u64) -> R<Option<Located>> {
+    match find_row(conn, ord, seq)? {
+        None => Ok(None),
+        Some(id) => load_id(conn, ord, run, id),
+    }
 }
 
 /// Whether `cp`'s data is exactly its fields, concatenated in order.
@@ -1021,10 +1079,10 @@ fn is_tiled(cp: &CheckpointRecord) -> bool {
     at == cp.data.len()
 }
 
-/// Stores `cp` as checkpoint `cp.seq` of run `ord` with shape `shape`,
-/// sharing the bytes of fields that equal the same field of `prev` (the run's
-/// previous checkpoint). One statement: the caller opens a savepoint first if
-/// it writes more.
+/// Stores `cp` as checkpoint `cp.seq` of run `ord` with shape `shape`, after
+/// `prev` (the run's previous checkpoint, whose bytes it shares for fields
+/// that did not change). One statement; the caller then points the run's
+/// head at the new row.
 fn insert_checkpoint(
     cx: &mut Ctx<'_>,
     ord: i64,
@@ -1095,14 +1153,15 @@ fn insert_checkpoint(
     let data = (!own.is_empty()).then_some(own);
     cx.conn
         .prepare_cached(
-            "INSERT INTO checkpoints (id, run, seq, shape, created_at, floor, quiet, loops, \
-             suspend, size, refs, data) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            "INSERT INTO checkpoints (id, run, seq, prev, shape, created_at, floor, quiet, \
+             loops, suspend, size, refs, data) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         )?
         .execute(params![
             id,
             ord,
             to_i64(cp.seq, "seq")?,
+            prev.map(|p| to_i64(p.id, "row id")).transpose()?,
             shape,
             ts(cp.created_at),
             floor,
@@ -1121,94 +1180,86 @@ fn insert_checkpoint(
     })
 }
 
-/// Hides the checkpoints of run `ord` with `old_floor <= seq < new_floor`
-/// (`latest` is the run's latest checkpoint), and cuts every hidden row whose
-/// bytes no kept checkpoint uses down to a stub.
+/// Cuts every hidden checkpoint row of run `ord` whose bytes no kept
+/// checkpoint uses down to a stub, given that this was last done when the
+/// oldest kept seq was `pruned` and it now is `floor`.
 ///
-/// A checkpoint only ever references rows its predecessor references (or
-/// itself), so the rows below the floor that kept checkpoints use are those
-/// the oldest kept checkpoint uses. Before this call these are the hidden rows
-/// still holding bytes; after it, those the new oldest one uses.
-fn prune(cx: &Ctx<'_>, ord: i64, old_floor: u64, new_floor: u64, latest: &Located) -> R<()> {
-    let rows: Vec<(i64, i64, Option<Vec<u8>>)> = cx
-        .conn
-        .prepare_cached(
-            "SELECT id, seq, refs FROM checkpoints WHERE run = ?1 AND seq >= ?2 AND seq < ?3 \
-             ORDER BY seq",
-        )?
-        .query_map(
-            params![ord, to_i64(old_floor, "seq")?, to_i64(new_floor, "seq")?],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?
+/// A checkpoint only references rows its predecessor references, or itself.
+/// So the hidden rows still holding bytes are those the checkpoint at
+/// `pruned` uses and those from `pruned` to `floor`; after this call, only
+/// those the checkpoint at `floor` uses.
+fn prune(conn: &Connection, ord: i64, pruned: u64, floor: u64) -> R<()> {
+    if floor <= pruned {
+        return Ok(());
+    }
+    let start = find_row(conn, ord, floor)?
+        .ok_or_else(|| corrupt(format_args!("run {ord} lost checkpoint #{floor}")))?;
+    let rows: Vec<(i64, i64, Option<Vec<u8>>)> = conn
+        .prepare_cached(&format!(
+            "{WALK} SELECT w.id, w.seq, c.refs FROM walk w JOIN checkpoints c ON c.id = w.id"
+        ))?
+        .query_map(params![start, to_i64(pruned, "seq")?], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
-    let decode = |id: i64, refs: &Option<Vec<u8>>| -> R<BTreeSet<u64>> {
+    let sources = |id: i64, refs: &Option<Vec<u8>>| -> R<BTreeSet<u64>> {
         let refs = refs
             .as_deref()
-            .ok_or_else(|| corrupt(format_args!("kept checkpoint row {id} is a stub")))?;
+            .ok_or_else(|| corrupt(format_args!("checkpoint row {id} lost its bytes")))?;
         let refs: StoredRefs = postcard::from_bytes(refs)
             .map_err(|_| corrupt(format_args!("checkpoint row {id}: undecodable references")))?;
         Ok(refs.sources(to_u64(id, "row id")?))
     };
-    let mut doomed: BTreeSet<u64> = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    let mut doomed = BTreeSet::new();
     for (id, seq, refs) in &rows {
-        if to_u64(*seq, "seq")? == old_floor {
-            doomed.extend(decode(*id, refs)?);
+        let seq = to_u64(*seq, "seq")?;
+        if seq == floor {
+            used = sources(*id, refs)?;
+            continue;
+        }
+        if seq == pruned {
+            doomed.extend(sources(*id, refs)?);
         }
         doomed.insert(to_u64(*id, "row id")?);
     }
-    let used: BTreeSet<u64> = if new_floor == latest.cp.seq {
-        let mut used: BTreeSet<u64> = latest
-            .locs
-            .iter()
-            .filter(|l| l.2 > 0)
-            .map(|l| l.0)
-            .collect();
-        used.insert(latest.id);
-        used
-    } else {
-        let (id, refs): (i64, Option<Vec<u8>>) = cx
-            .conn
-            .prepare_cached("SELECT id, refs FROM checkpoints WHERE run = ?1 AND seq = ?2")?
-            .query_row(params![ord, to_i64(new_floor, "seq")?], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?
-            .ok_or_else(|| corrupt(format_args!("run {ord} lost checkpoint #{new_floor}")))?;
-        decode(id, &refs)?
-    };
     for id in doomed.difference(&used) {
-        cx.conn
-            .prepare_cached(
-                "UPDATE checkpoints SET loops = NULL, suspend = NULL, size = NULL, refs = NULL, \
-                 data = NULL WHERE id = ?1",
-            )?
-            .execute([to_i64(*id, "row id")?])?;
+        conn.prepare_cached(
+            "UPDATE checkpoints SET loops = NULL, suspend = NULL, size = NULL, refs = NULL, \
+             data = NULL WHERE id = ?1 AND refs IS NOT NULL",
+        )?
+        .execute([to_i64(*id, "row id")?])?;
     }
     Ok(())
 }
 
-/// Shrinks every hidden row that kept checkpoints still use to the bytes
-/// they use. Returns (rows shrunk, bytes dropped).
+/// Prunes every run fully (see [`prune`]), then shrinks every hidden row
+/// that kept checkpoints still use to the bytes they use. Returns (rows
+/// shrunk, bytes dropped).
 fn gc_compact(conn: &Connection) -> R<(u64, u64)> {
-    let runs: Vec<i64> = conn
-        .prepare("SELECT ord FROM runs ORDER BY ord")?
-        .query_map([], |r| r.get(0))?
+    let runs: Vec<(i64, i64)> = conn
+        .prepare("SELECT run, pruned FROM heads WHERE latest IS NOT NULL ORDER BY run")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     let (mut rows, mut bytes) = (0u64, 0u64);
-    for ord in runs {
-        let Some(floor) = read_floor(conn, ord)? else {
+    for (ord, pruned) in runs {
+        let Some((_, _, floor)) = read_head(conn, ord)? else {
             continue;
         };
         if floor <= 1 {
             continue;
         }
-        let (floor_id, refs): (i64, Option<Vec<u8>>) = conn
-            .prepare_cached("SELECT id, refs FROM checkpoints WHERE run = ?1 AND seq = ?2")?
-            .query_row(params![ord, to_i64(floor, "seq")?], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?
+        let pruned = to_u64(pruned, "seq")?;
+        if pruned < floor {
+            prune(conn, ord, pruned, floor)?;
+            conn.prepare_cached("UPDATE heads SET pruned = ?2 WHERE run = ?1")?
+                .execute(params![ord, to_i64(floor, "seq")?])?;
+        }
+        let floor_id = find_row(conn, ord, floor)?
             .ok_or_else(|| corrupt(format_args!("run {ord} lost checkpoint #{floor}")))?;
+        let refs: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT refs FROM checkpoints WHERE id = ?1")?
+            .query_row([floor_id], |r| r.get(0))?;
         let refs: StoredRefs = postcard::from_bytes(refs.as_deref().unwrap_or_default())
             .map_err(|_| corrupt(format_args!("checkpoint row {floor_id}: bad references")))?;
         if refs.raw {
@@ -1271,8 +1322,12 @@ struct Head {
     rec: RunRecord,
     /// `runs.state` as stored.
     stored: i64,
+    /// The latest checkpoint row (0: none).
+    latest_id: i64,
     /// The oldest kept seq.
     floor: u64,
+    /// `heads.pruned`.
+    pruned: u64,
     /// The latest checkpoint, when loaded.
     prev: Option<Located>,
 }
@@ -1286,26 +1341,28 @@ impl Head {
         let Some(mut raw) = raw else {
             return Ok(None);
         };
-        let latest: Option<(i64, Option<i64>, i64)> = conn
+        type Latest = (Option<i64>, i64, Option<i64>, Option<i64>, Option<i64>);
+        let (latest_id, pruned, seq, floor, at): Latest = conn
             .prepare_cached(
-                "SELECT seq, floor, created_at FROM checkpoints WHERE run = ?1 \
-                 ORDER BY seq DESC LIMIT 1",
+                "SELECT h.latest, h.pruned, c.seq, c.floor, c.created_at \
+                 FROM heads h LEFT JOIN checkpoints c ON c.id = h.latest WHERE h.run = ?1",
             )?
-            .query_row([raw.ord], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
-        let mut floor = 1;
-        if let Some((seq, f, at)) = latest {
-            raw.latest_seq = Some(seq);
-            raw.latest_at = Some(at);
-            floor = to_u64(f.unwrap_or(1), "floor")?;
-        }
+            .query_row([raw.ord], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()?
+            .ok_or_else(|| corrupt(format_args!("run `{id}` has no head")))?;
+        raw.latest_seq = seq;
+        raw.latest_at = at;
         let stored = raw.state;
         let (ord, rec) = raw.into_record()?;
         Ok(Some(Head {
             ord,
             rec,
             stored,
-            floor,
+            latest_id: latest_id.unwrap_or(0),
+            floor: to_u64(floor.unwrap_or(1), "floor")?,
+            pruned: to_u64(pruned, "seq")?,
             prev: None,
         }))
     }
@@ -1397,6 +1454,9 @@ struct Ctx<'a> {
     bump: bool,
     /// Whether the request's savepoint is open.
     savepoint: bool,
+    /// Set when a request without a savepoint could not undo a partial
+    /// write: the whole batch is rolled back.
+    abort: bool,
 }
 
 impl Ctx<'_> {
@@ -1468,7 +1528,13 @@ impl Ctx<'_> {
         }
         if h.prev.as_ref().map(|p| p.cp.seq) != Some(h.rec.latest_seq) {
             let run: Arc<str> = Arc::from(h.rec.id.as_str());
-            h.prev = load_seq(self.conn, h.ord, &run, h.rec.latest_seq)?;
+            h.prev = load_id(self.conn, h.ord, &run, h.latest_id)?;
+            if h.prev.as_ref().map(|p| p.cp.seq) != Some(h.rec.latest_seq) {
+                return Err(corrupt(format_args!(
+                    "run `{}` lost its latest checkpoint",
+                    h.rec.id
+                )));
+            }
         }
         Ok(h.prev.as_ref())
     }
@@ -1573,6 +1639,22 @@ struct Writer {
     conn: Connection,
     cache: Cache,
     changes: Arc<watch::Sender<u64>>,
+    /// Where large batches are answered (see [`Writer::run_batch`]).
+    answers: mpsc::Sender<Answers>,
+    /// The size of the last batch.
+    last_batch: usize,
+}
+
+/// A committed (or failed) batch, to answer.
+type Answers = (Vec<Box<dyn Job>>, Result<(), Error>);
+
+/// Answers batches handed over by the writer.
+fn answer_loop(rx: mpsc::Receiver<Answers>) {
+    for (batch, outcome) in rx {
+        for job in batch {
+            job.complete(outcome.clone());
+        }
+    }
 }
 
 impl Writer {
@@ -1597,15 +1679,20 @@ impl Writer {
                 }
             }
             if next.is_none() {
-                next = Self::wait(&rx);
+                next = if self.last_batch <= SPIN_BATCH {
+                    Self::wait(&rx)
+                } else {
+                    rx.recv().ok()
+                };
             }
         }
     }
 
-    /// The next message. A caller that just got its answer often sends its
-    /// next request within microseconds: the writer looks for it for a
-    /// moment before going to sleep, since waking a sleeping thread takes
-    /// tens of microseconds on a virtual machine.
+    /// The next message. After a small batch, a caller that just got its
+    /// answer often sends its next request within microseconds: the writer
+    /// looks for it for a moment before going to sleep, since waking a
+    /// sleeping thread takes tens of microseconds on a virtual machine.
+    /// (After a large batch, the CPU is better left to the callers.)
     fn wait(rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
         let start = Instant::now();
         loop {
@@ -1667,13 +1754,14 @@ impl Writer {
                 cache: &mut self.cache,
                 bump: false,
                 savepoint: false,
+                abort: false,
             };
             let ok = job.apply(&mut cx);
-            let (job_bump, savepoint) = (cx.bump, cx.savepoint);
+            let (job_bump, savepoint, abort) = (cx.bump, cx.savepoint, cx.abort);
             if !ok {
                 self.cache.undo_to(mark);
             }
-            if self.conn.is_autocommit() {
+            if abort || self.conn.is_autocommit() {
                 // SQLite rolled the whole transaction back (a full disk, an
                 // I/O error): nothing of the batch is left.
                 broken = Some(Error::Store {
@@ -1713,6 +1801,17 @@ impl Writer {
         if outcome.is_ok() && bump {
             self.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
+        self.last_batch = batch.len();
+        // Waking a thousand callers takes milliseconds: a large batch is
+        // answered by another thread while the next one is applied.
+        let batch = if batch.len() > ANSWER_INLINE {
+            match self.answers.send((batch, outcome.clone())) {
+                Ok(()) => Vec::new(),
+                Err(mpsc::SendError((batch, _))) => batch,
+            }
+        } else {
+            batch
+        };
         for job in batch {
             job.complete(outcome.clone());
         }
@@ -1913,10 +2012,18 @@ impl SqliteStore {
         // From here on, dropping `store` on an error stops the threads
         // started so far.
         let (wtx, wrx) = mpsc::channel::<Msg>();
+        let (atx, arx) = mpsc::channel::<Answers>();
+        store
+            .threads
+            .push(spawn("checkpoint-sqlite-answers", move || {
+                answer_loop(arx)
+            })?);
         let writer = Writer {
             conn,
             cache: Cache::default(),
             changes: changes.clone(),
+            answers: atx,
+            last_batch: 0,
         };
         store
             .threads
@@ -2119,7 +2226,9 @@ fn op_create(cx: &mut Ctx<'_>, run: NewRun) -> R<Created> {
             ord,
             rec,
             stored: READY,
+            latest_id: 0,
             floor: 1,
+            pruned: 1,
             prev: None,
         },
     );
@@ -2307,7 +2416,9 @@ fn op_save(
             .max(cp.seq.saturating_sub(keep.max(1) as u64).saturating_add(1)),
         None => h.floor,
     };
-    let prunes = floor > h.floor;
+    // Hidden rows are cut down in steps of a quarter of `keep`, so that the
+    // chain is walked about twice per checkpoint on average.
+    let prunes = keep.is_some_and(|keep| floor - h.pruned >= (keep as u64 / 4).max(1));
     if row_changes || prunes {
         cx.begin()?;
     }
@@ -2316,6 +2427,34 @@ fn op_save(
         None => cx.shape_id(&cp)?,
     };
     let located = insert_checkpoint(cx, h.ord, &cp, h.prev.as_ref(), shape, floor, false)?;
+    let pruned = if prunes { floor } else { h.pruned };
+    let head = cx
+        .conn
+        .prepare_cached("UPDATE heads SET latest = ?2, pruned = ?3 WHERE run = ?1")
+        .and_then(|mut s| {
+            s.execute(params![
+                h.ord,
+                to_i64(located.id, "row id").unwrap_or(-1),
+                to_i64(pruned, "seq").unwrap_or(i64::MAX)
+            ])
+        });
+    match head {
+        Ok(1) => {}
+        other => {
+            // Without a savepoint, take the new row back by hand.
+            if !cx.savepoint {
+                let undone = cx
+                    .conn
+                    .prepare_cached("DELETE FROM checkpoints WHERE id = ?1")
+                    .and_then(|mut s| s.execute([to_i64(located.id, "row id").unwrap_or(-1)]));
+                cx.abort = !matches!(undone, Ok(1));
+            }
+            return Err(match other {
+                Err(e) => e.into(),
+                Ok(_) => corrupt(format_args!("run `{}` has no head", cp.run)),
+            });
+        }
+    }
     h.rec.latest_seq = cp.seq;
     h.rec.state = state;
     h.rec.attempt = 1;
@@ -2325,9 +2464,11 @@ fn op_save(
         cx.save_run(&mut h)?;
     }
     if prunes {
-        prune(cx, h.ord, h.floor, floor, &located)?;
+        prune(cx.conn, h.ord, h.pruned, floor)?;
     }
+    h.latest_id = to_i64(located.id, "row id")?;
     h.floor = floor;
+    h.pruned = pruned;
     h.prev = Some(located);
     cx.put(cp.run.clone(), h);
     Ok(())
@@ -2549,6 +2690,10 @@ fn op_fork(cx: &mut Ctx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;
     let located = insert_checkpoint(cx, ord, &copy, None, shape, 1, true)?;
+    let latest_id = to_i64(located.id, "row id")?;
+    cx.conn
+        .prepare_cached("UPDATE heads SET latest = ?2 WHERE run = ?1")?
+        .execute(params![ord, latest_id])?;
     cx.event(ord, now, &forked)?;
     rec.input = Arc::from(&[][..]);
     let stored = state_code(&rec.state);
@@ -2558,7 +2703,9 @@ fn op_fork(cx: &mut Ctx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
             ord,
             rec,
             stored,
+            latest_id,
             floor: 1,
+            pruned: 1,
             prev: Some(located),
         },
     );
@@ -2630,12 +2777,16 @@ fn read_signals(conn: &Connection, id: &str) -> R<Vec<SignalRecord>> {
 
 fn read_latest(conn: &Connection, id: &str) -> R<Option<Arc<CheckpointRecord>>> {
     let ord = run_ord(conn, id)?;
-    Ok(load_latest(conn, ord, &Arc::from(id))?.map(|(l, _)| l.cp))
+    Ok(load_latest(conn, ord, &Arc::from(id))?.map(|l| l.cp))
 }
 
 fn read_checkpoint(conn: &Connection, id: &str, seq: u64) -> R<Option<Arc<CheckpointRecord>>> {
     let ord = run_ord(conn, id)?;
-    if i64::try_from(seq).is_err() || read_floor(conn, ord)?.is_none_or(|floor| seq < floor) {
+    let kept = match read_head(conn, ord)? {
+        Some((_, latest, floor)) => (floor..=latest).contains(&seq),
+        None => false,
+    };
+    if !kept {
         return Ok(None);
     }
     Ok(load_seq(conn, ord, &Arc::from(id), seq)?.map(|l| l.cp))
@@ -2643,15 +2794,16 @@ fn read_checkpoint(conn: &Connection, id: &str, seq: u64) -> R<Option<Arc<Checkp
 
 fn read_checkpoints(conn: &Connection, id: &str) -> R<Vec<Arc<CheckpointRecord>>> {
     let ord = run_ord(conn, id)?;
-    let Some(floor) = read_floor(conn, ord)? else {
+    let Some((latest, _, floor)) = read_head(conn, ord)? else {
         return Ok(Vec::new());
     };
     let run: Arc<str> = Arc::from(id);
     let rows: Vec<CpRow> = conn
         .prepare_cached(&format!(
-            "SELECT {CP_COLS} {CP_FROM} WHERE c.run = ?1 AND c.seq >= ?2 ORDER BY c.seq"
+            "{WALK} SELECT {CP_COLS} FROM walk w JOIN checkpoints c ON c.id = w.id \
+             JOIN shapes s ON s.id = c.shape WHERE c.seq >= ?2 ORDER BY c.seq"
         ))?
-        .query_map(params![ord, to_i64(floor, "seq")?], CpRow::from_row)?
+        .query_map(params![latest, to_i64(floor, "seq")?], CpRow::from_row)?
         .collect::<rusqlite::Result<_>>()?;
     let mut sources = Sources::default();
     rows.into_iter()
@@ -2666,15 +2818,22 @@ type HistoryRow = (i64, Option<String>, Option<i64>, Option<i64>);
 fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> {
     let ord = run_ord(conn, id)?;
     // `CheckpointSaved` events are the checkpoint rows (kept, hidden or stubs).
+    let latest: Option<i64> = conn
+        .prepare_cached("SELECT latest FROM heads WHERE run = ?1")?
+        .query_row([ord], |r| r.get(0))
+        .optional()?
+        .flatten();
     let rows: Vec<HistoryRow> = conn
-        .prepare_cached(
-            "SELECT id, at, event, NULL, NULL FROM history WHERE run = ?1 \
+        .prepare_cached(&format!(
+            "{WALK} SELECT id, at, event, NULL, NULL FROM history WHERE run = ?3 \
              UNION ALL \
-             SELECT id, created_at, NULL, seq, shape FROM checkpoints \
-             WHERE run = ?1 AND quiet IS NULL \
-             ORDER BY 1",
-        )?
-        .query_map([ord], |r| Ok((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+             SELECT c.id, c.created_at, NULL, c.seq, c.shape \
+             FROM walk w JOIN checkpoints c ON c.id = w.id WHERE c.quiet IS NULL \
+             ORDER BY 1"
+        ))?
+        .query_map(params![latest, 0, ord], |r| {
+            Ok((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     let mut labels: HashMap<i64, Option<String>> = HashMap::new();
     let mut out = Vec::with_capacity(rows.len());
@@ -4262,6 +4421,15 @@ mod tests {
             let leases = claim_all(&store, runs);
             assert_eq!(leases.len(), runs);
             no_autocheckpoint(&store);
+            let sync = std::env::var("BENCH_SYNC").unwrap_or_else(|_| "FULL".into());
+            {
+                let sync = sync.clone();
+                block_on(store.alone(move |w| {
+                    w.conn.pragma_update(None, "synchronous", &sync)?;
+                    Ok(())
+                }))
+                .unwrap();
+            }
             let f0 = wal_frames(store.path());
             let tokio = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -4292,6 +4460,7 @@ mod tests {
 
             let rpath = dir.path().join("raw.db");
             let raw = raw_conn(&rpath);
+            raw.pragma_update(None, "synchronous", &sync).unwrap();
             let f0 = wal_frames(&rpath);
             let start = Instant::now();
             for b in 0..each {
@@ -4380,6 +4549,12 @@ mod tests {
     fn bench_2_concurrent() {
         bench_concurrent(1000, 20);
         bench_concurrent(50, 200);
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_4_long() {
+        bench_concurrent(1000, 100);
     }
 
     #[test]
