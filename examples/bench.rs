@@ -717,14 +717,23 @@ async fn latency_row(d: &Path, scale: f64, payload: usize) -> Result<String, Box
     let mut raw_times = Vec::new();
     let mut our_times = Vec::new();
     let bytes: Vec<u8> = (0..payload).map(|i| i as u8).collect();
+    // CPU us (writer thread, executor thread) of the runtime's rounds, and
+    // of the raw rounds (on the main thread).
+    let (mut our_cpu, mut raw_cpu) = ((0f64, 0f64), 0f64);
     for round in 0..rounds {
         let id = format!("seq-{round}");
         let h = seq_rt.start(durable_loop, &id, (per_round, 1000)).await?;
+        let ticks = thread_ticks();
         h.result().await?;
+        let (w, m) = cpu_split(&ticks, &thread_ticks());
+        our_cpu = (our_cpu.0 + w, our_cpu.1 + m);
         let marks = probe.take();
         our_times.extend(marks.windows(2).map(|w| w[1] - w[0]));
+        let ticks = thread_ticks();
         raw_times.extend(raw_sequential(&raw, &bytes, per_round as usize)?);
+        raw_cpu += cpu_split(&ticks, &thread_ticks()).1;
     }
+    let total = (rounds * per_round as usize) as f64;
     drop(seq_rt);
     let mean = |v: &[Duration]| v.iter().sum::<Duration>() / (v.len().max(1) as u32);
     let (ours_mean, raw_mean) = (mean(&our_times), mean(&raw_times));
@@ -735,13 +744,16 @@ async fn latency_row(d: &Path, scale: f64, payload: usize) -> Result<String, Box
     let ratio = ours_med.as_secs_f64() / raw_med.as_secs_f64().max(1e-12);
     let mean_ratio = ours_mean.as_secs_f64() / raw_mean.as_secs_f64().max(1e-12);
     Ok(format!(
-        "| sequential durable checkpoint, {payload} B state ({rounds} runs x {per_round} checkpoints, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us | raw INSERT + COMMIT of {payload} B ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
+        "| sequential durable checkpoint, {payload} B state ({rounds} runs x {per_round} checkpoints, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (CPU per checkpoint: writer thread {:.0} us, executor thread {:.0} us) | raw INSERT + COMMIT of {payload} B ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us ({:.0} us CPU) | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
         us(ours_med),
         us(ours_mean),
         us(ours_p99),
+        our_cpu.0 / total,
+        our_cpu.1 / total,
         us(raw_med),
         us(raw_mean),
         us(raw_p99),
+        raw_cpu / total,
         met(ratio <= 1.3),
     ))
 }
