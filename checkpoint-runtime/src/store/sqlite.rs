@@ -134,7 +134,7 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
         CREATE INDEX runs_active ON runs (ord) WHERE state < 3;
 
         -- Interned checkpoint shapes: postcard `Shape` (site key, label,
-        -- site index, field names and types).
+        -- site index, field names and types, schema keys).
         CREATE TABLE shapes (
             id   INTEGER PRIMARY KEY,
             body BLOB NOT NULL UNIQUE
@@ -199,6 +199,12 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
             event TEXT    NOT NULL
         );
         CREATE INDEX history_by_run ON history (run, id);
+
+        -- Schema documents (JSON) by key; see `Store::put_schemas`.
+        CREATE TABLE schemas (
+            key  TEXT PRIMARY KEY,
+            body TEXT NOT NULL
+        ) WITHOUT ROWID;
         "#,
     )
 }
@@ -702,13 +708,14 @@ struct Packed {
     segments: Vec<(u64, u64)>,
 }
 
-/// A checkpoint's site and field list, interned in `shapes`.
+/// A checkpoint's site, field list and schema keys, interned in `shapes`.
 #[derive(Serialize, Deserialize)]
 struct Shape<'a> {
     site_key: Cow<'a, str>,
     label: Option<Cow<'a, str>>,
     site_index: u32,
     fields: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    schemas: Vec<Option<Cow<'a, str>>>,
 }
 
 impl<'a> Shape<'a> {
@@ -722,6 +729,11 @@ impl<'a> Shape<'a> {
                 .iter()
                 .map(|f| (Cow::Borrowed(&*f.name), Cow::Borrowed(&*f.type_name)))
                 .collect(),
+            schemas: cp
+                .schemas
+                .iter()
+                .map(|k| k.as_deref().map(Cow::Borrowed))
+                .collect(),
         }
     }
 }
@@ -731,6 +743,7 @@ fn same_shape(a: &CheckpointRecord, b: &CheckpointRecord) -> bool {
     a.site_key == b.site_key
         && a.label == b.label
         && a.site_index == b.site_index
+        && a.schemas == b.schemas
         && a.fields.len() == b.fields.len()
         && a.fields
             .iter()
@@ -965,7 +978,7 @@ fn decode_checkpoint(
         None => None,
         Some(s) => Some(serde_json::from_str(s).map_err(|_| bad("undecodable suspension"))?),
     };
-    let cp = CheckpointRecord::new(
+    let mut cp = CheckpointRecord::new(
         run.clone(),
         seq,
         Cow::Owned(shape.site_key.into_owned()),
@@ -977,6 +990,14 @@ fn decode_checkpoint(
         suspend,
         from_ts(row.created_at),
     );
+    if !shape.schemas.is_empty() {
+        let keys: Vec<Option<Cow<'static, str>>> = shape
+            .schemas
+            .into_iter()
+            .map(|k| k.map(|k| Cow::Owned(k.into_owned())))
+            .collect();
+        cp = cp.with_schemas(keys);
+    }
     Ok(Located {
         cp: Arc::new(cp),
         id: own_id,
@@ -3045,6 +3066,40 @@ impl Store for SqliteStore {
         self.read(read_next_wakeup)
     }
 
+    fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
+        self.write(move |cx| {
+            if schemas.len() > 1 {
+                cx.begin()?;
+            }
+            for (key, body) in &schemas {
+                cx.conn
+                    .prepare_cached("INSERT OR IGNORE INTO schemas (key, body) VALUES (?1, ?2)")?
+                    .execute(params![key, body])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn schemas<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
+        let keys = keys.to_vec();
+        self.read(move |c| {
+            let mut found = HashMap::new();
+            let mut stmt = c.prepare_cached("SELECT body FROM schemas WHERE key = ?1")?;
+            for key in &keys {
+                if let Some(body) = stmt
+                    .query_row([key], |r| r.get::<_, String>(0))
+                    .optional()?
+                {
+                    found.insert(key.clone(), body);
+                }
+            }
+            Ok(found)
+        })
+    }
+
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
@@ -3704,6 +3759,49 @@ mod tests {
         };
         assert_eq!(events(&store, "copy"), vec![forked.clone()]);
         assert_eq!(events(&store, "src").last(), Some(&forked));
+    }
+
+    #[test]
+    fn schema_keys_and_documents_are_kept() {
+        fn script(store: &dyn Store) -> Vec<String> {
+            new_run(store, "r");
+            let c = claim_one(store, "w", "i");
+            let keys: Vec<Option<Cow<'static, str>>> = vec![Some("k1".into()), None];
+            let cp = (*cp_fields("r", 1, &[("a", b"1"), ("b", b"2")], None))
+                .clone()
+                .with_schemas(keys.clone());
+            block_on(store.save_checkpoint(&c.lease, Arc::new(cp), None)).unwrap();
+            // Same shape, other keys: a shape of its own.
+            let cp = (*cp_fields("r", 2, &[("a", b"1"), ("b", b"3")], None))
+                .clone()
+                .with_schemas(vec![Some(Cow::Borrowed("k2"))]);
+            block_on(store.save_checkpoint(&c.lease, Arc::new(cp), None)).unwrap();
+            let docs = vec![("k1".to_owned(), "{}".to_owned())];
+            block_on(store.put_schemas(docs)).unwrap();
+            let again = vec![
+                ("k1".to_owned(), "changed".to_owned()),
+                ("k2".to_owned(), "[]".to_owned()),
+            ];
+            block_on(store.put_schemas(again)).unwrap();
+            let mut out: Vec<String> = block_on(store.list_checkpoints("r"))
+                .unwrap()
+                .iter()
+                .map(|c| format!("{:?}", c.schemas))
+                .collect();
+            let asked = ["k1".to_owned(), "k2".to_owned(), "k3".to_owned()];
+            let mut found: Vec<(String, String)> = block_on(store.schemas(&asked))
+                .unwrap()
+                .into_iter()
+                .collect();
+            found.sort();
+            out.push(format!("{found:?}"));
+            out
+        }
+        let (_dir, sqlite) = open();
+        let got = script(&sqlite);
+        assert_eq!(got, script(&MemoryStore::new()));
+        assert_eq!(got[0], r#"[Some("k1"), None]"#);
+        assert_eq!(count(&sqlite, "SELECT count(*) FROM shapes"), 2);
     }
 
     // -- Durability, sharing, group commit, dedup ----------------------------
