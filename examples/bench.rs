@@ -14,9 +14,22 @@
 //! payload, and the peak RSS of a process driving 1,000 runs vs an idle one
 //! (each measured in a child process: this binary run with `--child`).
 //!
-//! Progress goes to stderr; stdout is the table. Scale the SQLite counts with
-//! `BENCH_SCALE` (default 1.0; e.g. `BENCH_SCALE=0.1` for a quick look).
-//! The criterion versions live in `checkpoint-runtime/benches/`.
+//! Progress goes to stderr; stdout is the table (columns: the project's
+//! figure with a breakdown, the baseline or raw floor measured in the same
+//! run, their ratio, the target, whether it is met). About half a minute on
+//! a 2-core machine. Knobs:
+//!
+//! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
+//!   look); the counts used are printed in each row;
+//! - `BENCH_ONLY=memory,latency,throughput,resume,bytes,rss` picks sections;
+//! - `BENCH_HISTORY_ON_DISK=1` builds the 100,000-checkpoint history on the
+//!   temp dir's disk instead of on tmpfs (slow: one fsync per checkpoint).
+//!
+//! The disk is shared with whatever else runs on the machine: compare each
+//! figure with the raw floor next to it (measured alongside), not with
+//! another run's. The criterion versions live in `checkpoint-runtime/benches/`
+//! (`checkpoint` for the in-memory store, `sqlite` for the durable latency and
+//! 64-run throughput).
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -600,10 +613,11 @@ async fn main() -> Result<(), BoxError> {
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(&dir.0)?;
     let d = dir.0.as_path();
-    // The payload of a `durable_loop` checkpoint of a 1,000-byte state.
+    // The payload of a `durable_loop` checkpoint of a 1,000-byte state (its
+    // counters at their largest in these runs).
     let payload = {
         let rt = Runtime::in_memory();
-        rt.start(durable_loop, "size", (1, 1000))
+        rt.start(durable_loop, "size", (2000, 1000))
             .await?
             .result()
             .await?;
