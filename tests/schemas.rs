@@ -108,6 +108,30 @@ async fn vendor_review(ctx: &Ctx, vendor: Vendor) -> u32 {
     (n + s.len()) as u32
 }
 
+/// A directory removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "checkpoint-schemas-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn vendor() -> Vendor {
     Vendor {
         name: "ACME \"Ltd\"".into(),
@@ -188,4 +212,33 @@ async fn memory_store_fields_as_json_without_the_workflow() {
         viewer.checkpoint_fields_json("vr-fork", 1).await.unwrap(),
         viewer.checkpoint_fields_json("vr-1", 2).await.unwrap()
     );
+}
+
+#[tokio::test]
+async fn sqlite_store_fields_as_json_without_the_workflow() {
+    let dir = TempDir::new("sqlite");
+    let path = dir.0.join("schemas.db");
+    let url = path.to_str().unwrap();
+    let recorder = Arc::new(Recorder::default());
+    {
+        let rt = Runtime::builder()
+            .resource(recorder.clone())
+            .open(url)
+            .await
+            .unwrap();
+        rt.start(vendor_review, "vr-1", vendor())
+            .await
+            .unwrap()
+            .result()
+            .await
+            .unwrap();
+    }
+    // A fresh runtime over the same file, without the workflow.
+    let viewer = Runtime::open(url).await.unwrap();
+    check_fields(&viewer, &recorder).await;
+    // Forks keep the schemas.
+    viewer.fork("vr-1", 2, "vr-fork").await.unwrap();
+    let forked = viewer.checkpoint_fields_json("vr-fork", 1).await.unwrap();
+    let original = viewer.checkpoint_fields_json("vr-1", 2).await.unwrap();
+    assert_eq!(forked, original);
 }
