@@ -25,23 +25,30 @@
 //!   commit share the table's last pages. The row holds the bytes of the
 //!   fields that changed since the run's previous checkpoint and, per field, a
 //!   reference `(row, offset, len)` to where its bytes are: this row, or an
-//!   earlier checkpoint row of the same run. The site and the field names and
-//!   types are interned in `shapes`. A plain checkpoint writes this row and
-//!   its entry in the `(run, seq)` index and nothing else: the run's latest
-//!   sequence number is read from that index, and the run row is only
-//!   rewritten when the state, the attempt counter or the wake value changes.
+//!   earlier checkpoint row of the same run. The site, the field names and
+//!   types and their schema keys are interned in `shapes`. Each row points at
+//!   the run's previous one (`prev`), and a small `heads` row per run at its
+//!   latest: a plain checkpoint writes its row and rewrites the 20-byte head,
+//!   nothing else (no per-run index entry, whose page would differ for every
+//!   run of a group commit; only every 64th seq goes into an index, so any
+//!   checkpoint is at most 63 steps down the chain from an indexed one or the
+//!   latest). The run row is only rewritten when the state, the attempt
+//!   counter or the wake value changes; the run's latest seq and update time
+//!   are read from its latest checkpoint. Resuming reads the head, one row
+//!   and the rows it references: its cost does not depend on the history.
 //! - **History.** `CheckpointSaved` is not stored as an event: the checkpoint
 //!   rows are the events. Other events go to `history`. Both tables draw
 //!   their keys from one counter, so a run's history is the two merged by key.
 //! - **Retention.** Each checkpoint row records the oldest sequence number
 //!   kept (`floor`); older rows are hidden. A hidden row whose bytes no kept
 //!   checkpoint uses is cut down to a stub (sequence number, site, time: its
-//!   history event); one whose bytes are still used keeps them (only the
-//!   oldest kept checkpoint needs to be consulted: references are copied
-//!   from one checkpoint to the next, so any older row a kept checkpoint uses
-//!   is used by the oldest kept one too). [`SqliteStore::gc`](Store::gc)
-//!   shrinks such rows to the bytes still used and returns free pages to the
-//!   file system.
+//!   history event), in steps of a quarter of `keep`; one whose bytes are
+//!   still used keeps them (only the oldest kept checkpoint needs to be
+//!   consulted: references are copied from one checkpoint to the next, so any
+//!   older row a kept checkpoint uses is used by the oldest kept one too).
+//!   Freed pages are reused by later checkpoints; [`gc`](Store::gc) also
+//!   shrinks such rows to the bytes still used and, when a good part of the
+//!   file is free, rewrites it.
 //! - **Schema versions** live in `PRAGMA user_version`; `MIGRATIONS` (in this
 //!   file) lists one function per version, applied in order on open.
 
@@ -84,6 +91,9 @@ const SPIN: Duration = Duration::from_micros(100);
 const SPIN_BATCH: usize = 2;
 /// Batches of more requests are answered by another thread.
 const ANSWER_INLINE: usize = 16;
+/// `gc` rewrites the file when at least this many pages (and a quarter of
+/// the file) are free.
+const GC_VACUUM_PAGES: i64 = 256;
 /// How often the poller looks for commits by other processes.
 const POLL_EVERY: Duration = Duration::from_millis(200);
 /// The writer remembers at most this many runs (state and latest checkpoint,
@@ -1863,19 +1873,21 @@ impl Writer {
         self.cache.reset_runs();
         report.checkpoints_compacted = rows;
         report.bytes_compacted = bytes;
-        let free: i64 = self
-            .conn
-            .query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-        let auto_vacuum: i64 = self
-            .conn
-            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
-        if auto_vacuum == 2 && free > 0 {
-            retry_busy(|| Ok(self.conn.execute_batch("PRAGMA incremental_vacuum")?))?;
-            let left: i64 = self
+        // Pages freed by retention are reused by later checkpoints; the file
+        // only shrinks by a rewrite (`VACUUM`), worth it once a good part of
+        // it is free.
+        let pragma = |name: &str| -> R<i64> {
+            Ok(self
                 .conn
-                .query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-            report.pages_released = u64::try_from(free - left).unwrap_or(0);
+                .query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))?)
+        };
+        let (free, pages) = (pragma("freelist_count")?, pragma("page_count")?);
+        if free > 0 && pragma("auto_vacuum")? == 2 {
+            retry_busy(|| Ok(self.conn.execute_batch("PRAGMA incremental_vacuum")?))?;
+        } else if free >= GC_VACUUM_PAGES && free.saturating_mul(4) >= pages {
+            retry_busy(|| Ok(self.conn.execute_batch("VACUUM")?))?;
         }
+        report.pages_released = u64::try_from(free - pragma("freelist_count")?).unwrap_or(0);
         let busy: i64 = self
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
@@ -2079,9 +2091,6 @@ impl SqliteStore {
     }
 
     fn prepare_writer(conn: &mut Connection) -> R<()> {
-        // Lets `gc` give free pages back to the file system. Takes effect on
-        // a new file only (before its first table).
-        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         let mode: String = retry_busy(|| {
             Ok(conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?)
         })?;
@@ -3104,11 +3113,13 @@ impl Store for SqliteStore {
         self.changes.subscribe()
     }
 
-    /// Shrinks hidden checkpoint rows that kept checkpoints still use to the
-    /// bytes they use, gives free pages back to the file system (`PRAGMA
-    /// incremental_vacuum`) and folds the WAL into the main file, truncating
-    /// it (`PRAGMA wal_checkpoint(TRUNCATE)`; skipped while another
-    /// connection reads). Writes queued meanwhile wait.
+    /// Finishes pruning every run, shrinks hidden checkpoint rows that kept
+    /// checkpoints still use to the bytes they use, rewrites the file
+    /// (`VACUUM`) when at least a quarter of it (and 1 MiB) is free, and folds
+    /// the WAL into the main file, truncating it (`PRAGMA
+    /// wal_checkpoint(TRUNCATE)`; skipped while another connection reads).
+    /// Writes queued meanwhile wait; the rewrite needs free disk space for a
+    /// copy of the file.
     fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
         let path = self.path.clone();
         self.alone(move |w| w.gc(&path))
@@ -3759,6 +3770,191 @@ mod tests {
         };
         assert_eq!(events(&store, "copy"), vec![forked.clone()]);
         assert_eq!(events(&store, "src").last(), Some(&forked));
+    }
+
+    #[test]
+    fn any_checkpoint_is_found_along_the_chain() {
+        let (_dir, store) = open();
+        new_run(&store, "r");
+        new_run(&store, "other");
+        let c = block_on(store.claim(&req("w", "i"))).unwrap().claimed;
+        let (r, o) = (&c[0].lease, &c[1].lease);
+        for seq in 1..=300u64 {
+            let bytes = seq.to_le_bytes();
+            let cp = cp_fields("r", seq, &[("n", &bytes)], None);
+            let keep = (seq > 200).then_some(90);
+            block_on(store.save_checkpoint(r, cp, keep)).unwrap();
+            if seq % 3 == 0 {
+                let cp = cp_fields("other", seq / 3, &[("n", &bytes)], None);
+                block_on(store.save_checkpoint(o, cp, None)).unwrap();
+            }
+        }
+        // Kept: 211..=300.
+        for seq in 0..=310u64 {
+            let got = block_on(store.checkpoint("r", seq)).unwrap();
+            if (211..=300).contains(&seq) {
+                let got = got.unwrap_or_else(|| panic!("#{seq}"));
+                assert_eq!(
+                    (got.seq, got.field_bytes(0)),
+                    (seq, Some(&seq.to_le_bytes()[..]))
+                );
+            } else {
+                assert!(got.is_none(), "#{seq}");
+            }
+        }
+        let kept: Vec<u64> = block_on(store.list_checkpoints("r"))
+            .unwrap()
+            .iter()
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(kept, (211..=300).collect::<Vec<_>>());
+        assert_eq!(
+            block_on(store.list_checkpoints("other")).unwrap().len(),
+            100
+        );
+        let saved: Vec<u64> = events(&store, "r")
+            .iter()
+            .filter_map(|e| match e {
+                Event::CheckpointSaved { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(saved, (1..=300).collect::<Vec<_>>());
+        // Hidden rows are cut down in steps of keep / 4: at most 22 of them
+        // still hold bytes (no field is shared here).
+        let holding = count(
+            &store,
+            "SELECT count(*) FROM checkpoints WHERE data IS NOT NULL",
+        );
+        assert!((100 + 90..=100 + 90 + 22).contains(&holding), "{holding}");
+        let report = block_on(store.gc()).unwrap();
+        assert_eq!(report.checkpoints_compacted, 0);
+        assert_eq!(
+            count(
+                &store,
+                "SELECT count(*) FROM checkpoints WHERE data IS NOT NULL"
+            ),
+            100 + 90
+        );
+        assert_eq!(block_on(store.list_checkpoints("r")).unwrap().len(), 90);
+    }
+
+    #[test]
+    fn resume_reads_do_not_scan() {
+        let (_dir, store) = open();
+        let conn = peek(&store);
+        let plan = |sql: &str| -> String {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let rows: Vec<String> = stmt
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            rows.join("; ")
+        };
+        for sql in [
+            format!("SELECT {RUN_COLS} FROM runs r WHERE r.id = 'x'"),
+            format!("{RUN_SELECT} WHERE r.id = 'x'"),
+            "SELECT h.latest, h.pruned, c.seq, c.floor, c.created_at FROM heads h \
+             LEFT JOIN checkpoints c ON c.id = h.latest WHERE h.run = 1"
+                .to_owned(),
+            format!("SELECT {CP_COLS} {CP_FROM} WHERE c.id = 1"),
+            format!(
+                "SELECT id FROM checkpoints WHERE run = 1 AND seq >= 5 \
+                 AND seq % {ANCHOR_EVERY} = 0 ORDER BY seq LIMIT 1"
+            ),
+            format!(
+                "{} SELECT id FROM walk WHERE seq = 5",
+                WALK.replace("?1", "7").replace("?2", "5")
+            ),
+            "SELECT size, refs, data FROM checkpoints WHERE id = 1 AND run = 1".to_owned(),
+        ] {
+            let p = plan(&sql);
+            assert!(
+                !p.contains("SCAN c") && !p.contains("SCAN checkpoints"),
+                "{sql}: {p}"
+            );
+            assert!(
+                !p.contains("SCAN r") && !p.contains("SCAN runs"),
+                "{sql}: {p}"
+            );
+            assert!(!p.contains("TEMP B-TREE"), "{sql}: {p}");
+        }
+        assert!(plan("SELECT id FROM checkpoints WHERE run = 1 AND seq >= 5 AND seq % 64 = 0 ORDER BY seq LIMIT 1")
+            .contains("checkpoint_anchors"));
+    }
+
+    #[test]
+    fn gc_compacts_shared_rows_and_rewrites_a_mostly_free_file() {
+        let (_dir, store) = open();
+        new_run(&store, "r");
+        let c = claim_one(&store, "w", "i");
+        let constant = vec![7u8; 20_000];
+        for seq in 1..=300u64 {
+            // `big` changes every time; `constant` is stored by #1 only.
+            let big = vec![seq as u8; 20_000];
+            let cp = cp_fields("r", seq, &[("constant", &constant), ("big", &big)], None);
+            block_on(store.save_checkpoint(&c.lease, cp, None)).unwrap();
+        }
+        let last = cp_fields("r", 301, &[("constant", &constant), ("big", b"x")], None);
+        block_on(store.save_checkpoint(&c.lease, last.clone(), Some(1))).unwrap();
+        // #1 keeps all its bytes (its `big` too) while #301 uses `constant`.
+        assert_eq!(
+            count(&store, "SELECT sum(length(data)) FROM checkpoints"),
+            40_000 + 1
+        );
+        let report = block_on(store.gc()).unwrap();
+        assert_eq!(report.checkpoints_compacted, 1);
+        assert_eq!(report.bytes_compacted, 20_000);
+        assert!(report.pages_released > 1000, "{report:?}");
+        assert!(report.wal_truncated, "{report:?}");
+        assert!(report.bytes_after * 10 < report.bytes_before, "{report:?}");
+        assert_eq!(
+            count(&store, "SELECT sum(length(data)) FROM checkpoints"),
+            20_000 + 1
+        );
+        assert_eq!(
+            *block_on(store.latest_checkpoint("r")).unwrap().unwrap(),
+            *last
+        );
+        assert_eq!(events(&store, "r").len(), 302);
+        // The next checkpoint still shares `constant`, and later pruning
+        // frees the packed row once nothing uses it.
+        let next = cp_fields("r", 302, &[("big", b"y")], None);
+        block_on(store.save_checkpoint(&c.lease, next.clone(), Some(1))).unwrap();
+        assert_eq!(
+            *block_on(store.latest_checkpoint("r")).unwrap().unwrap(),
+            *next
+        );
+        assert_eq!(
+            count(&store, "SELECT sum(length(data)) FROM checkpoints"),
+            1
+        );
+        // Nothing to do the second time.
+        let again = block_on(store.gc()).unwrap();
+        assert_eq!((again.checkpoints_compacted, again.pages_released), (0, 0));
+    }
+
+    #[test]
+    fn the_writer_notices_another_process() {
+        let (_dir, one) = open();
+        let two = SqliteStore::open(one.path()).unwrap();
+        new_run(&one, "r");
+        let c = claim_one(&one, "w", "i");
+        block_on(one.save_checkpoint(&c.lease, cp("r", 1), None)).unwrap();
+        // `one` knows the run; `two` cancels it behind its back.
+        assert!(block_on(two.cancel("r")).unwrap());
+        let err = block_on(one.save_checkpoint(&c.lease, cp("r", 2), None)).unwrap_err();
+        assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+        // Rows written by both share one counter for the history order.
+        new_run(&two, "s");
+        let c = claim_one(&two, "w", "i");
+        block_on(two.save_checkpoint(&c.lease, cp("s", 1), None)).unwrap();
+        block_on(one.put_signal("s", "go", b"1".to_vec())).unwrap();
+        block_on(two.save_checkpoint(&c.lease, cp("s", 2), None)).unwrap();
+        let ev = events(&one, "s");
+        assert_eq!(ev.len(), 4, "{ev:?}");
+        assert!(matches!(ev[2], Event::SignalReceived { .. }), "{ev:?}");
     }
 
     #[test]
@@ -4440,6 +4636,12 @@ mod tests {
     /// alternating blocks of 100 (the disk's speed drifts).
     fn bench_sequential(n: u64) {
         let dir = tempfile::tempdir().unwrap();
+        if std::env::var("BENCH_NOVACUUM").is_ok() {
+            // A file made without auto_vacuum (the store's setting only
+            // applies to a new, empty file).
+            let c = Connection::open(dir.path().join("s.db")).unwrap();
+            c.execute_batch("CREATE TABLE placeholder (x)").unwrap();
+        }
         let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
         let runs = claim_all(&store, 1);
         let (id, lease) = &runs[0];
