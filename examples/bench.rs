@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use checkpoint_runtime::prelude::*;
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 /// Any error (runtime, raw SQLite, I/O).
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -366,8 +366,7 @@ fn raw_conn(path: &Path) -> rusqlite::Result<Connection> {
     conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
     conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
     conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, run INTEGER NOT NULL, \
-         data BLOB NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
     )?;
     Ok(conn)
 }
@@ -378,7 +377,7 @@ fn raw_sequential(conn: &Connection, bytes: &[u8], n: usize) -> rusqlite::Result
     for _ in 0..n {
         let t = Instant::now();
         conn.execute_batch("BEGIN IMMEDIATE")?;
-        conn.prepare_cached("INSERT INTO t (run, data) VALUES (1, ?1)")?
+        conn.prepare_cached("INSERT INTO t (data) VALUES (?1)")?
             .execute([bytes])?;
         conn.execute_batch("COMMIT")?;
         times.push(t.elapsed());
@@ -394,12 +393,12 @@ fn raw_batched(
     txs: usize,
 ) -> rusqlite::Result<f64> {
     let start = Instant::now();
-    for t in 0..txs {
+    for _ in 0..txs {
         conn.execute_batch("BEGIN IMMEDIATE")?;
         {
-            let mut stmt = conn.prepare_cached("INSERT INTO t (run, data) VALUES (?1, ?2)")?;
-            for r in 0..per_tx {
-                stmt.execute(params![(t * per_tx + r) as i64, bytes])?;
+            let mut stmt = conn.prepare_cached("INSERT INTO t (data) VALUES (?1)")?;
+            for _ in 0..per_tx {
+                stmt.execute([bytes])?;
             }
         }
         conn.execute_batch("COMMIT")?;
