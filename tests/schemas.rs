@@ -242,3 +242,37 @@ async fn sqlite_store_fields_as_json_without_the_workflow() {
     let original = viewer.checkpoint_fields_json("vr-1", 2).await.unwrap();
     assert_eq!(forked, original);
 }
+
+#[workflow]
+async fn owned_loop(ctx: &Ctx, names: Vec<String>) -> usize {
+    let mut seen = 0;
+    for n in names {
+        seen += n.len();
+        checkpoint!("item");
+    }
+    seen
+}
+
+/// A `for` loop over an owned collection saves a snapshot of the collection
+/// taken when the loop started: it is shown as JSON too.
+#[tokio::test]
+async fn for_loop_snapshots_are_shown_as_json() {
+    let rt = Runtime::in_memory();
+    let names = vec!["ab".to_string(), "cde".to_string()];
+    rt.start(owned_loop, "ol-1", names.clone())
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    let viewer = Runtime::builder().store(rt.store()).in_memory();
+    let fields = viewer.checkpoint_fields_json("ol-1", 2).await.unwrap();
+    let by_name = |n: &str| {
+        fields
+            .iter()
+            .find(|f| f.name == n)
+            .unwrap_or_else(|| panic!("{n}: {fields:?}"))
+    };
+    assert_eq!(by_name("names").value, Some(v(&names)));
+    assert_eq!(by_name("seen").value, Some(v(&5usize)));
+}

@@ -229,10 +229,14 @@ fn save_traits<'a>(
             trait #trait_ident: ::core::marker::Sized {
                 fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error>;
                 fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error>;
+                fn __cp_snapshot(&self) -> ::core::result::Result<#rt::Encoded, ::checkpoint_runtime::Error>;
             }
             impl<T: #rt::serde::Serialize + #rt::serde::de::DeserializeOwned> #trait_ident for T {
                 fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
                     enc.typed_field(self)
+                }
+                fn __cp_snapshot(&self) -> ::core::result::Result<#rt::Encoded, ::checkpoint_runtime::Error> {
+                    #rt::encode_typed(self)
                 }
                 fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
                     #rt::load(slot, frame, field)

@@ -191,7 +191,7 @@ impl Encoder {
             offset,
             len: value.bytes.len(),
         });
-        self.schemas.push(None);
+        self.schemas.push(value.schema);
         Ok(())
     }
 }
@@ -201,6 +201,7 @@ impl Encoder {
 pub struct Encoded {
     bytes: Vec<u8>,
     type_name: &'static str,
+    schema: Option<&'static SchemaRef>,
 }
 
 impl Encoded {
@@ -227,7 +228,16 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Encoded, Error> {
     Ok(Encoded {
         bytes,
         type_name: std::any::type_name::<T>(),
+        schema: None,
     })
+}
+
+/// [`encode`], also recording the value's schema so the snapshot can be
+/// shown as JSON without the workflow's binary (see [`Encoder::typed_field`]).
+pub fn encode_typed<T: Serialize + DeserializeOwned>(value: &T) -> Result<Encoded, Error> {
+    let mut encoded = encode(value)?;
+    encoded.schema = schema::schema_of::<T>();
+    Ok(encoded)
 }
 
 /// A restored value waiting to be moved into its local.

@@ -145,8 +145,8 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::frame::{
-        diverged, encode, load, load_signal, load_signal_timeout, missing_input, Encoded, Encoder,
-        Frame, SiteInfo, SiteKind, Slot,
+        diverged, encode, encode_typed, load, load_signal, load_signal_timeout, missing_input,
+        Encoded, Encoder, Frame, SiteInfo, SiteKind, Slot,
     };
     pub use crate::workflow::WorkflowToken;
     pub use futures;

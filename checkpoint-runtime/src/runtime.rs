@@ -354,7 +354,7 @@ impl Runtime {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
-    /// let path = std::env::temp_dir().join("checkpoint-doc-open.db");
+    /// let path = std::env::temp_dir().join(format!("checkpoint-doc-{}.db", std::process::id()));
     /// let rt = checkpoint_runtime::Runtime::open(&path.to_string_lossy()).await?; // SQLite file
     /// let mem = checkpoint_runtime::Runtime::open(":memory:").await?;
     /// # let _ = (rt, mem); Ok(()) }

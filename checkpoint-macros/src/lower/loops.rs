@@ -113,7 +113,6 @@ impl Lowerer<'_> {
             return self.misplaced(SiteRange { first: 0, last: 0 }, f.span());
         };
         let frame = frame_ident();
-        let rt = rt();
         let iter = self.fresh("iter");
         let next = self.fresh("next");
         let pos = self.fresh("pos");
@@ -134,8 +133,9 @@ impl Lowerer<'_> {
             {
                 let snap = self.fresh("snap");
                 let ident = &self.bindings[saved.binding].ident;
+                let save_trait = Self::save_trait_ident(saved.binding);
                 snapshots.extend(quote! {
-                    let #snap = match #rt::encode(&#ident) {
+                    let #snap = match <_ as #save_trait>::__cp_snapshot(&#ident) {
                         ::core::result::Result::Ok(e) => e,
                         ::core::result::Result::Err(e) => match #frame.halt(e).await {},
                     };
