@@ -357,7 +357,11 @@ impl Runtime {
     /// let path = std::env::temp_dir().join(format!("checkpoint-doc-{}.db", std::process::id()));
     /// let rt = checkpoint_runtime::Runtime::open(&path.to_string_lossy()).await?; // SQLite file
     /// let mem = checkpoint_runtime::Runtime::open(":memory:").await?;
-    /// # let _ = (rt, mem); Ok(()) }
+    /// # drop((rt, mem));
+    /// # for ext in ["", "-wal", "-shm"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{ext}", path.to_string_lossy()));
+    /// # }
+    /// # Ok(()) }
     /// ```
     pub async fn open(url: &str) -> Result<Runtime, Error> {
         RuntimeBuilder::default().open(url).await
