@@ -733,6 +733,7 @@ async fn latency_row(d: &Path, scale: f64, payload: usize) -> Result<String, Box
     // CPU us (writer thread, executor thread) of the runtime's rounds, and
     // of the raw rounds (on the main thread).
     let (mut our_cpu, mut raw_cpu) = ((0f64, 0f64), 0f64);
+    settle();
     for round in 0..rounds {
         let id = format!("seq-{round}");
         let h = seq_rt.start(durable_loop, &id, (per_round, 1000)).await?;
@@ -771,6 +772,13 @@ async fn latency_row(d: &Path, scale: f64, payload: usize) -> Result<String, Box
     ))
 }
 
+/// Flushes every dirty page of the machine (`sync`), so that the write-back
+/// of one measurement (a closed database's WAL checkpoint, a raw floor's
+/// rows) does not slow down the fsyncs of the next.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 /// Raw batched-insert throughput of the same disk: `txs` transactions of
 /// `per_tx` rows of `bytes` into a fresh file (long enough to include the
 /// WAL checkpoints it causes). Returns rows/s, CPU us per row, bytes written
@@ -792,7 +800,8 @@ fn raw_floor(path: &Path, bytes: &[u8], per_tx: usize, txs: usize) -> Result<[f6
 async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<String>, BoxError> {
     let mut rows = Vec::new();
     // Each case is measured right after its own raw floor (batched inserts
-    // of the same bytes on the same disk), so that both see the same disk.
+    // of the same bytes on the same disk), so that both see the same disk;
+    // each starts with no write-back pending.
     let (per_tx, txs) = (1000usize, scaled(100, scale));
     let bytes: Vec<u8> = (0..payload.max(1)).map(|i| i as u8).collect();
     let fifty_n = scaled(200, scale);
@@ -805,8 +814,10 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
         eprintln!(
             "throughput: raw floor ({txs} x {per_tx} rows), then {runs} runs x {n} checkpoints ..."
         );
+        settle();
         let [raw_rate, raw_cpu, raw_written] =
             raw_floor(&d.join("raw-batch.db"), &bytes, per_tx, txs)?;
+        settle();
         let t = throughput(d, &format!("tp{runs}"), runs, n as u32, 1000).await?;
         let ratio = t.wall / raw_rate;
         let (target, ok) = match runs {
@@ -844,6 +855,7 @@ async fn resume_row(d: &Path, scale: f64) -> Result<String, BoxError> {
         build_took.as_secs_f64()
     );
     // Alternating, so that a disturbance of the disk hits both alike.
+    settle();
     let (mut short, mut long) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let last = round + 1 == rounds;
