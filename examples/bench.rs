@@ -351,12 +351,35 @@ async fn throughput(
     })
 }
 
-/// A raw connection with the store's pragmas (see `prepare_writer` in
-/// `checkpoint-runtime/src/store/sqlite.rs`) and one table of blobs.
+/// The file-level settings of a database the store creates (`page_size`,
+/// `auto_vacuum`), read by [`store_file_settings`]; the raw floors' files
+/// get the same.
+static FILE_SETTINGS: std::sync::OnceLock<(i64, i64)> = std::sync::OnceLock::new();
+
+/// Creates a store file in `dir` and reads its page size and auto-vacuum
+/// mode into [`FILE_SETTINGS`].
+async fn store_file_settings(dir: &Path) -> Result<(i64, i64), BoxError> {
+    let path = dir.join("settings.db");
+    drop(open_rt(&path, &Probe::default(), 1).await?);
+    let conn = Connection::open(&path)?;
+    let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    let _ = FILE_SETTINGS.set((page, vacuum));
+    Ok((page, vacuum))
+}
+
+/// A raw connection with the store's settings and one table of blobs: the
+/// file's page size and auto-vacuum mode as the store creates them
+/// ([`FILE_SETTINGS`]), and the writer connection's pragmas (as
+/// `prepare_writer` in `checkpoint-runtime/src/store/sqlite.rs` sets them).
 fn raw_conn(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
-    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    if let Some((page, vacuum)) = FILE_SETTINGS.get() {
+        // Before anything is written: they only apply to a new file.
+        conn.pragma_update(None, "page_size", page)?;
+        conn.pragma_update(None, "auto_vacuum", vacuum)?;
+    }
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     assert!(mode.eq_ignore_ascii_case("wal"), "WAL mode");
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -623,6 +646,8 @@ async fn main() -> Result<(), BoxError> {
         let cps = rt.checkpoints("size").await?;
         cps.last().map(|c| c.size).unwrap_or(1000)
     };
+    let (page, vacuum) = store_file_settings(d).await?;
+    eprintln!("store files: page_size {page}, auto_vacuum {vacuum} (the raw floors use the same)");
     if want("latency") {
         rows.push(latency_row(d, scale, payload).await?);
     }

@@ -43,10 +43,15 @@ async fn save_loop(ctx: &Ctx, args: (u32, u32)) -> u64 {
     sum
 }
 
-/// A connection with the SQLite store's pragmas and one table of blobs.
-fn raw_conn(path: &Path) -> Connection {
+/// A connection with the SQLite store's settings and one table of blobs:
+/// `file` is the page size and auto-vacuum mode of a file the store created
+/// (see [`store_file_settings`]); the other pragmas are the writer
+/// connection's (`prepare_writer` in `src/store/sqlite.rs`).
+fn raw_conn(path: &Path, file: (i64, i64)) -> Connection {
     let conn = Connection::open(path).expect("open raw db");
-    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+    conn.pragma_update(None, "page_size", file.0)
+        .expect("page_size");
+    conn.pragma_update(None, "auto_vacuum", file.1)
         .expect("auto_vacuum");
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
@@ -82,6 +87,25 @@ fn payload(tokio: &tokio::runtime::Runtime) -> Vec<u8> {
     (0..size).map(|i| i as u8).collect()
 }
 
+/// The page size and auto-vacuum mode of a file the store creates.
+fn store_file_settings(tokio: &tokio::runtime::Runtime, dir: &Path) -> (i64, i64) {
+    let path = dir.join("settings.db");
+    tokio.block_on(async {
+        let rt = Runtime::open(path.to_str().expect("utf-8 path"))
+            .await
+            .expect("open the SQLite store");
+        drop(rt);
+    });
+    let conn = Connection::open(&path).expect("open settings db");
+    let page = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .expect("page_size");
+    let vacuum = conn
+        .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+        .expect("auto_vacuum");
+    (page, vacuum)
+}
+
 fn bench_sqlite(c: &mut Criterion) {
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -89,6 +113,7 @@ fn bench_sqlite(c: &mut Criterion) {
         .expect("tokio runtime");
     let dir = tempfile::tempdir().expect("temp dir");
     let bytes = payload(&tokio);
+    let file = store_file_settings(&tokio, dir.path());
     let open = |name: &str| {
         let path = dir.path().join(name);
         tokio.block_on(async {
@@ -123,7 +148,7 @@ fn bench_sqlite(c: &mut Criterion) {
     });
     drop(rt);
 
-    let raw = raw_conn(&dir.path().join("raw-latency.db"));
+    let raw = raw_conn(&dir.path().join("raw-latency.db"), file);
     group.bench_function("latency/raw_insert_commit_1KB", |b| {
         b.iter_custom(|iters| {
             let mut stmt = raw
@@ -171,7 +196,7 @@ fn bench_sqlite(c: &mut Criterion) {
     });
     drop(rt);
 
-    let raw = raw_conn(&dir.path().join("raw-batched.db"));
+    let raw = raw_conn(&dir.path().join("raw-batched.db"), file);
     group.bench_function("throughput_64_runs/raw_batched_1000_rows_per_tx", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
