@@ -827,13 +827,15 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
     // Each case is measured right after its own raw floor (batched inserts
     // of the same bytes on the same disk), so that both see the same disk;
     // each starts with no write-back pending.
-    let (per_tx, txs) = (1000usize, scaled(100, scale));
+    // 200,000 rows: past one WAL checkpoint (the store's 16,384-page
+    // interval), as the 1,000-run case is.
+    let (per_tx, txs) = (1000usize, scaled(200, scale));
     let bytes: Vec<u8> = (0..payload.max(1)).map(|i| i as u8).collect();
     let fifty_n = scaled(200, scale);
     for (runs, n) in [
         (1usize, scaled(2000, scale)),
         (64, scaled(300, scale)),
-        (1000, scaled(100, scale)),
+        (1000, scaled(200, scale)),
         (50, fifty_n),
     ] {
         eprintln!(
@@ -868,7 +870,7 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
 async fn resume_row(d: &Path, scale: f64) -> Result<String, BoxError> {
     // Resume latency after a short and a long history.
     let long_n = scaled(100_000, scale) as u32;
-    let rounds = 9;
+    let rounds = 15;
     eprintln!("resume: building a run of 10 checkpoints ...");
     let short_db = d.join("hist-10.db");
     build_history(&short_db, 10).await?;
