@@ -12,7 +12,7 @@ use crate::history::{CheckpointInfo, Event, HistoryEntry};
 use crate::schema::FieldJson;
 use crate::status::{RunFilter, RunInfo, Status};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Created, MemoryStore, NewRun, RunRecord, Store};
+use crate::store::{Created, GcReport, MemoryStore, NewRun, RunRecord, Store};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
@@ -852,6 +852,42 @@ impl Runtime {
     pub async fn fork(&self, id: &str, seq: u64, new_id: &str) -> Result<(), Error> {
         validate_id(new_id)?;
         self.inner.store.fork(id, seq, new_id).await
+    }
+
+    /// Reclaims storage that the retention policy
+    /// ([`RuntimeBuilder::keep_checkpoints`]) freed but the store still holds:
+    /// compacts pruned checkpoints' shared bytes, gives free pages back to the
+    /// file system and truncates the SQLite write-ahead log. Runs keep every
+    /// checkpoint retention kept; nothing visible changes. A no-op on the
+    /// in-memory store.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn long(ctx: &Ctx, n: u32) -> u32 {
+    ///     let mut total = 0;
+    ///     for i in 0..n {
+    ///         total += i;
+    ///         checkpoint!("step");
+    ///     }
+    ///     total
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let path = std::env::temp_dir().join(format!("checkpoint-doc-gc-{}.db", std::process::id()));
+    /// let rt = Runtime::builder().keep_checkpoints(5).open(&path.to_string_lossy()).await?;
+    /// rt.start(long, "long-1", 200).await?.result().await?;
+    /// assert_eq!(rt.checkpoints("long-1").await?.len(), 5);
+    /// let report = rt.gc().await?;
+    /// assert!(report.bytes_after <= report.bytes_before);
+    /// # drop(rt);
+    /// # for ext in ["", "-wal", "-shm"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{ext}", path.to_string_lossy()));
+    /// # }
+    /// # Ok(()) }
+    /// ```
+    pub async fn gc(&self) -> Result<GcReport, Error> {
+        self.inner.store.gc().await
     }
 }
 
