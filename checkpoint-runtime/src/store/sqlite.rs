@@ -55,6 +55,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1711,6 +1712,8 @@ struct Writer {
     answers: mpsc::Sender<Answers>,
     /// The size of the last batch.
     last_batch: usize,
+    /// The same, for the poller.
+    batch_size: Arc<AtomicUsize>,
 }
 
 /// A committed (or failed) batch, to answer, and what to drop.
@@ -1871,6 +1874,7 @@ impl Writer {
             self.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
         self.last_batch = batch.len();
+        self.batch_size.store(batch.len(), Ordering::Relaxed);
         // Waking a thousand callers takes milliseconds: a large batch is
         // answered by another thread while the next one is applied.
         let garbage = std::mem::take(&mut self.cache.garbage);
@@ -1962,21 +1966,39 @@ fn data_version(conn: &Connection) -> Option<i64> {
 /// store's writer) committed since the last look. Looks only while someone
 /// subscribes; the first look after a quiet period compares with the last
 /// value seen, so a change is never missed (at worst, one bump is spurious).
+///
+/// While the writer's batches are small (`batch`, see [`FOLD_BATCH`]), also
+/// copies committed WAL frames into the main file after commits (`PRAGMA
+/// wal_checkpoint(PASSIVE)`, which never blocks the writer): the writer's
+/// next transaction then starts the WAL over, and its commits overwrite the
+/// file instead of growing it (an fsync that does not change the file's size
+/// is cheaper). Under a heavy load the copying is left to the writer's own
+/// automatic checkpoint, so as not to take CPU from it.
 fn poller_loop(
     conn: Connection,
     changes: Arc<watch::Sender<u64>>,
     stop: mpsc::Receiver<()>,
     mut last: Option<i64>,
+    fold: Arc<AtomicBool>,
+    batch: Arc<AtomicUsize>,
 ) {
+    let mut folded = last;
     loop {
         match stop.recv_timeout(POLL_EVERY) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             _ => return,
         }
+        let now = data_version(&conn);
+        let light = batch.load(Ordering::Relaxed) <= FOLD_BATCH;
+        if now.is_some() && now != folded && light && fold.load(Ordering::Relaxed) {
+            // Busy (another checkpoint runs) or failed: the next look retries.
+            let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            folded = now;
+        }
         if changes.receiver_count() == 0 {
             continue;
         }
-        if let Some(now) = data_version(&conn) {
+        if let Some(now) = now {
             if last != Some(now) {
                 changes.send_modify(|n| *n = n.wrapping_add(1));
                 last = Some(now);
@@ -2014,7 +2036,14 @@ pub struct SqliteStore {
     stop_poller: Option<mpsc::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
     changes: Arc<watch::Sender<u64>>,
+    /// Whether the poller folds the WAL into the main file (see
+    /// [`poller_loop`]).
+    fold: Arc<AtomicBool>,
 }
+
+/// The poller folds the WAL into the main file while the writer's batches
+/// have at most this many requests.
+const FOLD_BATCH: usize = 4;
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -2080,11 +2109,13 @@ impl SqliteStore {
             stop_poller: None,
             threads: Vec::new(),
             changes: changes.clone(),
+            fold: Arc::new(AtomicBool::new(true)),
         };
         // From here on, dropping `store` on an error stops the threads
         // started so far.
         let (wtx, wrx) = mpsc::channel::<Msg>();
         let (atx, arx) = mpsc::channel::<Answers>();
+        let batch = Arc::new(AtomicUsize::new(0));
         store
             .threads
             .push(spawn("checkpoint-sqlite-answers", move || {
@@ -2096,6 +2127,7 @@ impl SqliteStore {
             changes: changes.clone(),
             answers: atx,
             last_batch: 0,
+            batch_size: batch.clone(),
         };
         store
             .threads
@@ -2116,10 +2148,11 @@ impl SqliteStore {
 
         let (stx, srx) = mpsc::channel::<()>();
         store.stop_poller = Some(stx);
+        let fold = store.fold.clone();
         store
             .threads
             .push(spawn("checkpoint-sqlite-poller", move || {
-                poller_loop(poll_conn, changes, srx, baseline)
+                poller_loop(poll_conn, changes, srx, baseline, fold, batch)
             })?);
         Ok(store)
     }
@@ -2148,9 +2181,11 @@ impl SqliteStore {
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         // Room for the pages a large group commit touches (in KiB).
         conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
-        // Checkpoint the WAL every 64 MiB rather than SQLite's 4 MiB: a page
+        // Checkpoint the WAL every 128 MiB rather than SQLite's 4 MiB: a page
         // rewritten by several commits between two WAL checkpoints (the last
-        // page of `checkpoints`, an index page) is copied back once.
+        // page of `checkpoints`, a head page) is copied back once. The poller
+        // copies frames in the background; this checkpoint copies the rest
+        // and lets the next transaction start the WAL over.
         conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
         conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
         conn.set_prepared_statement_cache_capacity(64);
@@ -4636,6 +4671,7 @@ mod tests {
     }
 
     fn no_autocheckpoint(store: &SqliteStore) {
+        store.fold.store(false, Ordering::Relaxed);
         block_on(store.write(|cx| {
             cx.conn.pragma_update(None, "wal_autocheckpoint", 0)?;
             Ok(())
