@@ -16,6 +16,8 @@
 //! # let _ = (a, b);
 //! ```
 
+#[cfg(test)]
+mod conformance;
 mod memory;
 pub mod sqlite;
 
