@@ -110,30 +110,6 @@ fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(v))
 }
 
-fn describe_suspension(state: &RunState) -> String {
-    match state {
-        RunState::Waiting {
-            signal,
-            deadline: None,
-        } => format!("waiting for signal `{signal}`"),
-        RunState::Waiting {
-            signal,
-            deadline: Some(d),
-        } => match d.duration_since(SystemTime::now()) {
-            Ok(left) => format!(
-                "waiting for signal `{signal}` (times out in {:.3}s)",
-                left.as_secs_f64()
-            ),
-            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
-        },
-        RunState::Sleeping { until } => match until.duration_since(SystemTime::now()) {
-            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
-            Err(_) => "sleeping (timer due)".to_owned(),
-        },
-        other => format!("{other:?}"),
-    }
-}
-
 impl MemoryStore {
     /// An empty store.
     ///
@@ -324,7 +300,7 @@ impl MemoryStore {
         match how {
             Release::Suspend => {
                 e.rec.attempt = 0;
-                let on = describe_suspension(&e.rec.state);
+                let on = super::describe_suspension(&e.rec.state);
                 e.event(now, Event::Suspended { on });
             }
             Release::Retry { reason } => {

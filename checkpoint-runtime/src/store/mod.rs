@@ -660,3 +660,28 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(HashMap::new())))
     }
 }
+
+/// How a suspended run's state reads in its `Suspended` history event.
+pub(crate) fn describe_suspension(state: &RunState) -> String {
+    match state {
+        RunState::Waiting {
+            signal,
+            deadline: None,
+        } => format!("waiting for signal `{signal}`"),
+        RunState::Waiting {
+            signal,
+            deadline: Some(d),
+        } => match d.duration_since(SystemTime::now()) {
+            Ok(left) => format!(
+                "waiting for signal `{signal}` (times out in {:.3}s)",
+                left.as_secs_f64()
+            ),
+            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
+        },
+        RunState::Sleeping { until } => match until.duration_since(SystemTime::now()) {
+            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
+            Err(_) => "sleeping (timer due)".to_owned(),
+        },
+        other => format!("{other:?}"),
+    }
+}

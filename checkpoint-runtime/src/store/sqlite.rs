@@ -663,30 +663,6 @@ fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> R<()> {
     Ok(())
 }
 
-fn describe_suspension(state: &RunState) -> String {
-    match state {
-        RunState::Waiting {
-            signal,
-            deadline: None,
-        } => format!("waiting for signal `{signal}`"),
-        RunState::Waiting {
-            signal,
-            deadline: Some(d),
-        } => match d.duration_since(SystemTime::now()) {
-            Ok(left) => format!(
-                "waiting for signal `{signal}` (times out in {:.3}s)",
-                left.as_secs_f64()
-            ),
-            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
-        },
-        RunState::Sleeping { until } => match until.duration_since(SystemTime::now()) {
-            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
-            Err(_) => "sleeping (timer due)".to_owned(),
-        },
-        other => format!("{other:?}"),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Checkpoints
 
@@ -2487,7 +2463,7 @@ fn op_release(cx: &mut Ctx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> 
     match how {
         Release::Suspend => {
             h.rec.attempt = 0;
-            let on = describe_suspension(&h.rec.state);
+            let on = super::describe_suspension(&h.rec.state);
             cx.event(h.ord, now, &Event::Suspended { on })?;
         }
         Release::Retry { reason } => {
