@@ -411,23 +411,7 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, id, lease)?;
         let now = SystemTime::now();
-        let (state, event) = match outcome {
-            Outcome::Completed { output, error } => {
-                let event = match &error {
-                    None => Event::Completed,
-                    Some(err) => Event::Failed { error: err.clone() },
-                };
-                (RunState::Completed { output, error }, event)
-            }
-            Outcome::Failed { error } => (
-                RunState::Failed {
-                    error: error.clone(),
-                },
-                Event::Failed {
-                    error: error.to_string(),
-                },
-            ),
-        };
+        let (state, event) = outcome.into_state();
         e.rec.state = state;
         e.rec.lease = None;
         e.rec.updated_at = now;

@@ -457,6 +457,27 @@ pub struct GcReport {
     pub bytes_after: u64,
 }
 
+impl Outcome {
+    /// The run's final state and the history event that records it.
+    pub(crate) fn into_state(self) -> (RunState, Event) {
+        match self {
+            Outcome::Completed { output, error } => {
+                let event = match &error {
+                    None => Event::Completed,
+                    Some(err) => Event::Failed { error: err.clone() },
+                };
+                (RunState::Completed { output, error }, event)
+            }
+            Outcome::Failed { error } => {
+                let event = Event::Failed {
+                    error: error.to_string(),
+                };
+                (RunState::Failed { error }, event)
+            }
+        }
+    }
+}
+
 /// A storage backend.
 ///
 /// All methods are asynchronous (boxed futures, so the trait is object safe:

@@ -2649,23 +2649,7 @@ fn op_finish(cx: &mut Ctx<'_>, id: &str, lease: &Lease, outcome: Outcome) -> R<(
     let mut h = cx.fenced(id, lease)?;
     cx.begin()?;
     let now = SystemTime::now();
-    let (state, event) = match outcome {
-        Outcome::Completed { output, error } => {
-            let event = match &error {
-                None => Event::Completed,
-                Some(err) => Event::Failed { error: err.clone() },
-            };
-            (RunState::Completed { output, error }, event)
-        }
-        Outcome::Failed { error } => (
-            RunState::Failed {
-                error: error.clone(),
-            },
-            Event::Failed {
-                error: error.to_string(),
-            },
-        ),
-    };
+    let (state, event) = outcome.into_state();
     h.rec.state = state;
     h.rec.lease = None;
     h.rec.updated_at = now;
