@@ -12,8 +12,8 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::{
-    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, LeaseInfo, NewRun,
-    Outcome, Release, RunRecord, RunState, SignalRecord, Store, Wake, WakeValue,
+    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
+    RunRecord, RunState, SignalRecord, Store, Wake, WakeValue,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -247,34 +247,21 @@ impl MemoryStore {
                     .push((e.rec.id.clone(), e.rec.workflow.clone()));
                 continue;
             }
-            if let RunState::Waiting { .. } = e.rec.state {
-                let value = match wake.and_then(|pos| e.signals.remove(pos)) {
-                    Some(sig) => WakeValue::Signal {
-                        name: sig.name,
-                        payload: sig.payload,
-                    },
-                    None => WakeValue::TimedOut,
-                };
-                e.rec.wake = Some(Wake {
-                    seq: e.rec.latest_seq,
-                    value,
-                });
-            }
-            e.rec.state = RunState::Ready;
-            e.rec.epoch += 1;
-            e.rec.attempt = e.rec.attempt.saturating_add(1);
-            e.rec.lease = Some(LeaseInfo {
-                worker: req.worker.to_string(),
-                instance: req.instance.to_string(),
-                expires_at: later(now, req.ttl),
-            });
-            e.rec.updated_at = now;
+            let wake = match e.rec.state {
+                RunState::Waiting { .. } => {
+                    Some(match wake.and_then(|pos| e.signals.remove(pos)) {
+                        Some(sig) => WakeValue::Signal {
+                            name: sig.name,
+                            payload: sig.payload,
+                        },
+                        None => WakeValue::TimedOut,
+                    })
+                }
+                _ => None,
+            };
+            let lease = e.rec.claim(req, wake, later(now, req.ttl), now);
             out.claimed.push(Claimed {
-                lease: Lease {
-                    worker: req.worker.clone(),
-                    instance: req.instance.clone(),
-                    epoch: e.rec.epoch,
-                },
+                lease,
                 run: e.rec.clone(),
                 checkpoint: e.checkpoints.back().cloned(),
             });

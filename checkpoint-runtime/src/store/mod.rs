@@ -66,6 +66,40 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// Applies a claim by `req` (see the claim rules in [`Store`]'s docs): a
+    /// waiting run records `wake` (the consumed signal, or `TimedOut`) for its
+    /// latest checkpoint; the run becomes `Ready` under a new lease with the
+    /// next epoch and attempt. Returns the lease. Both backends call this, so
+    /// the transition is defined once.
+    pub(crate) fn claim(
+        &mut self,
+        req: &ClaimRequest,
+        wake: Option<WakeValue>,
+        expires_at: SystemTime,
+        now: SystemTime,
+    ) -> Lease {
+        if let (RunState::Waiting { .. }, Some(value)) = (&self.state, wake) {
+            self.wake = Some(Wake {
+                seq: self.latest_seq,
+                value,
+            });
+        }
+        self.state = RunState::Ready;
+        self.epoch += 1;
+        self.attempt = self.attempt.saturating_add(1);
+        self.lease = Some(LeaseInfo {
+            worker: req.worker.to_string(),
+            instance: req.instance.to_string(),
+            expires_at,
+        });
+        self.updated_at = now;
+        Lease {
+            worker: req.worker.clone(),
+            instance: req.instance.clone(),
+            epoch: self.epoch,
+        }
+    }
+
     /// The user-facing status of this record.
     pub fn status(&self) -> Status {
         match &self.state {

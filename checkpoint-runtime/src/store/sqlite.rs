@@ -2378,6 +2378,7 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
             .conn
             .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
             .query_row([h.ord], |r| r.get(0))?;
+        let mut wake = None;
         if let RunState::Waiting { signal, .. } = &h.rec.state {
             let sig: Option<(i64, String, Vec<u8>)> = cx
                 .conn
@@ -2401,30 +2402,15 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
                 }
                 None => WakeValue::TimedOut,
             };
-            h.rec.wake = Some(Wake {
-                seq: h.rec.latest_seq,
-                value,
-            });
+            wake = Some(value);
         }
-        h.rec.state = RunState::Ready;
-        h.rec.epoch += 1;
-        h.rec.attempt = h.rec.attempt.saturating_add(1);
-        h.rec.lease = Some(LeaseInfo {
-            worker: req.worker.to_string(),
-            instance: req.instance.to_string(),
-            expires_at: expires,
-        });
-        h.rec.updated_at = now;
+        let lease = h.rec.claim(&req, wake, expires, now);
         cx.save_run(&mut h)?;
         let checkpoint = cx.latest(&mut h)?.map(|l| l.cp.clone());
         let mut run = h.rec.clone();
         run.input = input.into();
         out.claimed.push(Claimed {
-            lease: Lease {
-                worker: req.worker.clone(),
-                instance: req.instance.clone(),
-                epoch: run.epoch,
-            },
+            lease,
             run,
             checkpoint,
         });
