@@ -22,6 +22,8 @@
 //! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
 //!   look); the counts used are printed in each row;
 //! - `BENCH_ONLY=memory,latency,throughput,resume,bytes,rss` picks sections;
+//! - `BENCH_RUNS=1000` picks the throughput cases by run count (of 1, 64,
+//!   1000, 50; default all), e.g. to profile one of them;
 //! - `BENCH_HISTORY_ON_DISK=1` builds the 100,000-checkpoint history on the
 //!   temp dir's disk instead of on tmpfs (slow: one fsync per checkpoint).
 //!
@@ -832,12 +834,17 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
     let (per_tx, txs) = (1000usize, scaled(200, scale));
     let bytes: Vec<u8> = (0..payload.max(1)).map(|i| i as u8).collect();
     let fifty_n = scaled(200, scale);
+    let picked = std::env::var("BENCH_RUNS").unwrap_or_default();
+    let picked: Vec<&str> = picked.split(',').filter(|s| !s.is_empty()).collect();
     for (runs, n) in [
         (1usize, scaled(2000, scale)),
         (64, scaled(300, scale)),
         (1000, scaled(200, scale)),
         (50, fifty_n),
     ] {
+        if !picked.is_empty() && !picked.contains(&runs.to_string().as_str()) {
+            continue;
+        }
         eprintln!(
             "throughput: raw floor ({txs} x {per_tx} rows), then {runs} runs x {n} checkpoints ..."
         );

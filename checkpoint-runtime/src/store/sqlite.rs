@@ -80,6 +80,10 @@ use crate::history::{Event, HistoryEntry};
 use crate::status::{RunFilter, StatusKind};
 use crate::Error;
 
+mod deferred;
+
+use deferred::{CheckpointRow, Deferred, DeferredMark, HeadUpdate, RowData};
+
 /// How long one SQLite call waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a transaction is retried (with backoff) while the database stays
@@ -351,7 +355,8 @@ fn to_json<T: Serialize>(v: &T) -> R<String> {
 }
 
 fn to_postcard<T: Serialize + ?Sized>(v: &T) -> R<Vec<u8>> {
-    postcard::to_allocvec(v)
+    // Most values written here are small: one allocation, not a few growths.
+    postcard::to_extend(v, Vec::with_capacity(64))
         .map_err(|e| Fail::from(Error::internal(format!("cannot encode for the store: {e}"))))
 }
 
@@ -1096,11 +1101,11 @@ fn is_tiled(cp: &CheckpointRecord) -> bool {
     at == cp.data.len()
 }
 
-/// Stores `cp` as checkpoint `cp.seq` of run `ord` with shape `shape`, after
-/// `prev` (the run's previous checkpoint, whose bytes it shares for fields
-/// that did not change). One statement; the caller then points the run's
-/// head at the new row.
-fn insert_checkpoint(
+/// The row that stores `cp` as checkpoint `cp.seq` of run `ord` with shape
+/// `shape`, after `prev` (the run's previous checkpoint, whose bytes it
+/// shares for fields that did not change), and where its fields' bytes will
+/// be. The caller queues the row and the run's new head (see [`deferred`]).
+fn checkpoint_row(
     cx: &mut Ctx<'_>,
     ord: i64,
     cp: &Arc<CheckpointRecord>,
@@ -1108,11 +1113,11 @@ fn insert_checkpoint(
     shape: i64,
     floor: u64,
     quiet: bool,
-) -> R<Located> {
+) -> R<(CheckpointRow, Located)> {
     let id = cx.next_id()?;
     let own_id = to_u64(id, "row id")?;
     let tiled = is_tiled(cp);
-    let mut own: Vec<u8> = Vec::with_capacity(cp.data.len());
+    let (mut own_len, mut shares) = (0u64, false);
     let mut stored: Vec<Loc> = Vec::with_capacity(cp.fields.len());
     let mut locs: Vec<Loc> = Vec::with_capacity(cp.fields.len());
     if tiled {
@@ -1136,22 +1141,38 @@ fn insert_checkpoint(
                 Some(loc) => {
                     stored.push(loc);
                     locs.push(loc);
+                    shares = true;
                 }
                 None => {
-                    let (off, len) = (own.len() as u64, bytes.len() as u64);
+                    let (off, len) = (own_len, bytes.len() as u64);
                     stored.push((0, off, len));
                     locs.push((own_id, off, len));
-                    own.extend_from_slice(bytes);
+                    own_len += len;
                 }
             }
         }
     } else {
-        own.extend_from_slice(&cp.data);
+        own_len = cp.data.len() as u64;
         for f in &cp.fields {
             stored.push((0, f.offset as u64, f.len as u64));
             locs.push((own_id, f.offset as u64, f.len as u64));
         }
     }
+    // The row stores the fields that changed, in order; when all did (or
+    // the record is not tiled), that is the record's data as it is.
+    let data = if own_len == 0 {
+        RowData::None
+    } else if !tiled || !shares {
+        RowData::Whole(cp.clone())
+    } else {
+        let mut own = Vec::with_capacity(own_len as usize);
+        for (i, (src, _, len)) in stored.iter().enumerate() {
+            if *src == 0 && *len > 0 {
+                own.extend_from_slice(cp.field_bytes(i).unwrap_or_default());
+            }
+        }
+        RowData::Own(own)
+    };
     let refs = to_postcard(&StoredRefs {
         raw: !tiled,
         fields: stored,
@@ -1167,34 +1188,28 @@ fn insert_checkpoint(
     } else {
         None
     };
-    let data = (!own.is_empty()).then_some(own);
-    cx.conn
-        .prepare_cached(
-            "INSERT INTO checkpoints (id, run, seq, prev, shape, created_at, floor, quiet, \
-             loops, suspend, size, refs, data) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        )?
-        .execute(params![
-            id,
-            ord,
-            to_i64(cp.seq, "seq")?,
-            prev.map(|p| to_i64(p.id, "row id")).transpose()?,
-            shape,
-            ts(cp.created_at),
-            floor,
-            quiet.then_some(1i64),
-            loops,
-            suspend,
-            cp.data.len() as i64,
-            refs,
-            data,
-        ])?;
-    Ok(Located {
+    let row = CheckpointRow {
+        id,
+        run: ord,
+        seq: to_i64(cp.seq, "seq")?,
+        prev: prev.map(|p| to_i64(p.id, "row id")).transpose()?,
+        shape,
+        created_at: ts(cp.created_at),
+        floor,
+        quiet: quiet.then_some(1i64),
+        loops,
+        suspend,
+        size: cp.data.len() as i64,
+        refs,
+        data,
+    };
+    let located = Located {
         cp: cp.clone(),
         id: own_id,
         shape,
         locs,
-    })
+    };
+    Ok((row, located))
 }
 
 /// Cuts every hidden checkpoint row of run `ord` whose bytes no kept
@@ -1411,6 +1426,16 @@ struct Cache {
     /// Checkpoints replaced in the cache, dropped by the thread that answers
     /// the batch (freeing a thousand records takes a while).
     garbage: Vec<Located>,
+    /// Checkpoint rows and heads of the open transaction not written yet.
+    deferred: Deferred,
+}
+
+/// What [`Cache::undo_to`] takes a failed request's changes back to.
+#[derive(Clone, Copy, Default)]
+struct CacheMark {
+    shapes: usize,
+    touched: usize,
+    deferred: DeferredMark,
 }
 
 /// A quick hash for the writer's map of runs (FxHash's mixing).
@@ -1445,17 +1470,29 @@ impl FastHash {
 }
 
 impl Cache {
-    fn mark(&self) -> (usize, usize) {
-        (self.new_shapes.len(), self.touched.len())
+    fn mark(&self) -> CacheMark {
+        CacheMark {
+            shapes: self.new_shapes.len(),
+            touched: self.touched.len(),
+            deferred: self.deferred.mark(),
+        }
     }
 
-    fn undo_to(&mut self, (shapes, touched): (usize, usize)) {
-        for body in self.new_shapes.split_off(shapes) {
+    fn undo_to(&mut self, mark: CacheMark) {
+        for body in self.new_shapes.split_off(mark.shapes) {
             self.shapes.remove(&body);
         }
-        for id in self.touched.split_off(touched) {
+        for id in self.touched.split_off(mark.touched) {
             self.forget(&id);
         }
+        self.deferred.undo_to(mark.deferred);
+    }
+
+    /// Forgets everything the open transaction did (it was rolled back).
+    fn rolled_back(&mut self) {
+        self.undo_to(CacheMark::default());
+        self.deferred.clear();
+        self.reset_runs();
     }
 
     fn committed(&mut self) {
@@ -1515,12 +1552,30 @@ impl Ctx<'_> {
     /// alone. A request calls this before its first write unless it writes
     /// one statement only and nothing can fail after it (a failing statement
     /// undoes itself).
+    ///
+    /// The rows other requests left deferred are written first, so that a
+    /// rollback to the savepoint never takes them back.
     fn begin(&mut self) -> R<()> {
         if !self.savepoint {
+            self.flush()?;
             self.conn.prepare_cached("SAVEPOINT job")?.execute([])?;
             self.savepoint = true;
         }
         Ok(())
+    }
+
+    /// Writes the deferred checkpoint rows and heads now. If that fails
+    /// outside a savepoint, part of them may be written: the whole batch is
+    /// rolled back.
+    fn flush(&mut self) -> R<()> {
+        if self.cache.deferred.is_empty() {
+            return Ok(());
+        }
+        let res = self.cache.deferred.flush(self.conn);
+        if res.is_err() && !self.savepoint {
+            self.abort = true;
+        }
+        res
     }
 
     /// The next id for a `checkpoints` or `history` row (one counter for both,
@@ -1545,7 +1600,11 @@ impl Ctx<'_> {
     fn head(&mut self, id: &str) -> R<Head> {
         match self.cache.take(id) {
             Some(h) => Ok(h),
-            None => Head::load(self.conn, id)?.ok_or_else(|| Error::unknown_run(id).into()),
+            None => {
+                // The run's head may be among the deferred ones.
+                self.flush()?;
+                Head::load(self.conn, id)?.ok_or_else(|| Error::unknown_run(id).into())
+            }
         }
     }
 
@@ -1642,12 +1701,17 @@ trait Job: Send {
     fn apply(&mut self, cx: &mut Ctx<'_>) -> bool;
     /// Answers the request once the batch's commit finished with `commit`.
     fn complete(self: Box<Self>, commit: Result<(), Error>);
+    /// Whether the request may run while other requests' checkpoint rows are
+    /// still deferred (see [`deferred`]): it reads neither `checkpoints` nor
+    /// `heads` except through [`Ctx`], which flushes when needed.
+    fn keeps_deferred(&self) -> bool;
 }
 
 struct Pending<T, F> {
     f: Option<F>,
     out: Option<Result<T, Error>>,
     tx: oneshot::Sender<Result<T, Error>>,
+    keeps_deferred: bool,
 }
 
 impl<T, F> Job for Pending<T, F>
@@ -1674,6 +1738,10 @@ where
         };
         // The caller may have gone away; nothing to do then.
         let _ = self.tx.send(res);
+    }
+
+    fn keeps_deferred(&self) -> bool {
+        self.keeps_deferred
     }
 }
 
@@ -1802,6 +1870,12 @@ impl Writer {
         let mut bump = false;
         let mut broken: Option<Error> = None;
         for job in batch.iter_mut() {
+            if !job.keeps_deferred() && !self.cache.deferred.is_empty() {
+                if let Err(e) = self.cache.deferred.flush(&self.conn) {
+                    broken = Some(e.into_error());
+                    break;
+                }
+            }
             let mark = self.cache.mark();
             let mut cx = Ctx {
                 conn: &self.conn,
@@ -1836,6 +1910,11 @@ impl Writer {
             }
             bump |= ok && job_bump;
         }
+        if broken.is_none() {
+            if let Err(e) = self.cache.deferred.flush(&self.conn) {
+                broken = Some(e.into_error());
+            }
+        }
         let outcome = match broken {
             Some(e) => Err(e),
             None => retry_busy(|| Ok(self.exec("COMMIT")?)).map_err(Fail::into_error),
@@ -1848,8 +1927,7 @@ impl Writer {
                     // connection rolls back when it is next used or closed.
                     let _ = self.exec("ROLLBACK");
                 }
-                self.cache.undo_to((0, 0));
-                self.cache.reset_runs();
+                self.cache.rolled_back();
             }
         }
         if outcome.is_ok() && bump {
@@ -2200,11 +2278,30 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Ctx<'_>) -> R<T> + Send + 'static,
     {
+        self.queue(false, f)
+    }
+
+    /// Queues a write request that leaves its checkpoint row to be written
+    /// with the others of the batch (see [`deferred`]).
+    fn write_deferred<T, F>(&self, f: F) -> BoxFuture<'static, Result<T, Error>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Ctx<'_>) -> R<T> + Send + 'static,
+    {
+        self.queue(true, f)
+    }
+
+    fn queue<T, F>(&self, keeps_deferred: bool, f: F) -> BoxFuture<'static, Result<T, Error>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Ctx<'_>) -> R<T> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(Pending {
             f: Some(f),
             out: None,
             tx,
+            keeps_deferred,
         });
         let sent = self
             .writer
@@ -2503,35 +2600,17 @@ fn op_save(
         Some((id, _)) => id,
         None => cx.shape_id(&cp)?,
     };
-    let located = insert_checkpoint(cx, h.ord, &cp, h.prev.as_ref(), shape, floor, false)?;
+    let (row, located) = checkpoint_row(cx, h.ord, &cp, h.prev.as_ref(), shape, floor, false)?;
     let pruned = if prunes { floor } else { h.pruned };
-    let head = cx
-        .conn
-        .prepare_cached("UPDATE heads SET latest = ?2, pruned = ?3 WHERE run = ?1")
-        .and_then(|mut s| {
-            s.execute(params![
-                h.ord,
-                to_i64(located.id, "row id").unwrap_or(-1),
-                to_i64(pruned, "seq").unwrap_or(i64::MAX)
-            ])
-        });
-    match head {
-        Ok(1) => {}
-        other => {
-            // Without a savepoint, take the new row back by hand.
-            if !cx.savepoint {
-                let undone = cx
-                    .conn
-                    .prepare_cached("DELETE FROM checkpoints WHERE id = ?1")
-                    .and_then(|mut s| s.execute([to_i64(located.id, "row id").unwrap_or(-1)]));
-                cx.abort = !matches!(undone, Ok(1));
-            }
-            return Err(match other {
-                Err(e) => e.into(),
-                Ok(_) => corrupt(format_args!("run `{}` has no head", cp.run)),
-            });
-        }
-    }
+    let head = HeadUpdate {
+        run: h.ord,
+        latest: row.id,
+        pruned: to_i64(pruned, "seq")?,
+    };
+    // Nothing fails after this without a savepoint: a plain checkpoint's row
+    // and head are written with the batch's (see `deferred`).
+    cx.cache.deferred.push_row(row);
+    cx.cache.deferred.push_head(head);
     h.rec.latest_seq = cp.seq;
     h.rec.state = state;
     h.rec.attempt = 1;
@@ -2541,6 +2620,8 @@ fn op_save(
         cx.save_run(&mut h)?;
     }
     if prunes {
+        // Pruning walks the run's rows in the table, the new one included.
+        cx.flush()?;
         prune(cx.conn, h.ord, h.pruned, floor)?;
     }
     h.latest_id = to_i64(located.id, "row id")?;
@@ -2752,11 +2833,14 @@ fn op_fork(cx: &mut Ctx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;
-    let located = insert_checkpoint(cx, ord, &copy, None, shape, 1, true)?;
-    let latest_id = to_i64(located.id, "row id")?;
-    cx.conn
-        .prepare_cached("UPDATE heads SET latest = ?2 WHERE run = ?1")?
-        .execute(params![ord, latest_id])?;
+    let (row, located) = checkpoint_row(cx, ord, &copy, None, shape, 1, true)?;
+    let latest_id = row.id;
+    cx.cache.deferred.push_row(row);
+    cx.cache.deferred.push_head(HeadUpdate {
+        run: ord,
+        latest: latest_id,
+        pruned: 1,
+    });
     cx.event(ord, now, &forked)?;
     rec.input = Arc::from(&[][..]);
     let stored = state_code(&rec.state);
@@ -2998,7 +3082,7 @@ impl Store for SqliteStore {
         keep: Option<usize>,
     ) -> BoxFuture<'a, Result<(), Error>> {
         let lease = lease.clone();
-        self.write(move |cx| op_save(cx, &lease, checkpoint, keep))
+        self.write_deferred(move |cx| op_save(cx, &lease, checkpoint, keep))
     }
 
     fn take_signal<'a>(

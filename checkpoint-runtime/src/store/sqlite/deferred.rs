@@ -1,0 +1,267 @@
+//! Checkpoint rows and head pointers written together at the end of a group
+//! commit.
+//!
+//! A plain checkpoint is two writes: its row in `checkpoints` and the run's
+//! `heads.latest`. Written one statement each, the per-statement cost (look
+//! up, bind, step, reset) is most of the writer thread's time when a
+//! thousand runs share a commit, and the writer thread is what limits
+//! throughput. So a request only checks the lease and builds its row
+//! ([`CheckpointRow`]); the rows of the batch are inserted with multi-row
+//! statements, then the heads updated the same way, by [`Deferred::flush`].
+//!
+//! The writer flushes before the commit and before anything that may read
+//! those tables or roll back to a savepoint: before every request that does
+//! not keep rows deferred (all but `save_checkpoint`), when a request opens
+//! its savepoint, and when a request must load a run from the database. So
+//! every SQL statement other than the flush sees the tables as if each row
+//! had been written by its own request, and a savepoint only ever covers
+//! the rows of the request that opened it. A flush that fails outside a
+//! savepoint may have written part of the rows: the batch is then rolled
+//! back as a whole (each caller gets the error, nothing is half-written).
+
+use std::sync::{Arc, OnceLock};
+
+use rusqlite::{Connection, ToSql};
+
+use super::{CheckpointRecord, R};
+
+/// The rows one multi-row statement writes, largest first: a batch is
+/// written with as many statements of 64 rows as fit, then the rest with
+/// the smaller sizes (so at most a few distinct statements are prepared).
+const CHUNKS: [usize; 4] = [64, 16, 4, 1];
+
+/// The columns of a `checkpoints` row, in the order of
+/// [`CheckpointRow::bind`].
+const ROW_COLUMNS: &str = "id, run, seq, prev, shape, created_at, floor, quiet, loops, suspend, \
+                           size, refs, data";
+const ROW_PARAMS: usize = 13;
+
+/// One `checkpoints` row, ready to be inserted (see the table's comments in
+/// `migrate_v1`).
+pub(super) struct CheckpointRow {
+    pub id: i64,
+    pub run: i64,
+    pub seq: i64,
+    pub prev: Option<i64>,
+    pub shape: i64,
+    pub created_at: i64,
+    pub floor: Option<i64>,
+    pub quiet: Option<i64>,
+    pub loops: Option<Vec<u8>>,
+    pub suspend: Option<String>,
+    pub size: i64,
+    pub refs: Vec<u8>,
+    pub data: RowData,
+}
+
+/// The `data` column of a checkpoint row.
+pub(super) enum RowData {
+    /// No bytes of its own: every field is shared with earlier rows.
+    None,
+    /// The fields stored by this row, concatenated.
+    Own(Vec<u8>),
+    /// The record's whole data, as it is (not copied).
+    Whole(Arc<CheckpointRecord>),
+}
+
+impl RowData {
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            RowData::None => None,
+            RowData::Own(v) => Some(v),
+            RowData::Whole(cp) => Some(&cp.data),
+        }
+    }
+}
+
+impl CheckpointRow {
+    fn bind(&self, stmt: &mut rusqlite::Statement<'_>, at: usize) -> rusqlite::Result<()> {
+        let values: [&dyn ToSql; ROW_PARAMS] = [
+            &self.id,
+            &self.run,
+            &self.seq,
+            &self.prev,
+            &self.shape,
+            &self.created_at,
+            &self.floor,
+            &self.quiet,
+            &self.loops,
+            &self.suspend,
+            &self.size,
+            &self.refs,
+            &self.data.bytes(),
+        ];
+        for (i, v) in values.into_iter().enumerate() {
+            stmt.raw_bind_parameter(at + i, v)?;
+        }
+        Ok(())
+    }
+}
+
+/// A new value of a run's `heads` row.
+pub(super) struct HeadUpdate {
+    pub run: i64,
+    pub latest: i64,
+    pub pruned: i64,
+}
+
+/// Where the undo of a failed request cuts the pending lists back to.
+#[derive(Clone, Copy, Default)]
+pub(super) struct DeferredMark {
+    rows: u64,
+    heads: u64,
+}
+
+/// The rows and head updates of the open batch not yet written.
+#[derive(Default)]
+pub(super) struct Deferred {
+    rows: Vec<CheckpointRow>,
+    heads: Vec<HeadUpdate>,
+    /// How many rows / heads were ever pushed (for [`Deferred::undo_to`],
+    /// which must tell a request's own entries from flushed ones).
+    pushed_rows: u64,
+    pushed_heads: u64,
+}
+
+impl Deferred {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.heads.is_empty()
+    }
+
+    pub fn push_row(&mut self, row: CheckpointRow) {
+        self.rows.push(row);
+        self.pushed_rows += 1;
+    }
+
+    pub fn push_head(&mut self, head: HeadUpdate) {
+        self.heads.push(head);
+        self.pushed_heads += 1;
+    }
+
+    pub fn mark(&self) -> DeferredMark {
+        DeferredMark {
+            rows: self.pushed_rows,
+            heads: self.pushed_heads,
+        }
+    }
+
+    /// Drops what was pushed since `mark` and is still pending (a failed
+    /// request's rows).
+    pub fn undo_to(&mut self, mark: DeferredMark) {
+        let rows = (self.pushed_rows - mark.rows).min(self.rows.len() as u64) as usize;
+        self.rows.truncate(self.rows.len() - rows);
+        let heads = (self.pushed_heads - mark.heads).min(self.heads.len() as u64) as usize;
+        self.heads.truncate(self.heads.len() - heads);
+    }
+
+    /// Forgets everything pending (the batch was rolled back).
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.heads.clear();
+    }
+
+    /// Writes the pending rows, then the pending heads (the last update of
+    /// each run wins), and empties the lists whatever happens.
+    pub fn flush(&mut self, conn: &Connection) -> R<()> {
+        let rows = std::mem::take(&mut self.rows);
+        let mut heads = std::mem::take(&mut self.heads);
+        write_chunked(conn, &rows, ROW_PARAMS, row_sql, |stmt, row, at| {
+            row.bind(stmt, at)
+        })?;
+        // A stable sort keeps pushes of one run in order; the last one wins.
+        // In run order, the updates also walk the `heads` pages in order.
+        heads.sort_by_key(|h| h.run);
+        let mut last: Vec<HeadUpdate> = Vec::with_capacity(heads.len());
+        for h in heads {
+            match last.last_mut() {
+                Some(prev) if prev.run == h.run => *prev = h,
+                _ => last.push(h),
+            }
+        }
+        write_chunked(conn, &last, 3, head_sql, |stmt, h, at| {
+            stmt.raw_bind_parameter(at, h.run)?;
+            stmt.raw_bind_parameter(at + 1, h.latest)?;
+            stmt.raw_bind_parameter(at + 2, h.pruned)
+        })?;
+        Ok(())
+    }
+}
+
+/// Writes `items` with the statements `sql(n)` for the sizes in [`CHUNKS`],
+/// binding each item's `width` parameters with `bind`.
+fn write_chunked<T>(
+    conn: &Connection,
+    items: &[T],
+    width: usize,
+    sql: fn(usize) -> &'static str,
+    bind: impl Fn(&mut rusqlite::Statement<'_>, &T, usize) -> rusqlite::Result<()>,
+) -> R<()> {
+    let mut rest = items;
+    while !rest.is_empty() {
+        let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
+        let (chunk, tail) = rest.split_at(n);
+        let mut stmt = conn.prepare_cached(sql(n))?;
+        for (i, item) in chunk.iter().enumerate() {
+            bind(&mut stmt, item, 1 + i * width)?;
+        }
+        let written = stmt.raw_execute()?;
+        if written != n {
+            return Err(super::corrupt(format_args!(
+                "a batch write changed {written} rows instead of {n} (a checkpoint row id used twice?)"
+            )));
+        }
+        rest = tail;
+    }
+    Ok(())
+}
+
+/// `INSERT INTO checkpoints ... VALUES (...), ...` for `n` rows. `OR
+/// IGNORE`: without it, SQLite keeps a statement journal for a multi-row
+/// insert that could fail half-way; with it, a row that conflicts is left
+/// out, which [`write_chunked`] reports as corruption (ids are never reused).
+fn row_sql(n: usize) -> &'static str {
+    static SQL: OnceLock<Vec<String>> = OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        let one = format!("({})", vec!["?"; ROW_PARAMS].join(", "));
+        CHUNKS
+            .iter()
+            .map(|&n| {
+                format!(
+                    "INSERT OR IGNORE INTO checkpoints ({ROW_COLUMNS}) VALUES {}",
+                    vec![one.as_str(); n].join(", ")
+                )
+            })
+            .collect()
+    });
+    chunk_sql(all, n)
+}
+
+/// The upsert of `n` runs' heads (all distinct). An upsert, not `UPDATE ...
+/// FROM (VALUES ...)`, which SQLite runs through two temporary tables. `OR
+/// IGNORE` (no constraint but the key can fail: the values are bound, never
+/// NULL) spares SQLite a statement journal.
+fn head_sql(n: usize) -> &'static str {
+    static SQL: OnceLock<Vec<String>> = OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        CHUNKS
+            .iter()
+            .map(|&n| {
+                format!(
+                    "INSERT OR IGNORE INTO heads (run, latest, pruned) VALUES {} \
+                     ON CONFLICT (run) DO UPDATE SET latest = excluded.latest, \
+                     pruned = excluded.pruned",
+                    vec!["(?, ?, ?)"; n].join(", ")
+                )
+            })
+            .collect()
+    });
+    chunk_sql(all, n)
+}
+
+fn chunk_sql(all: &[String], n: usize) -> &str {
+    let i = CHUNKS
+        .iter()
+        .position(|&c| c == n)
+        .unwrap_or(CHUNKS.len() - 1);
+    &all[i]
+}
