@@ -1,8 +1,9 @@
 //! The `checkpoint` command-line tool, run as a separate process on an
 //! SQLite store that real runs were written to.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use checkpoint_runtime::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,16 @@ async fn approval(ctx: &Ctx, vendor: String) -> String {
         "{note} (score {score}): approved={} by {}",
         a.approved, a.by
     )
+}
+
+/// `serde_json::Value` deserializes with `deserialize_any`: no schema, so the
+/// field cannot be shown without the workflow's code.
+#[workflow]
+async fn opaque(ctx: &Ctx, n: u32) -> String {
+    let doc: Value = json!({ "n": n });
+    let count = n + 1;
+    checkpoint!("opaque");
+    format!("{doc} {count}")
 }
 
 /// A store with three runs: `tally-1` completed (three checkpoints),
@@ -356,16 +367,37 @@ async fn signal_delivers_the_payload() {
         }
     );
 
-    let sent = f.json(&[
-        "signal",
-        "vendor-43",
-        "finance_approval",
-        r#"{"approved": false, "by": "bob"}"#,
-    ]);
+    // `-`: the payload from standard input.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_checkpoint"))
+        .env_remove("CHECKPOINT_STORE")
+        .args(["--store", f.store(), "--json", "signal", "vendor-43"])
+        .args(["finance_approval", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the checkpoint binary runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(br#"{"approved": false, "by": "bob"}"#)
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: Value = serde_json::from_slice(&out.stdout).expect("JSON output");
     assert_eq!(sent["payload"], json!({"approved": false, "by": "bob"}));
+    assert_eq!(sent["status"]["state"], "waiting");
     f.rt.run_until_idle().await.unwrap();
     let result = f.rt.handle(approval, "vendor-43").result().await.unwrap();
     assert_eq!(result, "reviewed globex (score 6): approved=false by bob");
+
+    // A finished run: stored, with a note that nothing will consume it.
+    let out = f.ok(&["signal", "vendor-43", "finance_approval", "null"]);
+    assert!(out.contains("nothing will consume"), "{out}");
 }
 
 #[tokio::test]
@@ -538,4 +570,20 @@ async fn unopenable_stores_are_errors() {
         "{}",
         out.stderr
     );
+}
+
+#[tokio::test]
+async fn fields_without_a_schema_are_shown_with_a_note() {
+    let f = Fixture::new().await;
+    f.rt.start(opaque, "opaque-1", 5).await.unwrap();
+    f.rt.run_until_idle().await.unwrap();
+    let shown = f.json(&["show", "opaque-1"]);
+    let fields = shown["checkpoint"]["fields"].as_array().unwrap();
+    let doc = fields.iter().find(|x| x["name"] == "doc").unwrap();
+    assert_eq!(doc["value"], Value::Null);
+    assert!(doc["note"].as_str().unwrap().contains("schema"), "{doc}");
+    assert_eq!(field(&shown["checkpoint"]["fields"], "count"), &json!(6));
+    let text = f.ok(&["checkpoints", "opaque-1", "1"]);
+    assert!(line(&text, "doc").contains("(not shown: "), "{text}");
+    assert!(line(&text, "count").ends_with('6'), "{text}");
 }

@@ -401,11 +401,23 @@ async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Out
         ))
     })?;
     // A signal for a run that does not exist is an error, not a stored orphan.
-    rt.status(id).await?;
+    let status = rt.status(id).await?;
     rt.signal(id, name, &value).await?;
+    let mut text = format!("signal `{name}` stored for run `{id}`\n");
+    if status.is_finished() {
+        text.push_str(&format!(
+            "note: the run is {}; nothing will consume the signal\n",
+            status_text(&status)
+        ));
+    }
     Ok(Output {
-        text: format!("signal `{name}` stored for run `{id}`\n"),
-        json: json!({ "run": id, "signal": name, "payload": value }),
+        text,
+        json: json!({
+            "run": id,
+            "signal": name,
+            "payload": value,
+            "status": status_json(&status),
+        }),
     })
 }
 
