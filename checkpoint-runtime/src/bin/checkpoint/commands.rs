@@ -1,0 +1,487 @@
+//! The subcommands: each reads or changes the store through the public
+//! runtime API and returns its output both as text and as JSON.
+
+use std::io::Read;
+use std::path::Path;
+
+use checkpoint_runtime::{
+    CheckpointInfo, Error, FieldJson, RunFilter, RunInfo, Runtime, StatusKind,
+};
+use serde_json::{json, Value};
+
+use crate::args::{Command, StatusArg, STORE_ENV};
+use crate::format::{
+    bytes, event_json, pairs, rfc3339, short_type, status_json, status_text, table,
+};
+
+/// The worker id the command line opens stores with. It never executes runs,
+/// so it never takes a lease; a distinct id keeps it apart from real workers.
+const CLI_WORKER: &str = "checkpoint-cli";
+
+/// An error to print as `error: {0}` (exit code 1).
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl From<Error> for CliError {
+    fn from(e: Error) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// What a command prints: `text` by default, `json` with `--json`.
+pub struct Output {
+    pub text: String,
+    pub json: Value,
+}
+
+/// The store URL: `--store`, else `$CHECKPOINT_STORE`.
+pub fn store_url(flag: Option<String>) -> Result<String, CliError> {
+    let from_env = || std::env::var(STORE_ENV).ok();
+    match flag.or_else(from_env) {
+        Some(url) if !url.trim().is_empty() => Ok(url),
+        _ => Err(CliError(format!(
+            "no store given: pass --store URL (an SQLite file path, `:memory:` or \
+             `postgres://...`) or set {STORE_ENV}"
+        ))),
+    }
+}
+
+/// Opens the store at `url`. An SQLite file must already exist: the command
+/// line inspects stores, it does not create them (a mistyped path would
+/// otherwise show an empty store).
+pub async fn open(url: &str) -> Result<Runtime, CliError> {
+    let memory = matches!(url.trim(), ":memory:" | "memory:" | "memory://" | "mem:");
+    let other_scheme = url.contains("://") && !url.starts_with("sqlite://");
+    if !memory && !other_scheme {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        if !path.is_empty() && !Path::new(path).exists() {
+            return Err(CliError(format!(
+                "cannot open store `{url}`: the SQLite file `{path}` does not exist"
+            )));
+        }
+    }
+    Runtime::builder()
+        .worker_id(CLI_WORKER)
+        .open(url)
+        .await
+        .map_err(|e| match e {
+            Error::UnsupportedStore { .. } => CliError(e.to_string()),
+            other => CliError(format!("cannot open store `{url}`: {other}")),
+        })
+}
+
+/// Runs one subcommand.
+pub async fn run(rt: &Runtime, command: Command) -> Result<Output, CliError> {
+    match command {
+        Command::Runs {
+            status,
+            workflow,
+            prefix,
+            limit,
+        } => runs(rt, status, workflow, prefix, limit).await,
+        Command::Show { id } => show(rt, &id).await,
+        Command::Checkpoints { id, seq, fields } => {
+            if seq.is_some() || fields {
+                checkpoint_fields(rt, &id, seq).await
+            } else {
+                checkpoints(rt, &id).await
+            }
+        }
+        Command::History { id } => history(rt, &id).await,
+        Command::Signal { id, name, payload } => signal(rt, &id, &name, &payload).await,
+        Command::Cancel { id } => cancel(rt, &id).await,
+        Command::Fork { id, seq, new_id } => fork(rt, &id, seq, &new_id).await,
+        Command::Gc => gc(rt).await,
+    }
+}
+
+fn seq_or_dash(seq: u64) -> String {
+    if seq == 0 {
+        "-".to_owned()
+    } else {
+        format!("#{seq}")
+    }
+}
+
+fn run_json(r: &RunInfo) -> Value {
+    json!({
+        "id": r.id,
+        "workflow": r.workflow,
+        "status": status_json(&r.status),
+        "created_at": rfc3339(r.created_at),
+        "updated_at": rfc3339(r.updated_at),
+        "latest_seq": r.latest_seq,
+        "worker": r.worker,
+    })
+}
+
+async fn runs(
+    rt: &Runtime,
+    status: Option<StatusArg>,
+    workflow: Option<String>,
+    prefix: Option<String>,
+    limit: Option<usize>,
+) -> Result<Output, CliError> {
+    let mut filter = RunFilter::new();
+    if let Some(s) = status {
+        filter = filter.status(StatusKind::from(s));
+    }
+    if let Some(w) = &workflow {
+        filter = filter.workflow(w);
+    }
+    if let Some(p) = &prefix {
+        filter = filter.id_prefix(p);
+    }
+    if let Some(n) = limit {
+        filter = filter.limit(n);
+    }
+    let runs = rt.runs(filter).await?;
+    let text = if runs.is_empty() {
+        "no runs\n".to_owned()
+    } else {
+        let rows: Vec<Vec<String>> = runs
+            .iter()
+            .map(|r| {
+                vec![
+                    r.id.clone(),
+                    r.workflow.clone(),
+                    status_text(&r.status),
+                    seq_or_dash(r.latest_seq),
+                    rfc3339(r.updated_at),
+                ]
+            })
+            .collect();
+        table(
+            &["ID", "WORKFLOW", "STATUS", "CHECKPOINT", "UPDATED"],
+            &rows,
+        )
+    };
+    Ok(Output {
+        text,
+        json: Value::Array(runs.iter().map(run_json).collect()),
+    })
+}
+
+/// The listing entry of run `id` (exactly that id).
+async fn run_info(rt: &Runtime, id: &str) -> Result<RunInfo, CliError> {
+    rt.runs(RunFilter::new().id_prefix(id))
+        .await?
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| Error::UnknownRun { run: id.to_owned() }.into())
+}
+
+fn checkpoint_json(c: &CheckpointInfo) -> Value {
+    json!({
+        "seq": c.seq,
+        "label": c.label,
+        "site": c.site,
+        "created_at": rfc3339(c.created_at),
+        "size": c.size,
+    })
+}
+
+fn field_json(f: &FieldJson) -> Value {
+    json!({
+        "name": f.name,
+        "type": f.type_name,
+        "schema": f.schema,
+        "value": f.value,
+        "note": f.note,
+    })
+}
+
+fn describe_checkpoint(c: &CheckpointInfo) -> String {
+    let label = c
+        .label
+        .as_deref()
+        .map(|l| format!(" ({l})"))
+        .unwrap_or_default();
+    format!(
+        "#{}{label}, saved {}, {}",
+        c.seq,
+        rfc3339(c.created_at),
+        bytes(c.size as u64)
+    )
+}
+
+/// The fields as a `FIELD TYPE VALUE` table, values as compact JSON.
+fn fields_table(fields: &[FieldJson], indent: &str) -> String {
+    if fields.is_empty() {
+        return format!("{indent}(no fields)\n");
+    }
+    let rows: Vec<Vec<String>> = fields
+        .iter()
+        .map(|f| {
+            let value = match (&f.value, &f.note) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(note)) => format!("(not shown: {note})"),
+                (None, None) => "(not shown)".to_owned(),
+            };
+            vec![f.name.clone(), short_type(&f.type_name), value]
+        })
+        .collect();
+    table(&["FIELD", "TYPE", "VALUE"], &rows)
+        .lines()
+        .map(|l| format!("{indent}{l}\n"))
+        .collect()
+}
+
+async fn show(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+    let run = run_info(rt, id).await?;
+    let latest = if run.latest_seq == 0 {
+        None
+    } else {
+        let fields = rt.checkpoint_fields_json(id, run.latest_seq).await?;
+        let info = rt
+            .checkpoints(id)
+            .await?
+            .into_iter()
+            .find(|c| c.seq == run.latest_seq);
+        Some((info, fields))
+    };
+
+    let mut rows = vec![
+        ("run", run.id.clone()),
+        ("workflow", run.workflow.clone()),
+        ("status", status_text(&run.status)),
+        ("created", rfc3339(run.created_at)),
+        ("updated", rfc3339(run.updated_at)),
+    ];
+    if let Some(w) = &run.worker {
+        rows.push(("worker", w.clone()));
+    }
+    rows.push((
+        "checkpoint",
+        match &latest {
+            None => "none yet".to_owned(),
+            Some((Some(info), _)) => describe_checkpoint(info),
+            Some((None, _)) => format!("#{}", run.latest_seq),
+        },
+    ));
+    let mut text = pairs(&rows);
+    if let Some((_, fields)) = &latest {
+        text.push_str("fields:\n");
+        text.push_str(&fields_table(fields, "  "));
+    }
+
+    let mut json = run_json(&run);
+    json["checkpoint"] = match &latest {
+        None => Value::Null,
+        Some((info, fields)) => {
+            let mut c = match info {
+                Some(info) => checkpoint_json(info),
+                None => json!({ "seq": run.latest_seq }),
+            };
+            c["fields"] = fields.iter().map(field_json).collect();
+            c
+        }
+    };
+    Ok(Output { text, json })
+}
+
+async fn checkpoints(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+    let cps = rt.checkpoints(id).await?;
+    let text = if cps.is_empty() {
+        format!("run `{id}` has no checkpoints yet\n")
+    } else {
+        let rows: Vec<Vec<String>> = cps
+            .iter()
+            .map(|c| {
+                let fields: Vec<String> = c
+                    .fields
+                    .iter()
+                    .map(|f| format!("{}: {}", f.name, short_type(&f.type_name)))
+                    .collect();
+                vec![
+                    c.seq.to_string(),
+                    c.label.clone().unwrap_or_else(|| "-".to_owned()),
+                    rfc3339(c.created_at),
+                    bytes(c.size as u64),
+                    fields.join(", "),
+                ]
+            })
+            .collect();
+        table(&["SEQ", "LABEL", "CREATED", "SIZE", "FIELDS"], &rows)
+    };
+    let json = cps
+        .iter()
+        .map(|c| {
+            let mut v = checkpoint_json(c);
+            v["loops"] = json!(c.loops);
+            v["fields"] = c
+                .fields
+                .iter()
+                .map(|f| {
+                    json!({
+                        "name": f.name,
+                        "type": f.type_name,
+                        "size": f.size,
+                        "schema": f.schema,
+                    })
+                })
+                .collect();
+            v
+        })
+        .collect();
+    Ok(Output { text, json })
+}
+
+async fn checkpoint_fields(rt: &Runtime, id: &str, seq: Option<u64>) -> Result<Output, CliError> {
+    let (seq, fields, info) = match seq {
+        Some(seq) => {
+            // First: it reports an unknown run or checkpoint precisely.
+            let fields = rt.checkpoint_fields_json(id, seq).await?;
+            let info = rt.checkpoints(id).await?.into_iter().find(|c| c.seq == seq);
+            (seq, fields, info)
+        }
+        None => {
+            let Some(info) = rt.checkpoints(id).await?.pop() else {
+                return Err(CliError(format!("run `{id}` has no checkpoints yet")));
+            };
+            let fields = rt.checkpoint_fields_json(id, info.seq).await?;
+            (info.seq, fields, Some(info))
+        }
+    };
+    let mut text = match &info {
+        Some(info) => format!("run `{id}`, checkpoint {}\n", describe_checkpoint(info)),
+        None => format!("run `{id}`, checkpoint #{seq}\n"),
+    };
+    text.push_str(&fields_table(&fields, ""));
+    let mut json = match &info {
+        Some(info) => checkpoint_json(info),
+        None => json!({ "seq": seq }),
+    };
+    json["run"] = json!(id);
+    json["fields"] = fields.iter().map(field_json).collect();
+    Ok(Output { text, json })
+}
+
+async fn history(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+    let entries = rt.history_entries(id).await?;
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| vec![rfc3339(e.at), e.event.to_string()])
+        .collect();
+    let text = table(&["TIME", "EVENT"], &rows);
+    let json = entries
+        .iter()
+        .map(|e| {
+            let mut v = event_json(&e.event);
+            v["at"] = json!(rfc3339(e.at));
+            v["text"] = json!(e.event.to_string());
+            v
+        })
+        .collect();
+    Ok(Output { text, json })
+}
+
+async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Output, CliError> {
+    let mut stdin_payload = String::new();
+    let source = if payload == "-" {
+        std::io::stdin()
+            .read_to_string(&mut stdin_payload)
+            .map_err(|e| CliError(format!("cannot read the payload from standard input: {e}")))?;
+        stdin_payload.as_str()
+    } else {
+        payload
+    };
+    let value: Value = serde_json::from_str(source).map_err(|e| {
+        let bare_word = source.trim_start().starts_with(|c: char| c.is_alphabetic());
+        let hint = if bare_word {
+            " (a JSON string needs quotes: '\"text\"')"
+        } else {
+            ""
+        };
+        CliError(format!(
+            "invalid JSON payload for signal `{name}` to run `{id}`: {e}{hint}"
+        ))
+    })?;
+    // A signal for a run that does not exist is an error, not a stored orphan.
+    let status = rt.status(id).await?;
+    rt.signal(id, name, &value).await?;
+    let mut text = format!("signal `{name}` stored for run `{id}`\n");
+    if status.is_finished() {
+        text.push_str(&format!(
+            "note: the run is {}; nothing will consume the signal\n",
+            status_text(&status)
+        ));
+    }
+    Ok(Output {
+        text,
+        json: json!({
+            "run": id,
+            "signal": name,
+            "payload": value,
+            "status": status_json(&status),
+        }),
+    })
+}
+
+async fn cancel(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+    let before = rt.status(id).await?;
+    if before.is_finished() {
+        return Ok(Output {
+            text: format!(
+                "run `{id}` is already finished ({}); nothing to cancel\n",
+                status_text(&before)
+            ),
+            json: json!({ "run": id, "cancelled": false, "status": status_json(&before) }),
+        });
+    }
+    rt.cancel(id).await?;
+    let after = rt.status(id).await?;
+    let cancelled = after == checkpoint_runtime::Status::Cancelled;
+    let text = if cancelled {
+        format!("run `{id}` cancelled\n")
+    } else {
+        format!(
+            "run `{id}` finished before it could be cancelled ({})\n",
+            status_text(&after)
+        )
+    };
+    Ok(Output {
+        text,
+        json: json!({ "run": id, "cancelled": cancelled, "status": status_json(&after) }),
+    })
+}
+
+async fn fork(rt: &Runtime, id: &str, seq: u64, new_id: &str) -> Result<Output, CliError> {
+    rt.fork(id, seq, new_id).await?;
+    Ok(Output {
+        text: format!(
+            "run `{new_id}` created from checkpoint #{seq} of run `{id}`; a worker with its \
+             workflow registered resumes it from there\n"
+        ),
+        json: json!({ "run": new_id, "from": id, "seq": seq }),
+    })
+}
+
+async fn gc(rt: &Runtime) -> Result<Output, CliError> {
+    let r = rt.gc().await?;
+    let text = pairs(&[
+        ("checkpoints compacted", r.checkpoints_compacted.to_string()),
+        ("bytes compacted", bytes(r.bytes_compacted)),
+        ("pages released", r.pages_released.to_string()),
+        (
+            "wal truncated",
+            if r.wal_truncated { "yes" } else { "no" }.to_owned(),
+        ),
+        (
+            "store size",
+            format!("{} -> {}", bytes(r.bytes_before), bytes(r.bytes_after)),
+        ),
+    ]);
+    let json = json!({
+        "checkpoints_compacted": r.checkpoints_compacted,
+        "bytes_compacted": r.bytes_compacted,
+        "pages_released": r.pages_released,
+        "wal_truncated": r.wal_truncated,
+        "bytes_before": r.bytes_before,
+        "bytes_after": r.bytes_after,
+    });
+    Ok(Output { text, json })
+}
