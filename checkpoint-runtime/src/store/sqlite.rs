@@ -4433,6 +4433,81 @@ mod tests {
         release.join().unwrap();
     }
 
+    /// Requests queued while another connection holds the write lock share
+    /// one batch: plain checkpoints (rows deferred to the end of the batch)
+    /// mixed with requests that read them back, requests that fail, and two
+    /// checkpoints of one run. Read back from a fresh store, everything is
+    /// as if each request had been written on its own.
+    #[test]
+    fn one_batch_mixes_deferred_rows_with_other_requests() {
+        let (_dir, store) = open();
+        new_run(&store, "a");
+        new_run(&store, "b");
+        let claimed = block_on(store.claim(&req("w", "w1"))).unwrap().claimed;
+        assert_eq!(claimed.len(), 2);
+        let lease = claimed[0].lease.clone();
+        let stale = Lease {
+            instance: Arc::from("w0"),
+            ..lease.clone()
+        };
+        let field = |run: &str, seq: u64, b: u8| cp_fields(run, seq, &[("x", &[b; 40])], None);
+        block_on(store.save_checkpoint(&lease, field("a", 1, 1), None)).unwrap();
+        block_on(store.save_checkpoint(&lease, field("b", 1, 1), None)).unwrap();
+
+        let blocker = peek(&store);
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // The writer takes this one alone and waits for the lock; the rest
+        // queue behind it and form the next batch.
+        let first = store.append_event("a", Event::Cancelled);
+        std::thread::sleep(Duration::from_millis(50));
+        let a2 = store.save_checkpoint(&lease, field("a", 2, 2), None);
+        let a3 = store.save_checkpoint(&lease, field("a", 3, 3), None);
+        // Reads checkpoint 2 from the table: the rows above are written first.
+        let fork = store.fork("a", 2, "a-fork");
+        let lost = store.save_checkpoint(&stale, field("b", 2, 9), None);
+        let b2 = store.save_checkpoint(&lease, field("b", 2, 2), None);
+        let bad_fork = store.fork("nope", 1, "x");
+        let out_of_order = store.save_checkpoint(&lease, field("b", 9, 9), None);
+        std::thread::sleep(Duration::from_millis(50));
+        blocker.execute_batch("COMMIT").unwrap();
+
+        block_on(first).unwrap();
+        block_on(a2).unwrap();
+        block_on(fork).unwrap();
+        assert!(matches!(block_on(lost), Err(Error::LeaseLost { .. })));
+        block_on(b2).unwrap();
+        assert!(block_on(bad_fork).is_err());
+        block_on(a3).unwrap();
+        assert!(block_on(out_of_order).is_err());
+        let path = store.path().to_owned();
+        drop(store);
+
+        let store = SqliteStore::open(&path).unwrap();
+        let seqs = |id: &str| -> Vec<(u64, Vec<u8>)> {
+            block_on(store.list_checkpoints(id))
+                .unwrap()
+                .iter()
+                .map(|c| (c.seq, c.data.clone()))
+                .collect()
+        };
+        assert_eq!(
+            seqs("a"),
+            vec![(1, vec![1; 40]), (2, vec![2; 40]), (3, vec![3; 40])]
+        );
+        assert_eq!(seqs("b"), vec![(1, vec![1; 40]), (2, vec![2; 40])]);
+        assert_eq!(seqs("a-fork"), vec![(1, vec![2; 40])]);
+        let latest = block_on(store.latest_checkpoint("a")).unwrap().unwrap();
+        assert_eq!((latest.seq, latest.data.clone()), (3, vec![3; 40]));
+        assert_eq!(
+            block_on(store.load_run("b")).unwrap().unwrap().latest_seq,
+            2
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM checkpoints"), 6);
+        assert!(events(&store, "a-fork")
+            .iter()
+            .any(|e| matches!(e, Event::Forked { .. })));
+    }
+
     /// The same script on a `MemoryStore` and a `SqliteStore` gives the same
     /// results (times aside).
     #[test]
