@@ -686,6 +686,38 @@ struct StoredRefs {
     fields: Vec<Loc>,
 }
 
+/// [`StoredRefs`] as written for row `own`, from the resolved locations of
+/// its fields (the row's own id becomes 0): the same bytes, without building
+/// the list.
+struct RefsOf<'a> {
+    raw: bool,
+    locs: &'a [Loc],
+    own: u64,
+}
+
+impl Serialize for RefsOf<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        /// `StoredRefs::fields`.
+        struct Fields<'a>(&'a RefsOf<'a>);
+        impl Serialize for Fields<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let own = self.0.own;
+                s.collect_seq(
+                    self.0
+                        .locs
+                        .iter()
+                        .map(|&(src, off, len)| (if src == own { 0 } else { src }, off, len)),
+                )
+            }
+        }
+        let mut st = s.serialize_struct("StoredRefs", 2)?;
+        st.serialize_field("raw", &self.raw)?;
+        st.serialize_field("fields", &Fields(self))?;
+        st.end()
+    }
+}
+
 impl StoredRefs {
     /// The rows (ids) whose bytes this checkpoint uses, itself included.
     fn sources(&self, own: u64) -> BTreeSet<u64> {
@@ -1118,13 +1150,11 @@ fn checkpoint_row(
     let own_id = to_u64(id, "row id")?;
     let tiled = is_tiled(cp);
     let (mut own_len, mut shares) = (0u64, false);
-    let mut stored: Vec<Loc> = Vec::with_capacity(cp.fields.len());
     let mut locs: Vec<Loc> = Vec::with_capacity(cp.fields.len());
     if tiled {
         for (i, f) in cp.fields.iter().enumerate() {
             let bytes = cp.field_bytes(i).unwrap_or_default();
             if bytes.is_empty() {
-                stored.push((0, 0, 0));
                 locs.push((0, 0, 0));
                 continue;
             }
@@ -1139,13 +1169,11 @@ fn checkpoint_row(
             });
             match shared {
                 Some(loc) => {
-                    stored.push(loc);
                     locs.push(loc);
                     shares = true;
                 }
                 None => {
                     let (off, len) = (own_len, bytes.len() as u64);
-                    stored.push((0, off, len));
                     locs.push((own_id, off, len));
                     own_len += len;
                 }
@@ -1154,7 +1182,6 @@ fn checkpoint_row(
     } else {
         own_len = cp.data.len() as u64;
         for f in &cp.fields {
-            stored.push((0, f.offset as u64, f.len as u64));
             locs.push((own_id, f.offset as u64, f.len as u64));
         }
     }
@@ -1166,16 +1193,17 @@ fn checkpoint_row(
         RowData::Whole(cp.clone())
     } else {
         let mut own = Vec::with_capacity(own_len as usize);
-        for (i, (src, _, len)) in stored.iter().enumerate() {
-            if *src == 0 && *len > 0 {
+        for (i, (src, _, len)) in locs.iter().enumerate() {
+            if *src == own_id && *len > 0 {
                 own.extend_from_slice(cp.field_bytes(i).unwrap_or_default());
             }
         }
         RowData::Own(own)
     };
-    let refs = to_postcard(&StoredRefs {
+    let refs = to_postcard(&RefsOf {
         raw: !tiled,
-        fields: stored,
+        locs: &locs,
+        own: own_id,
     })?;
     let loops = if cp.loops.is_empty() {
         None
@@ -4431,6 +4459,25 @@ mod tests {
         });
         assert!(matches!(block_on(pending).unwrap(), Created::New));
         release.join().unwrap();
+    }
+
+    #[test]
+    fn refs_are_written_as_stored_refs() {
+        let locs: Vec<Loc> = vec![(9, 0, 3), (0, 0, 0), (4, 300, 70_000), (9, 3, 5)];
+        for raw in [false, true] {
+            let written = to_postcard(&RefsOf {
+                raw,
+                locs: &locs,
+                own: 9,
+            })
+            .unwrap();
+            let expected = postcard::to_allocvec(&StoredRefs {
+                raw,
+                fields: vec![(0, 0, 3), (0, 0, 0), (4, 300, 70_000), (0, 3, 5)],
+            })
+            .unwrap();
+            assert_eq!(written, expected);
+        }
     }
 
     /// Requests queued while another connection holds the write lock share

@@ -75,24 +75,29 @@ impl RowData {
 }
 
 impl CheckpointRow {
+    /// Binds the row's values from parameter `at` on. NULLs are left out:
+    /// a statement from the cache has all its parameters cleared.
     fn bind(&self, stmt: &mut rusqlite::Statement<'_>, at: usize) -> rusqlite::Result<()> {
-        let values: [&dyn ToSql; ROW_PARAMS] = [
-            &self.id,
-            &self.run,
-            &self.seq,
-            &self.prev,
-            &self.shape,
-            &self.created_at,
-            &self.floor,
-            &self.quiet,
-            &self.loops,
-            &self.suspend,
-            &self.size,
-            &self.refs,
-            &self.data.bytes(),
+        let data = self.data.bytes();
+        let values: [Option<&dyn ToSql>; ROW_PARAMS] = [
+            Some(&self.id),
+            Some(&self.run),
+            Some(&self.seq),
+            self.prev.as_ref().map(|v| v as &dyn ToSql),
+            Some(&self.shape),
+            Some(&self.created_at),
+            self.floor.as_ref().map(|v| v as &dyn ToSql),
+            self.quiet.as_ref().map(|v| v as &dyn ToSql),
+            self.loops.as_ref().map(|v| v as &dyn ToSql),
+            self.suspend.as_ref().map(|v| v as &dyn ToSql),
+            Some(&self.size),
+            Some(&self.refs),
+            data.as_ref().map(|v| v as &dyn ToSql),
         ];
         for (i, v) in values.into_iter().enumerate() {
-            stmt.raw_bind_parameter(at + i, v)?;
+            if let Some(v) = v {
+                stmt.raw_bind_parameter(at + i, v)?;
+            }
         }
         Ok(())
     }
