@@ -45,6 +45,7 @@ mod signals;
 mod tests;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -97,6 +98,9 @@ pub struct PostgresStore {
     changes: Arc<watch::Sender<u64>>,
     /// Dropping it stops the listener.
     _stop: oneshot::Sender<()>,
+    /// The server process id of the listening connection (for tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    listener_pid: Arc<AtomicI32>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -157,12 +161,22 @@ impl PostgresStore {
         };
         let changes = Arc::new(watch::channel(0).0);
         let (stop, stop_rx) = oneshot::channel();
-        notify::start(&handle, target, schema.clone(), changes.clone(), stop_rx).await?;
+        let listener_pid = Arc::new(AtomicI32::new(0));
+        notify::start(
+            &handle,
+            target,
+            schema.clone(),
+            changes.clone(),
+            stop_rx,
+            listener_pid.clone(),
+        )
+        .await?;
         Ok(PostgresStore {
             pool,
             schema,
             changes,
             _stop: stop,
+            listener_pid,
         })
     }
 

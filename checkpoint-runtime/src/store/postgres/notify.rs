@@ -6,6 +6,7 @@
 //! [`Store::subscribe`](crate::store::Store::subscribe). The writing store
 //! bumps its own counter at once as well.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,9 +41,10 @@ pub(super) async fn start(
     schema: String,
     changes: Arc<watch::Sender<u64>>,
     stop: oneshot::Receiver<()>,
+    pid: Arc<AtomicI32>,
 ) -> Result<(), Error> {
     let (ready_tx, ready_rx) = oneshot::channel();
-    handle.spawn(listen_loop(target, schema, changes, stop, ready_tx));
+    handle.spawn(listen_loop(target, schema, changes, stop, ready_tx, pid));
     match ready_rx.await {
         Ok(r) => r,
         Err(_) => Err(Error::internal("postgres listener stopped")),
@@ -55,12 +57,14 @@ async fn listen_loop(
     changes: Arc<watch::Sender<u64>>,
     mut stop: oneshot::Receiver<()>,
     ready: oneshot::Sender<Result<(), Error>>,
+    pid: Arc<AtomicI32>,
 ) {
     let mut ready = Some(ready);
     let mut pause = Duration::from_millis(100);
     loop {
         match listen_once(&target).await {
-            Ok((client, mut rx)) => {
+            Ok((client, backend, mut rx)) => {
+                pid.store(backend, Ordering::Relaxed);
                 pause = Duration::from_millis(100);
                 match ready.take() {
                     Some(r) => {
@@ -100,10 +104,11 @@ async fn listen_loop(
 }
 
 /// Connects and listens; notifications' payloads arrive on the receiver,
-/// which closes when the connection does.
+/// which closes when the connection does. Also returns the server process
+/// id of the connection.
 async fn listen_once(
     target: &Target,
-) -> Result<(tokio_postgres::Client, mpsc::UnboundedReceiver<String>), Error> {
+) -> Result<(tokio_postgres::Client, i32, mpsc::UnboundedReceiver<String>), Error> {
     let (client, mut connection) =
         target
             .config
@@ -131,5 +136,11 @@ async fn listen_once(
         .batch_execute(&format!("LISTEN {CHANNEL}"))
         .await
         .map_err(super::conn::db_err)?;
-    Ok((client, rx))
+    let backend: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .map_err(super::conn::db_err)?
+        .try_get(0)
+        .map_err(super::conn::db_err)?;
+    Ok((client, backend, rx))
 }

@@ -726,3 +726,48 @@ async fn unreachable_server_is_an_error_naming_the_url() {
     assert!(text.contains("127.0.0.1:1/test"), "{text}");
     assert!(!text.contains("hunter2"), "{text}");
 }
+
+#[test]
+fn connections_recover_after_the_server_drops_them() {
+    let Some(db) = Db::open("connections_recover_after_the_server_drops_them") else {
+        return;
+    };
+    let s = db.store();
+    let other = db.other();
+    new_run(s, "r");
+    let pooled: i32 = db.run(async {
+        let mut c = s.pool.get().await.unwrap();
+        let row = c
+            .plain()
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap();
+        get(&row, 0).unwrap()
+    });
+    let listener = s.listener_pid.load(Ordering::Relaxed);
+    assert!(listener > 0 && pooled > 0);
+    let mut rx = s.subscribe();
+    rx.borrow_and_update();
+    db.sql(&format!(
+        "SELECT pg_terminate_backend({listener}); SELECT pg_terminate_backend({pooled})"
+    ));
+    // The listener reconnects, and says that it may have missed something.
+    let started = std::time::Instant::now();
+    while s.listener_pid.load(Ordering::Relaxed) == listener {
+        assert!(started.elapsed() < Duration::from_secs(10), "no reconnect");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bumped = db.run(async { tokio::time::timeout(Duration::from_secs(5), rx.changed()).await });
+    assert!(matches!(bumped, Ok(Ok(()))));
+    // The dropped pool connection is replaced.
+    assert_eq!(block_on(s.load_run("r")).unwrap().unwrap().id, "r");
+    // And notifications flow again.
+    rx.borrow_and_update();
+    block_on(other.put_signal("r", "x", b"1".to_vec())).unwrap();
+    let changed =
+        db.run(async { tokio::time::timeout(Duration::from_secs(5), rx.changed()).await });
+    assert!(
+        matches!(changed, Ok(Ok(()))),
+        "no notification after reconnecting"
+    );
+}
