@@ -157,7 +157,17 @@ impl PostgresStore {
         let pool = Pool::new(target.clone(), handle.clone(), first);
         let schema = {
             let mut c = pool.get().await?;
-            schema::migrate(&mut c, target.schema.as_deref(), &target.shown).await?
+            schema::migrate(&mut c, target.schema.as_deref(), &target.shown)
+                .await
+                .map_err(|e| match e {
+                    Error::Store { message } => Error::Store {
+                        message: format!(
+                            "{message} (creating or upgrading the tables of `{}`)",
+                            target.shown
+                        ),
+                    },
+                    other => other,
+                })?
         };
         let changes = Arc::new(watch::channel(0).0);
         let (stop, stop_rx) = oneshot::channel();

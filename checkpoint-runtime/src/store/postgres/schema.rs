@@ -122,15 +122,26 @@ pub(super) async fn migrate(
     let key = format!("checkpoint-runtime:{name}");
     cx.query("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key])
         .await?;
-    if schema.is_some() {
-        cx.batch(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {}",
-            quote_ident(&name)
-        ))
-        .await?;
+    // Created only when missing: a user without the right to create them
+    // can still use existing ones.
+    let exists = cx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&name])
+        .await?
+        .is_some();
+    if !exists {
+        cx.batch(&format!("CREATE SCHEMA {}", quote_ident(&name)))
+            .await?;
     }
-    cx.batch("CREATE TABLE IF NOT EXISTS cp_schema_version (version integer NOT NULL)")
+    let versioned = cx
+        .query_one(
+            "SELECT to_regclass(format('%I.cp_schema_version', $1::text)) IS NOT NULL",
+            &[&name],
+        )
         .await?;
+    if !get::<bool>(&versioned, 0)? {
+        cx.batch("CREATE TABLE cp_schema_version (version integer NOT NULL)")
+            .await?;
+    }
     let found = cx
         .query_opt("SELECT version FROM cp_schema_version", &[])
         .await?;
@@ -163,11 +174,6 @@ pub(super) async fn migrate(
         )
         .await?;
     }
-    cx.commit().await.map_err(|e| match e {
-        Error::Store { message } => Error::Store {
-            message: format!("{message} (while creating the tables in `{shown}`)"),
-        },
-        other => other,
-    })?;
+    cx.commit().await?;
     Ok(name)
 }

@@ -771,3 +771,28 @@ fn connections_recover_after_the_server_drops_them() {
         "no notification after reconnecting"
     );
 }
+
+#[test]
+fn a_user_without_create_rights_uses_existing_tables() {
+    let Some(db) = Db::open("a_user_without_create_rights_uses_existing_tables") else {
+        return;
+    };
+    new_run(db.store(), "r");
+    let role = format!("{}_user", db.schema);
+    let schema = &db.schema;
+    db.sql(&format!(
+        "CREATE ROLE {role} LOGIN; \
+         GRANT USAGE ON SCHEMA {schema} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}; \
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
+    ));
+    let mut target = Target::parse(&db.url, Some(schema)).unwrap();
+    target.config.user(&role);
+    // The store (and its connections) is dropped before the role.
+    let load = match db.run(PostgresStore::open_target(target)) {
+        Ok(s) => block_on(s.load_run("r")).map(|r| r.map(|r| r.id)),
+        Err(e) => Err(e),
+    };
+    db.sql(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+    assert_eq!(load, Ok(Some("r".to_owned())));
+}
