@@ -11,6 +11,7 @@ use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
 use crate::schema::FieldJson;
 use crate::status::{RunFilter, RunInfo, Status};
+use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Created, GcReport, MemoryStore, NewRun, RunRecord, Store};
 use crate::workflow::{IntoWorkflow, Workflow};
@@ -275,8 +276,12 @@ impl RuntimeBuilder {
     /// Builds a runtime over the store named by `url`.
     ///
     /// - `":memory:"`, `"memory:"` or `"memory://"`: a fresh in-memory store;
-    /// - `postgres://...`: not available in this version
-    ///   ([`Error::UnsupportedStore`]);
+    /// - `postgres://...` or `postgresql://...`: a PostgreSQL database shared
+    ///   by many workers on many machines (see
+    ///   [`PostgresStore`](crate::store::postgres::PostgresStore) for the
+    ///   URL's options, such as `?schema=NAME`); the tables are created or
+    ///   upgraded on open. A server that cannot be reached is an
+    ///   [`Error::Store`] naming the URL (its password hidden);
     /// - anything else is an SQLite file path, optionally written
     ///   `sqlite://path` (created if missing; several processes may share it).
     ///
@@ -300,12 +305,8 @@ impl RuntimeBuilder {
             return Ok(self.build(Arc::new(MemoryStore::new())));
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Err(Error::UnsupportedStore {
-                url: url.to_owned(),
-                reason: "the PostgreSQL backend is not available in this version; use an SQLite \
-                         file path or \":memory:\""
-                    .to_owned(),
-            });
+            let store = PostgresStore::open(url).await?;
+            return Ok(self.build(Arc::new(store)));
         }
         // Anything else is an SQLite file: `path.db` or `sqlite://path.db`.
         let path = url
@@ -362,6 +363,15 @@ impl Runtime {
     /// #     let _ = std::fs::remove_file(format!("{}{ext}", path.to_string_lossy()));
     /// # }
     /// # Ok(()) }
+    /// ```
+    ///
+    /// A PostgreSQL database, shared by workers on several machines:
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// let rt = checkpoint_runtime::Runtime::open("postgres://app@db.internal/workflows").await?;
+    /// # let _ = rt; Ok(()) }
     /// ```
     pub async fn open(url: &str) -> Result<Runtime, Error> {
         RuntimeBuilder::default().open(url).await

@@ -1,6 +1,6 @@
 //! The storage boundary: the [`Store`] trait every backend implements, the
 //! records it exchanges with the executor, and the backends themselves
-//! ([`MemoryStore`] for now; SQLite and PostgreSQL slot in behind the same trait).
+//! ([`MemoryStore`], [`sqlite::SqliteStore`], [`postgres::PostgresStore`]).
 //!
 //! Most users never touch this module: [`Runtime::open`](crate::Runtime::open)
 //! picks the backend from a URL. It is public so that custom backends can be
@@ -19,6 +19,7 @@
 #[cfg(test)]
 mod conformance;
 mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use std::borrow::Cow;
@@ -714,6 +715,29 @@ pub trait Store: Send + Sync + 'static {
         let _ = keys;
         Box::pin(std::future::ready(Ok(HashMap::new())))
     }
+}
+
+/// The fencing check every backend applies to a write that presents `lease`
+/// (see [`Store`]'s guarantees): [`Error::Cancelled`] for a cancelled run,
+/// [`Error::LeaseLost`] when the run is finished, its epoch moved on, or its
+/// lease is held by another worker or instance.
+pub(crate) fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error> {
+    if matches!(rec.state, RunState::Cancelled) {
+        return Err(Error::Cancelled { run: id.to_owned() });
+    }
+    let holds = rec.epoch == lease.epoch
+        && !rec.state.is_terminal()
+        && rec
+            .lease
+            .as_ref()
+            .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
+    if !holds {
+        return Err(Error::LeaseLost {
+            run: id.to_owned(),
+            worker: lease.worker.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// How a suspended run's state reads in its `Suspended` history event.

@@ -1,0 +1,449 @@
+//! Connections: the store URL and its options, a small pool of clients, the
+//! per-connection statement cache, error mapping and time conversions.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
+
+use crate::Error;
+
+/// Connections kept open per store unless the URL says otherwise
+/// (`?pool_size=N`).
+pub(super) const DEFAULT_POOL_SIZE: usize = 8;
+/// How long connecting may take when the URL sets no `connect_timeout`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A store URL split into what `tokio-postgres` understands and this
+/// backend's own options.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    /// The connection configuration.
+    pub config: tokio_postgres::Config,
+    /// The PostgreSQL schema holding the tables (`None`: the connection's
+    /// `current_schema()`, normally `public`).
+    pub schema: Option<String>,
+    /// How many connections the pool opens at most.
+    pub pool_size: usize,
+    /// The URL with its password hidden, for messages.
+    pub shown: String,
+}
+
+/// Hides the password of a `postgres://user:password@host/...` URL.
+pub(super) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..auth_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// Checks a PostgreSQL schema name given as an option: ASCII letters,
+/// digits and `_`, at most 63 bytes.
+pub(super) fn check_schema_name(url: &str, name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedStore {
+            url: redact(url),
+            reason: format!(
+                "invalid schema name `{name}`: use 1 to 63 ASCII letters, digits or `_`"
+            ),
+        })
+    }
+}
+
+/// `"name"`, quoted as an SQL identifier.
+pub(super) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl Target {
+    /// Parses `postgres://...` / `postgresql://...` (or a `key=value`
+    /// connection string), taking out this backend's own query parameters
+    /// `schema` and `pool_size`.
+    pub fn parse(url: &str, schema: Option<&str>) -> Result<Target, Error> {
+        let shown = redact(url);
+        let bad = |reason: String| Error::UnsupportedStore {
+            url: shown.clone(),
+            reason,
+        };
+        let mut own_schema = None;
+        let mut pool_size = DEFAULT_POOL_SIZE;
+        let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        let pg_url = match url.split_once('?') {
+            Some((base, query)) if is_url => {
+                let mut kept = Vec::new();
+                for pair in query.split('&').filter(|p| !p.is_empty()) {
+                    match pair.split_once('=') {
+                        Some(("schema", v)) => own_schema = Some(v.to_owned()),
+                        Some(("pool_size", v)) => {
+                            pool_size = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                                bad(format!(
+                                    "invalid pool_size `{v}`: expected a positive number"
+                                ))
+                            })?;
+                        }
+                        _ => kept.push(pair),
+                    }
+                }
+                if kept.is_empty() {
+                    base.to_owned()
+                } else {
+                    format!("{base}?{}", kept.join("&"))
+                }
+            }
+            _ => url.to_owned(),
+        };
+        let mut config: tokio_postgres::Config = pg_url
+            .parse()
+            .map_err(|e| bad(format!("not a valid PostgreSQL URL: {}", describe(&e))))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("checkpoint-runtime");
+        }
+        let schema = match (schema, own_schema) {
+            (Some(s), _) => Some(s.to_owned()),
+            (None, s) => s,
+        };
+        if let Some(s) = &schema {
+            check_schema_name(url, s)?;
+        }
+        Ok(Target {
+            config,
+            schema,
+            pool_size,
+            shown,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+/// A `tokio-postgres` error in words, with the server's message when there
+/// is one.
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{db}");
+    }
+    match std::error::Error::source(e) {
+        Some(src) => format!("{e}: {src}"),
+        None => e.to_string(),
+    }
+}
+
+/// A database error as the runtime's [`Error::Store`].
+pub(super) fn db_err(e: tokio_postgres::Error) -> Error {
+    Error::Store {
+        message: format!("postgres: {}", describe(&e)),
+    }
+}
+
+/// A stored value this build cannot read.
+pub(super) fn corrupt(what: impl std::fmt::Display) -> Error {
+    Error::Store {
+        message: format!("postgres: unreadable stored data: {what}"),
+    }
+}
+
+/// Reads column `i` of a row.
+pub(super) fn get<'r, T: FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
+    row.try_get(i)
+        .map_err(|e| corrupt(format_args!("column {i}: {}", describe(&e))))
+}
+
+// ---------------------------------------------------------------------------
+// Conversions
+
+/// Nanoseconds since the Unix epoch (saturating; negative before it).
+pub(super) fn ts(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos())
+            .map(|n| -n)
+            .unwrap_or(i64::MIN),
+    }
+}
+
+/// The inverse of [`ts`].
+pub(super) fn from_ts(n: i64) -> SystemTime {
+    let d = Duration::from_nanos(n.unsigned_abs());
+    let t = if n >= 0 {
+        UNIX_EPOCH.checked_add(d)
+    } else {
+        UNIX_EPOCH.checked_sub(d)
+    };
+    t.unwrap_or(UNIX_EPOCH)
+}
+
+/// `now + d` in [`ts`] units, saturating.
+pub(super) fn ts_after(now: SystemTime, d: Duration) -> i64 {
+    ts(now).saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+pub(super) fn to_i64(v: u64, what: &str) -> Result<i64, Error> {
+    i64::try_from(v).map_err(|_| Error::internal(format!("{what} {v} is too large")))
+}
+
+pub(super) fn to_u64(v: i64, what: &str) -> Result<u64, Error> {
+    u64::try_from(v).map_err(|_| corrupt(format_args!("negative {what} {v}")))
+}
+
+// ---------------------------------------------------------------------------
+// The pool
+
+/// One open connection and the statements prepared on it.
+pub(super) struct Conn {
+    client: Client,
+    stmts: HashMap<&'static str, Statement>,
+}
+
+/// At most `size` connections, opened on demand and kept while healthy.
+pub(super) struct Pool {
+    target: Target,
+    idle: Mutex<Vec<Conn>>,
+    permits: Semaphore,
+    /// Connection tasks run on this runtime (the one `open` was called on),
+    /// so the store can be used from any thread or executor.
+    handle: tokio::runtime::Handle,
+}
+
+/// Opens one connection: its I/O runs in a task on `handle`; the search
+/// path is set to `schema` when one is configured.
+pub(super) async fn connect(
+    handle: &tokio::runtime::Handle,
+    target: &Target,
+) -> Result<Client, Error> {
+    let config = target.config.clone();
+    let schema = target.schema.clone();
+    let shown = target.shown.clone();
+    let task = handle.spawn(async move {
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| Error::Store {
+            message: format!("postgres: cannot connect to `{shown}`: {}", describe(&e)),
+        })?;
+        tokio::spawn(async move {
+            // Ends when the client is dropped or the server goes away; the
+            // client then reports `is_closed` and is not reused.
+            let _ = connection.await;
+        });
+        if let Some(schema) = schema {
+            client
+                .batch_execute(&format!("SET search_path TO {}", quote_ident(&schema)))
+                .await
+                .map_err(db_err)?;
+        }
+        Ok::<_, Error>(client)
+    });
+    task.await
+        .map_err(|e| Error::internal(format!("postgres connection task: {e}")))?
+}
+
+impl Pool {
+    pub fn new(target: Target, handle: tokio::runtime::Handle, first: Client) -> Pool {
+        Pool {
+            permits: Semaphore::new(target.pool_size),
+            idle: Mutex::new(vec![Conn {
+                client: first,
+                stmts: HashMap::new(),
+            }]),
+            target,
+            handle,
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// A connection of the pool (waits while all are in use).
+    pub async fn get(&self) -> Result<Pooled<'_>, Error> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| Error::internal("postgres pool closed"))?;
+        let reuse = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.retain(|c| !c.client.is_closed());
+            idle.pop()
+        };
+        let conn = match reuse {
+            Some(c) => c,
+            None => Conn {
+                client: connect(&self.handle, &self.target).await?,
+                stmts: HashMap::new(),
+            },
+        };
+        Ok(Pooled {
+            pool: self,
+            conn: Some(conn),
+            _permit: permit,
+        })
+    }
+}
+
+/// A connection taken from the pool; it goes back when dropped (unless it
+/// is closed).
+pub(super) struct Pooled<'p> {
+    pool: &'p Pool,
+    conn: Option<Conn>,
+    _permit: SemaphorePermit<'p>,
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if !conn.client.is_closed() {
+                self.pool
+                    .idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(conn);
+            }
+        }
+    }
+}
+
+impl Pooled<'_> {
+    fn conn(&mut self) -> &mut Conn {
+        self.conn
+            .as_mut()
+            .expect("a pooled connection is present until dropped")
+    }
+
+    /// Starts a transaction.
+    pub async fn begin(&mut self) -> Result<Cx<'_>, Error> {
+        let Conn { client, stmts } = self.conn();
+        let tx = client.transaction().await.map_err(db_err)?;
+        Ok(Cx {
+            db: Db::Tx(tx),
+            stmts,
+        })
+    }
+
+    /// Runs statements without a transaction (each on its own).
+    pub fn plain(&mut self) -> Cx<'_> {
+        let Conn { client, stmts } = self.conn();
+        Cx {
+            db: Db::Plain(client),
+            stmts,
+        }
+    }
+}
+
+enum Db<'c> {
+    Tx(Transaction<'c>),
+    Plain(&'c Client),
+}
+
+/// Statements on one connection, inside a transaction or not. Statements
+/// are prepared once per connection. A transaction that is dropped without
+/// [`commit`](Cx::commit) is rolled back.
+pub(super) struct Cx<'c> {
+    db: Db<'c>,
+    stmts: &'c mut HashMap<&'static str, Statement>,
+}
+
+/// Query parameters.
+pub(super) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl Cx<'_> {
+    async fn prep(&mut self, sql: &'static str) -> Result<Statement, Error> {
+        if let Some(s) = self.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = match &self.db {
+            Db::Tx(t) => t.prepare(sql).await,
+            Db::Plain(c) => c.prepare(sql).await,
+        }
+        .map_err(db_err)?;
+        self.stmts.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    pub async fn query(
+        &mut self,
+        sql: &'static str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Error> {
+        let st = self.prep(sql).await?;
+        match &self.db {
+            Db::Tx(t) => t.query(&st, params).await,
+            Db::Plain(c) => c.query(&st, params).await,
+        }
+        .map_err(db_err)
+    }
+
+    pub async fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &Params<'_>,
+    ) -> Result<Option<Row>, Error> {
+        let st = self.prep(sql).await?;
+        match &self.db {
+            Db::Tx(t) => t.query_opt(&st, params).await,
+            Db::Plain(c) => c.query_opt(&st, params).await,
+        }
+        .map_err(db_err)
+    }
+
+    pub async fn query_one(
+        &mut self,
+        sql: &'static str,
+        params: &Params<'_>,
+    ) -> Result<Row, Error> {
+        let st = self.prep(sql).await?;
+        match &self.db {
+            Db::Tx(t) => t.query_one(&st, params).await,
+            Db::Plain(c) => c.query_one(&st, params).await,
+        }
+        .map_err(db_err)
+    }
+
+    pub async fn execute(&mut self, sql: &'static str, params: &Params<'_>) -> Result<u64, Error> {
+        let st = self.prep(sql).await?;
+        match &self.db {
+            Db::Tx(t) => t.execute(&st, params).await,
+            Db::Plain(c) => c.execute(&st, params).await,
+        }
+        .map_err(db_err)
+    }
+
+    /// Runs SQL text (several statements, no parameters, not prepared).
+    pub async fn batch(&mut self, sql: &str) -> Result<(), Error> {
+        match &self.db {
+            Db::Tx(t) => t.batch_execute(sql).await,
+            Db::Plain(c) => c.batch_execute(sql).await,
+        }
+        .map_err(db_err)
+    }
+
+    /// Commits the transaction (nothing to do outside one).
+    pub async fn commit(self) -> Result<(), Error> {
+        match self.db {
+            Db::Tx(t) => t.commit().await.map_err(db_err),
+            Db::Plain(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! The PostgreSQL backend: one database shared by many workers on many
+//! machines.
+//!
+//! # Layout
+//!
+//! - **Connections** (`conn`): a pool of at most `pool_size` connections
+//!   (default 8), opened on demand; each prepares its statements once. The
+//!   connections' I/O runs in tasks on the tokio runtime that opened the
+//!   store. Every method is one transaction (or one statement).
+//! - **Tables** (`schema`): `cp_runs`, `cp_checkpoints`, `cp_signals`,
+//!   `cp_history`, `cp_schemas`, and `cp_schema_version` with the version of
+//!   the others, created or migrated forward on open. They live in the
+//!   connection's current schema (normally `public`), or in the schema named
+//!   by `?schema=NAME` in the URL / [`PostgresStore::open_in_schema`]
+//!   (created if missing), so that several independent stores can share a
+//!   database.
+//! - **Claims and fencing** (`runs`): a claim selects runnable runs with
+//!   `FOR NO KEY UPDATE SKIP LOCKED` (so concurrent workers never wait for,
+//!   nor both take, the same run), bumps the fencing epoch and sets the
+//!   lease. Every write that presents a [`Lease`] locks the run's row and
+//!   checks worker, instance and epoch in the same transaction; a worker
+//!   whose lease was taken over gets [`Error::LeaseLost`] and changes
+//!   nothing, so a paused or partitioned worker cannot overwrite the new
+//!   owner's checkpoint.
+//! - **Checkpoints** (`checkpoints`): one row per version, inserted with the
+//!   run's state change and its history event in one transaction; retention
+//!   (`keep`) deletes the oldest rows, never the latest.
+//! - **Signals** (`signals`) are consumed exactly once, under the run's lock.
+//! - **History** (`history`): an append-only table of JSON events.
+//! - **Wake-ups** (`notify`): `LISTEN`/`NOTIFY`; due timers and expiring
+//!   leases are found by [`Store::next_wakeup`]'s query.
+//!
+//! Times (timers, leases) come from the workers' clocks, which should be kept
+//! in sync (NTP): a worker whose clock runs ahead takes over expired leases
+//! early (the fencing epoch still keeps the old owner's writes out).
+
+mod checkpoints;
+mod conn;
+mod history;
+mod notify;
+mod runs;
+mod schema;
+mod signals;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicI32;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use tokio::sync::{oneshot, watch};
+
+use self::conn::{get, Pool, Target};
+use super::{
+    CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
+    Release, RunRecord, SignalRecord, Store,
+};
+use crate::history::{Event, HistoryEntry};
+use crate::status::RunFilter;
+use crate::Error;
+
+pub use self::schema::SCHEMA_VERSION;
+
+/// A [`Store`] in a PostgreSQL database, for many workers on many machines.
+///
+/// Most programs open it through [`Runtime::open`](crate::Runtime::open) with
+/// a `postgres://` or `postgresql://` URL. Besides the usual parameters of
+/// `tokio-postgres` (`connect_timeout`, `application_name`, `options`, ...),
+/// the URL accepts:
+///
+/// - `schema=NAME`: keep the tables in PostgreSQL schema `NAME` (ASCII
+///   letters, digits and `_`), created if missing; by default they go to the
+///   connection's current schema (normally `public`);
+/// - `pool_size=N`: open at most `N` connections (default 8), plus one that
+///   listens for notifications.
+///
+/// TLS is not supported: connect over a trusted network, a local socket or
+/// a tunnel.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use checkpoint_runtime::{store::postgres::PostgresStore, Runtime};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+/// // Usually: Runtime::open("postgres://app@db.internal/workflows?schema=billing")
+/// let store = PostgresStore::open("postgres://app@db.internal/workflows").await?;
+/// let rt = Runtime::builder().worker_id("worker-a").store(Arc::new(store)).in_memory();
+/// # let _ = rt; Ok(()) }
+/// ```
+pub struct PostgresStore {
+    pool: Pool,
+    /// The PostgreSQL schema holding the tables (the payload of this store's
+    /// notifications).
+    schema: String,
+    changes: Arc<watch::Sender<u64>>,
+    /// Dropping it stops the listener.
+    _stop: oneshot::Sender<()>,
+    /// The server process id of the listening connection (for tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    listener_pid: Arc<AtomicI32>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.pool.target().shown)
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (see the type's docs for the
+    /// accepted URLs), creates or upgrades the tables, and starts listening
+    /// for other workers' notifications. Must be called inside a tokio
+    /// runtime: the connections run in tasks on it.
+    ///
+    /// Fails with [`Error::UnsupportedStore`] for a malformed URL or tables
+    /// newer than this build, and [`Error::Store`] (naming the URL, without
+    /// its password) when the database cannot be reached.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::store::postgres::PostgresStore;
+    /// let store = PostgresStore::open("postgres://app@localhost/workflows?schema=orders").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn open(url: &str) -> Result<PostgresStore, Error> {
+        Self::open_target(Target::parse(url, None)?).await
+    }
+
+    /// Like [`open`](PostgresStore::open), with the tables in PostgreSQL
+    /// schema `schema` (created if missing), whatever the URL says.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::store::postgres::PostgresStore;
+    /// let store = PostgresStore::open_in_schema("postgres://app@localhost/test", "cp_test_1").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn open_in_schema(url: &str, schema: &str) -> Result<PostgresStore, Error> {
+        Self::open_target(Target::parse(url, Some(schema))?).await
+    }
+
+    async fn open_target(target: Target) -> Result<PostgresStore, Error> {
+        let handle =
+            tokio::runtime::Handle::try_current().map_err(|_| Error::UnsupportedStore {
+                url: target.shown.clone(),
+                reason: "the PostgreSQL store must be opened inside a tokio runtime".to_owned(),
+            })?;
+        let first = conn::connect(&handle, &target).await?;
+        let pool = Pool::new(target.clone(), handle.clone(), first);
+        let schema = {
+            let mut c = pool.get().await?;
+            schema::migrate(&mut c, target.schema.as_deref(), &target.shown)
+                .await
+                .map_err(|e| match e {
+                    Error::Store { message } => Error::Store {
+                        message: format!(
+                            "{message} (creating or upgrading the tables of `{}`)",
+                            target.shown
+                        ),
+                    },
+                    other => other,
+                })?
+        };
+        let changes = Arc::new(watch::channel(0).0);
+        let (stop, stop_rx) = oneshot::channel();
+        let listener_pid = Arc::new(AtomicI32::new(0));
+        notify::start(
+            &handle,
+            target,
+            schema.clone(),
+            changes.clone(),
+            stop_rx,
+            listener_pid.clone(),
+        )
+        .await?;
+        Ok(PostgresStore {
+            pool,
+            schema,
+            changes,
+            _stop: stop,
+            listener_pid,
+        })
+    }
+
+    /// The PostgreSQL schema holding this store's tables.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::store::postgres::PostgresStore;
+    /// let store = PostgresStore::open("postgres://app@localhost/db?schema=orders").await?;
+    /// assert_eq!(store.schema(), "orders");
+    /// # Ok(()) }
+    /// ```
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Drops PostgreSQL schema `schema` with everything in it (`DROP SCHEMA
+    /// ... CASCADE`), if it exists: the tear-down of a store opened with
+    /// [`open_in_schema`](PostgresStore::open_in_schema) or `?schema=`, for
+    /// tests. Irreversible.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::store::postgres::PostgresStore;
+    /// let url = "postgres://postgres@localhost/test";
+    /// let store = PostgresStore::open_in_schema(url, "cp_scratch").await?;
+    /// drop(store);
+    /// PostgresStore::drop_schema(url, "cp_scratch").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn drop_schema(url: &str, schema: &str) -> Result<(), Error> {
+        let target = Target::parse(url, None)?;
+        conn::check_schema_name(url, schema)?;
+        let handle =
+            tokio::runtime::Handle::try_current().map_err(|_| Error::UnsupportedStore {
+                url: target.shown.clone(),
+                reason: "must be called inside a tokio runtime".to_owned(),
+            })?;
+        let client = conn::connect(&handle, &target).await?;
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                conn::quote_ident(schema)
+            ))
+            .await
+            .map_err(conn::db_err)
+    }
+
+    fn bump(&self) {
+        notify::bump(&self.changes);
+    }
+
+    async fn do_put_schemas(&self, schemas: Vec<(String, String)>) -> Result<(), Error> {
+        let (keys, bodies): (Vec<String>, Vec<String>) = schemas.into_iter().unzip();
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        cx.execute(
+            "INSERT INTO cp_schemas (key, body) SELECT * FROM unnest($1::text[], $2::text[]) \
+             ON CONFLICT (key) DO NOTHING",
+            &[&keys, &bodies],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn do_schemas(&self, keys: &[String]) -> Result<HashMap<String, String>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let rows = cx
+            .query(
+                "SELECT key, body FROM cp_schemas WHERE key = ANY($1)",
+                &[&keys],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| Ok((get(row, 0)?, get(row, 1)?)))
+            .collect()
+    }
+}
+
+impl Store for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>> {
+        Box::pin(self.do_create(run))
+    }
+
+    fn load_run<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<RunRecord>, Error>> {
+        Box::pin(self.do_load(id))
+    }
+
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>> {
+        Box::pin(self.do_list(filter))
+    }
+
+    fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>> {
+        Box::pin(self.do_claim(req))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_renew(id, lease, ttl))
+    }
+
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        how: Release,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_release(id, lease, how))
+    }
+
+    fn save_checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: Arc<CheckpointRecord>,
+        keep: Option<usize>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_save(lease, checkpoint, keep))
+    }
+
+    fn take_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SignalRecord>, Error>> {
+        Box::pin(self.do_take_signal(id, lease, name))
+    }
+
+    fn time_out<'a>(&'a self, id: &'a str, lease: &'a Lease) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_time_out(id, lease))
+    }
+
+    fn reject_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        reason: String,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_reject(id, lease, reason))
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_finish(id, lease, outcome))
+    }
+
+    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.do_cancel(id))
+    }
+
+    fn put_signal<'a>(
+        &'a self,
+        id: &'a str,
+        name: &'a str,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.do_put_signal(id, name, &payload).await })
+    }
+
+    fn pending_signals<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalRecord>, Error>> {
+        Box::pin(self.do_pending_signals(id))
+    }
+
+    fn latest_checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>> {
+        Box::pin(self.do_latest(id))
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>> {
+        Box::pin(self.do_checkpoint(id, seq))
+    }
+
+    fn list_checkpoints<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<CheckpointRecord>>, Error>> {
+        Box::pin(self.do_list_checkpoints(id))
+    }
+
+    fn append_event<'a>(&'a self, id: &'a str, event: Event) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.do_append_event(id, &event).await })
+    }
+
+    fn history<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<HistoryEntry>, Error>> {
+        Box::pin(self.do_history(id))
+    }
+
+    fn fork<'a>(
+        &'a self,
+        from: &'a str,
+        seq: u64,
+        new_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_fork(from, seq, new_id))
+    }
+
+    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {
+        Box::pin(self.do_next_wakeup())
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Runs a plain `VACUUM` on the tables (retention already deleted the
+    /// pruned checkpoints; this makes their space reusable without blocking
+    /// workers) and reports the tables' size before and after.
+    fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
+        Box::pin(self.do_gc())
+    }
+
+    fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.do_put_schemas(schemas))
+    }
+
+    fn schemas<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
+        Box::pin(self.do_schemas(keys))
+    }
+}

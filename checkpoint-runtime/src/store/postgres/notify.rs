@@ -1,0 +1,146 @@
+//! Wake-ups across workers: writes that may make a run runnable (or finish
+//! one) send `NOTIFY` on [`CHANNEL`] in their transaction, with the
+//! PostgreSQL schema's name as payload (channels are per database, so stores
+//! in other schemas of the same database ignore it). Each store holds one
+//! extra connection that `LISTEN`s and bumps the counter of
+//! [`Store::subscribe`](crate::store::Store::subscribe). The writing store
+//! bumps its own counter at once as well.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::conn::{describe, Cx, Target};
+use crate::Error;
+
+/// The notification channel.
+pub(super) const CHANNEL: &str = "checkpoint_runtime";
+
+/// Sends the notification inside the transaction of `cx`.
+pub(super) async fn notify(cx: &mut Cx<'_>, schema: &str) -> Result<(), Error> {
+    cx.query("SELECT pg_notify('checkpoint_runtime', $1)", &[&schema])
+        .await?;
+    Ok(())
+}
+
+pub(super) fn bump(changes: &watch::Sender<u64>) {
+    changes.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Starts the listener task on `handle`; returns once it listens (or with
+/// the connection error). The task stops when `stop` is dropped; it
+/// reconnects (and bumps, as notifications may have been missed) when its
+/// connection fails.
+pub(super) async fn start(
+    handle: &tokio::runtime::Handle,
+    target: Target,
+    schema: String,
+    changes: Arc<watch::Sender<u64>>,
+    stop: oneshot::Receiver<()>,
+    pid: Arc<AtomicI32>,
+) -> Result<(), Error> {
+    let (ready_tx, ready_rx) = oneshot::channel();
+    handle.spawn(listen_loop(target, schema, changes, stop, ready_tx, pid));
+    match ready_rx.await {
+        Ok(r) => r,
+        Err(_) => Err(Error::internal("postgres listener stopped")),
+    }
+}
+
+async fn listen_loop(
+    target: Target,
+    schema: String,
+    changes: Arc<watch::Sender<u64>>,
+    mut stop: oneshot::Receiver<()>,
+    ready: oneshot::Sender<Result<(), Error>>,
+    pid: Arc<AtomicI32>,
+) {
+    let mut ready = Some(ready);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match listen_once(&target).await {
+            Ok((client, backend, mut rx)) => {
+                pid.store(backend, Ordering::Relaxed);
+                pause = Duration::from_millis(100);
+                match ready.take() {
+                    Some(r) => {
+                        let _ = r.send(Ok(()));
+                    }
+                    // Reconnected: anything may have happened meanwhile.
+                    None => bump(&changes),
+                }
+                loop {
+                    tokio::select! {
+                        _ = &mut stop => return,
+                        msg = rx.recv() => match msg {
+                            Some(n) => {
+                                if n == schema {
+                                    bump(&changes);
+                                }
+                            }
+                            None => break,
+                        },
+                    }
+                }
+                drop(client);
+            }
+            Err(e) => {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Err(e));
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Connects and listens; notifications' payloads arrive on the receiver,
+/// which closes when the connection does. Also returns the server process
+/// id of the connection.
+async fn listen_once(
+    target: &Target,
+) -> Result<(tokio_postgres::Client, i32, mpsc::UnboundedReceiver<String>), Error> {
+    let (client, mut connection) =
+        target
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| Error::Store {
+                message: format!(
+                    "postgres: cannot connect to `{}`: {}",
+                    target.shown,
+                    describe(&e)
+                ),
+            })?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(msg)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = msg {
+                if tx.send(n.payload().to_owned()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {CHANNEL}"))
+        .await
+        .map_err(super::conn::db_err)?;
+    let backend: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .map_err(super::conn::db_err)?
+        .try_get(0)
+        .map_err(super::conn::db_err)?;
+    Ok((client, backend, rx))
+}

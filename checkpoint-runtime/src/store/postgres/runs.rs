@@ -1,0 +1,552 @@
+//! Runs: their rows, creation, listing, claims (leases and fencing epochs),
+//! renewal, release, finish and cancel.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::Row;
+
+use super::conn::{corrupt, from_ts, get, to_i64, to_u64, ts, ts_after, Cx};
+use super::{history, notify, PostgresStore};
+use crate::history::Event;
+use crate::status::{RunFilter, StatusKind};
+use crate::store::{
+    check_lease, describe_suspension, ClaimRequest, ClaimResult, Claimed, Created, Lease,
+    LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, Wake, WakeValue,
+};
+use crate::Error;
+
+// State codes of `cp_runs.state`.
+pub(super) const READY: i16 = 0;
+pub(super) const WAITING: i16 = 1;
+pub(super) const SLEEPING: i16 = 2;
+pub(super) const COMPLETED: i16 = 3;
+pub(super) const FAILED: i16 = 4;
+pub(super) const CANCELLED: i16 = 5;
+
+/// The columns [`decode_run`] reads, in order (the input last).
+macro_rules! run_cols {
+    () => {
+        "r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, r.lease_worker, \
+         r.lease_instance, r.lease_expires, r.epoch, r.attempt, r.latest_seq, r.wake_seq, \
+         r.wake_signal, r.wake_payload, r.created_at, r.updated_at"
+    };
+}
+
+/// How many columns [`run_cols`] has; the input (or an empty `bytea` in its
+/// place) follows them.
+pub(super) const RUN_COLS: usize = 18;
+
+/// A run row (the [`run_cols`] columns and the input) as a record.
+pub(super) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
+    let id: String = get(row, 0)?;
+    let state: i16 = get(row, 2)?;
+    let signal: Option<String> = get(row, 3)?;
+    let due: Option<i64> = get(row, 4)?;
+    let error: Option<String> = get(row, 6)?;
+    let state = match state {
+        READY => RunState::Ready,
+        WAITING => RunState::Waiting {
+            signal: signal
+                .ok_or_else(|| corrupt(format_args!("run `{id}` waits for no signal")))?,
+            deadline: due.map(from_ts),
+        },
+        SLEEPING => RunState::Sleeping {
+            until: from_ts(due.ok_or_else(|| corrupt(format_args!("run `{id}` sleeps forever")))?),
+        },
+        COMPLETED => RunState::Completed {
+            output: get::<Option<Vec<u8>>>(row, 5)?.unwrap_or_default().into(),
+            error,
+        },
+        FAILED => {
+            let text = error.unwrap_or_default();
+            // The runtime's error as JSON; one this build does not know (a
+            // newer version wrote it) is kept as text.
+            let error = serde_json::from_str(&text).unwrap_or(Error::Store { message: text });
+            RunState::Failed { error }
+        }
+        CANCELLED => RunState::Cancelled,
+        other => return Err(corrupt(format_args!("run `{id}` has state {other}"))),
+    };
+    let lease = match (
+        get::<Option<String>>(row, 7)?,
+        get::<Option<String>>(row, 8)?,
+    ) {
+        (Some(worker), Some(instance)) => Some(LeaseInfo {
+            worker,
+            instance,
+            expires_at: from_ts(get::<Option<i64>>(row, 9)?.unwrap_or(0)),
+        }),
+        _ => None,
+    };
+    let wake = match get::<Option<i64>>(row, 13)? {
+        None => None,
+        Some(seq) => Some(Wake {
+            seq: to_u64(seq, "wake seq")?,
+            value: match get::<Option<String>>(row, 14)? {
+                Some(name) => WakeValue::Signal {
+                    name,
+                    payload: get::<Option<Vec<u8>>>(row, 15)?.unwrap_or_default().into(),
+                },
+                None => WakeValue::TimedOut,
+            },
+        }),
+    };
+    Ok(RunRecord {
+        workflow: get(row, 1)?,
+        input: get::<Vec<u8>>(row, RUN_COLS)?.into(),
+        state,
+        lease,
+        epoch: to_u64(get(row, 10)?, "epoch")?,
+        attempt: u32::try_from(get::<i32>(row, 11)?).unwrap_or(0),
+        latest_seq: to_u64(get(row, 12)?, "seq")?,
+        wake,
+        created_at: from_ts(get(row, 16)?),
+        updated_at: from_ts(get(row, 17)?),
+        id,
+    })
+}
+
+/// The state columns `(state, signal, due, output, error)` of a run state.
+type StateCols<'a> = (
+    i16,
+    Option<&'a str>,
+    Option<i64>,
+    Option<&'a [u8]>,
+    Option<String>,
+);
+
+fn state_cols(state: &RunState) -> Result<StateCols<'_>, Error> {
+    Ok(match state {
+        RunState::Ready => (READY, None, None, None, None),
+        RunState::Waiting { signal, deadline } => {
+            (WAITING, Some(signal.as_str()), deadline.map(ts), None, None)
+        }
+        RunState::Sleeping { until } => (SLEEPING, None, Some(ts(*until)), None, None),
+        RunState::Completed { output, error } => {
+            (COMPLETED, None, None, Some(&output[..]), error.clone())
+        }
+        RunState::Failed { error } => (
+            FAILED,
+            None,
+            None,
+            None,
+            Some(
+                serde_json::to_string(error)
+                    .map_err(|e| Error::internal(format!("cannot encode for the store: {e}")))?,
+            ),
+        ),
+        RunState::Cancelled => (CANCELLED, None, None, None, None),
+    })
+}
+
+/// Loads run `id` with its row locked until the transaction ends (without
+/// its input). `None`: no such run.
+pub(super) async fn lock_run(cx: &mut Cx<'_>, id: &str) -> Result<Option<RunRecord>, Error> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        run_cols!(),
+        ", ''::bytea FROM cp_runs r WHERE r.id = $1 FOR NO KEY UPDATE"
+    );
+    cx.query_opt(SQL, &[&id])
+        .await?
+        .map(|row| decode_run(&row))
+        .transpose()
+}
+
+/// Loads run `id`, locked, and checks that `lease` still holds it (see
+/// [`check_lease`]).
+pub(super) async fn fenced(cx: &mut Cx<'_>, id: &str, lease: &Lease) -> Result<RunRecord, Error> {
+    let rec = lock_run(cx, id)
+        .await?
+        .ok_or_else(|| Error::unknown_run(id))?;
+    check_lease(id, &rec, lease)?;
+    Ok(rec)
+}
+
+/// Writes every mutable column of `rec` back to its row.
+pub(super) async fn write_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<(), Error> {
+    let (state, signal, due, output, error) = state_cols(&rec.state)?;
+    let (lw, li, le) = match &rec.lease {
+        Some(l) => (
+            Some(l.worker.as_str()),
+            Some(l.instance.as_str()),
+            Some(ts(l.expires_at)),
+        ),
+        None => (None, None, None),
+    };
+    let (wseq, wsig, wpay) = match &rec.wake {
+        None => (None, None, None),
+        Some(w) => match &w.value {
+            WakeValue::Signal { name, payload } => (
+                Some(to_i64(w.seq, "seq")?),
+                Some(name.as_str()),
+                Some(&payload[..]),
+            ),
+            WakeValue::TimedOut => (Some(to_i64(w.seq, "seq")?), None, None),
+        },
+    };
+    let n = cx
+        .execute(
+            "UPDATE cp_runs SET state = $2, signal = $3, due = $4, output = $5, error = $6, \
+             lease_worker = $7, lease_instance = $8, lease_expires = $9, epoch = $10, \
+             attempt = $11, latest_seq = $12, wake_seq = $13, wake_signal = $14, \
+             wake_payload = $15, updated_at = $16 WHERE id = $1",
+            &[
+                &rec.id,
+                &state,
+                &signal,
+                &due,
+                &output,
+                &error,
+                &lw,
+                &li,
+                &le,
+                &to_i64(rec.epoch, "epoch")?,
+                &i32::try_from(rec.attempt).unwrap_or(i32::MAX),
+                &to_i64(rec.latest_seq, "seq")?,
+                &wseq,
+                &wsig,
+                &wpay,
+                &ts(rec.updated_at),
+            ],
+        )
+        .await?;
+    if n != 1 {
+        return Err(Error::internal(format!(
+            "run `{}` vanished under its transaction",
+            rec.id
+        )));
+    }
+    Ok(())
+}
+
+/// Inserts a new run unless its id exists; returns whether it did.
+pub(super) async fn insert_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<bool, Error> {
+    let (state, signal, due, output, error) = state_cols(&rec.state)?;
+    let n = cx
+        .execute(
+            "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
+             epoch, attempt, latest_seq, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (id) DO NOTHING",
+            &[
+                &rec.id,
+                &rec.workflow,
+                &&rec.input[..],
+                &state,
+                &signal,
+                &due,
+                &output,
+                &error,
+                &to_i64(rec.epoch, "epoch")?,
+                &i32::try_from(rec.attempt).unwrap_or(i32::MAX),
+                &to_i64(rec.latest_seq, "seq")?,
+                &ts(rec.created_at),
+                &ts(rec.updated_at),
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Loads a run with its input.
+pub(super) async fn load(cx: &mut Cx<'_>, id: &str) -> Result<Option<RunRecord>, Error> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        run_cols!(),
+        ", r.input FROM cp_runs r WHERE r.id = $1"
+    );
+    cx.query_opt(SQL, &[&id])
+        .await?
+        .map(|row| decode_run(&row))
+        .transpose()
+}
+
+/// Whether run `id` exists; [`Error::UnknownRun`] if not.
+pub(super) async fn must_exist(cx: &mut Cx<'_>, id: &str) -> Result<(), Error> {
+    match cx
+        .query_opt("SELECT 1 FROM cp_runs WHERE id = $1", &[&id])
+        .await?
+    {
+        Some(_) => Ok(()),
+        None => Err(Error::unknown_run(id)),
+    }
+}
+
+fn status_code(kind: StatusKind) -> i16 {
+    match kind {
+        StatusKind::Running => READY,
+        StatusKind::Waiting => WAITING,
+        StatusKind::Sleeping => SLEEPING,
+        StatusKind::Completed => COMPLETED,
+        StatusKind::Failed => FAILED,
+        StatusKind::Cancelled => CANCELLED,
+    }
+}
+
+/// The runs a claim may take, in creation order: `$1` now, `$2` worker, `$3`
+/// instance, `$4` the workflows the caller runs, `$5` only this run (or
+/// NULL), `$6` at most this many. Locks them, skipping rows other claims
+/// (or fenced writes) hold.
+const CLAIM: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    ", r.input FROM cp_runs r \
+     WHERE r.state < 3 AND r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
+     AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
+          OR (r.lease_worker = $2 AND r.lease_instance < $3)) \
+     AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
+          OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
+              (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
+     ORDER BY r.ord LIMIT $6 \
+     FOR NO KEY UPDATE OF r SKIP LOCKED"
+);
+
+/// Runnable runs of workflows the caller does not run (same parameters as
+/// [`CLAIM`]; not locked).
+const UNREGISTERED: &str = "SELECT r.id, r.workflow FROM cp_runs r \
+     WHERE r.state < 3 AND NOT (r.workflow = ANY($4)) AND ($5::text IS NULL OR r.id = $5) \
+     AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
+          OR (r.lease_worker = $2 AND r.lease_instance < $3)) \
+     AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
+          OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
+              (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
+     ORDER BY r.ord LIMIT $6";
+
+impl PostgresStore {
+    pub(super) async fn do_create(&self, run: NewRun) -> Result<Created, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let now = SystemTime::now();
+        let rec = RunRecord {
+            id: run.id,
+            workflow: run.workflow,
+            input: run.input,
+            state: RunState::Ready,
+            lease: None,
+            epoch: 0,
+            attempt: 0,
+            latest_seq: 0,
+            wake: None,
+            created_at: now,
+            updated_at: now,
+        };
+        if !insert_run(&mut cx, &rec).await? {
+            let existing = load(&mut cx, &rec.id)
+                .await?
+                .ok_or_else(|| Error::internal(format!("run `{}` vanished", rec.id)))?;
+            return Ok(Created::Existing(Box::new(existing)));
+        }
+        let started = Event::Started {
+            workflow: rec.workflow.clone(),
+        };
+        history::insert(&mut cx, &rec.id, now, &started).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(Created::New)
+    }
+
+    pub(super) async fn do_load(&self, id: &str) -> Result<Option<RunRecord>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        load(&mut cx, id).await
+    }
+
+    pub(super) async fn do_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error> {
+        // A completed run with an `Err` output counts as failed.
+        const SQL: &str = concat!(
+            "SELECT ",
+            run_cols!(),
+            ", r.input FROM cp_runs r \
+             WHERE ($1::text IS NULL OR r.workflow = $1) \
+               AND ($2::text IS NULL OR starts_with(r.id, $2)) \
+               AND ($3::smallint IS NULL OR (CASE WHEN r.state = 3 AND r.error IS NOT NULL \
+                                               THEN 4 ELSE r.state END) = $3) \
+             ORDER BY r.ord LIMIT $4::bigint"
+        );
+        let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let status = filter.status.map(status_code);
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let rows = cx
+            .query(SQL, &[&filter.workflow, &filter.id_prefix, &status, &limit])
+            .await?;
+        rows.iter().map(decode_run).collect()
+    }
+
+    pub(super) async fn do_claim(&self, req: &ClaimRequest) -> Result<ClaimResult, Error> {
+        let mut out = ClaimResult::default();
+        if req.limit == 0 {
+            return Ok(out);
+        }
+        let now = SystemTime::now();
+        let now_i = ts(now);
+        let expires = from_ts(ts_after(now, req.ttl));
+        let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+        let workflows: Vec<&str> = req.workflows.to_vec();
+        let worker: &str = &req.worker;
+        let instance: &str = &req.instance;
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&now_i, &worker, &instance, &workflows, &req.only, &limit];
+        for row in cx.query(UNREGISTERED, &params).await? {
+            out.unregistered.push((get(&row, 0)?, get(&row, 1)?));
+        }
+        let rows = cx.query(CLAIM, &params).await?;
+        for row in rows {
+            let mut rec = decode_run(&row)?;
+            // The query decided under the lock; checked again here, as the
+            // other backends define it.
+            let lease_free = rec.lease.as_ref().is_none_or(|l| {
+                l.expires_at <= now || (l.worker == worker && l.instance.as_str() < instance)
+            });
+            if !lease_free || rec.state.is_terminal() {
+                continue;
+            }
+            let wake = match &rec.state {
+                RunState::Waiting { signal, deadline } => {
+                    match super::signals::consume(&mut cx, &rec.id, signal).await? {
+                        Some(sig) => Some(WakeValue::Signal {
+                            name: sig.name,
+                            payload: sig.payload,
+                        }),
+                        None if deadline.is_some_and(|d| d <= now) => Some(WakeValue::TimedOut),
+                        // The signal went to someone else meanwhile.
+                        None => continue,
+                    }
+                }
+                RunState::Sleeping { until } if *until > now => continue,
+                _ => None,
+            };
+            let lease = rec.claim(req, wake, expires, now);
+            write_run(&mut cx, &rec).await?;
+            let checkpoint = super::checkpoints::load_seq(&mut cx, &rec.id, rec.latest_seq).await?;
+            out.claimed.push(Claimed {
+                run: rec,
+                lease,
+                checkpoint,
+            });
+        }
+        cx.commit().await?;
+        Ok(out)
+    }
+
+    pub(super) async fn do_renew(
+        &self,
+        id: &str,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        if let Some(l) = rec.lease.as_mut() {
+            l.expires_at = from_ts(ts_after(SystemTime::now(), ttl));
+        }
+        write_run(&mut cx, &rec).await?;
+        cx.commit().await
+    }
+
+    pub(super) async fn do_release(
+        &self,
+        id: &str,
+        lease: &Lease,
+        how: Release,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = match fenced(&mut cx, id, lease).await {
+            Ok(rec) => rec,
+            Err(Error::Cancelled { .. }) => {
+                cx.execute(
+                    "UPDATE cp_runs SET lease_worker = NULL, lease_instance = NULL, \
+                     lease_expires = NULL WHERE id = $1",
+                    &[&id],
+                )
+                .await?;
+                return cx.commit().await;
+            }
+            Err(e) => return Err(e),
+        };
+        let now = SystemTime::now();
+        rec.lease = None;
+        rec.updated_at = now;
+        match how {
+            Release::Suspend => {
+                rec.attempt = 0;
+                let on = describe_suspension(&rec.state);
+                history::insert(&mut cx, id, now, &Event::Suspended { on }).await?;
+            }
+            Release::Retry { reason } => {
+                rec.state = RunState::Ready;
+                let attempt = rec.attempt;
+                history::insert(&mut cx, id, now, &Event::Retried { attempt, reason }).await?;
+            }
+            Release::Abandon => {}
+        }
+        write_run(&mut cx, &rec).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
+    pub(super) async fn do_finish(
+        &self,
+        id: &str,
+        lease: &Lease,
+        outcome: Outcome,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        let now = SystemTime::now();
+        let (state, event) = outcome.into_state();
+        rec.state = state;
+        rec.lease = None;
+        rec.updated_at = now;
+        write_run(&mut cx, &rec).await?;
+        history::insert(&mut cx, id, now, &event).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
+    pub(super) async fn do_cancel(&self, id: &str) -> Result<bool, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = lock_run(&mut cx, id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        if rec.state.is_terminal() {
+            return Ok(false);
+        }
+        let now = SystemTime::now();
+        rec.state = RunState::Cancelled;
+        rec.lease = None;
+        rec.updated_at = now;
+        write_run(&mut cx, &rec).await?;
+        history::insert(&mut cx, id, now, &Event::Cancelled).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(true)
+    }
+
+    pub(super) async fn do_next_wakeup(&self) -> Result<Option<SystemTime>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let row = cx
+            .query_one(
+                "SELECT min(CASE WHEN lease_worker IS NOT NULL THEN lease_expires \
+                                 WHEN state IN (1, 2) THEN due END) \
+                 FROM cp_runs WHERE state < 3",
+                &[],
+            )
+            .await?;
+        Ok(get::<Option<i64>>(&row, 0)?.map(from_ts))
+    }
+}

@@ -1,0 +1,179 @@
+//! The database schema and its forward migrations.
+//!
+//! `cp_schema_version` holds one row: the version of the tables in this
+//! PostgreSQL schema. [`MIGRATIONS`]`[i]` upgrades version `i` to `i + 1`;
+//! [`migrate`] applies the missing ones on open, in one transaction, under an
+//! advisory lock (so that workers starting together migrate once). A
+//! database newer than this build is refused. To change the schema, append a
+//! migration; never edit one that has shipped.
+
+use super::conn::{get, quote_ident, Pooled};
+use crate::Error;
+
+/// The tables, version 1. Times are nanoseconds since the Unix epoch
+/// (`bigint`), taken from the clocks of the workers.
+const V1: &str = r#"
+-- One row per run. `ord` is the creation order.
+-- state: 0 ready, 1 waiting (signal; due = deadline), 2 sleeping (due =
+-- until), 3 completed (output; error = the `Err` text), 4 failed (error =
+-- the runtime's Error as JSON), 5 cancelled.
+-- The lease (worker, instance, expiry) and the fencing epoch are checked
+-- under the row's lock by every fenced write.
+CREATE TABLE cp_runs (
+    id             text     PRIMARY KEY,
+    ord            bigint   GENERATED ALWAYS AS IDENTITY UNIQUE,
+    workflow       text     NOT NULL,
+    input          bytea    NOT NULL,
+    state          smallint NOT NULL,
+    signal         text,
+    due            bigint,
+    output         bytea,
+    error          text,
+    lease_worker   text,
+    lease_instance text     COLLATE "C",
+    lease_expires  bigint,
+    epoch          bigint   NOT NULL DEFAULT 0,
+    attempt        integer  NOT NULL DEFAULT 0,
+    latest_seq     bigint   NOT NULL DEFAULT 0,
+    wake_seq       bigint,
+    wake_signal    text,
+    wake_payload   bytea,
+    created_at     bigint   NOT NULL,
+    updated_at     bigint   NOT NULL
+);
+CREATE INDEX cp_runs_active ON cp_runs (ord) WHERE state < 3;
+
+-- Every kept checkpoint version. Field i of a checkpoint is named
+-- field_names[i], has type field_types[i] and schema key field_schemas[i]
+-- (see cp_schemas), and its postcard bytes are
+-- substring(data from field_offsets[i] + 1 for field_lens[i]).
+-- suspend: JSON of the suspension the checkpoint carries (NULL: none).
+CREATE TABLE cp_checkpoints (
+    run           text     NOT NULL REFERENCES cp_runs (id) ON DELETE CASCADE,
+    seq           bigint   NOT NULL,
+    site_key      text     NOT NULL,
+    label         text,
+    site_index    integer  NOT NULL,
+    loops         bigint[] NOT NULL,
+    field_names   text[]   NOT NULL,
+    field_types   text[]   NOT NULL,
+    field_offsets bigint[] NOT NULL,
+    field_lens    bigint[] NOT NULL,
+    field_schemas text[]   NOT NULL,
+    data          bytea    NOT NULL,
+    suspend       jsonb,
+    created_at    bigint   NOT NULL,
+    PRIMARY KEY (run, seq)
+);
+
+-- Signals stored and not yet consumed, in arrival order (id).
+CREATE TABLE cp_signals (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run         text   NOT NULL REFERENCES cp_runs (id) ON DELETE CASCADE,
+    name        text   NOT NULL,
+    payload     bytea  NOT NULL,
+    received_at bigint NOT NULL
+);
+CREATE INDEX cp_signals_by_run ON cp_signals (run, name, id);
+
+-- The history: every event of every run, as JSON, in order (id).
+CREATE TABLE cp_history (
+    id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run   text   NOT NULL REFERENCES cp_runs (id) ON DELETE CASCADE,
+    at    bigint NOT NULL,
+    event jsonb  NOT NULL
+);
+CREATE INDEX cp_history_by_run ON cp_history (run, id);
+
+-- Field schema documents (JSON) by key; see `Store::put_schemas`.
+CREATE TABLE cp_schemas (
+    key  text PRIMARY KEY,
+    body text NOT NULL
+);
+"#;
+
+/// The migrations, in order.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Creates the PostgreSQL schema `schema` if asked to, then the tables, or
+/// upgrades them. Returns the name of the schema holding the tables.
+pub(super) async fn migrate(
+    conn: &mut Pooled<'_>,
+    schema: Option<&str>,
+    shown: &str,
+) -> Result<String, Error> {
+    let mut cx = conn.begin().await?;
+    let name: String = match schema {
+        Some(s) => s.to_owned(),
+        None => {
+            let row = cx.query_one("SELECT current_schema()::text", &[]).await?;
+            get::<Option<String>>(&row, 0)?.ok_or_else(|| Error::UnsupportedStore {
+                url: shown.to_owned(),
+                reason: "no schema to create the tables in: the search_path names no \
+                         existing schema (add `?schema=NAME` to the URL)"
+                    .to_owned(),
+            })?
+        }
+    };
+    // One migrator per schema at a time; the lock ends with the transaction.
+    let key = format!("checkpoint-runtime:{name}");
+    cx.query("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key])
+        .await?;
+    // Created only when missing: a user without the right to create them
+    // can still use existing ones.
+    let exists = cx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&name])
+        .await?
+        .is_some();
+    if !exists {
+        cx.batch(&format!("CREATE SCHEMA {}", quote_ident(&name)))
+            .await?;
+    }
+    let versioned = cx
+        .query_one(
+            "SELECT to_regclass(format('%I.cp_schema_version', $1::text)) IS NOT NULL",
+            &[&name],
+        )
+        .await?;
+    if !get::<bool>(&versioned, 0)? {
+        cx.batch("CREATE TABLE cp_schema_version (version integer NOT NULL)")
+            .await?;
+    }
+    let found = cx
+        .query_opt("SELECT version FROM cp_schema_version", &[])
+        .await?;
+    let version: i32 = match &found {
+        Some(row) => get(row, 0)?,
+        None => 0,
+    };
+    if version > SCHEMA_VERSION {
+        return Err(Error::UnsupportedStore {
+            url: shown.to_owned(),
+            reason: format!(
+                "the tables in schema `{name}` are at version {version}, newer than this \
+                 build supports ({SCHEMA_VERSION}); upgrade checkpoint-runtime"
+            ),
+        });
+    }
+    for sql in &MIGRATIONS[usize::try_from(version).unwrap_or(0)..] {
+        cx.batch(sql).await?;
+    }
+    if found.is_none() {
+        cx.execute(
+            "INSERT INTO cp_schema_version (version) VALUES ($1)",
+            &[&SCHEMA_VERSION],
+        )
+        .await?;
+    } else if version < SCHEMA_VERSION {
+        cx.execute(
+            "UPDATE cp_schema_version SET version = $1",
+            &[&SCHEMA_VERSION],
+        )
+        .await?;
+    }
+    cx.commit().await?;
+    Ok(name)
+}

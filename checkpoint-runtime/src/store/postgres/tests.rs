@@ -1,0 +1,798 @@
+//! Tests of the PostgreSQL backend. Each needs a server: the URL comes from
+//! `CHECKPOINT_TEST_POSTGRES_URL`; without it the test prints that it was
+//! skipped and passes. Each test works in a fresh PostgreSQL schema, dropped
+//! at the end, so tests run in parallel and repeatably.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::executor::block_on;
+
+use super::conn::{redact, Target};
+use super::*;
+use crate::store::conformance::{self, cp, new_run, req};
+use crate::store::{FieldRecord, RunState, Suspend, WakeValue};
+use crate::StatusKind;
+
+const URL_VAR: &str = "CHECKPOINT_TEST_POSTGRES_URL";
+
+/// A store in a fresh schema, with the tokio runtime its connections run on.
+/// The schema is dropped when this is dropped (also when the test fails).
+struct Db {
+    rt: tokio::runtime::Runtime,
+    url: String,
+    schema: String,
+    store: Option<PostgresStore>,
+}
+
+fn fresh_schema() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "cp_test_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Db {
+    /// `None` (after printing why) when no server is configured.
+    fn open(test: &str) -> Option<Db> {
+        let Ok(url) = std::env::var(URL_VAR) else {
+            eprintln!("skipped {test}: {URL_VAR} is not set");
+            return None;
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let schema = fresh_schema();
+        let store = rt
+            .block_on(PostgresStore::open_in_schema(&url, &schema))
+            .unwrap();
+        Some(Db {
+            rt,
+            url,
+            schema,
+            store: Some(store),
+        })
+    }
+
+    fn store(&self) -> &PostgresStore {
+        self.store.as_ref().unwrap()
+    }
+
+    /// Another store over the same tables (another worker).
+    fn other(&self) -> PostgresStore {
+        self.rt
+            .block_on(PostgresStore::open_in_schema(&self.url, &self.schema))
+            .unwrap()
+    }
+
+    fn run<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Runs SQL in the test's schema, on a connection of its own.
+    fn sql(&self, sql: &str) {
+        let url = format!("{}{}schema={}", self.url, sep(&self.url), self.schema);
+        self.run(async {
+            let target = Target::parse(&url, None).unwrap();
+            let client = conn::connect(&tokio::runtime::Handle::current(), &target)
+                .await
+                .unwrap();
+            client.batch_execute(sql).await.unwrap();
+        });
+    }
+}
+
+fn sep(url: &str) -> &'static str {
+    if url.contains('?') {
+        "&"
+    } else {
+        "?"
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        drop(self.store.take());
+        let r = self
+            .rt
+            .block_on(PostgresStore::drop_schema(&self.url, &self.schema));
+        if let Err(e) = r {
+            eprintln!("could not drop schema {}: {e}", self.schema);
+        }
+    }
+}
+
+macro_rules! conformance_tests {
+    ($($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let Some(db) = Db::open(stringify!($name)) else { return };
+            // The conformance functions block on the store's futures from
+            // this thread; the connections run on `db.rt`.
+            conformance::$name(db.store());
+        }
+    )*};
+}
+
+conformance_tests!(
+    fencing_rejects_stale_lease,
+    expired_lease_is_taken_over,
+    retention_keeps_latest,
+    unregistered_runs_are_reported_not_claimed,
+    cancel_blocks_fenced_writes,
+);
+
+/// A checkpoint with fields, schema keys, loop positions and a suspension.
+fn rich_cp(run: &str, seq: u64, suspend: Option<Suspend>) -> Arc<CheckpointRecord> {
+    let fields = vec![
+        FieldRecord {
+            name: Cow::Borrowed("goal"),
+            type_name: Cow::Borrowed("alloc::string::String"),
+            offset: 0,
+            len: 3,
+        },
+        FieldRecord {
+            name: Cow::Borrowed("done"),
+            type_name: Cow::Borrowed("alloc::vec::Vec<u32>"),
+            offset: 3,
+            len: 2,
+        },
+    ];
+    Arc::new(
+        CheckpointRecord::new(
+            Arc::from(run),
+            seq,
+            Cow::Borrowed("task_done"),
+            Some(Cow::Borrowed("task_done")),
+            3,
+            vec![2, u64::from(u32::MAX) + 7],
+            fields,
+            vec![2, b'h', b'i', 1, 9],
+            suspend,
+            SystemTime::now(),
+        )
+        .with_schemas(vec![Some(Cow::Borrowed("k-goal")), None]),
+    )
+}
+
+#[test]
+fn checkpoints_round_trip_exactly() {
+    let Some(db) = Db::open("checkpoints_round_trip_exactly") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = block_on(s.claim(&req("a", "a1"))).unwrap().claimed;
+    assert!(c[0].checkpoint.is_none());
+    let one = rich_cp("r", 1, None);
+    let deadline = SystemTime::now() + Duration::from_secs(3600);
+    let two = rich_cp(
+        "r",
+        2,
+        Some(Suspend::Waiting {
+            signal: "approval".into(),
+            deadline: Some(deadline),
+        }),
+    );
+    block_on(s.save_checkpoint(&c[0].lease, one.clone(), None)).unwrap();
+    block_on(s.save_checkpoint(&c[0].lease, two.clone(), None)).unwrap();
+    assert_eq!(
+        block_on(s.latest_checkpoint("r")).unwrap(),
+        Some(two.clone())
+    );
+    assert_eq!(block_on(s.checkpoint("r", 1)).unwrap(), Some(one.clone()));
+    assert_eq!(block_on(s.checkpoint("r", 3)).unwrap(), None);
+    assert_eq!(block_on(s.list_checkpoints("r")).unwrap(), vec![one, two]);
+    // The run took the checkpoint's state in the same transaction.
+    let run = block_on(s.load_run("r")).unwrap().unwrap();
+    assert_eq!(
+        run.state,
+        RunState::Waiting {
+            signal: "approval".into(),
+            deadline: Some(deadline)
+        }
+    );
+    assert_eq!((run.latest_seq, run.attempt), (2, 1));
+    assert_eq!(&*run.input, b"null");
+    // Unknown runs are errors, not empty answers.
+    for r in [
+        block_on(s.latest_checkpoint("nope")).map(|_| ()),
+        block_on(s.checkpoint("nope", 1)).map(|_| ()),
+        block_on(s.list_checkpoints("nope")).map(|_| ()),
+        block_on(s.history("nope")).map(|_| ()),
+        block_on(s.pending_signals("nope")).map(|_| ()),
+        block_on(s.put_signal("nope", "x", b"1".to_vec())),
+        block_on(s.append_event("nope", Event::Completed)),
+    ] {
+        assert!(matches!(r, Err(Error::UnknownRun { .. })), "{r:?}");
+    }
+    assert!(block_on(s.load_run("nope")).unwrap().is_none());
+}
+
+#[test]
+fn old_owner_cannot_overwrite_new_owners_checkpoint() {
+    let Some(db) = Db::open("old_owner_cannot_overwrite_new_owners_checkpoint") else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    new_run(a, "r");
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(50);
+    let old = block_on(a.claim(&short)).unwrap().claimed.remove(0);
+    block_on(a.save_checkpoint(&old.lease, cp("r", 1), None)).unwrap();
+    // Live lease: b gets nothing.
+    assert!(block_on(b.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    std::thread::sleep(Duration::from_millis(80));
+    let new = block_on(b.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    assert_eq!(new.lease.epoch, old.lease.epoch + 1);
+    assert_eq!(new.checkpoint.as_ref().map(|c| c.seq), Some(1));
+    let mine = rich_cp("r", 2, None);
+    block_on(b.save_checkpoint(&new.lease, mine.clone(), None)).unwrap();
+    // Every fenced write of the old owner is refused and changes nothing.
+    let stale = rich_cp("r", 2, None);
+    for r in [
+        block_on(a.save_checkpoint(&old.lease, stale, None)),
+        block_on(a.save_checkpoint(&old.lease, cp("r", 3), None)),
+        block_on(a.renew("r", &old.lease, Duration::from_secs(60))),
+        block_on(a.time_out("r", &old.lease)),
+        block_on(a.release("r", &old.lease, Release::Abandon)),
+        block_on(a.finish(
+            "r",
+            &old.lease,
+            Outcome::Completed {
+                output: Arc::from(&b"1"[..]),
+                error: None,
+            },
+        )),
+    ] {
+        assert!(matches!(r, Err(Error::LeaseLost { .. })), "{r:?}");
+    }
+    assert_eq!(block_on(a.latest_checkpoint("r")).unwrap(), Some(mine));
+    let run = block_on(a.load_run("r")).unwrap().unwrap();
+    assert_eq!(run.lease.unwrap().worker, "b");
+    assert_eq!(run.state, RunState::Ready);
+}
+
+#[test]
+fn concurrent_claims_never_share_a_run() {
+    let Some(db) = Db::open("concurrent_claims_never_share_a_run") else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    for i in 0..40 {
+        new_run(a, &format!("r{i:02}"));
+    }
+    let mut ra = req("a", "a1");
+    let mut rb = req("b", "b1");
+    ra.limit = 3;
+    rb.limit = 3;
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    db.run(async {
+        loop {
+            let (x, y) = futures::join!(a.claim(&ra), b.claim(&rb));
+            let (x, y) = (x.unwrap().claimed, y.unwrap().claimed);
+            if x.is_empty() && y.is_empty() {
+                break;
+            }
+            got_a.extend(x.into_iter().map(|c| c.run.id));
+            got_b.extend(y.into_iter().map(|c| c.run.id));
+        }
+    });
+    let mut all: Vec<String> = got_a.iter().chain(&got_b).cloned().collect();
+    all.sort();
+    let expected: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+    assert_eq!(all, expected, "a: {got_a:?}, b: {got_b:?}");
+}
+
+#[test]
+fn signals_are_consumed_once_in_order() {
+    let Some(db) = Db::open("signals_are_consumed_once_in_order") else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    new_run(a, "r");
+    let c = block_on(a.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    let wait = Suspend::Waiting {
+        signal: "go".into(),
+        deadline: None,
+    };
+    block_on(a.save_checkpoint(&c.lease, rich_cp("r", 1, Some(wait)), None)).unwrap();
+    block_on(a.release("r", &c.lease, Release::Suspend)).unwrap();
+    // Waiting without a signal: not claimable.
+    assert!(block_on(a.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    block_on(b.put_signal("r", "other", b"0".to_vec())).unwrap();
+    block_on(b.put_signal("r", "go", b"1".to_vec())).unwrap();
+    block_on(b.put_signal("r", "go", b"2".to_vec())).unwrap();
+    // Two workers race for it: exactly one wins, with the oldest signal.
+    let (ra, rb) = (req("a", "a2"), req("b", "b1"));
+    let (x, y) = db.run(async { futures::join!(a.claim(&ra), b.claim(&rb)) });
+    let mut won: Vec<_> = x
+        .unwrap()
+        .claimed
+        .into_iter()
+        .chain(y.unwrap().claimed)
+        .collect();
+    assert_eq!(won.len(), 1);
+    let won = won.remove(0);
+    assert_eq!(
+        won.run.wake.as_ref().map(|w| (&w.value, w.seq)),
+        Some((
+            &WakeValue::Signal {
+                name: "go".into(),
+                payload: Arc::from(&b"1"[..])
+            },
+            1
+        ))
+    );
+    let left: Vec<Vec<u8>> = block_on(a.pending_signals("r"))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.payload.to_vec())
+        .collect();
+    assert_eq!(left, vec![b"0".to_vec(), b"2".to_vec()]);
+    // take_signal consumes the next one, once.
+    let sig = block_on(a.take_signal("r", &won.lease, "go"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*sig.payload, b"2");
+    assert!(block_on(a.take_signal("r", &won.lease, "go"))
+        .unwrap()
+        .is_none());
+    // A rejected payload: the run waits again, and the history says why.
+    block_on(a.reject_signal("r", &won.lease, "bad payload".into())).unwrap();
+    let run = block_on(a.load_run("r")).unwrap().unwrap();
+    assert!(run.wake.is_none());
+    assert!(matches!(run.state, RunState::Waiting { .. }));
+    let events = block_on(a.history("r")).unwrap();
+    assert!(events.iter().any(|e| matches!(
+        &e.event,
+        Event::SignalRejected { name, reason } if name == "go" && reason == "bad payload"
+    )));
+}
+
+#[test]
+fn timers_deadlines_and_next_wakeup() {
+    let Some(db) = Db::open("timers_deadlines_and_next_wakeup") else {
+        return;
+    };
+    let s = db.store();
+    assert_eq!(block_on(s.next_wakeup()).unwrap(), None);
+    new_run(s, "r");
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    // While leased, the lease expiry is the next wake-up.
+    let lease_until = c.run.lease.as_ref().unwrap().expires_at;
+    assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(lease_until));
+    let until = SystemTime::now() + Duration::from_millis(300);
+    let sleep = Suspend::Sleeping { until };
+    block_on(s.save_checkpoint(&c.lease, rich_cp("r", 1, Some(sleep)), None)).unwrap();
+    block_on(s.release("r", &c.lease, Release::Suspend)).unwrap();
+    assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(until));
+    assert!(block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    std::thread::sleep(Duration::from_millis(350));
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    assert_eq!(c.run.state, RunState::Ready);
+    // A wait with a deadline: claimable once it passes, with `TimedOut`.
+    let deadline = SystemTime::now() + Duration::from_millis(200);
+    let wait = Suspend::Waiting {
+        signal: "never".into(),
+        deadline: Some(deadline),
+    };
+    block_on(s.save_checkpoint(&c.lease, rich_cp("r", 2, Some(wait)), None)).unwrap();
+    block_on(s.release("r", &c.lease, Release::Suspend)).unwrap();
+    assert!(block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    std::thread::sleep(Duration::from_millis(250));
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    assert_eq!(
+        c.run.wake.map(|w| (w.seq, w.value)),
+        Some((2, WakeValue::TimedOut))
+    );
+}
+
+#[test]
+fn history_fork_and_listing() {
+    let Some(db) = Db::open("history_fork_and_listing") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    new_run(s, "q");
+    let c = block_on(s.claim(&req("a", "a1"))).unwrap().claimed;
+    let lease = &c.iter().find(|c| c.run.id == "r").unwrap().lease;
+    for seq in 1..=4 {
+        block_on(s.save_checkpoint(lease, rich_cp("r", seq, None), Some(2))).unwrap();
+    }
+    // Pruned versions cannot be forked; kept ones can.
+    assert!(matches!(
+        block_on(s.fork("r", 1, "f")),
+        Err(Error::UnknownCheckpoint { seq: 1, .. })
+    ));
+    block_on(s.fork("r", 3, "f")).unwrap();
+    assert!(matches!(
+        block_on(s.fork("r", 3, "f")),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        block_on(s.fork("nope", 1, "g")),
+        Err(Error::UnknownRun { .. })
+    ));
+    let forked = block_on(s.list_checkpoints("f")).unwrap();
+    assert_eq!(forked.len(), 1);
+    let original = block_on(s.checkpoint("r", 3)).unwrap().unwrap();
+    assert_eq!(forked[0].seq, 1);
+    assert_eq!(forked[0].data, original.data);
+    assert_eq!(forked[0].fields, original.fields);
+    assert_eq!(forked[0].schemas, original.schemas);
+    let f = block_on(s.load_run("f")).unwrap().unwrap();
+    assert_eq!((f.workflow.as_str(), f.latest_seq, f.epoch), ("wf", 1, 0));
+    // History keeps every checkpoint event, pruned or not, in order.
+    block_on(s.append_event("r", Event::Completed)).unwrap();
+    let events: Vec<Event> = block_on(s.history("r"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let saved = |seq| Event::CheckpointSaved {
+        seq,
+        label: Some("task_done".into()),
+    };
+    let forked_ev = Event::Forked {
+        from: "r".into(),
+        seq: 3,
+        to: "f".into(),
+    };
+    assert_eq!(
+        events,
+        vec![
+            Event::Started {
+                workflow: "wf".into()
+            },
+            saved(1),
+            saved(2),
+            saved(3),
+            saved(4),
+            forked_ev.clone(),
+            Event::Completed,
+        ]
+    );
+    let f_events: Vec<Event> = block_on(s.history("f"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(f_events, vec![forked_ev]);
+    // Listing: creation order, filters.
+    let ids = |f: &RunFilter| -> Vec<String> {
+        block_on(s.list_runs(f))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    assert_eq!(ids(&RunFilter::new()), vec!["r", "q", "f"]);
+    assert_eq!(ids(&RunFilter::new().limit(2)), vec!["r", "q"]);
+    let mut by_prefix = RunFilter::new();
+    by_prefix.id_prefix = Some("q".into());
+    assert_eq!(ids(&by_prefix), vec!["q"]);
+    assert!(block_on(s.cancel("q")).unwrap());
+    let mut cancelled = RunFilter::new();
+    cancelled.status = Some(StatusKind::Cancelled);
+    assert_eq!(ids(&cancelled), vec!["q"]);
+    let mut other = RunFilter::new();
+    other.workflow = Some("other".into());
+    assert!(ids(&other).is_empty());
+    // A completed run with an `Err` output lists as failed.
+    block_on(s.finish(
+        "r",
+        lease,
+        Outcome::Completed {
+            output: Arc::from(&b"{\"Err\":\"no\"}"[..]),
+            error: Some("no".into()),
+        },
+    ))
+    .unwrap();
+    let mut failed = RunFilter::new();
+    failed.status = Some(StatusKind::Failed);
+    assert_eq!(ids(&failed), vec!["r"]);
+    let r = block_on(s.load_run("r")).unwrap().unwrap();
+    assert!(r.lease.is_none());
+    assert_eq!(
+        r.state,
+        RunState::Completed {
+            output: Arc::from(&b"{\"Err\":\"no\"}"[..]),
+            error: Some("no".into())
+        }
+    );
+}
+
+#[test]
+fn failed_runs_keep_their_error() {
+    let Some(db) = Db::open("failed_runs_keep_their_error") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    let error = Error::Panicked {
+        workflow: "wf".into(),
+        run: "r".into(),
+        message: "boom".into(),
+    };
+    block_on(s.finish(
+        "r",
+        &c.lease,
+        Outcome::Failed {
+            error: error.clone(),
+        },
+    ))
+    .unwrap();
+    let r = block_on(s.load_run("r")).unwrap().unwrap();
+    assert_eq!(r.state, RunState::Failed { error });
+    // Terminal: never claimed again, fenced writes refused.
+    assert!(block_on(s.claim(&req("a", "a2")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    assert!(matches!(
+        block_on(s.renew("r", &c.lease, Duration::from_secs(1))),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(!block_on(s.cancel("r")).unwrap());
+}
+
+#[test]
+fn notifications_reach_other_stores() {
+    let Some(db) = Db::open("notifications_reach_other_stores") else {
+        return;
+    };
+    let other = db.other();
+    let mut rx = db.store().subscribe();
+    rx.borrow_and_update();
+    // A write through the *other* store: only NOTIFY can tell this one.
+    block_on(other.create_run(crate::store::NewRun {
+        id: "r".into(),
+        workflow: "wf".into(),
+        input: Arc::from(&b"null"[..]),
+    }))
+    .unwrap();
+    let changed =
+        db.run(async { tokio::time::timeout(Duration::from_secs(5), rx.changed()).await });
+    assert!(matches!(changed, Ok(Ok(()))), "no notification arrived");
+    // A store in another schema of the same database is not woken.
+    let elsewhere = Db::open("notifications_reach_other_stores (2)").unwrap();
+    let mut rx2 = elsewhere.store().subscribe();
+    rx2.borrow_and_update();
+    block_on(other.put_signal("r", "x", b"1".to_vec())).unwrap();
+    let changed =
+        db.run(async { tokio::time::timeout(Duration::from_secs(5), rx.changed()).await });
+    assert!(matches!(changed, Ok(Ok(()))), "no notification arrived");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!rx2.has_changed().unwrap());
+}
+
+#[test]
+fn schemas_and_gc() {
+    let Some(db) = Db::open("schemas_and_gc") else {
+        return;
+    };
+    let s = db.store();
+    block_on(s.put_schemas(vec![
+        ("k1".into(), "{\"a\":1}".into()),
+        ("k2".into(), "{\"b\":2}".into()),
+    ]))
+    .unwrap();
+    // A key names its document for good: a second put changes nothing.
+    block_on(s.put_schemas(vec![("k1".into(), "{\"other\":true}".into())])).unwrap();
+    let got = block_on(s.schemas(&["k1".into(), "k3".into()])).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got["k1"], "{\"a\":1}");
+    new_run(s, "r");
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    for seq in 1..=20 {
+        block_on(s.save_checkpoint(&c.lease, rich_cp("r", seq, None), Some(3))).unwrap();
+    }
+    let report = block_on(s.gc()).unwrap();
+    assert!(
+        report.bytes_before > 0 && report.bytes_after > 0,
+        "{report:?}"
+    );
+    let kept: Vec<u64> = block_on(s.list_checkpoints("r"))
+        .unwrap()
+        .iter()
+        .map(|c| c.seq)
+        .collect();
+    assert_eq!(kept, vec![18, 19, 20]);
+}
+
+#[test]
+fn tables_are_versioned_and_newer_ones_refused() {
+    let Some(db) = Db::open("tables_are_versioned_and_newer_ones_refused") else {
+        return;
+    };
+    // Opening again over existing tables is fine (nothing to migrate).
+    drop(db.other());
+    db.sql("UPDATE cp_schema_version SET version = version + 1");
+    let err = db
+        .run(PostgresStore::open_in_schema(&db.url, &db.schema))
+        .unwrap_err();
+    assert!(matches!(err, Error::UnsupportedStore { .. }), "{err}");
+    assert!(err.to_string().contains("newer than this build"), "{err}");
+    // The same through the URL parameter.
+    let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
+    assert!(db.run(PostgresStore::open(&url)).is_err());
+}
+
+#[test]
+fn workers_starting_together_migrate_once() {
+    let Some(db) = Db::open("workers_starting_together_migrate_once") else {
+        return;
+    };
+    let url = db.url.clone();
+    let schema = fresh_schema();
+    let opened = db.run(async {
+        futures::future::join_all((0..4).map(|_| PostgresStore::open_in_schema(&url, &schema)))
+            .await
+    });
+    for o in &opened {
+        assert!(o.is_ok(), "{o:?}");
+    }
+    drop(opened);
+    db.run(PostgresStore::drop_schema(&url, &schema)).unwrap();
+}
+
+#[test]
+fn urls_are_parsed_and_passwords_hidden() {
+    assert_eq!(
+        redact("postgres://u:secret@h:5432/db?schema=x"),
+        "postgres://u:***@h:5432/db?schema=x"
+    );
+    assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    let t = Target::parse(
+        "postgres://u@h/db?schema=s_1&pool_size=3&application_name=me",
+        None,
+    )
+    .unwrap();
+    assert_eq!(t.schema.as_deref(), Some("s_1"));
+    assert_eq!(t.pool_size, 3);
+    assert_eq!(t.config.get_application_name(), Some("me"));
+    assert_eq!(t.config.get_dbname(), Some("db"));
+    let t = Target::parse("postgres://u@h/db?schema=s_1", Some("other")).unwrap();
+    assert_eq!(t.schema.as_deref(), Some("other"));
+    for bad in [
+        "postgres://u@h/db?schema=bad-name",
+        "postgres://u@h/db?schema=",
+        "postgres://u@h/db?pool_size=0",
+        "postgres://u:pw@h/db?nonsense=1",
+    ] {
+        let err = Target::parse(bad, None).unwrap_err();
+        assert!(
+            matches!(err, Error::UnsupportedStore { .. }),
+            "{bad}: {err}"
+        );
+        assert!(!err.to_string().contains("pw@"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_server_is_an_error_naming_the_url() {
+    // Port 1 on the loopback: refused at once, no server needed.
+    let url = "postgres://postgres:hunter2@127.0.0.1:1/test?connect_timeout=5";
+    let err = PostgresStore::open(url).await.unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("127.0.0.1:1/test"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[test]
+fn connections_recover_after_the_server_drops_them() {
+    let Some(db) = Db::open("connections_recover_after_the_server_drops_them") else {
+        return;
+    };
+    let s = db.store();
+    let other = db.other();
+    new_run(s, "r");
+    let pooled: i32 = db.run(async {
+        let mut c = s.pool.get().await.unwrap();
+        let row = c
+            .plain()
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap();
+        get(&row, 0).unwrap()
+    });
+    let listener = s.listener_pid.load(Ordering::Relaxed);
+    assert!(listener > 0 && pooled > 0);
+    let mut rx = s.subscribe();
+    rx.borrow_and_update();
+    db.sql(&format!(
+        "SELECT pg_terminate_backend({listener}); SELECT pg_terminate_backend({pooled})"
+    ));
+    // The listener reconnects, and says that it may have missed something.
+    let started = std::time::Instant::now();
+    while s.listener_pid.load(Ordering::Relaxed) == listener {
+        assert!(started.elapsed() < Duration::from_secs(10), "no reconnect");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bumped = db.run(async { tokio::time::timeout(Duration::from_secs(5), rx.changed()).await });
+    assert!(matches!(bumped, Ok(Ok(()))));
+    // The dropped pool connection is replaced.
+    assert_eq!(block_on(s.load_run("r")).unwrap().unwrap().id, "r");
+    // And notifications flow again.
+    rx.borrow_and_update();
+    block_on(other.put_signal("r", "x", b"1".to_vec())).unwrap();
+    let changed =
+        db.run(async { tokio::time::timeout(Duration::from_secs(5), rx.changed()).await });
+    assert!(
+        matches!(changed, Ok(Ok(()))),
+        "no notification after reconnecting"
+    );
+}
+
+#[test]
+fn a_user_without_create_rights_uses_existing_tables() {
+    let Some(db) = Db::open("a_user_without_create_rights_uses_existing_tables") else {
+        return;
+    };
+    new_run(db.store(), "r");
+    let role = format!("{}_user", db.schema);
+    let schema = &db.schema;
+    db.sql(&format!(
+        "CREATE ROLE {role} LOGIN; \
+         GRANT USAGE ON SCHEMA {schema} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}; \
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
+    ));
+    let mut target = Target::parse(&db.url, Some(schema)).unwrap();
+    target.config.user(&role);
+    // The store (and its connections) is dropped before the role.
+    let load = match db.run(PostgresStore::open_target(target)) {
+        Ok(s) => block_on(s.load_run("r")).map(|r| r.map(|r| r.id)),
+        Err(e) => Err(e),
+    };
+    db.sql(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+    assert_eq!(load, Ok(Some("r".to_owned())));
+}
