@@ -563,6 +563,15 @@ async fn unopenable_stores_are_errors() {
     let err = expect_failure(&out, 1, &["runs"]);
     assert!(err.contains(url), "{err}");
 
+    // A password never shows in a message (port 1: refused at once).
+    let url = "postgres://user:hunter2@127.0.0.1:1/workflows";
+    let out = cli(Some(url), &["runs"]);
+    let err = expect_failure(&out, 1, &["runs"]);
+    assert!(
+        err.contains("postgres://user:***@127.0.0.1:1/workflows") && !err.contains("hunter2"),
+        "{err}"
+    );
+
     let out = cli(Some(":memory:"), &["runs"]);
     assert_eq!(
         (out.code, out.stdout.as_str()),

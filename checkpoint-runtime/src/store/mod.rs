@@ -37,6 +37,39 @@ use crate::Error;
 
 pub use memory::MemoryStore;
 
+/// A store URL fit for messages and logs: the password of a
+/// `scheme://user:password@host/...` URL is replaced by `***`; anything else
+/// is returned as it is.
+///
+/// ```
+/// use checkpoint_runtime::store::redact_url;
+///
+/// assert_eq!(
+///     redact_url("postgres://app:s3cret@db.internal/prod"),
+///     "postgres://app:***@db.internal/prod"
+/// );
+/// assert_eq!(redact_url("runs.db"), "runs.db");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..auth_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

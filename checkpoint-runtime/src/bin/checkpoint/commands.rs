@@ -69,7 +69,10 @@ pub async fn open(url: &str) -> Result<Runtime, CliError> {
         .await
         .map_err(|e| match e {
             Error::UnsupportedStore { .. } => CliError(e.to_string()),
-            other => CliError(format!("cannot open store `{url}`: {other}")),
+            other => CliError(format!(
+                "cannot open store `{}`: {other}",
+                checkpoint_runtime::store::redact_url(url)
+            )),
         })
 }
 

@@ -34,23 +34,7 @@ pub(super) struct Target {
 
 /// Hides the password of a `postgres://user:password@host/...` URL.
 pub(super) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let Some(at) = rest[..auth_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
+    crate::store::redact_url(url)
 }
 
 /// Checks a PostgreSQL schema name given as an option: ASCII letters,
