@@ -356,7 +356,12 @@ fn to_json<T: Serialize>(v: &T) -> R<String> {
 
 fn to_postcard<T: Serialize + ?Sized>(v: &T) -> R<Vec<u8>> {
     // Most values written here are small: one allocation, not a few growths.
-    postcard::to_extend(v, Vec::with_capacity(64))
+    append_postcard(v, Vec::with_capacity(64))
+}
+
+/// `buf` with `v` (postcard) appended.
+fn append_postcard<T: Serialize + ?Sized>(v: &T, buf: Vec<u8>) -> R<Vec<u8>> {
+    postcard::to_extend(v, buf)
         .map_err(|e| Fail::from(Error::internal(format!("cannot encode for the store: {e}"))))
 }
 
@@ -1200,16 +1205,20 @@ fn checkpoint_row(
         }
         RowData::Own(own)
     };
-    let refs = to_postcard(&RefsOf {
-        raw: !tiled,
-        locs: &locs,
-        own: own_id,
-    })?;
-    let loops = if cp.loops.is_empty() {
-        None
-    } else {
-        Some(to_postcard(&cp.loops)?)
-    };
+    // `refs` and `loops` share one buffer: the writer allocates as little as
+    // it can (its allocations are freed on other threads, which is slow).
+    let mut meta = append_postcard(
+        &RefsOf {
+            raw: !tiled,
+            locs: &locs,
+            own: own_id,
+        },
+        Vec::with_capacity(64),
+    )?;
+    let refs_len = meta.len();
+    if !cp.loops.is_empty() {
+        meta = append_postcard(&cp.loops, meta)?;
+    }
     let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
     let floor = if floor > 1 {
         Some(to_i64(floor, "floor")?)
@@ -1225,10 +1234,10 @@ fn checkpoint_row(
         created_at: ts(cp.created_at),
         floor,
         quiet: quiet.then_some(1i64),
-        loops,
         suspend,
         size: cp.data.len() as i64,
-        refs,
+        meta,
+        refs_len,
         data,
     };
     let located = Located {

@@ -47,10 +47,11 @@ pub(super) struct CheckpointRow {
     pub created_at: i64,
     pub floor: Option<i64>,
     pub quiet: Option<i64>,
-    pub loops: Option<Vec<u8>>,
     pub suspend: Option<String>,
     pub size: i64,
-    pub refs: Vec<u8>,
+    /// `refs` (the first `refs_len` bytes), then `loops` if any.
+    pub meta: Vec<u8>,
+    pub refs_len: usize,
     pub data: RowData,
 }
 
@@ -79,6 +80,8 @@ impl CheckpointRow {
     /// a statement from the cache has all its parameters cleared.
     fn bind(&self, stmt: &mut rusqlite::Statement<'_>, at: usize) -> rusqlite::Result<()> {
         let data = self.data.bytes();
+        let (refs, loops) = self.meta.split_at(self.refs_len.min(self.meta.len()));
+        let loops = (!loops.is_empty()).then_some(loops);
         let values: [Option<&dyn ToSql>; ROW_PARAMS] = [
             Some(&self.id),
             Some(&self.run),
@@ -88,10 +91,10 @@ impl CheckpointRow {
             Some(&self.created_at),
             self.floor.as_ref().map(|v| v as &dyn ToSql),
             self.quiet.as_ref().map(|v| v as &dyn ToSql),
-            self.loops.as_ref().map(|v| v as &dyn ToSql),
+            loops.as_ref().map(|v| v as &dyn ToSql),
             self.suspend.as_ref().map(|v| v as &dyn ToSql),
             Some(&self.size),
-            Some(&self.refs),
+            Some(&refs),
             data.as_ref().map(|v| v as &dyn ToSql),
         ];
         for (i, v) in values.into_iter().enumerate() {
@@ -168,27 +171,31 @@ impl Deferred {
     /// Writes the pending rows, then the pending heads (the last update of
     /// each run wins), and empties the lists whatever happens.
     pub fn flush(&mut self, conn: &Connection) -> R<()> {
-        let rows = std::mem::take(&mut self.rows);
-        let mut heads = std::mem::take(&mut self.heads);
-        write_chunked(conn, &rows, ROW_PARAMS, row_sql, |stmt, row, at| {
+        // The lists are emptied in place: their buffers are reused by the next
+        // batch (freeing and allocating them each time costs more).
+        let rows = write_chunked(conn, &self.rows, ROW_PARAMS, row_sql, |stmt, row, at| {
             row.bind(stmt, at)
-        })?;
+        });
+        self.rows.clear();
         // A stable sort keeps pushes of one run in order; the last one wins.
         // In run order, the updates also walk the `heads` pages in order.
-        heads.sort_by_key(|h| h.run);
-        let mut last: Vec<HeadUpdate> = Vec::with_capacity(heads.len());
-        for h in heads {
-            match last.last_mut() {
-                Some(prev) if prev.run == h.run => *prev = h,
-                _ => last.push(h),
+        self.heads.sort_by_key(|h| h.run);
+        self.heads.dedup_by(|later, kept| {
+            let same = later.run == kept.run;
+            if same {
+                std::mem::swap(later, kept);
             }
-        }
-        write_chunked(conn, &last, 3, head_sql, |stmt, h, at| {
-            stmt.raw_bind_parameter(at, h.run)?;
-            stmt.raw_bind_parameter(at + 1, h.latest)?;
-            stmt.raw_bind_parameter(at + 2, h.pruned)
-        })?;
-        Ok(())
+            same
+        });
+        let heads = rows.and_then(|()| {
+            write_chunked(conn, &self.heads, 3, head_sql, |stmt, h, at| {
+                stmt.raw_bind_parameter(at, h.run)?;
+                stmt.raw_bind_parameter(at + 1, h.latest)?;
+                stmt.raw_bind_parameter(at + 2, h.pruned)
+            })
+        });
+        self.heads.clear();
+        heads
     }
 }
 
