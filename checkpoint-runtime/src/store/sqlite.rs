@@ -15,7 +15,9 @@
 //!   `SAVEPOINT` when it writes more than one statement, so that a failing
 //!   request is rolled back alone), commits once with `synchronous=FULL`, and
 //!   only then answers the requests (a large batch on a helper thread, while
-//!   the writer goes on with the next one). Concurrent runs therefore share
+//!   the writer goes on with the next one). The rows and head pointers of
+//!   plain checkpoints are written together by multi-row statements at the
+//!   end of the batch (see `deferred`). Concurrent runs therefore share
 //!   one fsync while each call still returns only once durable. After a small
 //!   batch the writer polls its queue for a moment before sleeping: the next
 //!   request of a sequential caller usually comes within microseconds.
