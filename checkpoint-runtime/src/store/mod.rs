@@ -37,9 +37,12 @@ use crate::Error;
 
 pub use memory::MemoryStore;
 
-/// A store URL fit for messages and logs: the password of a
-/// `scheme://user:password@host/...` URL is replaced by `***`; anything else
-/// is returned as it is.
+/// A store URL fit for messages and logs: every password in it is replaced
+/// by `***`: the one of `scheme://user:password@host/...` (up to the first
+/// `@`, as tokio-postgres reads it, so a password holding `/` or `?` is
+/// hidden whole), a `password=...` query parameter, and a
+/// `password=...` pair of a `key=value` connection string. Anything else is
+/// returned as it is.
 ///
 /// ```
 /// use checkpoint_runtime::store::redact_url;
@@ -48,26 +51,64 @@ pub use memory::MemoryStore;
 ///     redact_url("postgres://app:s3cret@db.internal/prod"),
 ///     "postgres://app:***@db.internal/prod"
 /// );
+/// assert_eq!(
+///     redact_url("postgres://app@db/prod?sslmode=disable&password=s3cret"),
+///     "postgres://app@db/prod?sslmode=disable&password=***"
+/// );
+/// assert_eq!(
+///     redact_url("host=db user=app password='s3 cret' dbname=prod"),
+///     "host=db user=app password=*** dbname=prod"
+/// );
+/// assert_eq!(
+///     redact_url("postgres://app:pa/ss?w@db/prod"),
+///     "postgres://app:***@db/prod"
+/// );
 /// assert_eq!(redact_url("runs.db"), "runs.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+    let shown = match url.find("://") {
+        Some(scheme_end) => redact_userinfo(url, scheme_end + 3),
+        None => url.to_owned(),
     };
-    let rest = &url[scheme_end + 3..];
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let Some(at) = rest[..auth_end].rfind('@') else {
+    redact_password_pairs(&shown)
+}
+
+/// Hides the password of the `user:password@` part that starts at `from`.
+fn redact_userinfo(url: &str, from: usize) -> String {
+    let rest = &url[from..];
+    // The user info ends at the first `@` (tokio-postgres reads it so), not
+    // at the first `/` or `?`: a password may hold those unencoded.
+    let Some(at) = rest.find('@') else {
         return url.to_owned();
     };
     match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &rest[..colon],
-            &rest[at..]
-        ),
+        Some(colon) => format!("{}{}:***{}", &url[..from], &rest[..colon], &rest[at..]),
         None => url.to_owned(),
     }
+}
+
+/// Hides the value of every `password=` pair, in a query string (up to `&`)
+/// or a `key=value` string (up to a space, or a quoted value).
+fn redact_password_pairs(text: &str) -> String {
+    const KEY: &str = "password=";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(KEY) {
+        let starts_pair = i == 0 || matches!(rest.as_bytes()[i - 1], b'?' | b'&' | b' ');
+        out.push_str(&rest[..i + KEY.len()]);
+        rest = &rest[i + KEY.len()..];
+        if !starts_pair {
+            continue;
+        }
+        let end = match rest.strip_prefix('\'') {
+            Some(quoted) => quoted.find('\'').map_or(rest.len(), |q| q + 2),
+            None => rest.find(['&', ' ']).unwrap_or(rest.len()),
+        };
+        out.push_str("***");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A run as stored.
