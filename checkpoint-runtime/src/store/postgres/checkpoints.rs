@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use tokio_postgres::Row;
 
-use super::conn::{corrupt, from_ts, get, to_i64, to_u64, ts, Cx};
+use super::conn::{corrupt, from_ts, get, to_i64, to_json, to_u64, ts, Cx};
 use super::runs::{self, fenced, insert_run, write_run};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
@@ -94,12 +94,7 @@ async fn insert(cx: &mut Cx<'_>, cp: &CheckpointRecord) -> Result<(), Error> {
         .map(|f| to_i64(f.len as u64, "field length"))
         .collect::<Result<Vec<i64>, Error>>()?;
     let schemas: Vec<Option<&str>> = (0..cp.fields.len()).map(|i| cp.schema_key(i)).collect();
-    let suspend = cp
-        .suspend
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| Error::internal(format!("cannot encode for the store: {e}")))?;
+    let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
     let site_index = i32::try_from(cp.site_index)
         .map_err(|_| Error::internal(format!("site index {} is too large", cp.site_index)))?;
     cx.execute(

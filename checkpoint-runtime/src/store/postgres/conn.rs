@@ -1,6 +1,7 @@
 //! Connections: the store URL and its options, a small pool of clients, the
 //! per-connection statement cache, error mapping and time conversions.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -184,6 +185,53 @@ pub(super) fn from_ts(n: i64) -> SystemTime {
 /// `now + d` in [`ts`] units, saturating.
 pub(super) fn ts_after(now: SystemTime, d: Duration) -> i64 {
     ts(now).saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// `s` without NUL characters: PostgreSQL refuses them in `text` (and
+/// `\u0000` in `jsonb`), so each becomes U+FFFD (`�`). Applied to every text
+/// that comes from a workflow (errors, panic messages, retry reasons,
+/// signal names, ...) before it is bound, so that such a text cannot make a
+/// write fail (and the run be executed again and again).
+pub(super) fn scrub(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// `value` as JSON text for a `jsonb` (or JSON in `text`) column, with every
+/// NUL character in its strings (and keys) replaced as by [`scrub`].
+pub(super) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, Error> {
+    let encode_err =
+        |e: serde_json::Error| Error::internal(format!("cannot encode for the store: {e}"));
+    let json = serde_json::to_string(value).map_err(encode_err)?;
+    // Serialized, a NUL is `\u0000`: the common case needs no second pass
+    // (an escaped backslash followed by `u0000` only costs one).
+    if !json.contains("\\u0000") {
+        return Ok(json);
+    }
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => {
+                if let Cow::Owned(t) = scrub(s) {
+                    *s = t;
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            serde_json::Value::Object(map) => {
+                let entries = std::mem::take(map);
+                for (k, mut v) in entries {
+                    walk(&mut v);
+                    map.insert(scrub(&k).into_owned(), v);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&json).map_err(encode_err)?;
+    walk(&mut v);
+    serde_json::to_string(&v).map_err(encode_err)
 }
 
 pub(super) fn to_i64(v: u64, what: &str) -> Result<i64, Error> {

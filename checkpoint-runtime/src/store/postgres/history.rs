@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use super::conn::{corrupt, from_ts, get, ts, Cx};
+use super::conn::{corrupt, from_ts, get, to_json, ts, Cx};
 use super::runs::must_exist;
 use super::PostgresStore;
 use crate::history::{Event, HistoryEntry};
@@ -16,8 +16,7 @@ pub(super) async fn insert(
     at: SystemTime,
     event: &Event,
 ) -> Result<(), Error> {
-    let json = serde_json::to_string(event)
-        .map_err(|e| Error::internal(format!("cannot encode for the store: {e}")))?;
+    let json = to_json(event)?;
     cx.execute(
         "INSERT INTO cp_history (run, at, event) VALUES ($1, $2, $3::text::jsonb)",
         &[&id, &ts(at), &json],

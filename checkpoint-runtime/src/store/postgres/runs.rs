@@ -1,11 +1,12 @@
 //! Runs: their rows, creation, listing, claims (leases and fencing epochs),
 //! renewal, release, finish and cancel.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 
-use super::conn::{corrupt, from_ts, get, to_i64, to_u64, ts, ts_after, Cx};
+use super::conn::{corrupt, from_ts, get, scrub, to_i64, to_json, to_u64, ts, ts_after, Cx};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
 use crate::status::{RunFilter, StatusKind};
@@ -106,10 +107,11 @@ pub(super) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
     })
 }
 
-/// The state columns `(state, signal, due, output, error)` of a run state.
+/// The state columns `(state, signal, due, output, error)` of a run state
+/// (texts without NUL characters, see [`scrub`]).
 type StateCols<'a> = (
     i16,
-    Option<&'a str>,
+    Option<Cow<'a, str>>,
     Option<i64>,
     Option<&'a [u8]>,
     Option<String>,
@@ -119,22 +121,17 @@ fn state_cols(state: &RunState) -> Result<StateCols<'_>, Error> {
     Ok(match state {
         RunState::Ready => (READY, None, None, None, None),
         RunState::Waiting { signal, deadline } => {
-            (WAITING, Some(signal.as_str()), deadline.map(ts), None, None)
+            (WAITING, Some(scrub(signal)), deadline.map(ts), None, None)
         }
         RunState::Sleeping { until } => (SLEEPING, None, Some(ts(*until)), None, None),
-        RunState::Completed { output, error } => {
-            (COMPLETED, None, None, Some(&output[..]), error.clone())
-        }
-        RunState::Failed { error } => (
-            FAILED,
+        RunState::Completed { output, error } => (
+            COMPLETED,
             None,
             None,
-            None,
-            Some(
-                serde_json::to_string(error)
-                    .map_err(|e| Error::internal(format!("cannot encode for the store: {e}")))?,
-            ),
+            Some(&output[..]),
+            error.as_deref().map(|e| scrub(e).into_owned()),
         ),
+        RunState::Failed { error } => (FAILED, None, None, None, Some(to_json(error)?)),
         RunState::Cancelled => (CANCELLED, None, None, None, None),
     })
 }
@@ -179,7 +176,7 @@ pub(super) async fn write_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<(), Er
         Some(w) => match &w.value {
             WakeValue::Signal { name, payload } => (
                 Some(to_i64(w.seq, "seq")?),
-                Some(name.as_str()),
+                Some(scrub(name)),
                 Some(&payload[..]),
             ),
             WakeValue::TimedOut => (Some(to_i64(w.seq, "seq")?), None, None),

@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use super::conn::{from_ts, get, ts, Cx};
+use super::conn::{from_ts, get, scrub, ts, Cx};
 use super::runs::{fenced, must_exist, write_run};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
@@ -22,7 +22,7 @@ pub(super) async fn consume(
             "DELETE FROM cp_signals WHERE id = \
              (SELECT id FROM cp_signals WHERE run = $1 AND name = $2 ORDER BY id LIMIT 1) \
              RETURNING name, payload, received_at",
-            &[&id, &name],
+            &[&id, &scrub(name)],
         )
         .await?;
     row.map(|row| {
@@ -48,7 +48,7 @@ impl PostgresStore {
         let now = SystemTime::now();
         cx.execute(
             "INSERT INTO cp_signals (run, name, payload, received_at) VALUES ($1, $2, $3, $4)",
-            &[&id, &name, &payload, &ts(now)],
+            &[&id, &scrub(name), &payload, &ts(now)],
         )
         .await?;
         let received = Event::SignalReceived {

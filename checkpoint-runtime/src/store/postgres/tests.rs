@@ -796,3 +796,114 @@ fn a_user_without_create_rights_uses_existing_tables() {
     db.sql(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
     assert_eq!(load, Ok(Some("r".to_owned())));
 }
+
+#[test]
+fn nul_characters_in_workflow_texts_are_stored_replaced() {
+    let Some(db) = Db::open("nul_characters_in_workflow_texts_are_stored_replaced") else {
+        return;
+    };
+    let s = db.store();
+    // An `Err(String)` output with a NUL: stored (as a failed run) with the
+    // NUL replaced, instead of the write failing and the run being redone.
+    new_run(s, "r");
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    block_on(s.release(
+        "r",
+        &c.lease,
+        Release::Retry {
+            reason: "retry\0reason".into(),
+        },
+    ))
+    .unwrap();
+    let c = block_on(s.claim(&req("a", "a2")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    block_on(s.finish(
+        "r",
+        &c.lease,
+        Outcome::Completed {
+            output: Arc::from(&b"null"[..]),
+            error: Some("bad\0byte".into()),
+        },
+    ))
+    .unwrap();
+    let r = block_on(s.load_run("r")).unwrap().unwrap();
+    assert_eq!(
+        r.state,
+        RunState::Completed {
+            output: Arc::from(&b"null"[..]),
+            error: Some("bad\u{FFFD}byte".into())
+        }
+    );
+    assert_eq!(
+        block_on(s.list_runs(&RunFilter {
+            status: Some(StatusKind::Failed),
+            ..RunFilter::default()
+        }))
+        .unwrap()
+        .len(),
+        1
+    );
+    let events: Vec<Event> = block_on(s.history("r"))
+        .unwrap()
+        .into_iter()
+        .map(|h| h.event)
+        .collect();
+    assert!(
+        events.contains(&Event::Failed {
+            error: "bad\u{FFFD}byte".into()
+        }),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Retried { reason, .. }
+            if reason.as_str() == "retry\u{FFFD}reason")),
+        "{events:?}"
+    );
+    // A panic message (the runtime's error, kept as JSON).
+    new_run(s, "p");
+    let c = block_on(s.claim(&req("a", "a3")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    let error = |message: &str| Error::Panicked {
+        workflow: "wf".into(),
+        run: "p".into(),
+        message: message.into(),
+    };
+    block_on(s.finish(
+        "p",
+        &c.lease,
+        Outcome::Failed {
+            error: error("panic\0here"),
+        },
+    ))
+    .unwrap();
+    let p = block_on(s.load_run("p")).unwrap().unwrap();
+    assert_eq!(
+        p.state,
+        RunState::Failed {
+            error: error("panic\u{FFFD}here")
+        }
+    );
+    assert!(block_on(s.history("p")).unwrap().iter().any(
+        |h| matches!(&h.event, Event::Failed { error } if error.contains("panic\u{FFFD}here"))
+    ));
+    // Signal names: stored and consumed under the same replaced name.
+    new_run(s, "w");
+    block_on(s.put_signal("w", "go\0now", b"1".to_vec())).unwrap();
+    let pending = block_on(s.pending_signals("w")).unwrap();
+    assert_eq!(pending[0].name, "go\u{FFFD}now");
+    let c = block_on(s.claim(&req("a", "a4")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    let got = block_on(s.take_signal("w", &c.lease, "go\0now")).unwrap();
+    assert_eq!(got.map(|g| g.name).as_deref(), Some("go\u{FFFD}now"));
+}
