@@ -15,8 +15,22 @@ use crate::Error;
 /// Connections kept open per store unless the URL says otherwise
 /// (`?pool_size=N`).
 pub(super) const DEFAULT_POOL_SIZE: usize = 8;
+/// The largest `?pool_size=` accepted (far above what a server allows by
+/// default, and far below what the pool's semaphore can count).
+pub(super) const MAX_POOL_SIZE: usize = 1024;
 /// How long connecting may take when the URL sets no `connect_timeout`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `idle_in_transaction_session_timeout` of every connection (unless the
+/// URL's `options` set it): the server ends a session that sits idle inside
+/// a transaction this long, which releases its row locks. Without it a
+/// worker paused mid-transaction (SIGSTOP, a network partition, a VM
+/// freeze) keeps the run's row locked for as long as the TCP connection
+/// lives -- possibly hours -- and, as claims skip locked rows, no other
+/// worker can take the run over even after its lease expired. It must stay
+/// below typical lease TTLs (the runtime's default is 30 s) so that the lock
+/// is gone by the time the lease runs out; the backend's transactions are
+/// short (one store method each), so a healthy worker never comes near it.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "10s";
 
 /// A store URL split into what `tokio-postgres` understands and this
 /// backend's own options.
@@ -81,11 +95,16 @@ impl Target {
                     match pair.split_once('=') {
                         Some(("schema", v)) => own_schema = Some(v.to_owned()),
                         Some(("pool_size", v)) => {
-                            pool_size = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                                bad(format!(
-                                    "invalid pool_size `{v}`: expected a positive number"
-                                ))
-                            })?;
+                            pool_size = v
+                                .parse()
+                                .ok()
+                                .filter(|n| (1..=MAX_POOL_SIZE).contains(n))
+                                .ok_or_else(|| {
+                                    bad(format!(
+                                        "invalid pool_size `{v}`: expected a number from 1 to \
+                                         {MAX_POOL_SIZE}"
+                                    ))
+                                })?;
                         }
                         _ => kept.push(pair),
                     }
@@ -262,7 +281,9 @@ pub(super) struct Pool {
 }
 
 /// Opens one connection: its I/O runs in a task on `handle`; the search
-/// path is set to `schema` when one is configured.
+/// path is set to `schema` when one is configured, and
+/// `idle_in_transaction_session_timeout` to [`IDLE_IN_TRANSACTION_TIMEOUT`]
+/// unless the URL's `options` set it.
 pub(super) async fn connect(
     handle: &tokio::runtime::Handle,
     target: &Target,
@@ -270,6 +291,10 @@ pub(super) async fn connect(
     let config = target.config.clone();
     let schema = target.schema.clone();
     let shown = target.shown.clone();
+    let own_idle_timeout = target
+        .config
+        .get_options()
+        .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
     let task = handle.spawn(async move {
         let (client, connection) = config.connect(NoTls).await.map_err(|e| Error::Store {
             message: format!("postgres: cannot connect to `{shown}`: {}", describe(&e)),
@@ -279,11 +304,17 @@ pub(super) async fn connect(
             // client then reports `is_closed` and is not reused.
             let _ = connection.await;
         });
+        let mut setup = String::new();
+        if !own_idle_timeout {
+            setup.push_str(&format!(
+                "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}';"
+            ));
+        }
         if let Some(schema) = schema {
-            client
-                .batch_execute(&format!("SET search_path TO {}", quote_ident(&schema)))
-                .await
-                .map_err(db_err)?;
+            setup.push_str(&format!("SET search_path TO {};", quote_ident(&schema)));
+        }
+        if !setup.is_empty() {
+            client.batch_execute(&setup).await.map_err(db_err)?;
         }
         Ok::<_, Error>(client)
     });

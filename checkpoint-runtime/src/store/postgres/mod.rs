@@ -73,8 +73,8 @@ pub use self::schema::SCHEMA_VERSION;
 /// - `schema=NAME`: keep the tables in PostgreSQL schema `NAME` (ASCII
 ///   letters, digits and `_`), created if missing; by default they go to the
 ///   connection's current schema (normally `public`);
-/// - `pool_size=N`: open at most `N` connections (default 8), plus one that
-///   listens for notifications.
+/// - `pool_size=N`: open at most `N` connections (1 to 1024, default 8),
+///   plus one that listens for notifications.
 ///
 /// TLS is not supported: connect over a trusted network, a local socket or
 /// a tunnel.

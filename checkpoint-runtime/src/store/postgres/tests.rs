@@ -705,6 +705,9 @@ fn urls_are_parsed_and_passwords_hidden() {
         "postgres://u@h/db?schema=bad-name",
         "postgres://u@h/db?schema=",
         "postgres://u@h/db?pool_size=0",
+        "postgres://u@h/db?pool_size=1025",
+        "postgres://u@h/db?pool_size=99999999999999999999999",
+        "postgres://u@h/db?pool_size=-1",
         "postgres://u:pw@h/db?nonsense=1",
     ] {
         let err = Target::parse(bad, None).unwrap_err();
@@ -714,6 +717,17 @@ fn urls_are_parsed_and_passwords_hidden() {
         );
         assert!(!err.to_string().contains("pw@"), "{err}");
     }
+    // The largest pool accepted; one more is refused, naming the option
+    // (it used to reach `Semaphore::new`, which panics above its maximum).
+    assert_eq!(
+        Target::parse("postgres://u@h/db?pool_size=1024", None)
+            .unwrap()
+            .pool_size,
+        1024
+    );
+    let err = Target::parse("postgres://u@h/db?pool_size=18446744073709551615", None).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedStore { .. }), "{err}");
+    assert!(err.to_string().contains("pool_size"), "{err}");
 }
 
 #[tokio::test]
@@ -906,4 +920,45 @@ fn nul_characters_in_workflow_texts_are_stored_replaced() {
         .remove(0);
     let got = block_on(s.take_signal("w", &c.lease, "go\0now")).unwrap();
     assert_eq!(got.map(|g| g.name).as_deref(), Some("go\u{FFFD}now"));
+}
+
+/// `idle_in_transaction_session_timeout` of a connection of `store`'s pool.
+fn idle_timeout(db: &Db, store: &PostgresStore) -> String {
+    db.run(async {
+        let mut c = store.pool.get().await.unwrap();
+        let row = c
+            .plain()
+            .query_one("SHOW idle_in_transaction_session_timeout", &[])
+            .await
+            .unwrap();
+        get(&row, 0).unwrap()
+    })
+}
+
+#[test]
+fn stalled_transactions_are_ended_by_the_server() {
+    let Some(db) = Db::open("stalled_transactions_are_ended_by_the_server") else {
+        return;
+    };
+    // Every pooled connection has the timeout, so a worker paused inside a
+    // transaction cannot keep a run's row locked past its lease.
+    assert_eq!(idle_timeout(&db, db.store()), "10s");
+    let s = db.store();
+    let several = db.run(async {
+        let a = s.pool.get().await.unwrap();
+        let b = s.pool.get().await.unwrap();
+        (a, b)
+    });
+    drop(several);
+    assert_eq!(idle_timeout(&db, s), "10s");
+    // A value set in the URL's `options` is kept.
+    let url = format!(
+        "{}{}options=-c%20idle_in_transaction_session_timeout%3D5min",
+        db.url,
+        sep(&db.url)
+    );
+    let own = db
+        .run(PostgresStore::open_in_schema(&url, &db.schema))
+        .unwrap();
+    assert_eq!(idle_timeout(&db, &own), "5min");
 }
