@@ -123,25 +123,41 @@ async fn insert(cx: &mut Cx<'_>, cp: &CheckpointRecord) -> Result<(), Error> {
     Ok(())
 }
 
-/// Checkpoint `seq` of run `id`, if kept (`seq` 0: none).
+/// Checkpoint `seq` of run `id`, if kept (`seq` 0, or one above
+/// `i64::MAX`: none).
 pub(super) async fn load_seq(
     cx: &mut Cx<'_>,
     id: &str,
     seq: u64,
 ) -> Result<Option<Arc<CheckpointRecord>>, Error> {
+    load_seq_checked(cx, id, seq).await?
+}
+
+/// Like [`load_seq`], telling a database error (outside, the transaction is
+/// then unusable) from a stored row this build cannot decode (inside).
+pub(super) async fn load_seq_checked(
+    cx: &mut Cx<'_>,
+    id: &str,
+    seq: u64,
+) -> Result<Result<Option<Arc<CheckpointRecord>>, Error>, Error> {
     const SQL: &str = concat!(
         "SELECT ",
         cp_cols!(),
         " FROM cp_checkpoints c WHERE c.run = $1 AND c.seq = $2"
     );
+    // Sequence numbers are stored as `bigint`: a larger one names nothing.
+    let Ok(seq) = i64::try_from(seq) else {
+        return Ok(Ok(None));
+    };
     if seq == 0 {
-        return Ok(None);
+        return Ok(Ok(None));
     }
     let run: Arc<str> = Arc::from(id);
-    cx.query_opt(SQL, &[&id, &to_i64(seq, "seq")?])
+    Ok(cx
+        .query_opt(SQL, &[&id, &seq])
         .await?
         .map(|row| decode(&run, &row, 0).map(Arc::new))
-        .transpose()
+        .transpose())
 }
 
 impl PostgresStore {
@@ -216,11 +232,14 @@ impl PostgresStore {
             " FROM cp_runs r LEFT JOIN cp_checkpoints c ON c.run = r.id AND c.seq = $2 \
              WHERE r.id = $1"
         );
-        let Ok(seq) = i64::try_from(seq) else {
-            return Ok(None);
-        };
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
+        // Sequence numbers are stored as `bigint`: a larger one names no
+        // checkpoint (of a run that must exist, as in the other backends).
+        let Ok(seq) = i64::try_from(seq) else {
+            runs::must_exist(&mut cx, id).await?;
+            return Ok(None);
+        };
         let row = cx
             .query_opt(SQL, &[&id, &seq])
             .await?

@@ -283,8 +283,9 @@ fn status_code(kind: StatusKind) -> i16 {
 
 /// The runs a claim may take, in creation order: `$1` now, `$2` worker, `$3`
 /// instance, `$4` the workflows the caller runs, `$5` only this run (or
-/// NULL), `$6` at most this many. Locks them, skipping rows other claims
-/// (or fenced writes) hold.
+/// NULL), `$6` at most this many, `$7` not these runs (already looked at by
+/// this claim). Locks them, skipping rows other claims (or fenced writes)
+/// hold.
 const CLAIM: &str = concat!(
     "SELECT ",
     run_cols!(),
@@ -295,6 +296,7 @@ const CLAIM: &str = concat!(
      AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
           OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
               (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
+     AND NOT (r.id = ANY($7::text[])) \
      ORDER BY r.ord LIMIT $6 \
      FOR NO KEY UPDATE OF r SKIP LOCKED"
 );
@@ -391,40 +393,78 @@ impl PostgresStore {
         for row in cx.query(UNREGISTERED, &params).await? {
             out.unregistered.push((get(&row, 0)?, get(&row, 1)?));
         }
-        let rows = cx.query(CLAIM, &params).await?;
-        for row in rows {
-            let mut rec = decode_run(&row)?;
-            // The query decided under the lock; checked again here, as the
-            // other backends define it.
-            let lease_free = rec.lease.as_ref().is_none_or(|l| {
-                l.expires_at <= now || (l.worker == worker && l.instance.as_str() < instance)
-            });
-            if !lease_free || rec.state.is_terminal() {
-                continue;
+        // Runs this claim looked at and did not take are excluded from the
+        // next round, so that one the claim cannot take (its row does not
+        // decode, or the signal it waits for went elsewhere) does not use
+        // up the limit: the claim asks again for the rest.
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let want = limit - i64::try_from(out.claimed.len()).unwrap_or(limit);
+            if want <= 0 {
+                break;
             }
-            let wake = match &rec.state {
-                RunState::Waiting { signal, deadline } => {
-                    match super::signals::consume(&mut cx, &rec.id, signal).await? {
-                        Some(sig) => Some(WakeValue::Signal {
-                            name: sig.name,
-                            payload: sig.payload,
-                        }),
-                        None if deadline.is_some_and(|d| d <= now) => Some(WakeValue::TimedOut),
-                        // The signal went to someone else meanwhile.
-                        None => continue,
+            let rows = cx
+                .query(
+                    CLAIM,
+                    &[
+                        &now_i, &worker, &instance, &workflows, &req.only, &want, &seen,
+                    ],
+                )
+                .await?;
+            let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
+            for row in rows {
+                let id: String = get(&row, 0)?;
+                seen.push(id);
+                // A run whose row or latest checkpoint this build cannot
+                // decode is left untouched (not claimed, not changed): it
+                // must not make every worker's claim fail. Loading it reports
+                // the error.
+                let Ok(mut rec) = decode_run(&row) else {
+                    continue;
+                };
+                // The query decided under the lock; checked again here, as
+                // the other backends define it.
+                let lease_free = rec.lease.as_ref().is_none_or(|l| {
+                    l.expires_at <= now || (l.worker == worker && l.instance.as_str() < instance)
+                });
+                if !lease_free || rec.state.is_terminal() {
+                    continue;
+                }
+                if let RunState::Sleeping { until } = &rec.state {
+                    if *until > now {
+                        continue;
                     }
                 }
-                RunState::Sleeping { until } if *until > now => continue,
-                _ => None,
-            };
-            let lease = rec.claim(req, wake, expires, now);
-            write_run(&mut cx, &rec).await?;
-            let checkpoint = super::checkpoints::load_seq(&mut cx, &rec.id, rec.latest_seq).await?;
-            out.claimed.push(Claimed {
-                run: rec,
-                lease,
-                checkpoint,
-            });
+                let Ok(checkpoint) =
+                    super::checkpoints::load_seq_checked(&mut cx, &rec.id, rec.latest_seq).await?
+                else {
+                    continue;
+                };
+                let wake = match &rec.state {
+                    RunState::Waiting { signal, deadline } => {
+                        match super::signals::consume(&mut cx, &rec.id, signal).await? {
+                            Some(sig) => Some(WakeValue::Signal {
+                                name: sig.name,
+                                payload: sig.payload,
+                            }),
+                            None if deadline.is_some_and(|d| d <= now) => Some(WakeValue::TimedOut),
+                            // The signal went to someone else meanwhile.
+                            None => continue,
+                        }
+                    }
+                    _ => None,
+                };
+                let lease = rec.claim(req, wake, expires, now);
+                write_run(&mut cx, &rec).await?;
+                out.claimed.push(Claimed {
+                    run: rec,
+                    lease,
+                    checkpoint,
+                });
+            }
+            if exhausted {
+                break;
+            }
         }
         cx.commit().await?;
         Ok(out)

@@ -962,3 +962,70 @@ fn stalled_transactions_are_ended_by_the_server() {
         .unwrap();
     assert_eq!(idle_timeout(&db, &own), "5min");
 }
+
+#[test]
+fn an_undecodable_run_does_not_block_claims() {
+    let Some(db) = Db::open("an_undecodable_run_does_not_block_claims") else {
+        return;
+    };
+    let s = db.store();
+    // `d`, first in creation order, gets a checkpoint, then `a`, `b`, `c`.
+    new_run(s, "d");
+    let c = block_on(s.claim(&req("a", "a1")))
+        .unwrap()
+        .claimed
+        .remove(0);
+    block_on(s.save_checkpoint(&c.lease, rich_cp("d", 1, None), None)).unwrap();
+    block_on(s.release("d", &c.lease, Release::Abandon)).unwrap();
+    for id in ["a", "b", "c"] {
+        new_run(s, id);
+    }
+    // `b`'s row and `d`'s latest checkpoint become unreadable.
+    db.sql(
+        "UPDATE cp_runs SET epoch = -1 WHERE id = 'b'; \
+         UPDATE cp_checkpoints SET field_names = '{}' WHERE run = 'd'",
+    );
+    assert!(block_on(s.load_run("b")).is_err());
+    // A claim of one run gets the first readable one.
+    let one = ClaimRequest {
+        limit: 1,
+        ..req("w", "w1")
+    };
+    let got = block_on(s.claim(&one)).unwrap();
+    let ids: Vec<&str> = got.claimed.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(ids, ["a"]);
+    // And another worker gets the rest.
+    let got = block_on(s.claim(&req("v", "v1"))).unwrap();
+    let ids: Vec<&str> = got.claimed.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(ids, ["c"]);
+    // The unreadable runs are left as they were.
+    assert!(block_on(s.load_run("b")).is_err());
+    let d = block_on(s.load_run("d")).unwrap().unwrap();
+    assert_eq!((d.epoch, d.lease.is_none()), (1, true));
+}
+
+#[test]
+fn sequence_numbers_above_i64_max() {
+    let Some(db) = Db::open("sequence_numbers_above_i64_max") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    for seq in [u64::MAX, i64::MAX as u64 + 1] {
+        let err = block_on(s.fork("r", seq, "f")).unwrap_err();
+        assert_eq!(
+            err,
+            Error::UnknownCheckpoint {
+                run: "r".into(),
+                seq
+            }
+        );
+        assert!(block_on(s.load_run("f")).unwrap().is_none());
+        // As in the memory store: the run must exist.
+        assert!(matches!(
+            block_on(s.checkpoint("nope", seq)),
+            Err(Error::UnknownRun { .. })
+        ));
+        assert_eq!(block_on(s.checkpoint("r", seq)).unwrap(), None);
+    }
+}
