@@ -217,7 +217,11 @@ async fn takeover_only_after_lease_expiry() {
         return;
     };
     let url = schema.url();
-    let ttl = Duration::from_millis(1500);
+    // Long enough that B's look at the run below always happens while A's
+    // lease is live (those steps take milliseconds; the test fails, rather
+    // than skipping the check, if they ever take this long), short enough
+    // not to make the wait for its expiry slow.
+    let ttl = Duration::from_secs(8);
     // A "crashes" right after its second checkpoint: no more writes, its
     // lease left behind.
     let a = Runtime::builder()
@@ -255,14 +259,16 @@ async fn takeover_only_after_lease_expiry() {
     // While A's lease is live, B leaves the run alone.
     within(b.run_until_idle()).await.unwrap();
     let run = store.load_run("rev-2").await.unwrap().unwrap();
-    if SystemTime::now() < lease.expires_at {
-        assert_eq!(
-            run.lease.as_ref().map(|l| l.worker.as_str()),
-            Some("worker-a")
-        );
-        assert_eq!(run.epoch, 1);
-        assert_eq!(run.latest_seq, 2);
-    }
+    assert!(
+        SystemTime::now() < lease.expires_at,
+        "too slow: A's lease (TTL {ttl:?}) expired before B's look at the run was checked"
+    );
+    assert_eq!(
+        run.lease.as_ref().map(|l| l.worker.as_str()),
+        Some("worker-a")
+    );
+    assert_eq!(run.epoch, 1);
+    assert_eq!(run.latest_seq, 2);
     // After expiry, B takes it over from checkpoint 2 and finishes it.
     let out = within(b.handle(review, "rev-2").result()).await.unwrap();
     assert_eq!(out.unwrap().approved_by, "grace");
