@@ -5,9 +5,10 @@
 //! - `sqlite/latency`: one run taking checkpoints of a ~1 KB state one after
 //!   the other (time per checkpoint) vs one `INSERT` + `COMMIT` of as many
 //!   bytes;
-//! - `sqlite/throughput_64_runs`: 64 concurrent runs (group commit; time per
-//!   checkpoint, so elements/s is checkpoints/s) vs batched inserts of
-//!   1,000 rows per transaction.
+//! - `sqlite/throughput_64_runs`, `sqlite/throughput_1000_runs`: 64 and
+//!   1,000 concurrent runs (group commit; time per checkpoint, so elements/s
+//!   is checkpoints/s) vs `sqlite/throughput/raw_batched_1000_rows_per_tx`,
+//!   batched inserts of 1,000 rows per transaction.
 //!
 //! ```text
 //! cargo bench -p checkpoint-runtime --bench sqlite
@@ -26,8 +27,8 @@ use rusqlite::Connection;
 
 /// The state each checkpoint saves: ~1 KB plus a few bytes of counters.
 const STATE: u32 = 1000;
-/// Concurrent runs in the throughput benchmark.
-const RUNS: u64 = 64;
+/// Concurrent runs in the throughput benchmarks.
+const RUNS: [u64; 2] = [64, 1000];
 
 #[workflow]
 async fn save_loop(ctx: &Ctx, args: (u32, u32)) -> u64 {
@@ -115,11 +116,11 @@ fn bench_sqlite(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let bytes = payload(&tokio);
     let file = store_file_settings(&tokio, dir.path());
-    let open = |name: &str| {
+    let open = |name: &str, runs: u64| {
         let path = dir.path().join(name);
         tokio.block_on(async {
             Runtime::builder()
-                .concurrency(RUNS as usize)
+                .concurrency(runs.max(64) as usize)
                 .open(path.to_str().expect("utf-8 path"))
                 .await
                 .expect("open the SQLite store")
@@ -132,7 +133,7 @@ fn bench_sqlite(c: &mut Criterion) {
     // Sequential latency: one run of `iters` checkpoints, timed end to end
     // (its start and completion are two more commits, so this slightly
     // overstates the time per checkpoint for small `iters`).
-    let rt = open("latency.db");
+    let rt = open("latency.db", 1);
     let mut run = 0u64;
     group.bench_function("latency/checkpoint_1KB", |b| {
         b.to_async(&tokio).iter_custom(|iters| {
@@ -166,39 +167,41 @@ fn bench_sqlite(c: &mut Criterion) {
     });
     drop(raw);
 
-    // Throughput: 64 concurrent runs of ceil(iters / 64) checkpoints each,
-    // scaled back to `iters` checkpoints.
-    let rt = open("throughput.db");
-    let mut round = 0u64;
-    group.bench_function("throughput_64_runs/checkpoint_1KB", |b| {
-        b.to_async(&tokio).iter_custom(|iters| {
-            round += 1;
-            let (rt, round) = (rt.clone(), round);
-            async move {
-                let per_run = iters.div_ceil(RUNS).max(1);
-                let n = u32::try_from(per_run).unwrap_or(u32::MAX);
-                let mut set = tokio::task::JoinSet::new();
-                for r in 0..RUNS {
-                    let rt = rt.clone();
-                    let id = format!("tp-{round}-{r}");
-                    set.spawn(
-                        async move { rt.start(save_loop, &id, (n, STATE)).await.map(|_| ()) },
-                    );
+    // Throughput: `runs` concurrent runs of ceil(iters / runs) checkpoints
+    // each, scaled back to `iters` checkpoints.
+    for runs in RUNS {
+        let rt = open(&format!("throughput-{runs}.db"), runs);
+        let mut round = 0u64;
+        group.bench_function(format!("throughput_{runs}_runs/checkpoint_1KB"), |b| {
+            b.to_async(&tokio).iter_custom(|iters| {
+                round += 1;
+                let (rt, round) = (rt.clone(), round);
+                async move {
+                    let per_run = iters.div_ceil(runs).max(1);
+                    let n = u32::try_from(per_run).unwrap_or(u32::MAX);
+                    let mut set = tokio::task::JoinSet::new();
+                    for r in 0..runs {
+                        let rt = rt.clone();
+                        let id = format!("tp-{round}-{r}");
+                        set.spawn(
+                            async move { rt.start(save_loop, &id, (n, STATE)).await.map(|_| ()) },
+                        );
+                    }
+                    while let Some(res) = set.join_next().await {
+                        res.expect("start task").expect("start");
+                    }
+                    let start = Instant::now();
+                    rt.run_until_idle().await.expect("run");
+                    let took = start.elapsed();
+                    took.mul_f64(iters as f64 / (per_run * runs) as f64)
                 }
-                while let Some(res) = set.join_next().await {
-                    res.expect("start task").expect("start");
-                }
-                let start = Instant::now();
-                rt.run_until_idle().await.expect("run");
-                let took = start.elapsed();
-                took.mul_f64(iters as f64 / (per_run * RUNS) as f64)
-            }
+            });
         });
-    });
-    drop(rt);
+        drop(rt);
+    }
 
     let raw = raw_conn(&dir.path().join("raw-batched.db"), file);
-    group.bench_function("throughput_64_runs/raw_batched_1000_rows_per_tx", |b| {
+    group.bench_function("throughput/raw_batched_1000_rows_per_tx", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
             let mut left = iters;
