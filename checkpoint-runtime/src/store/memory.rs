@@ -135,21 +135,7 @@ impl MemoryStore {
 
     fn fenced<'s>(st: &'s mut State, id: &str, lease: &Lease) -> Result<&'s mut Entry, Error> {
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
-        if matches!(e.rec.state, RunState::Cancelled) {
-            return Err(Error::Cancelled { run: id.to_owned() });
-        }
-        let holds = e.rec.epoch == lease.epoch
-            && !e.rec.state.is_terminal()
-            && e.rec
-                .lease
-                .as_ref()
-                .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
-        if !holds {
-            return Err(Error::LeaseLost {
-                run: id.to_owned(),
-                worker: lease.worker.to_string(),
-            });
-        }
+        super::check_lease(id, &e.rec, lease)?;
         Ok(e)
     }
 
@@ -162,31 +148,17 @@ impl MemoryStore {
         let id: Arc<str> = Arc::from(run.id.as_str());
         let order = st.next_order;
         st.next_order += 1;
+        let started = Event::Started {
+            workflow: run.workflow.clone(),
+        };
         let mut entry = Entry {
-            rec: RunRecord {
-                id: run.id,
-                workflow: run.workflow.clone(),
-                input: run.input,
-                state: RunState::Ready,
-                lease: None,
-                epoch: 0,
-                attempt: 0,
-                latest_seq: 0,
-                wake: None,
-                created_at: now,
-                updated_at: now,
-            },
+            rec: RunRecord::created(run, now),
             order,
             checkpoints: VecDeque::new(),
             history: Vec::new(),
             signals: VecDeque::new(),
         };
-        entry.event(
-            now,
-            Event::Started {
-                workflow: run.workflow,
-            },
-        );
+        entry.event(now, started);
         st.active.insert(order, id.clone());
         st.runs.insert(id, entry);
         drop(st);
@@ -485,19 +457,7 @@ impl MemoryStore {
         let order = st.next_order;
         st.next_order += 1;
         let mut entry = Entry {
-            rec: RunRecord {
-                id: new_id.to_owned(),
-                workflow,
-                input,
-                state: copy.state(),
-                lease: None,
-                epoch: 0,
-                attempt: 0,
-                latest_seq: 1,
-                wake: None,
-                created_at: now,
-                updated_at: now,
-            },
+            rec: RunRecord::forked(new_id.to_owned(), workflow, input, copy.state(), now),
             order,
             checkpoints: VecDeque::from([Arc::new(copy)]),
             history: Vec::new(),

@@ -141,6 +141,47 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A run just created by [`Store::create_run`]: ready, never claimed,
+    /// no checkpoint yet.
+    pub(crate) fn created(run: NewRun, now: SystemTime) -> RunRecord {
+        RunRecord::started(run.id, run.workflow, run.input, RunState::Ready, 0, now)
+    }
+
+    /// A run created by [`Store::fork`]: never claimed, its one checkpoint
+    /// (seq 1) in `state`.
+    pub(crate) fn forked(
+        id: String,
+        workflow: String,
+        input: Arc<[u8]>,
+        state: RunState,
+        now: SystemTime,
+    ) -> RunRecord {
+        RunRecord::started(id, workflow, input, state, 1, now)
+    }
+
+    fn started(
+        id: String,
+        workflow: String,
+        input: Arc<[u8]>,
+        state: RunState,
+        latest_seq: u64,
+        now: SystemTime,
+    ) -> RunRecord {
+        RunRecord {
+            id,
+            workflow,
+            input,
+            state,
+            lease: None,
+            epoch: 0,
+            attempt: 0,
+            latest_seq,
+            wake: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// Applies a claim by `req` (see the claim rules in [`Store`]'s docs): a
     /// waiting run records `wake` (the consumed signal, or `TimedOut`) for its
     /// latest checkpoint; the run becomes `Ready` under a new lease with the
@@ -789,6 +830,28 @@ pub trait Store: Send + Sync + 'static {
         let _ = keys;
         Box::pin(std::future::ready(Ok(HashMap::new())))
     }
+}
+
+/// `t` as nanoseconds since the Unix epoch, as the durable stores keep
+/// times (saturating; negative before the epoch).
+pub(crate) fn to_unix_nanos(t: SystemTime) -> i64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos())
+            .map(|n| -n)
+            .unwrap_or(i64::MIN),
+    }
+}
+
+/// The inverse of [`to_unix_nanos`].
+pub(crate) fn from_unix_nanos(n: i64) -> SystemTime {
+    let d = Duration::from_nanos(n.unsigned_abs());
+    let t = if n >= 0 {
+        std::time::UNIX_EPOCH.checked_add(d)
+    } else {
+        std::time::UNIX_EPOCH.checked_sub(d)
+    };
+    t.unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// The fencing check every backend applies to a write that presents `lease`

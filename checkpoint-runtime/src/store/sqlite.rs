@@ -66,7 +66,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::BoxFuture;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
@@ -319,25 +319,7 @@ fn retry_busy<T>(mut f: impl FnMut() -> R<T>) -> R<T> {
 // ---------------------------------------------------------------------------
 // Conversions
 
-/// Nanoseconds since the Unix epoch (saturating; negative before it).
-fn ts(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos())
-            .map(|n| -n)
-            .unwrap_or(i64::MIN),
-    }
-}
-
-fn from_ts(n: i64) -> SystemTime {
-    let d = Duration::from_nanos(n.unsigned_abs());
-    let t = if n >= 0 {
-        UNIX_EPOCH.checked_add(d)
-    } else {
-        UNIX_EPOCH.checked_sub(d)
-    };
-    t.unwrap_or(UNIX_EPOCH)
-}
+use super::{from_unix_nanos as from_ts, to_unix_nanos as ts};
 
 fn dur_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
@@ -652,27 +634,6 @@ fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
     conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?
         .execute([ord])?;
     Ok(ord)
-}
-
-/// The fencing check of [`MemoryStore`](super::MemoryStore), on a run record.
-fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> R<()> {
-    if matches!(rec.state, RunState::Cancelled) {
-        return Err(Error::Cancelled { run: id.to_owned() }.into());
-    }
-    let holds = rec.epoch == lease.epoch
-        && !rec.state.is_terminal()
-        && rec
-            .lease
-            .as_ref()
-            .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
-    if !holds {
-        return Err(Error::LeaseLost {
-            run: id.to_owned(),
-            worker: lease.worker.to_string(),
-        }
-        .into());
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1654,11 +1615,11 @@ impl Ctx<'_> {
     /// The head of run `id`, if `lease` still holds it.
     fn fenced(&mut self, id: &str, lease: &Lease) -> R<Head> {
         let h = self.head(id)?;
-        match check_lease(id, &h.rec, lease) {
+        match super::check_lease(id, &h.rec, lease) {
             Ok(()) => Ok(h),
             Err(e) => {
                 self.put(Arc::from(id), h);
-                Err(e)
+                Err(e.into())
             }
         }
     }
@@ -2427,19 +2388,7 @@ fn op_create(cx: &mut Ctx<'_>, run: NewRun) -> R<Created> {
     }
     cx.begin()?;
     let now = SystemTime::now();
-    let mut rec = RunRecord {
-        id: run.id,
-        workflow: run.workflow,
-        input: run.input,
-        state: RunState::Ready,
-        lease: None,
-        epoch: 0,
-        attempt: 0,
-        latest_seq: 0,
-        wake: None,
-        created_at: now,
-        updated_at: now,
-    };
+    let mut rec = RunRecord::created(run, now);
     let ord = insert_run(cx.conn, &rec)?;
     let started = Event::Started {
         workflow: rec.workflow.clone(),
@@ -2856,19 +2805,7 @@ fn op_fork(cx: &mut Ctx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
     copy.run = id.clone();
     copy.seq = 1;
     copy.created_at = now;
-    let mut rec = RunRecord {
-        id: new_id.to_owned(),
-        workflow,
-        input: input.into(),
-        state: copy.state(),
-        lease: None,
-        epoch: 0,
-        attempt: 0,
-        latest_seq: 1,
-        wake: None,
-        created_at: now,
-        updated_at: now,
-    };
+    let mut rec = RunRecord::forked(new_id.to_owned(), workflow, input.into(), copy.state(), now);
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;
@@ -3288,6 +3225,7 @@ mod tests {
     use crate::store::conformance::{self, cp, new_run, req};
     use crate::store::MemoryStore;
     use futures::executor::block_on;
+    use std::time::UNIX_EPOCH;
 
     fn open() -> (tempfile::TempDir, SqliteStore) {
         let dir = tempfile::tempdir().unwrap();

@@ -307,19 +307,13 @@ impl PostgresStore {
         copy.run = Arc::from(new_id);
         copy.seq = 1;
         copy.created_at = now;
-        let rec = RunRecord {
-            id: new_id.to_owned(),
-            workflow: src.workflow,
-            input: src.input,
-            state: copy.state(),
-            lease: None,
-            epoch: 0,
-            attempt: 0,
-            latest_seq: 1,
-            wake: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let rec = RunRecord::forked(
+            new_id.to_owned(),
+            src.workflow,
+            src.input,
+            copy.state(),
+            now,
+        );
         if !insert_run(&mut cx, &rec).await? {
             return Err(Error::AlreadyExists {
                 run: new_id.to_owned(),

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::types::{FromSql, ToSql};
@@ -180,26 +180,7 @@ pub(super) fn get<'r, T: FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error
 // ---------------------------------------------------------------------------
 // Conversions
 
-/// Nanoseconds since the Unix epoch (saturating; negative before it).
-pub(super) fn ts(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos())
-            .map(|n| -n)
-            .unwrap_or(i64::MIN),
-    }
-}
-
-/// The inverse of [`ts`].
-pub(super) fn from_ts(n: i64) -> SystemTime {
-    let d = Duration::from_nanos(n.unsigned_abs());
-    let t = if n >= 0 {
-        UNIX_EPOCH.checked_add(d)
-    } else {
-        UNIX_EPOCH.checked_sub(d)
-    };
-    t.unwrap_or(UNIX_EPOCH)
-}
+pub(super) use crate::store::{from_unix_nanos as from_ts, to_unix_nanos as ts};
 
 /// `now + d` in [`ts`] units, saturating.
 pub(super) fn ts_after(now: SystemTime, d: Duration) -> i64 {

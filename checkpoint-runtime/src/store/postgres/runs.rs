@@ -317,19 +317,7 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let now = SystemTime::now();
-        let rec = RunRecord {
-            id: run.id,
-            workflow: run.workflow,
-            input: run.input,
-            state: RunState::Ready,
-            lease: None,
-            epoch: 0,
-            attempt: 0,
-            latest_seq: 0,
-            wake: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let rec = RunRecord::created(run, now);
         if !insert_run(&mut cx, &rec).await? {
             let existing = load(&mut cx, &rec.id)
                 .await?
