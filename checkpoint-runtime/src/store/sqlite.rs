@@ -20,7 +20,11 @@
 //!   end of the batch (see `deferred`). Concurrent runs therefore share
 //!   one fsync while each call still returns only once durable. After a small
 //!   batch the writer polls its queue for a moment before sleeping: the next
-//!   request of a sequential caller usually comes within microseconds.
+//!   request of a sequential caller usually comes within microseconds. A
+//!   large pile of requests found on waking is committed in two halves, so
+//!   that many concurrent runs form two groups that take turns (one prepares
+//!   its next checkpoints while the other's commit runs) instead of one
+//!   group that waits for the writer and a writer that waits for the group.
 //! - **Cross-process coordination** goes through the database only: claims,
 //!   leases and fencing epochs are read and written inside the writer's
 //!   `IMMEDIATE` transaction, so two processes never both claim a run. The
@@ -105,6 +109,14 @@ const READERS: usize = 2;
 const SPIN: Duration = Duration::from_micros(100);
 /// ... after a batch of at most this many requests.
 const SPIN_BATCH: usize = 2;
+/// A batch of at least this many requests that piled up while the writer
+/// slept is committed in two halves. With many concurrent runs, callers and
+/// writer otherwise settle into taking turns: every run's request in one
+/// batch, the writer idle while the callers prepare the next round and the
+/// callers idle while it commits. Two halves make two groups of runs that
+/// keep the writer busy with one while the other prepares; a busy writer
+/// does not sleep, so the groups stay apart.
+const SPLIT_AT: usize = 256;
 /// Batches of more requests are answered by another thread.
 const ANSWER_INLINE: usize = 16;
 /// `gc` rewrites the file when at least this many pages (and a quarter of
@@ -1780,8 +1792,25 @@ fn answer_loop(rx: mpsc::Receiver<Answers>) {
 }
 
 impl Writer {
+    fn new(
+        conn: Connection,
+        changes: Arc<watch::Sender<u64>>,
+        answers: mpsc::Sender<Answers>,
+    ) -> Writer {
+        Writer {
+            conn,
+            cache: Cache::default(),
+            changes,
+            answers,
+            last_batch: 0,
+            batch_size: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
     fn run(mut self, rx: mpsc::Receiver<Msg>) {
         let mut next = rx.recv().ok();
+        // Whether the writer slept before `next` arrived (see `SPLIT_AT`).
+        let mut slept = true;
         while let Some(msg) = next.take() {
             match msg {
                 Msg::Alone(f) => f(&mut self),
@@ -1797,14 +1826,23 @@ impl Writer {
                             Err(_) => break,
                         }
                     }
-                    self.run_batch(batch);
+                    if slept && batch.len() >= SPLIT_AT {
+                        let second = batch.split_off(batch.len() / 2);
+                        self.run_batch(batch);
+                        self.run_batch(second);
+                    } else {
+                        self.run_batch(batch);
+                    }
                 }
             }
             if next.is_none() {
-                next = if self.last_batch <= SPIN_BATCH {
-                    Self::wait(&rx)
-                } else {
-                    rx.recv().ok()
+                (next, slept) = match rx.try_recv() {
+                    Ok(msg) => (Some(msg), false),
+                    Err(mpsc::TryRecvError::Disconnected) => (None, false),
+                    Err(mpsc::TryRecvError::Empty) if self.last_batch <= SPIN_BATCH => {
+                        (Self::wait(&rx), true)
+                    }
+                    Err(mpsc::TryRecvError::Empty) => (rx.recv().ok(), true),
                 };
             }
         }
@@ -2175,20 +2213,13 @@ impl SqliteStore {
         // started so far.
         let (wtx, wrx) = mpsc::channel::<Msg>();
         let (atx, arx) = mpsc::channel::<Answers>();
-        let batch = Arc::new(AtomicUsize::new(0));
         store
             .threads
             .push(spawn("checkpoint-sqlite-answers", move || {
                 answer_loop(arx)
             })?);
-        let writer = Writer {
-            conn,
-            cache: Cache::default(),
-            changes: changes.clone(),
-            answers: atx,
-            last_batch: 0,
-            batch_size: batch.clone(),
-        };
+        let writer = Writer::new(conn, changes.clone(), atx);
+        let batch = writer.batch_size.clone();
         store
             .threads
             .push(spawn("checkpoint-sqlite-writer", move || writer.run(wrx))?);
@@ -4502,6 +4533,61 @@ mod tests {
         assert!(events(&store, "a-fork")
             .iter()
             .any(|e| matches!(e, Event::Forked { .. })));
+    }
+
+    /// Requests that piled up while the writer slept are committed in two
+    /// halves from `SPLIT_AT` requests on, and together below that; every
+    /// request is answered either way.
+    #[test]
+    fn a_pile_of_requests_is_committed_in_two_halves() {
+        for (n, commits, last) in [
+            (SPLIT_AT, 2, SPLIT_AT - SPLIT_AT / 2),
+            (SPLIT_AT - 1, 1, SPLIT_AT - 1),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("pile.db");
+            let mut conn = connect(&path).unwrap();
+            SqliteStore::prepare_writer(&mut conn).unwrap();
+            let (answers, answered) = mpsc::channel();
+            let writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
+            let batch_size = writer.batch_size.clone();
+            // Queued before the writer looks: it finds them all when it wakes.
+            let (tx, rx) = mpsc::channel();
+            let mut replies = Vec::new();
+            for i in 0..n {
+                let (reply, replied) = oneshot::channel();
+                let run = NewRun {
+                    id: format!("run-{i}"),
+                    workflow: "wf".into(),
+                    input: Arc::from(&b"null"[..]),
+                };
+                let job = Pending {
+                    f: Some(move |cx: &mut Ctx<'_>| op_create(cx, run)),
+                    out: None,
+                    tx: reply,
+                    keeps_deferred: false,
+                };
+                tx.send(Msg::Job(Box::new(job))).unwrap();
+                replies.push(replied);
+            }
+            drop(tx);
+            // Another connection keeps the WAL from being folded away when
+            // the writer's connection closes.
+            let other = connect(&path).unwrap();
+            other
+                .query_row("SELECT count(*) FROM runs", [], |_| Ok(()))
+                .unwrap();
+            let from = wal_frames(&path);
+            writer.run(rx);
+            answer_loop(answered);
+            for replied in replies {
+                assert!(matches!(block_on(replied).unwrap(), Ok(Created::New)));
+            }
+            assert_eq!(wal_commits(&path, from).len(), commits, "{n} requests");
+            assert_eq!(batch_size.load(Ordering::Relaxed), last, "{n} requests");
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(count(&store, "SELECT count(*) FROM runs"), n as i64);
+        }
     }
 
     /// The same script on a `MemoryStore` and a `SqliteStore` gives the same
