@@ -297,6 +297,41 @@ async fn w10_while() {
     assert_eq!(check(while_counter, 4).await.0, vec![1, 4, 9, 16]);
 }
 
+// 10b. while with the checkpoint in a branch taken on some iterations only
+// (the shape of the no-checkpoint benchmark): a resume continues the rest of
+// that iteration, then the iterations that skip the branch.
+#[workflow]
+async fn while_sometimes(ctx: &Ctx, n: u64) -> (u64, Vec<u64>) {
+    let mut acc = 1u64;
+    let mut i = 0u64;
+    let mut taken = Vec::new();
+    while i < n {
+        acc = acc.wrapping_mul(31).wrapping_add(i);
+        if i % 3 == 1 {
+            taken.push(i);
+            checkpoint!("sometimes");
+            acc += 7;
+        }
+        i += 1;
+    }
+    (acc, taken)
+}
+
+#[tokio::test]
+async fn w10b_while_with_a_conditional_checkpoint() {
+    let (mut acc, mut taken) = (1u64, Vec::new());
+    for i in 0..8u64 {
+        acc = acc.wrapping_mul(31).wrapping_add(i);
+        if i % 3 == 1 {
+            taken.push(i);
+            acc += 7;
+        }
+    }
+    let (out, checkpoints) = check(while_sometimes, 8).await;
+    assert_eq!(out, (acc, taken));
+    assert_eq!(checkpoints, 3);
+}
+
 // 11. while let over a stack that the loop pops.
 #[workflow]
 async fn while_let(ctx: &Ctx, mut stack: Vec<u32>) -> Vec<u32> {
