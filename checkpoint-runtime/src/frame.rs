@@ -109,6 +109,29 @@ impl Flavor for Append<'_> {
     }
 }
 
+/// A byte string, for `serialize_bytes`.
+struct AsBytes<'a>(&'a [u8]);
+
+impl Serialize for AsBytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0)
+    }
+}
+
+/// Appends the postcard encoding of `value` to `buf`.
+///
+/// serde hands a `Vec<u8>` to the serializer one byte at a time (a call and
+/// a capacity check per byte: most of a checkpoint's cost for a state of a
+/// few KiB of bytes), so one is written here as a byte string, in one copy.
+/// postcard encodes both alike (the length as a varint, then the bytes), so
+/// the checkpoint is the same and loads back as a `Vec<u8>`.
+fn encode_into<T: Serialize>(value: &T, buf: &mut Vec<u8>) -> postcard::Result<()> {
+    match castaway::cast!(value, &Vec<u8>) {
+        Ok(bytes) => postcard::serialize_with_flavor(&AsBytes(bytes), Append(buf)),
+        Err(value) => postcard::serialize_with_flavor(value, Append(buf)),
+    }
+}
+
 /// Encodes the fields of one checkpoint.
 pub struct Encoder {
     buf: Vec<u8>,
@@ -148,7 +171,7 @@ impl Encoder {
     /// cannot be traced), so that the field can be shown as JSON without this
     /// code. The generated code saves every field with this.
     pub fn typed_field<T: Serialize + DeserializeOwned>(&mut self, value: &T) -> Result<(), Error> {
-        self.field(value)?;
+        self.push_field(std::any::type_name::<T>(), |buf| encode_into(value, buf))?;
         if let Some(last) = self.schemas.last_mut() {
             *last = schema::schema_of::<T>();
         }
@@ -158,9 +181,20 @@ impl Encoder {
     /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`
     /// but no schema (see [`Encoder::typed_field`]).
     pub fn field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.push_field(std::any::type_name::<T>(), |buf| {
+            postcard::serialize_with_flavor(value, Append(buf))
+        })
+    }
+
+    /// Appends the next field, of type `type_name`, as `encode` writes it.
+    fn push_field(
+        &mut self,
+        type_name: &'static str,
+        encode: impl FnOnce(&mut Vec<u8>) -> postcard::Result<()>,
+    ) -> Result<(), Error> {
         let name = self.next_name()?;
         let offset = self.buf.len();
-        if let Err(e) = postcard::serialize_with_flavor(value, Append(&mut self.buf)) {
+        if let Err(e) = encode(&mut self.buf) {
             self.buf.truncate(offset);
             return Err(Error::Encode {
                 workflow: self.workflow.to_owned(),
@@ -172,7 +206,7 @@ impl Encoder {
         }
         self.fields.push(FieldRecord {
             name: Cow::Borrowed(name),
-            type_name: Cow::Borrowed(std::any::type_name::<T>()),
+            type_name: Cow::Borrowed(type_name),
             offset,
             len: self.buf.len() - offset,
         });
@@ -218,7 +252,8 @@ impl Encoded {
 
 /// Encodes a value now, to be stored by a later checkpoint with [`Encoder::encoded`].
 pub fn encode<T: Serialize>(value: &T) -> Result<Encoded, Error> {
-    let bytes = postcard::to_stdvec(value).map_err(|e| Error::Encode {
+    let mut bytes = Vec::new();
+    encode_into(value, &mut bytes).map_err(|e| Error::Encode {
         workflow: String::new(),
         run: String::new(),
         site: String::new(),
@@ -893,5 +928,48 @@ impl Frame {
             }
             match self.stop(Halt::Suspended).await {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoder(names: &'static [&'static str]) -> Encoder {
+        Encoder {
+            buf: Vec::new(),
+            fields: Vec::new(),
+            schemas: Vec::new(),
+            names,
+            workflow: "wf",
+            run: Arc::from("run"),
+            site: "site",
+        }
+    }
+
+    /// A `Vec<u8>` written in one copy gives the bytes serde's element by
+    /// element encoding gives (lengths on both sides of the varint's one- and
+    /// two-byte forms), and loads back as the same vector.
+    #[test]
+    fn byte_vectors_encode_as_serde_would() {
+        for len in [0usize, 1, 127, 128, 300, 16_384, 70_000] {
+            let v: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let by_serde = postcard::to_stdvec(&v).unwrap();
+            let mut enc = encoder(&["v", "after"]);
+            enc.typed_field(&v).unwrap();
+            enc.typed_field(&7u32).unwrap();
+            let field = &enc.fields[0];
+            assert_eq!(&enc.buf[..field.len], &by_serde[..], "{len} bytes");
+            assert_eq!(field.type_name, std::any::type_name::<Vec<u8>>());
+            assert_eq!(enc.fields[1].offset, by_serde.len());
+            let back: Vec<u8> = postcard::from_bytes(&enc.buf[..field.len]).unwrap();
+            assert_eq!(back, v);
+            assert_eq!(encode(&v).unwrap().bytes(), &by_serde[..]);
+        }
+        // Other sequences of bytes keep serde's path, and the same bytes.
+        let nested = (vec![1u8, 2, 3], [4u8; 3], vec![vec![5u8]]);
+        let mut enc = encoder(&["nested"]);
+        enc.typed_field(&nested).unwrap();
+        assert_eq!(enc.buf, postcard::to_stdvec(&nested).unwrap());
     }
 }
