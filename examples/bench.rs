@@ -256,6 +256,8 @@ struct Throughput {
     /// workflows, encoding, the runtime), in microseconds.
     writer_us: f64,
     main_us: f64,
+    /// The same, all the process's threads together.
+    all_us: f64,
     /// Bytes this process wrote (write syscalls: WAL frames, WAL checkpoints
     /// into the main file) per checkpoint.
     written: f64,
@@ -321,6 +323,19 @@ fn cpu_split(before: &[(u32, String, u64)], after: &[(u32, String, u64)]) -> (f6
     (writer, main_us)
 }
 
+/// CPU microseconds spent between two [`thread_ticks`] samples by all the
+/// threads alive at the second one.
+fn cpu_total(before: &[(u32, String, u64)], after: &[(u32, String, u64)]) -> f64 {
+    let tick_us = 1e6 / 100.0; // USER_HZ
+    after
+        .iter()
+        .map(|(tid, _, now)| {
+            let was = before.iter().find(|b| b.0 == *tid).map_or(0, |b| b.2);
+            now.saturating_sub(was) as f64 * tick_us
+        })
+        .sum()
+}
+
 /// `runs` concurrent runs × `n` checkpoints of `size` bytes on a fresh file.
 async fn throughput(
     dir: &Path,
@@ -338,7 +353,9 @@ async fn throughput(
     let start = Instant::now();
     rt.run_until_idle().await?;
     let wall = start.elapsed();
-    let (writer, main) = cpu_split(&ticks, &thread_ticks());
+    let after = thread_ticks();
+    let (writer, main) = cpu_split(&ticks, &after);
+    let all = cpu_total(&ticks, &after);
     let wrote = written_bytes().saturating_sub(wrote);
     let marks = probe.take();
     let total = runs as f64 * f64::from(n);
@@ -356,6 +373,7 @@ async fn throughput(
         steady,
         writer_us: writer / total,
         main_us: main / total,
+        all_us: all / total,
         written: wrote as f64 / total,
     })
 }
@@ -897,9 +915,10 @@ async fn throughput_rows(d: &Path, scale: f64, payload: usize) -> Result<Vec<Str
             _ => ("-", None),
         };
         rows.push(format!(
-            "| durable checkpoints/s, {runs} concurrent run(s) x {n} checkpoints of {payload} B (median of {rounds} rounds, each with its own raw floor just before) | {:.0}/s (steady {:.0}/s; CPU per checkpoint: writer thread {:.1} us, executor thread {:.1} us; {:.1} KB written per checkpoint) | raw batched inserts ({per_tx} rows/tx, {txs} tx): {raw_rate:.0} rows/s ({raw_cpu:.1} us CPU, {:.1} KB written per row) | {:.1}% (rounds: {}) | {target} | {} |",
+            "| durable checkpoints/s, {runs} concurrent run(s) x {n} checkpoints of {payload} B (median of {rounds} rounds, each with its own raw floor just before) | {:.0}/s (steady {:.0}/s; CPU per checkpoint: {:.1} us, of which writer thread {:.1} us, executor thread {:.1} us; {:.1} KB written per checkpoint) | raw batched inserts ({per_tx} rows/tx, {txs} tx): {raw_rate:.0} rows/s ({raw_cpu:.1} us CPU, {:.1} KB written per row) | {:.1}% (rounds: {}) | {target} | {} |",
             t.wall,
             t.steady,
+            t.all_us,
             t.writer_us,
             t.main_us,
             t.written / 1e3,

@@ -210,12 +210,19 @@ fn write_chunked<T>(
     bind: impl Fn(&mut rusqlite::Statement<'_>, &T, usize) -> rusqlite::Result<()>,
 ) -> R<()> {
     let mut rest = items;
+    // One statement per chunk size, kept while it is used: handing it back
+    // to the cache clears its bindings, which frees the buffer SQLite keeps
+    // for each bound blob (the next chunk would allocate them all again).
+    let mut held: Option<(usize, rusqlite::CachedStatement<'_>)> = None;
     while !rest.is_empty() {
         let n = CHUNKS.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
         let (chunk, tail) = rest.split_at(n);
-        let mut stmt = conn.prepare_cached(sql(n))?;
+        let stmt = match &mut held {
+            Some((size, stmt)) if *size == n => stmt,
+            _ => &mut held.insert((n, conn.prepare_cached(sql(n))?)).1,
+        };
         for (i, item) in chunk.iter().enumerate() {
-            bind(&mut stmt, item, 1 + i * width)?;
+            bind(stmt, item, 1 + i * width)?;
         }
         let written = stmt.raw_execute()?;
         if written != n {
