@@ -5048,6 +5048,53 @@ mod tests {
         med
     }
 
+    /// The writer's work for batches of 500 checkpoints of 1,000 runs taking
+    /// turns in two groups, applied directly (no threads), for a profiler:
+    /// `valgrind --tool=callgrind --toggle-collect='*run_batch*' <test binary>
+    /// profile_writer_batches --ignored` counts instructions per checkpoint.
+    #[test]
+    #[ignore]
+    fn profile_writer_batches() {
+        let rounds: u64 = std::env::var("PROFILE_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let store = open_bench(&path);
+        let leases = claim_all(&store, 1000);
+        drop(store);
+        let mut conn = connect(&path).unwrap();
+        SqliteStore::prepare_writer(&mut conn).unwrap();
+        let (answers, answered) = mpsc::channel();
+        let answering = std::thread::spawn(move || answer_loop(answered));
+        let mut writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
+        let mut replies = Vec::new();
+        for round in 0..rounds {
+            let group = (round % 2) as usize * 500;
+            let seq = round / 2 + 1;
+            let mut batch: Vec<Box<dyn Job>> = Vec::new();
+            for (id, lease) in &leases[group..group + 500] {
+                let (reply, replied) = oneshot::channel();
+                let cp = cp_fields(id, seq, &[("state", &state_bytes(seq))], None);
+                let lease = lease.clone();
+                batch.push(Box::new(Pending {
+                    f: Some(move |cx: &mut Ctx<'_>| op_save(cx, &lease, cp, None)),
+                    out: None,
+                    tx: reply,
+                    keeps_deferred: true,
+                }));
+                replies.push(replied);
+            }
+            writer.run_batch(batch);
+        }
+        drop(writer);
+        answering.join().unwrap();
+        for replied in replies {
+            block_on(replied).unwrap().unwrap();
+        }
+    }
+
     #[test]
     #[ignore]
     fn bench_1_sequential() {
