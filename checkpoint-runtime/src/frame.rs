@@ -132,6 +132,50 @@ fn encode_into<T: Serialize>(value: &T, buf: &mut Vec<u8>) -> postcard::Result<(
     }
 }
 
+/// A byte string read back by [`decode`].
+struct ByteBuf(Vec<u8>);
+
+impl<'de> serde::Deserialize<'de> for ByteBuf {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ByteBuf;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(v.to_vec()))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(v))
+            }
+        }
+        d.deserialize_byte_buf(Visitor)
+    }
+}
+
+/// Decodes a value of type `T` from the front of `bytes` (postcard); returns
+/// it and the bytes after it. A `Vec<u8>` is read as a byte string, in one
+/// copy, the counterpart of [`encode_into`].
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> postcard::Result<(T, &[u8])> {
+    let mut out: Option<T> = None;
+    let rest = match castaway::cast!(&mut out, &mut Option<Vec<u8>>) {
+        Ok(bytes_out) => {
+            let (ByteBuf(v), rest) = postcard::take_from_bytes::<ByteBuf>(bytes)?;
+            *bytes_out = Some(v);
+            rest
+        }
+        Err(out) => {
+            let (v, rest) = postcard::take_from_bytes::<T>(bytes)?;
+            *out = Some(v);
+            rest
+        }
+    };
+    // Both arms above fill `out`.
+    out.map(|value| (value, rest))
+        .ok_or(postcard::Error::SerdeDeCustom)
+}
+
 /// Encodes the fields of one checkpoint.
 pub struct Encoder {
     buf: Vec<u8>,
@@ -370,7 +414,7 @@ pub fn load<T: DeserializeOwned>(
     let bytes = cp.field_bytes(field).ok_or_else(|| {
         decode_err("the checkpoint has no such field (or its record is corrupt)".to_owned())
     })?;
-    match postcard::take_from_bytes::<T>(bytes) {
+    match decode::<T>(bytes) {
         Ok((value, [])) => {
             slot.0 = Some(value);
             Ok(())
@@ -971,5 +1015,30 @@ mod tests {
         let mut enc = encoder(&["nested"]);
         enc.typed_field(&nested).unwrap();
         assert_eq!(enc.buf, postcard::to_stdvec(&nested).unwrap());
+    }
+
+    /// `decode` reads a `Vec<u8>` as a byte string: what serde's element by
+    /// element encoding wrote comes back, with the bytes after it; a
+    /// truncated one is an error, as it is for serde's path.
+    #[test]
+    fn byte_vectors_decode_as_serde_would() {
+        for len in [0usize, 1, 127, 128, 300, 70_000] {
+            let v: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let mut bytes = postcard::to_stdvec(&v).unwrap();
+            bytes.extend_from_slice(&[9, 9]);
+            let (back, rest) = decode::<Vec<u8>>(&bytes).unwrap();
+            assert_eq!((back, rest), (v, &[9u8, 9][..]), "{len} bytes");
+            if len > 0 {
+                let cut = &bytes[..bytes.len() - 3];
+                assert!(decode::<Vec<u8>>(cut).is_err(), "{len} bytes, truncated");
+                assert!(postcard::take_from_bytes::<Vec<u8>>(cut).is_err());
+            }
+        }
+        let other = (vec![1u8, 2], 7u32, String::from("x"));
+        let bytes = postcard::to_stdvec(&other).unwrap();
+        assert_eq!(
+            decode::<(Vec<u8>, u32, String)>(&bytes).unwrap(),
+            (other, &[][..])
+        );
     }
 }
