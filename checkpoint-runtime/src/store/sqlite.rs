@@ -4535,6 +4535,83 @@ mod tests {
             .any(|e| matches!(e, Event::Forked { .. })));
     }
 
+    /// Rows written by one statement after rows of an earlier chunk: a
+    /// column that is NULL in a row (no previous checkpoint, no bytes of its
+    /// own) stays NULL whatever the same place held in the chunk before.
+    #[test]
+    fn deferred_rows_do_not_inherit_the_previous_chunks_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chunks.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let leases = claim_all(&store, 192);
+        drop(store);
+        let mut conn = connect(&path).unwrap();
+        SqliteStore::prepare_writer(&mut conn).unwrap();
+        let (answers, answered) = mpsc::channel();
+        let mut writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
+        let state = |b: u8| vec![b; 100];
+        let mut replies = Vec::new();
+        let mut job = |f: Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>| -> Box<dyn Job> {
+            let (reply, replied) = oneshot::channel();
+            replies.push(replied);
+            Box::new(Pending {
+                f: Some(f),
+                out: None,
+                tx: reply,
+                keeps_deferred: true,
+            })
+        };
+        // First every run's head in the writer's cache (a run it has to read
+        // from the table makes it write what it deferred first): checkpoint
+        // 1 of the first 128 runs, a lease renewal of the others.
+        let mut first: Vec<Box<dyn Job>> = Vec::new();
+        for (i, (id, lease)) in leases.iter().enumerate() {
+            let (id, lease) = (id.clone(), lease.clone());
+            first.push(job(if i < 128 {
+                let cp = cp_fields(&id, 1, &[("x", &state(1))], None);
+                Box::new(move |cx| op_save(cx, &lease, cp, None))
+            } else {
+                Box::new(move |cx| op_renew(cx, &id, &lease, Duration::from_secs(60)))
+            }));
+        }
+        writer.run_batch(first);
+        // Then one batch, three chunks of 64 rows: changed bytes (a row with
+        // data and a previous row), unchanged bytes (no data of its own),
+        // first checkpoints (no previous row).
+        let expected = |i: usize| match i {
+            0..64 => (2, 2),
+            64..128 => (2, 1),
+            _ => (1, 3),
+        };
+        let mut second: Vec<Box<dyn Job>> = Vec::new();
+        for (i, (id, lease)) in leases.iter().enumerate() {
+            let (seq, b) = expected(i);
+            let cp = cp_fields(id, seq, &[("x", &state(b))], None);
+            let lease = lease.clone();
+            second.push(job(Box::new(move |cx| op_save(cx, &lease, cp, None))));
+        }
+        writer.run_batch(second);
+        drop(writer);
+        answer_loop(answered);
+        for replied in replies {
+            block_on(replied).unwrap().unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let rows = |filter: &str| {
+            count(
+                &store,
+                &format!("SELECT count(*) FROM checkpoints WHERE {filter}"),
+            )
+        };
+        assert_eq!(rows("seq = 2 AND data IS NOT NULL"), 64);
+        assert_eq!(rows("seq = 2 AND prev IS NULL"), 0);
+        assert_eq!(rows("seq = 1 AND prev IS NOT NULL"), 0);
+        for (i, (id, _)) in leases.iter().enumerate() {
+            let latest = block_on(store.latest_checkpoint(id)).unwrap().unwrap();
+            assert_eq!(latest.data, state(expected(i).1), "run {id}");
+        }
+    }
+
     /// Requests that piled up while the writer slept are committed in two
     /// halves from `SPLIT_AT` requests on, and together below that; every
     /// request is answered either way.

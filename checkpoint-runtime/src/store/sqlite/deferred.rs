@@ -98,9 +98,12 @@ impl CheckpointRow {
             Some(&refs),
             data.as_ref().map(|v| v as &dyn ToSql),
         ];
+        // Every parameter, NULLs too: the statement is reused from chunk to
+        // chunk and keeps what the previous chunk bound (see `write_chunked`).
         for (i, v) in values.into_iter().enumerate() {
-            if let Some(v) = v {
-                stmt.raw_bind_parameter(at + i, v)?;
+            match v {
+                Some(v) => stmt.raw_bind_parameter(at + i, v)?,
+                None => stmt.raw_bind_parameter(at + i, rusqlite::types::Null)?,
             }
         }
         Ok(())
@@ -201,7 +204,8 @@ impl Deferred {
 }
 
 /// Writes `items` with the statements `sql(n)` for the sizes in [`CHUNKS`],
-/// binding each item's `width` parameters with `bind`.
+/// binding each item's `width` parameters with `bind`, which must bind every
+/// one of them: a statement keeps its bindings from one chunk to the next.
 fn write_chunked<T>(
     conn: &Connection,
     items: &[T],
