@@ -4551,7 +4551,8 @@ mod tests {
         let mut writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
         let state = |b: u8| vec![b; 100];
         let mut replies = Vec::new();
-        let mut job = |f: Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>| -> Box<dyn Job> {
+        type Op = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
+        let mut job = |f: Op| -> Box<dyn Job> {
             let (reply, replied) = oneshot::channel();
             replies.push(replied);
             Box::new(Pending {
