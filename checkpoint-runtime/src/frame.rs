@@ -14,10 +14,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use postcard::ser_flavors::Flavor;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec;
 use crate::ctx::Ctx;
 use crate::executor::{Halt, RunShared};
 use crate::history::Event;
@@ -85,97 +85,6 @@ impl std::fmt::Debug for Frame {
     }
 }
 
-/// A postcard flavor appending to a borrowed vector.
-struct Append<'a>(&'a mut Vec<u8>);
-
-impl Flavor for Append<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.0.push(data);
-        Ok(())
-    }
-
-    #[inline(always)]
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(data);
-        Ok(())
-    }
-
-    #[inline(always)]
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
-    }
-}
-
-/// A byte string, for `serialize_bytes`.
-struct AsBytes<'a>(&'a [u8]);
-
-impl Serialize for AsBytes<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(self.0)
-    }
-}
-
-/// Appends the postcard encoding of `value` to `buf`.
-///
-/// serde hands a `Vec<u8>` to the serializer one byte at a time (a call and
-/// a capacity check per byte: most of a checkpoint's cost for a state of a
-/// few KiB of bytes), so one is written here as a byte string, in one copy.
-/// postcard encodes both alike (the length as a varint, then the bytes), so
-/// the checkpoint is the same and loads back as a `Vec<u8>`.
-fn encode_into<T: Serialize>(value: &T, buf: &mut Vec<u8>) -> postcard::Result<()> {
-    match castaway::cast!(value, &Vec<u8>) {
-        Ok(bytes) => postcard::serialize_with_flavor(&AsBytes(bytes), Append(buf)),
-        Err(value) => postcard::serialize_with_flavor(value, Append(buf)),
-    }
-}
-
-/// A byte string read back by [`decode`].
-struct ByteBuf(Vec<u8>);
-
-impl<'de> serde::Deserialize<'de> for ByteBuf {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = ByteBuf;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ByteBuf, E> {
-                Ok(ByteBuf(v.to_vec()))
-            }
-            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<ByteBuf, E> {
-                Ok(ByteBuf(v))
-            }
-        }
-        d.deserialize_byte_buf(Visitor)
-    }
-}
-
-/// Decodes a value of type `T` from the front of `bytes` (postcard); returns
-/// it and the bytes after it. A `Vec<u8>` is read as a byte string, in one
-/// copy, the counterpart of [`encode_into`].
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> postcard::Result<(T, &[u8])> {
-    let mut out: Option<T> = None;
-    let rest = match castaway::cast!(&mut out, &mut Option<Vec<u8>>) {
-        Ok(bytes_out) => {
-            let (ByteBuf(v), rest) = postcard::take_from_bytes::<ByteBuf>(bytes)?;
-            *bytes_out = Some(v);
-            rest
-        }
-        Err(out) => {
-            let (v, rest) = postcard::take_from_bytes::<T>(bytes)?;
-            *out = Some(v);
-            rest
-        }
-    };
-    // Both arms above fill `out`.
-    out.map(|value| (value, rest))
-        .ok_or(postcard::Error::SerdeDeCustom)
-}
-
 /// Encodes the fields of one checkpoint.
 pub struct Encoder {
     buf: Vec<u8>,
@@ -215,7 +124,9 @@ impl Encoder {
     /// cannot be traced), so that the field can be shown as JSON without this
     /// code. The generated code saves every field with this.
     pub fn typed_field<T: Serialize + DeserializeOwned>(&mut self, value: &T) -> Result<(), Error> {
-        self.push_field(std::any::type_name::<T>(), |buf| encode_into(value, buf))?;
+        self.push_field(std::any::type_name::<T>(), |buf| {
+            codec::encode_into(value, buf)
+        })?;
         if let Some(last) = self.schemas.last_mut() {
             *last = schema::schema_of::<T>();
         }
@@ -225,9 +136,7 @@ impl Encoder {
     /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`
     /// but no schema (see [`Encoder::typed_field`]).
     pub fn field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.push_field(std::any::type_name::<T>(), |buf| {
-            postcard::serialize_with_flavor(value, Append(buf))
-        })
+        self.push_field(std::any::type_name::<T>(), |buf| codec::append(value, buf))
     }
 
     /// Appends the next field, of type `type_name`, as `encode` writes it.
@@ -297,7 +206,7 @@ impl Encoded {
 /// Encodes a value now, to be stored by a later checkpoint with [`Encoder::encoded`].
 pub fn encode<T: Serialize>(value: &T) -> Result<Encoded, Error> {
     let mut bytes = Vec::new();
-    encode_into(value, &mut bytes).map_err(|e| Error::Encode {
+    codec::encode_into(value, &mut bytes).map_err(|e| Error::Encode {
         workflow: String::new(),
         run: String::new(),
         site: String::new(),
@@ -414,7 +323,7 @@ pub fn load<T: DeserializeOwned>(
     let bytes = cp.field_bytes(field).ok_or_else(|| {
         decode_err("the checkpoint has no such field (or its record is corrupt)".to_owned())
     })?;
-    match decode::<T>(bytes) {
+    match codec::decode::<T>(bytes) {
         Ok((value, [])) => {
             slot.0 = Some(value);
             Ok(())
@@ -1015,30 +924,5 @@ mod tests {
         let mut enc = encoder(&["nested"]);
         enc.typed_field(&nested).unwrap();
         assert_eq!(enc.buf, postcard::to_stdvec(&nested).unwrap());
-    }
-
-    /// `decode` reads a `Vec<u8>` as a byte string: what serde's element by
-    /// element encoding wrote comes back, with the bytes after it; a
-    /// truncated one is an error, as it is for serde's path.
-    #[test]
-    fn byte_vectors_decode_as_serde_would() {
-        for len in [0usize, 1, 127, 128, 300, 70_000] {
-            let v: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
-            let mut bytes = postcard::to_stdvec(&v).unwrap();
-            bytes.extend_from_slice(&[9, 9]);
-            let (back, rest) = decode::<Vec<u8>>(&bytes).unwrap();
-            assert_eq!((back, rest), (v, &[9u8, 9][..]), "{len} bytes");
-            if len > 0 {
-                let cut = &bytes[..bytes.len() - 3];
-                assert!(decode::<Vec<u8>>(cut).is_err(), "{len} bytes, truncated");
-                assert!(postcard::take_from_bytes::<Vec<u8>>(cut).is_err());
-            }
-        }
-        let other = (vec![1u8, 2], 7u32, String::from("x"));
-        let bytes = postcard::to_stdvec(&other).unwrap();
-        assert_eq!(
-            decode::<(Vec<u8>, u32, String)>(&bytes).unwrap(),
-            (other, &[][..])
-        );
     }
 }

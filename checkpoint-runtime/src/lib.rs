@@ -101,6 +101,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod codec;
 mod ctx;
 mod error;
 mod executor;
