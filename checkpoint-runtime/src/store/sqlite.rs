@@ -119,6 +119,9 @@ const SPIN_BATCH: usize = 2;
 const SPLIT_AT: usize = 256;
 /// Batches of more requests are answered by another thread.
 const ANSWER_INLINE: usize = 16;
+/// How long `gc` retries truncating the WAL while another connection is
+/// using it.
+const GC_TRUNCATE_FOR: Duration = Duration::from_secs(2);
 /// `gc` rewrites the file when at least this many pages (and a quarter of
 /// the file) are free.
 const GC_VACUUM_PAGES: i64 = 256;
@@ -2029,10 +2032,18 @@ impl Writer {
             retry_busy(|| Ok(self.conn.execute_batch("VACUUM")?))?;
         }
         report.pages_released = u64::try_from(free - pragma("freelist_count")?).unwrap_or(0);
-        let busy: i64 = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
-        report.wal_truncated = busy == 0;
+        // The poller may be folding the WAL at this moment, or a reader
+        // finishing: tried again for a while before reporting it busy.
+        let start = Instant::now();
+        report.wal_truncated = loop {
+            let busy: i64 = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+            if busy == 0 || start.elapsed() >= GC_TRUNCATE_FOR {
+                break busy == 0;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         report.bytes_after = file_size();
         Ok(report)
     }
