@@ -20,6 +20,7 @@
 mod conformance;
 mod memory;
 pub mod postgres;
+mod run_row;
 pub mod sqlite;
 
 use std::borrow::Cow;

@@ -77,13 +77,15 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
+use super::run_row::{
+    state_code, status_code, ErrorCol, RunCols, RunRow, COMPLETED, FAILED, READY, SLEEPING, WAITING,
+};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
-    LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SignalRecord, Store, Suspend, Wake,
-    WakeValue,
+    NewRun, Outcome, Release, RunRecord, RunState, SignalRecord, Store, Suspend, Wake, WakeValue,
 };
 use crate::history::{Event, HistoryEntry};
-use crate::status::{RunFilter, StatusKind};
+use crate::status::RunFilter;
 use crate::Error;
 
 mod deferred;
@@ -250,14 +252,6 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
     )
 }
 
-// State codes of `runs.state`.
-const READY: i64 = 0;
-const WAITING: i64 = 1;
-const SLEEPING: i64 = 2;
-const COMPLETED: i64 = 3;
-const FAILED: i64 = 4;
-const CANCELLED: i64 = 5;
-
 // ---------------------------------------------------------------------------
 // Errors
 
@@ -381,27 +375,12 @@ const RUN_SELECT: &str = "SELECT r.ord, r.id, r.workflow, r.state, r.signal, r.d
      c.seq, c.created_at \
      FROM runs r LEFT JOIN heads h ON h.run = r.ord LEFT JOIN checkpoints c ON c.id = h.latest";
 
+/// A run row as read: the shared columns ([`RunRow`]), its key, and when
+/// its latest checkpoint was taken (a plain checkpoint leaves the run row
+/// alone: its latest seq and time are read from the checkpoint).
 struct RawRun {
     ord: i64,
-    id: String,
-    workflow: String,
-    state: i64,
-    signal: Option<String>,
-    due: Option<i64>,
-    output: Option<Vec<u8>>,
-    error: Option<String>,
-    lease_worker: Option<String>,
-    lease_instance: Option<String>,
-    lease_expires: Option<i64>,
-    epoch: i64,
-    attempt: i64,
-    wake_seq: Option<i64>,
-    wake_signal: Option<String>,
-    wake_payload: Option<Vec<u8>>,
-    created_at: i64,
-    updated_at: i64,
-    input: Vec<u8>,
-    latest_seq: Option<i64>,
+    row: RunRow,
     latest_at: Option<i64>,
 }
 
@@ -411,25 +390,27 @@ impl RawRun {
     fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         Ok(RawRun {
             ord: r.get(0)?,
-            id: r.get(1)?,
-            workflow: r.get(2)?,
-            state: r.get(3)?,
-            signal: r.get(4)?,
-            due: r.get(5)?,
-            output: r.get(6)?,
-            error: r.get(7)?,
-            lease_worker: r.get(8)?,
-            lease_instance: r.get(9)?,
-            lease_expires: r.get(10)?,
-            epoch: r.get(11)?,
-            attempt: r.get(12)?,
-            wake_seq: r.get(13)?,
-            wake_signal: r.get(14)?,
-            wake_payload: r.get(15)?,
-            created_at: r.get(16)?,
-            updated_at: r.get(17)?,
-            input: Vec::new(),
-            latest_seq: None,
+            row: RunRow {
+                id: r.get(1)?,
+                workflow: r.get(2)?,
+                input: Vec::new(),
+                state: r.get(3)?,
+                signal: r.get(4)?,
+                due: r.get(5)?,
+                output: r.get(6)?,
+                error: r.get(7)?,
+                lease_worker: r.get(8)?,
+                lease_instance: r.get(9)?,
+                lease_expires: r.get(10)?,
+                epoch: r.get(11)?,
+                attempt: r.get(12)?,
+                latest_seq: 0,
+                wake_seq: r.get(13)?,
+                wake_signal: r.get(14)?,
+                wake_payload: r.get(15)?,
+                created_at: r.get(16)?,
+                updated_at: r.get(17)?,
+            },
             latest_at: None,
         })
     }
@@ -437,76 +418,21 @@ impl RawRun {
     /// Reads a [`RUN_SELECT`] row.
     fn from_full_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         let mut raw = RawRun::from_row(r)?;
-        raw.input = r.get(18)?;
-        raw.latest_seq = r.get(19)?;
-        raw.latest_at = r.get(20)?;
+        raw.row.input = r.get(18)?;
+        raw.set_latest(r.get(19)?, r.get(20)?);
         Ok(raw)
     }
 
+    /// The latest checkpoint's `seq` and `created_at`, if there is one.
+    fn set_latest(&mut self, seq: Option<i64>, at: Option<i64>) {
+        self.row.latest_seq = seq.unwrap_or(0);
+        self.latest_at = at;
+    }
+
     fn into_record(self) -> R<(i64, RunRecord)> {
-        let state = match self.state {
-            READY => RunState::Ready,
-            WAITING => RunState::Waiting {
-                signal: self.signal.ok_or_else(|| {
-                    corrupt(format_args!("run `{}` waits for no signal", self.id))
-                })?,
-                deadline: self.due.map(from_ts),
-            },
-            SLEEPING => RunState::Sleeping {
-                until: from_ts(
-                    self.due
-                        .ok_or_else(|| corrupt(format_args!("run `{}` sleeps forever", self.id)))?,
-                ),
-            },
-            COMPLETED => RunState::Completed {
-                output: self.output.unwrap_or_default().into(),
-                error: self.error,
-            },
-            FAILED => {
-                let text = self.error.unwrap_or_default();
-                // The runtime's error as JSON; an error this build does not
-                // know (a newer version wrote it) is kept as text.
-                let error = serde_json::from_str(&text).unwrap_or(Error::Store { message: text });
-                RunState::Failed { error }
-            }
-            CANCELLED => RunState::Cancelled,
-            other => return Err(corrupt(format_args!("run `{}` has state {other}", self.id))),
-        };
-        let lease = match (self.lease_worker, self.lease_instance) {
-            (Some(worker), Some(instance)) => Some(LeaseInfo {
-                worker,
-                instance,
-                expires_at: from_ts(self.lease_expires.unwrap_or(0)),
-            }),
-            _ => None,
-        };
-        let wake = match self.wake_seq {
-            None => None,
-            Some(seq) => Some(Wake {
-                seq: to_u64(seq, "wake seq")?,
-                value: match self.wake_signal {
-                    Some(name) => WakeValue::Signal {
-                        name,
-                        payload: self.wake_payload.unwrap_or_default().into(),
-                    },
-                    None => WakeValue::TimedOut,
-                },
-            }),
-        };
-        let updated_at = self.updated_at.max(self.latest_at.unwrap_or(i64::MIN));
-        let rec = RunRecord {
-            id: self.id,
-            workflow: self.workflow,
-            input: self.input.into(),
-            state,
-            lease,
-            epoch: to_u64(self.epoch, "epoch")?,
-            attempt: u32::try_from(self.attempt).unwrap_or(u32::MAX),
-            latest_seq: to_u64(self.latest_seq.unwrap_or(0), "seq")?,
-            wake,
-            created_at: from_ts(self.created_at),
-            updated_at: from_ts(updated_at),
-        };
+        let mut row = self.row;
+        row.updated_at = row.updated_at.max(self.latest_at.unwrap_or(i64::MIN));
+        let rec = row.into_record().map_err(corrupt)?;
         Ok((self.ord, rec))
     }
 }
@@ -527,38 +453,12 @@ fn run_ord(conn: &Connection, id: &str) -> R<i64> {
         .ok_or_else(|| Fail::from(Error::unknown_run(id)))
 }
 
-/// The state columns `(state, signal, due, output, error)` of a run state.
-type StateCols<'a> = (
-    i64,
-    Option<&'a str>,
-    Option<i64>,
-    Option<&'a [u8]>,
-    Option<String>,
-);
-
-fn state_code(state: &RunState) -> i64 {
-    match state {
-        RunState::Ready => READY,
-        RunState::Waiting { .. } => WAITING,
-        RunState::Sleeping { .. } => SLEEPING,
-        RunState::Completed { .. } => COMPLETED,
-        RunState::Failed { .. } => FAILED,
-        RunState::Cancelled => CANCELLED,
-    }
-}
-
-fn state_cols(state: &RunState) -> R<StateCols<'_>> {
-    Ok(match state {
-        RunState::Ready => (READY, None, None, None, None),
-        RunState::Waiting { signal, deadline } => {
-            (WAITING, Some(signal.as_str()), deadline.map(ts), None, None)
-        }
-        RunState::Sleeping { until } => (SLEEPING, None, Some(ts(*until)), None, None),
-        RunState::Completed { output, error } => {
-            (COMPLETED, None, None, Some(&output[..]), error.clone())
-        }
-        RunState::Failed { error } => (FAILED, None, None, None, Some(to_json(error)?)),
-        RunState::Cancelled => (CANCELLED, None, None, None, None),
+/// The `error` column's text.
+fn error_text(col: Option<ErrorCol<'_>>) -> R<Option<String>> {
+    Ok(match col {
+        None => None,
+        Some(ErrorCol::Text(text)) => Some(text.to_owned()),
+        Some(ErrorCol::Json(error)) => Some(to_json(error)?),
     })
 }
 
@@ -566,27 +466,8 @@ fn state_cols(state: &RunState) -> R<StateCols<'_>> {
 /// code is `before`. The `state` column is left alone when it does not change,
 /// so that the index of active runs is not rewritten.
 fn write_run(conn: &Connection, ord: i64, rec: &RunRecord, before: i64) -> R<()> {
-    let (state, signal, due, output, error) = state_cols(&rec.state)?;
-    let (lw, li, le) = match &rec.lease {
-        Some(l) => (
-            Some(l.worker.as_str()),
-            Some(l.instance.as_str()),
-            Some(ts(l.expires_at)),
-        ),
-        None => (None, None, None),
-    };
-    let (wseq, wsig, wpay) = match &rec.wake {
-        None => (None, None, None),
-        Some(w) => match &w.value {
-            WakeValue::Signal { name, payload } => (
-                Some(to_i64(w.seq, "seq")?),
-                Some(name.as_str()),
-                Some(&payload[..]),
-            ),
-            WakeValue::TimedOut => (Some(to_i64(w.seq, "seq")?), None, None),
-        },
-    };
-    let sql = if state == before {
+    let cols = RunCols::of(rec)?;
+    let sql = if cols.state == before {
         "UPDATE runs SET signal = ?3, due = ?4, output = ?5, error = ?6, \
          lease_worker = ?7, lease_instance = ?8, lease_expires = ?9, epoch = ?10, \
          attempt = ?11, wake_seq = ?12, wake_signal = ?13, wake_payload = ?14, \
@@ -599,20 +480,20 @@ fn write_run(conn: &Connection, ord: i64, rec: &RunRecord, before: i64) -> R<()>
     };
     let n = conn.prepare_cached(sql)?.execute(params![
         ord,
-        state,
-        signal,
-        due,
-        output,
-        error,
-        lw,
-        li,
-        le,
-        to_i64(rec.epoch, "epoch")?,
-        i64::from(rec.attempt),
-        wseq,
-        wsig,
-        wpay,
-        ts(rec.updated_at),
+        cols.state,
+        cols.signal,
+        cols.due,
+        cols.output,
+        error_text(cols.error)?,
+        cols.lease_worker,
+        cols.lease_instance,
+        cols.lease_expires,
+        cols.epoch,
+        cols.attempt,
+        cols.wake_seq,
+        cols.wake_signal,
+        cols.wake_payload,
+        cols.updated_at,
     ])?;
     if n != 1 {
         return Err(
@@ -625,7 +506,7 @@ fn write_run(conn: &Connection, ord: i64, rec: &RunRecord, before: i64) -> R<()>
 /// Inserts a new run (no lease, no wake value, no checkpoint); returns its
 /// `ord`. Two statements.
 fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
-    let (state, signal, due, output, error) = state_cols(&rec.state)?;
+    let cols = RunCols::of(rec)?;
     conn.prepare_cached(
         "INSERT INTO runs (id, workflow, input, state, signal, due, output, error, epoch, \
          attempt, created_at, updated_at) \
@@ -635,15 +516,15 @@ fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
         rec.id,
         rec.workflow,
         &rec.input[..],
-        state,
-        signal,
-        due,
-        output,
-        error,
-        to_i64(rec.epoch, "epoch")?,
-        i64::from(rec.attempt),
-        ts(rec.created_at),
-        ts(rec.updated_at),
+        cols.state,
+        cols.signal,
+        cols.due,
+        cols.output,
+        error_text(cols.error)?,
+        cols.epoch,
+        cols.attempt,
+        cols.created_at,
+        cols.updated_at,
     ])?;
     let ord = conn.last_insert_rowid();
     conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?
@@ -1399,9 +1280,8 @@ impl Head {
             })
             .optional()?
             .ok_or_else(|| corrupt(format_args!("run `{id}` has no head")))?;
-        raw.latest_seq = seq;
-        raw.latest_at = at;
-        let stored = raw.state;
+        raw.set_latest(seq, at);
+        let stored = raw.row.state;
         let (ord, rec) = raw.into_record()?;
         Ok(Some(Head {
             ord,
@@ -2880,17 +2760,6 @@ fn op_fork(cx: &mut Ctx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
 
 // ---------------------------------------------------------------------------
 // Reads (each runs in one read transaction on a reader connection)
-
-fn status_code(kind: StatusKind) -> i64 {
-    match kind {
-        StatusKind::Running => READY,
-        StatusKind::Waiting => WAITING,
-        StatusKind::Sleeping => SLEEPING,
-        StatusKind::Completed => COMPLETED,
-        StatusKind::Failed => FAILED,
-        StatusKind::Cancelled => CANCELLED,
-    }
-}
 
 fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<RunRecord>> {
     // A completed run with an `Err` output counts as failed.

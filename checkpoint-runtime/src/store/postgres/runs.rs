@@ -6,23 +6,16 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 
-use super::conn::{corrupt, from_ts, get, scrub, to_i64, to_json, to_u64, ts, ts_after, Cx};
+use super::conn::{corrupt, from_ts, get, scrub, to_json, ts, ts_after, Cx};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
-use crate::status::{RunFilter, StatusKind};
+use crate::status::RunFilter;
+use crate::store::run_row::{status_code, ErrorCol, RunCols, RunRow};
 use crate::store::{
-    check_lease, describe_suspension, ClaimRequest, ClaimResult, Claimed, Created, Lease,
-    LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, Wake, WakeValue,
+    check_lease, describe_suspension, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
+    Outcome, Release, RunRecord, RunState, WakeValue,
 };
 use crate::Error;
-
-// State codes of `cp_runs.state`.
-pub(super) const READY: i16 = 0;
-pub(super) const WAITING: i16 = 1;
-pub(super) const SLEEPING: i16 = 2;
-pub(super) const COMPLETED: i16 = 3;
-pub(super) const FAILED: i16 = 4;
-pub(super) const CANCELLED: i16 = 5;
 
 /// The columns [`decode_run`] reads, in order (the input last).
 macro_rules! run_cols {
@@ -39,101 +32,64 @@ pub(super) const RUN_COLS: usize = 18;
 
 /// A run row (the [`run_cols`] columns and the input) as a record.
 pub(super) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
-    let id: String = get(row, 0)?;
-    let state: i16 = get(row, 2)?;
-    let signal: Option<String> = get(row, 3)?;
-    let due: Option<i64> = get(row, 4)?;
-    let error: Option<String> = get(row, 6)?;
-    let state = match state {
-        READY => RunState::Ready,
-        WAITING => RunState::Waiting {
-            signal: signal
-                .ok_or_else(|| corrupt(format_args!("run `{id}` waits for no signal")))?,
-            deadline: due.map(from_ts),
-        },
-        SLEEPING => RunState::Sleeping {
-            until: from_ts(due.ok_or_else(|| corrupt(format_args!("run `{id}` sleeps forever")))?),
-        },
-        COMPLETED => RunState::Completed {
-            output: get::<Option<Vec<u8>>>(row, 5)?.unwrap_or_default().into(),
-            error,
-        },
-        FAILED => {
-            let text = error.unwrap_or_default();
-            // The runtime's error as JSON; one this build does not know (a
-            // newer version wrote it) is kept as text.
-            let error = serde_json::from_str(&text).unwrap_or(Error::Store { message: text });
-            RunState::Failed { error }
-        }
-        CANCELLED => RunState::Cancelled,
-        other => return Err(corrupt(format_args!("run `{id}` has state {other}"))),
-    };
-    let lease = match (
-        get::<Option<String>>(row, 7)?,
-        get::<Option<String>>(row, 8)?,
-    ) {
-        (Some(worker), Some(instance)) => Some(LeaseInfo {
-            worker,
-            instance,
-            expires_at: from_ts(get::<Option<i64>>(row, 9)?.unwrap_or(0)),
-        }),
-        _ => None,
-    };
-    let wake = match get::<Option<i64>>(row, 13)? {
-        None => None,
-        Some(seq) => Some(Wake {
-            seq: to_u64(seq, "wake seq")?,
-            value: match get::<Option<String>>(row, 14)? {
-                Some(name) => WakeValue::Signal {
-                    name,
-                    payload: get::<Option<Vec<u8>>>(row, 15)?.unwrap_or_default().into(),
-                },
-                None => WakeValue::TimedOut,
-            },
-        }),
-    };
-    Ok(RunRecord {
+    RunRow {
+        id: get(row, 0)?,
         workflow: get(row, 1)?,
-        input: get::<Vec<u8>>(row, RUN_COLS)?.into(),
-        state,
-        lease,
-        epoch: to_u64(get(row, 10)?, "epoch")?,
-        attempt: u32::try_from(get::<i32>(row, 11)?).unwrap_or(0),
-        latest_seq: to_u64(get(row, 12)?, "seq")?,
-        wake,
-        created_at: from_ts(get(row, 16)?),
-        updated_at: from_ts(get(row, 17)?),
-        id,
-    })
+        state: i64::from(get::<i16>(row, 2)?),
+        signal: get(row, 3)?,
+        due: get(row, 4)?,
+        output: get(row, 5)?,
+        error: get(row, 6)?,
+        lease_worker: get(row, 7)?,
+        lease_instance: get(row, 8)?,
+        lease_expires: get(row, 9)?,
+        epoch: get(row, 10)?,
+        attempt: i64::from(get::<i32>(row, 11)?),
+        latest_seq: get(row, 12)?,
+        wake_seq: get(row, 13)?,
+        wake_signal: get(row, 14)?,
+        wake_payload: get(row, 15)?,
+        created_at: get(row, 16)?,
+        updated_at: get(row, 17)?,
+        input: get(row, RUN_COLS)?,
+    }
+    .into_record()
+    .map_err(corrupt)
 }
 
-/// The state columns `(state, signal, due, output, error)` of a run state
-/// (texts without NUL characters, see [`scrub`]).
-type StateCols<'a> = (
-    i16,
-    Option<Cow<'a, str>>,
-    Option<i64>,
-    Option<&'a [u8]>,
-    Option<String>,
-);
+/// The columns of `rec` as this backend binds them: texts scrubbed (see
+/// [`scrub`]), the state as a `smallint`, the attempt as an `integer`.
+struct Bound<'a> {
+    cols: RunCols<'a>,
+    state: i16,
+    signal: Option<Cow<'a, str>>,
+    error: Option<String>,
+    attempt: i32,
+    wake_signal: Option<Cow<'a, str>>,
+}
 
-fn state_cols(state: &RunState) -> Result<StateCols<'_>, Error> {
-    Ok(match state {
-        RunState::Ready => (READY, None, None, None, None),
-        RunState::Waiting { signal, deadline } => {
-            (WAITING, Some(scrub(signal)), deadline.map(ts), None, None)
-        }
-        RunState::Sleeping { until } => (SLEEPING, None, Some(ts(*until)), None, None),
-        RunState::Completed { output, error } => (
-            COMPLETED,
-            None,
-            None,
-            Some(&output[..]),
-            error.as_deref().map(|e| scrub(e).into_owned()),
-        ),
-        RunState::Failed { error } => (FAILED, None, None, None, Some(to_json(error)?)),
-        RunState::Cancelled => (CANCELLED, None, None, None, None),
-    })
+impl<'a> Bound<'a> {
+    fn of(rec: &'a RunRecord) -> Result<Bound<'a>, Error> {
+        let cols = RunCols::of(rec)?;
+        let error = match &cols.error {
+            None => None,
+            Some(ErrorCol::Text(text)) => Some(scrub(text).into_owned()),
+            Some(ErrorCol::Json(error)) => Some(to_json(error)?),
+        };
+        Ok(Bound {
+            state: code(cols.state),
+            signal: cols.signal.map(scrub),
+            error,
+            attempt: i32::try_from(cols.attempt).unwrap_or(i32::MAX),
+            wake_signal: cols.wake_signal.map(scrub),
+            cols,
+        })
+    }
+}
+
+/// A state code as the `smallint` column holds it (codes are 0 to 5).
+fn code(state: i64) -> i16 {
+    i16::try_from(state).unwrap_or(i16::MAX)
 }
 
 /// Loads run `id` with its row locked until the transaction ends (without
@@ -162,26 +118,7 @@ pub(super) async fn fenced(cx: &mut Cx<'_>, id: &str, lease: &Lease) -> Result<R
 
 /// Writes every mutable column of `rec` back to its row.
 pub(super) async fn write_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<(), Error> {
-    let (state, signal, due, output, error) = state_cols(&rec.state)?;
-    let (lw, li, le) = match &rec.lease {
-        Some(l) => (
-            Some(l.worker.as_str()),
-            Some(l.instance.as_str()),
-            Some(ts(l.expires_at)),
-        ),
-        None => (None, None, None),
-    };
-    let (wseq, wsig, wpay) = match &rec.wake {
-        None => (None, None, None),
-        Some(w) => match &w.value {
-            WakeValue::Signal { name, payload } => (
-                Some(to_i64(w.seq, "seq")?),
-                Some(scrub(name)),
-                Some(&payload[..]),
-            ),
-            WakeValue::TimedOut => (Some(to_i64(w.seq, "seq")?), None, None),
-        },
-    };
+    let b = Bound::of(rec)?;
     let n = cx
         .execute(
             "UPDATE cp_runs SET state = $2, signal = $3, due = $4, output = $5, error = $6, \
@@ -190,21 +127,21 @@ pub(super) async fn write_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<(), Er
              wake_payload = $15, updated_at = $16 WHERE id = $1",
             &[
                 &rec.id,
-                &state,
-                &signal,
-                &due,
-                &output,
-                &error,
-                &lw,
-                &li,
-                &le,
-                &to_i64(rec.epoch, "epoch")?,
-                &i32::try_from(rec.attempt).unwrap_or(i32::MAX),
-                &to_i64(rec.latest_seq, "seq")?,
-                &wseq,
-                &wsig,
-                &wpay,
-                &ts(rec.updated_at),
+                &b.state,
+                &b.signal,
+                &b.cols.due,
+                &b.cols.output,
+                &b.error,
+                &b.cols.lease_worker,
+                &b.cols.lease_instance,
+                &b.cols.lease_expires,
+                &b.cols.epoch,
+                &b.attempt,
+                &b.cols.latest_seq,
+                &b.cols.wake_seq,
+                &b.wake_signal,
+                &b.cols.wake_payload,
+                &b.cols.updated_at,
             ],
         )
         .await?;
@@ -219,7 +156,7 @@ pub(super) async fn write_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<(), Er
 
 /// Inserts a new run unless its id exists; returns whether it did.
 pub(super) async fn insert_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<bool, Error> {
-    let (state, signal, due, output, error) = state_cols(&rec.state)?;
+    let b = Bound::of(rec)?;
     let n = cx
         .execute(
             "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
@@ -230,16 +167,16 @@ pub(super) async fn insert_run(cx: &mut Cx<'_>, rec: &RunRecord) -> Result<bool,
                 &rec.id,
                 &rec.workflow,
                 &&rec.input[..],
-                &state,
-                &signal,
-                &due,
-                &output,
-                &error,
-                &to_i64(rec.epoch, "epoch")?,
-                &i32::try_from(rec.attempt).unwrap_or(i32::MAX),
-                &to_i64(rec.latest_seq, "seq")?,
-                &ts(rec.created_at),
-                &ts(rec.updated_at),
+                &b.state,
+                &b.signal,
+                &b.cols.due,
+                &b.cols.output,
+                &b.error,
+                &b.cols.epoch,
+                &b.attempt,
+                &b.cols.latest_seq,
+                &b.cols.created_at,
+                &b.cols.updated_at,
             ],
         )
         .await?;
@@ -267,17 +204,6 @@ pub(super) async fn must_exist(cx: &mut Cx<'_>, id: &str) -> Result<(), Error> {
     {
         Some(_) => Ok(()),
         None => Err(Error::unknown_run(id)),
-    }
-}
-
-fn status_code(kind: StatusKind) -> i16 {
-    match kind {
-        StatusKind::Running => READY,
-        StatusKind::Waiting => WAITING,
-        StatusKind::Sleeping => SLEEPING,
-        StatusKind::Completed => COMPLETED,
-        StatusKind::Failed => FAILED,
-        StatusKind::Cancelled => CANCELLED,
     }
 }
 
@@ -353,7 +279,7 @@ impl PostgresStore {
              ORDER BY r.ord LIMIT $4::bigint"
         );
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
-        let status = filter.status.map(status_code);
+        let status = filter.status.map(|kind| code(status_code(kind)));
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let rows = cx

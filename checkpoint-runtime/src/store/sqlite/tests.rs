@@ -2,6 +2,7 @@
 //! suite, plus ignored benchmarks and a profiling harness.
 
 use super::*;
+use crate::status::StatusKind;
 use crate::store::conformance::{self, cp, new_run, req};
 use crate::store::MemoryStore;
 use futures::executor::block_on;

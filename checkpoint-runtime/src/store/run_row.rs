@@ -1,0 +1,224 @@
+//! A run record as the flat row the SQL backends keep it in (`runs` in
+//! SQLite, `cp_runs` in PostgreSQL): the state codes, the columns a record
+//! is written as ([`RunCols`]) and a row read back into a record
+//! ([`RunRow`]). Each backend binds and reads the columns its own way (and
+//! PostgreSQL scrubs the texts it binds); what they mean is decided here, once.
+
+use super::{from_unix_nanos as from_ts, to_unix_nanos as ts};
+use super::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
+use crate::status::StatusKind;
+use crate::Error;
+
+// State codes of the `state` column.
+pub(crate) const READY: i64 = 0;
+pub(crate) const WAITING: i64 = 1;
+pub(crate) const SLEEPING: i64 = 2;
+pub(crate) const COMPLETED: i64 = 3;
+pub(crate) const FAILED: i64 = 4;
+pub(crate) const CANCELLED: i64 = 5;
+
+/// The code a run in `state` is stored with.
+pub(crate) fn state_code(state: &RunState) -> i64 {
+    match state {
+        RunState::Ready => READY,
+        RunState::Waiting { .. } => WAITING,
+        RunState::Sleeping { .. } => SLEEPING,
+        RunState::Completed { .. } => COMPLETED,
+        RunState::Failed { .. } => FAILED,
+        RunState::Cancelled => CANCELLED,
+    }
+}
+
+/// The code of the runs a status filter asks for (a completed run with an
+/// error counts as failed: the queries check the `error` column for that).
+pub(crate) fn status_code(kind: StatusKind) -> i64 {
+    match kind {
+        StatusKind::Running => READY,
+        StatusKind::Waiting => WAITING,
+        StatusKind::Sleeping => SLEEPING,
+        StatusKind::Completed => COMPLETED,
+        StatusKind::Failed => FAILED,
+        StatusKind::Cancelled => CANCELLED,
+    }
+}
+
+/// What goes into the `error` column.
+pub(crate) enum ErrorCol<'a> {
+    /// A completed run's error text, as it is.
+    Text(&'a str),
+    /// A failed run's error, stored as JSON.
+    Json(&'a Error),
+}
+
+/// The columns a run's record is written as (all but `id`, `workflow` and
+/// `input`, which never change).
+pub(crate) struct RunCols<'a> {
+    pub state: i64,
+    pub signal: Option<&'a str>,
+    pub due: Option<i64>,
+    pub output: Option<&'a [u8]>,
+    pub error: Option<ErrorCol<'a>>,
+    pub lease_worker: Option<&'a str>,
+    pub lease_instance: Option<&'a str>,
+    pub lease_expires: Option<i64>,
+    pub epoch: i64,
+    pub attempt: i64,
+    pub latest_seq: i64,
+    pub wake_seq: Option<i64>,
+    pub wake_signal: Option<&'a str>,
+    pub wake_payload: Option<&'a [u8]>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+fn to_i64(v: u64, what: &str) -> Result<i64, Error> {
+    i64::try_from(v).map_err(|_| Error::internal(format!("{what} {v} is too large")))
+}
+
+impl<'a> RunCols<'a> {
+    /// The columns of `rec`.
+    pub(crate) fn of(rec: &'a RunRecord) -> Result<RunCols<'a>, Error> {
+        let (signal, due, output, error) = match &rec.state {
+            RunState::Ready | RunState::Cancelled => (None, None, None, None),
+            RunState::Waiting { signal, deadline } => {
+                (Some(signal.as_str()), deadline.map(ts), None, None)
+            }
+            RunState::Sleeping { until } => (None, Some(ts(*until)), None, None),
+            RunState::Completed { output, error } => (
+                None,
+                None,
+                Some(&output[..]),
+                error.as_deref().map(ErrorCol::Text),
+            ),
+            RunState::Failed { error } => (None, None, None, Some(ErrorCol::Json(error))),
+        };
+        let (wake_seq, wake_signal, wake_payload) = match &rec.wake {
+            None => (None, None, None),
+            Some(w) => {
+                let seq = Some(to_i64(w.seq, "seq")?);
+                match &w.value {
+                    WakeValue::Signal { name, payload } => {
+                        (seq, Some(name.as_str()), Some(&payload[..]))
+                    }
+                    WakeValue::TimedOut => (seq, None, None),
+                }
+            }
+        };
+        let lease = rec.lease.as_ref();
+        Ok(RunCols {
+            state: state_code(&rec.state),
+            signal,
+            due,
+            output,
+            error,
+            lease_worker: lease.map(|l| l.worker.as_str()),
+            lease_instance: lease.map(|l| l.instance.as_str()),
+            lease_expires: lease.map(|l| ts(l.expires_at)),
+            epoch: to_i64(rec.epoch, "epoch")?,
+            attempt: i64::from(rec.attempt),
+            latest_seq: to_i64(rec.latest_seq, "seq")?,
+            wake_seq,
+            wake_signal,
+            wake_payload,
+            created_at: ts(rec.created_at),
+            updated_at: ts(rec.updated_at),
+        })
+    }
+}
+
+/// A run's row as read back.
+pub(crate) struct RunRow {
+    pub id: String,
+    pub workflow: String,
+    pub input: Vec<u8>,
+    pub state: i64,
+    pub signal: Option<String>,
+    pub due: Option<i64>,
+    pub output: Option<Vec<u8>>,
+    pub error: Option<String>,
+    pub lease_worker: Option<String>,
+    pub lease_instance: Option<String>,
+    pub lease_expires: Option<i64>,
+    pub epoch: i64,
+    pub attempt: i64,
+    pub latest_seq: i64,
+    pub wake_seq: Option<i64>,
+    pub wake_signal: Option<String>,
+    pub wake_payload: Option<Vec<u8>>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+fn to_u64(v: i64, what: &str) -> Result<u64, String> {
+    u64::try_from(v).map_err(|_| format!("negative {what} {v}"))
+}
+
+impl RunRow {
+    /// The record the row holds, or what about the row does not make sense
+    /// (each backend reports it as a corrupt database).
+    pub(crate) fn into_record(self) -> Result<RunRecord, String> {
+        let id = self.id;
+        let state = match self.state {
+            READY => RunState::Ready,
+            WAITING => RunState::Waiting {
+                signal: self
+                    .signal
+                    .ok_or_else(|| format!("run `{id}` waits for no signal"))?,
+                deadline: self.due.map(from_ts),
+            },
+            SLEEPING => RunState::Sleeping {
+                until: from_ts(
+                    self.due
+                        .ok_or_else(|| format!("run `{id}` sleeps forever"))?,
+                ),
+            },
+            COMPLETED => RunState::Completed {
+                output: self.output.unwrap_or_default().into(),
+                error: self.error,
+            },
+            FAILED => {
+                let text = self.error.unwrap_or_default();
+                // The runtime's error as JSON; one this build does not know
+                // (a newer version wrote it) is kept as text.
+                let error = serde_json::from_str(&text).unwrap_or(Error::Store { message: text });
+                RunState::Failed { error }
+            }
+            CANCELLED => RunState::Cancelled,
+            other => return Err(format!("run `{id}` has state {other}")),
+        };
+        let lease = match (self.lease_worker, self.lease_instance) {
+            (Some(worker), Some(instance)) => Some(LeaseInfo {
+                worker,
+                instance,
+                expires_at: from_ts(self.lease_expires.unwrap_or(0)),
+            }),
+            _ => None,
+        };
+        let wake = match self.wake_seq {
+            None => None,
+            Some(seq) => Some(Wake {
+                seq: to_u64(seq, "wake seq")?,
+                value: match self.wake_signal {
+                    Some(name) => WakeValue::Signal {
+                        name,
+                        payload: self.wake_payload.unwrap_or_default().into(),
+                    },
+                    None => WakeValue::TimedOut,
+                },
+            }),
+        };
+        Ok(RunRecord {
+            id,
+            workflow: self.workflow,
+            input: self.input.into(),
+            state,
+            lease,
+            epoch: to_u64(self.epoch, "epoch")?,
+            attempt: u32::try_from(self.attempt).unwrap_or(u32::MAX),
+            latest_seq: to_u64(self.latest_seq, "seq")?,
+            wake,
+            created_at: from_ts(self.created_at),
+            updated_at: from_ts(self.updated_at),
+        })
+    }
+}
