@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::executor::block_on;
 
-use super::{CheckpointRecord, ClaimRequest, Created, NewRun, Store};
+use super::{CheckpointRecord, ClaimRequest, Claimed, Created, NewRun, Store};
 use crate::Error;
 
 pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
@@ -19,6 +19,15 @@ pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
         limit: 10,
         only: None,
     }
+}
+
+/// Claims the one claimable run (fails the test if there is not exactly one).
+pub(crate) fn claim_one(store: &dyn Store, worker: &str, instance: &str) -> Claimed {
+    let mut c = block_on(store.claim(&req(worker, instance)))
+        .unwrap()
+        .claimed;
+    assert_eq!(c.len(), 1, "expected one claimable run");
+    c.remove(0)
 }
 
 pub(crate) fn new_run(store: &dyn Store, id: &str) {

@@ -12,7 +12,7 @@ use futures::executor::block_on;
 
 use super::conn::{redact, Target};
 use super::*;
-use crate::store::conformance::{self, cp, new_run, req};
+use crate::store::conformance::{self, claim_one, cp, new_run, req};
 use crate::store::{FieldRecord, RunState, Suspend, WakeValue};
 use crate::StatusKind;
 
@@ -237,10 +237,7 @@ fn old_owner_cannot_overwrite_new_owners_checkpoint() {
         .claimed
         .is_empty());
     std::thread::sleep(Duration::from_millis(80));
-    let new = block_on(b.claim(&req("b", "b1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let new = claim_one(&b, "b", "b1");
     assert_eq!(new.lease.epoch, old.lease.epoch + 1);
     assert_eq!(new.checkpoint.as_ref().map(|c| c.seq), Some(1));
     let mine = rich_cp("r", 2, None);
@@ -308,10 +305,7 @@ fn signals_are_consumed_once_in_order() {
     };
     let (a, b) = (db.store(), db.other());
     new_run(a, "r");
-    let c = block_on(a.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(a, "a", "a1");
     let wait = Suspend::Waiting {
         signal: "go".into(),
         deadline: None,
@@ -381,10 +375,7 @@ fn timers_deadlines_and_next_wakeup() {
     let s = db.store();
     assert_eq!(block_on(s.next_wakeup()).unwrap(), None);
     new_run(s, "r");
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     // While leased, the lease expiry is the next wake-up.
     let lease_until = c.run.lease.as_ref().unwrap().expires_at;
     assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(lease_until));
@@ -398,10 +389,7 @@ fn timers_deadlines_and_next_wakeup() {
         .claimed
         .is_empty());
     std::thread::sleep(Duration::from_millis(350));
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     assert_eq!(c.run.state, RunState::Ready);
     // A wait with a deadline: claimable once it passes, with `TimedOut`.
     let deadline = SystemTime::now() + Duration::from_millis(200);
@@ -416,10 +404,7 @@ fn timers_deadlines_and_next_wakeup() {
         .claimed
         .is_empty());
     std::thread::sleep(Duration::from_millis(250));
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     assert_eq!(
         c.run.wake.map(|w| (w.seq, w.value)),
         Some((2, WakeValue::TimedOut))
@@ -549,10 +534,7 @@ fn failed_runs_keep_their_error() {
     };
     let s = db.store();
     new_run(s, "r");
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     let error = Error::Panicked {
         workflow: "wf".into(),
         run: "r".into(),
@@ -627,10 +609,7 @@ fn schemas_and_gc() {
     assert_eq!(got.len(), 1);
     assert_eq!(got["k1"], "{\"a\":1}");
     new_run(s, "r");
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     for seq in 1..=20 {
         block_on(s.save_checkpoint(&c.lease, rich_cp("r", seq, None), Some(3))).unwrap();
     }
@@ -820,10 +799,7 @@ fn nul_characters_in_workflow_texts_are_stored_replaced() {
     // An `Err(String)` output with a NUL: stored (as a failed run) with the
     // NUL replaced, instead of the write failing and the run being redone.
     new_run(s, "r");
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     block_on(s.release(
         "r",
         &c.lease,
@@ -832,10 +808,7 @@ fn nul_characters_in_workflow_texts_are_stored_replaced() {
         },
     ))
     .unwrap();
-    let c = block_on(s.claim(&req("a", "a2")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a2");
     block_on(s.finish(
         "r",
         &c.lease,
@@ -882,10 +855,7 @@ fn nul_characters_in_workflow_texts_are_stored_replaced() {
     );
     // A panic message (the runtime's error, kept as JSON).
     new_run(s, "p");
-    let c = block_on(s.claim(&req("a", "a3")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a3");
     let error = |message: &str| Error::Panicked {
         workflow: "wf".into(),
         run: "p".into(),
@@ -914,10 +884,7 @@ fn nul_characters_in_workflow_texts_are_stored_replaced() {
     block_on(s.put_signal("w", "go\0now", b"1".to_vec())).unwrap();
     let pending = block_on(s.pending_signals("w")).unwrap();
     assert_eq!(pending[0].name, "go\u{FFFD}now");
-    let c = block_on(s.claim(&req("a", "a4")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a4");
     let got = block_on(s.take_signal("w", &c.lease, "go\0now")).unwrap();
     assert_eq!(got.map(|g| g.name).as_deref(), Some("go\u{FFFD}now"));
 }
@@ -971,10 +938,7 @@ fn an_undecodable_run_does_not_block_claims() {
     let s = db.store();
     // `d`, first in creation order, gets a checkpoint, then `a`, `b`, `c`.
     new_run(s, "d");
-    let c = block_on(s.claim(&req("a", "a1")))
-        .unwrap()
-        .claimed
-        .remove(0);
+    let c = claim_one(s, "a", "a1");
     block_on(s.save_checkpoint(&c.lease, rich_cp("d", 1, None), None)).unwrap();
     block_on(s.release("d", &c.lease, Release::Abandon)).unwrap();
     for id in ["a", "b", "c"] {

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::status::StatusKind;
-use crate::store::conformance::{self, cp, new_run, req};
+use crate::store::conformance::{self, claim_one, cp, new_run, req};
 use crate::store::MemoryStore;
 use futures::executor::block_on;
 use std::time::UNIX_EPOCH;
@@ -53,14 +53,6 @@ fn cp_fields(
         suspend,
         SystemTime::now(),
     ))
-}
-
-fn claim_one(store: &dyn Store, worker: &str, instance: &str) -> Claimed {
-    let mut c = block_on(store.claim(&req(worker, instance)))
-        .unwrap()
-        .claimed;
-    assert_eq!(c.len(), 1, "expected one claimable run");
-    c.remove(0)
 }
 
 fn events(store: &dyn Store, id: &str) -> Vec<Event> {
