@@ -55,6 +55,16 @@ fn cp_fields(
     ))
 }
 
+/// A writer on the database at `path`, driven by the test itself (no
+/// thread), and where it hands large batches to be answered.
+fn bare_writer(path: &Path) -> (Writer, mpsc::Receiver<Answers>) {
+    let mut conn = connect(path).unwrap();
+    SqliteStore::prepare_writer(&mut conn).unwrap();
+    let (answers, answered) = mpsc::channel();
+    let writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
+    (writer, answered)
+}
+
 fn events(store: &dyn Store, id: &str) -> Vec<Event> {
     block_on(store.history(id))
         .unwrap()
@@ -1287,10 +1297,7 @@ fn deferred_rows_do_not_inherit_the_previous_chunks_values() {
     let store = SqliteStore::open(&path).unwrap();
     let leases = claim_all(&store, 192);
     drop(store);
-    let mut conn = connect(&path).unwrap();
-    SqliteStore::prepare_writer(&mut conn).unwrap();
-    let (answers, answered) = mpsc::channel();
-    let mut writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
+    let (mut writer, answered) = bare_writer(&path);
     let state = |b: u8| vec![b; 100];
     let mut replies = Vec::new();
     type Op = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
@@ -1366,10 +1373,7 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pile.db");
-        let mut conn = connect(&path).unwrap();
-        SqliteStore::prepare_writer(&mut conn).unwrap();
-        let (answers, answered) = mpsc::channel();
-        let writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
+        let (writer, answered) = bare_writer(&path);
         let batch_size = writer.batch_size.clone();
         // Queued before the writer looks: it finds them all when it wakes.
         let (tx, rx) = mpsc::channel();
@@ -1884,11 +1888,8 @@ fn profile_writer_batches() {
     let store = open_bench(&path);
     let leases = claim_all(&store, 1000);
     drop(store);
-    let mut conn = connect(&path).unwrap();
-    SqliteStore::prepare_writer(&mut conn).unwrap();
-    let (answers, answered) = mpsc::channel();
+    let (mut writer, answered) = bare_writer(&path);
     let answering = std::thread::spawn(move || answer_loop(answered));
-    let mut writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
     let mut replies = Vec::new();
     for round in 0..rounds {
         let group = (round % 2) as usize * 500;
