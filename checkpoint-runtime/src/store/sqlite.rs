@@ -349,12 +349,14 @@ fn to_json<T: Serialize>(v: &T) -> R<String> {
 
 fn to_postcard<T: Serialize + ?Sized>(v: &T) -> R<Vec<u8>> {
     // Most values written here are small: one allocation, not a few growths.
-    append_postcard(v, Vec::with_capacity(64))
+    let mut buf = Vec::with_capacity(64);
+    append_postcard(v, &mut buf)?;
+    Ok(buf)
 }
 
-/// `buf` with `v` (postcard) appended.
-fn append_postcard<T: Serialize + ?Sized>(v: &T, buf: Vec<u8>) -> R<Vec<u8>> {
-    postcard::to_extend(v, buf)
+/// Appends `v` (postcard) to `buf`.
+fn append_postcard<T: Serialize + ?Sized>(v: &T, buf: &mut Vec<u8>) -> R<()> {
+    crate::codec::append(v, buf)
         .map_err(|e| Fail::from(Error::internal(format!("cannot encode for the store: {e}"))))
 }
 
@@ -1050,34 +1052,34 @@ fn checkpoint_row(
         }
     }
     // The row stores the fields that changed, in order; when all did (or
-    // the record is not tiled), that is the record's data as it is.
+    // the record is not tiled), that is the record's data as it is. Its own
+    // bytes go to the batch's buffer, where the row is about to be queued.
+    let arena = cx.cache.deferred.arena();
     let data = if own_len == 0 {
         RowData::None
     } else if !tiled || !shares {
         RowData::Whole(cp.clone())
     } else {
-        let mut own = Vec::with_capacity(own_len as usize);
+        let start = arena.len();
         for (i, (src, _, len)) in locs.iter().enumerate() {
             if *src == own_id && *len > 0 {
-                own.extend_from_slice(cp.field_bytes(i).unwrap_or_default());
+                arena.extend_from_slice(cp.field_bytes(i).unwrap_or_default());
             }
         }
-        RowData::Own(own)
+        RowData::Own(start..arena.len())
     };
-    // `refs` and `loops` share one buffer: the writer allocates as little as
-    // it can (its allocations are freed on other threads, which is slow).
-    let mut meta = append_postcard(
-        &RefsOf {
-            raw: !tiled,
-            locs: &locs,
-            own: own_id,
-        },
-        Vec::with_capacity(64),
-    )?;
-    let refs_len = meta.len();
+    let meta_start = arena.len();
+    let refs = RefsOf {
+        raw: !tiled,
+        locs: &locs,
+        own: own_id,
+    };
+    append_postcard(&refs, arena)?;
+    let refs_len = arena.len() - meta_start;
     if !cp.loops.is_empty() {
-        meta = append_postcard(&cp.loops, meta)?;
+        append_postcard(&cp.loops, arena)?;
     }
+    let meta = meta_start..arena.len();
     let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
     let floor = if floor > 1 {
         Some(to_i64(floor, "floor")?)

@@ -1362,6 +1362,81 @@ fn deferred_rows_do_not_inherit_the_previous_chunks_values() {
     }
 }
 
+/// The bytes deferred rows own share one buffer: a request that failed
+/// after queuing its row takes its bytes back out, and neither the rows
+/// queued before it nor those after it lose theirs.
+#[test]
+fn a_failed_request_takes_back_only_its_own_deferred_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("arena.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let leases = claim_all(&store, 3);
+    drop(store);
+    let (mut writer, answered) = bare_writer(&path);
+    // Checkpoint 1 of each run: a field that will not change, one that will.
+    let first_cp = |id: &str| cp_fields(id, 1, &[("kept", &[7; 40]), ("moved", &[1; 40])], None);
+    let mut replies = Vec::new();
+    type Op = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
+    let mut job = |f: Op| -> Box<dyn Job> {
+        let (reply, replied) = oneshot::channel();
+        replies.push(replied);
+        Box::new(Pending {
+            f: Some(f),
+            out: None,
+            tx: reply,
+            keeps_deferred: true,
+        })
+    };
+    let mut first: Vec<Box<dyn Job>> = Vec::new();
+    for (id, lease) in &leases {
+        let (cp, lease) = (first_cp(id), lease.clone());
+        first.push(job(Box::new(move |cx| op_save(cx, &lease, cp, None))));
+    }
+    writer.run_batch(first);
+    // Checkpoint 2, one batch: each row owns only the changed field's
+    // bytes; the middle request fails once its row is queued.
+    let second_cp =
+        |id: &str, b: u8| cp_fields(id, 2, &[("kept", &[7; 40]), ("moved", &[b; 40])], None);
+    let mut second: Vec<Box<dyn Job>> = Vec::new();
+    for (i, (id, lease)) in leases.iter().enumerate() {
+        let (cp, lease) = (second_cp(id, 10 + i as u8), lease.clone());
+        second.push(job(Box::new(move |cx| {
+            op_save(cx, &lease, cp, None)?;
+            if i == 1 {
+                return Err(Error::internal("refused after queuing").into());
+            }
+            Ok(())
+        })));
+    }
+    writer.run_batch(second);
+    drop(writer);
+    answer_loop(answered);
+    let outcomes: Vec<bool> = replies
+        .into_iter()
+        .map(|r| block_on(r).unwrap().is_ok())
+        .collect();
+    assert_eq!(outcomes, [true, true, true, true, false, true]);
+    let store = SqliteStore::open(&path).unwrap();
+    for (i, (id, _)) in leases.iter().enumerate() {
+        let latest = block_on(store.latest_checkpoint(id)).unwrap().unwrap();
+        let expected = if i == 1 {
+            first_cp(id)
+        } else {
+            second_cp(id, 10 + i as u8)
+        };
+        assert_eq!(latest.seq, expected.seq, "run {id}");
+        assert_eq!(latest.data, expected.data, "run {id}");
+    }
+    // The rows of checkpoint 2 hold the changed field only.
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM checkpoints WHERE seq = 2 AND length(data) = 40"
+        ),
+        2
+    );
+}
+
 /// Requests that piled up while the writer slept are committed in two
 /// halves from `SPLIT_AT` requests on, and together below that; every
 /// request is answered either way.
