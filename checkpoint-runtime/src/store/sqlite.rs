@@ -134,6 +134,8 @@ const POLL_EVERY: Duration = Duration::from_millis(200);
 const CACHE_RUNS: usize = 4096;
 /// ... holding at most this many bytes of checkpoint data.
 const CACHE_BYTES: usize = 16 << 20;
+/// The writer keeps at most this many spare field location lists.
+const SPARE_LOCS: usize = 1024;
 
 /// The schema migrations: `MIGRATIONS[i]` upgrades a database at version `i`
 /// to version `i + 1`. The current version is `MIGRATIONS.len()`. To change
@@ -1016,7 +1018,8 @@ fn checkpoint_row(
     let own_id = to_u64(id, "row id")?;
     let tiled = is_tiled(cp);
     let (mut own_len, mut shares) = (0u64, false);
-    let mut locs: Vec<Loc> = Vec::with_capacity(cp.fields.len());
+    let mut locs = cx.cache.spare_locs.pop().unwrap_or_default();
+    locs.reserve(cp.fields.len());
     if tiled {
         for (i, f) in cp.fields.iter().enumerate() {
             let bytes = cp.field_bytes(i).unwrap_or_default();
@@ -1311,7 +1314,9 @@ struct Cache {
     shapes: HashMap<Vec<u8>, i64>,
     /// Shapes added by the open transaction (undone if it rolls back).
     new_shapes: Vec<Vec<u8>>,
-    heads: HashMap<Arc<str>, Head, std::hash::BuildHasherDefault<FastHash>>,
+    /// Boxed: a request takes its run's head out and puts it back, and a
+    /// head is a few hundred bytes.
+    heads: HashMap<Arc<str>, Box<Head>, std::hash::BuildHasherDefault<FastHash>>,
     /// Checkpoint bytes held by `heads`.
     bytes: usize,
     /// Runs whose head the open transaction changed.
@@ -1323,6 +1328,10 @@ struct Cache {
     /// Checkpoints replaced in the cache, dropped by the thread that answers
     /// the batch (freeing a thousand records takes a while).
     garbage: Vec<Located>,
+    /// Emptied field location lists of replaced checkpoints, for the next
+    /// rows: the writer allocates as little as it can, since what it
+    /// allocates is mostly freed by other threads (slow for both).
+    spare_locs: Vec<Vec<Loc>>,
     /// Checkpoint rows and heads of the open transaction not written yet.
     deferred: Deferred,
 }
@@ -1405,7 +1414,14 @@ impl Cache {
         self.next_id = None;
     }
 
-    fn take(&mut self, id: &str) -> Option<Head> {
+    fn recycle_locs(&mut self, mut locs: Vec<Loc>) {
+        if self.spare_locs.len() < SPARE_LOCS {
+            locs.clear();
+            self.spare_locs.push(locs);
+        }
+    }
+
+    fn take(&mut self, id: &str) -> Option<Box<Head>> {
         let h = self.heads.remove(id)?;
         self.bytes = self.bytes.saturating_sub(h.bytes());
         Some(h)
@@ -1415,7 +1431,8 @@ impl Cache {
         self.take(id);
     }
 
-    fn put(&mut self, id: Arc<str>, mut head: Head) {
+    fn put(&mut self, id: Arc<str>, head: impl Into<Box<Head>>) {
+        let mut head = head.into();
         let size = head.bytes();
         if size > CACHE_BYTES {
             head.prev = None;
@@ -1494,23 +1511,25 @@ impl Ctx<'_> {
 
     /// Takes run `id`'s head out of the cache (or loads it); give it back
     /// with [`Ctx::put`] once changed.
-    fn head(&mut self, id: &str) -> R<Head> {
+    fn head(&mut self, id: &str) -> R<Box<Head>> {
         match self.cache.take(id) {
             Some(h) => Ok(h),
             None => {
                 // The run's head may be among the deferred ones.
                 self.flush()?;
-                Head::load(self.conn, id)?.ok_or_else(|| Error::unknown_run(id).into())
+                Head::load(self.conn, id)?
+                    .map(Box::new)
+                    .ok_or_else(|| Error::unknown_run(id).into())
             }
         }
     }
 
-    fn put(&mut self, id: Arc<str>, head: Head) {
+    fn put(&mut self, id: Arc<str>, head: impl Into<Box<Head>>) {
         self.cache.put(id, head);
     }
 
     /// The head of run `id`, if `lease` still holds it.
-    fn fenced(&mut self, id: &str, lease: &Lease) -> R<Head> {
+    fn fenced(&mut self, id: &str, lease: &Lease) -> R<Box<Head>> {
         let h = self.head(id)?;
         match super::check_lease(id, &h.rec, lease) {
             Ok(()) => Ok(h),
@@ -2548,7 +2567,8 @@ fn op_save(
     h.latest_id = to_i64(located.id, "row id")?;
     h.floor = floor;
     h.pruned = pruned;
-    if let Some(old) = h.prev.replace(located) {
+    if let Some(mut old) = h.prev.replace(located) {
+        cx.cache.recycle_locs(std::mem::take(&mut old.locs));
         cx.cache.garbage.push(old);
     }
     cx.put(cp.run.clone(), h);
