@@ -65,6 +65,37 @@ fn bare_writer(path: &Path) -> (Writer, mpsc::Receiver<Answers>) {
     (writer, answered)
 }
 
+/// `n` new runs claimed in a store at `path`, closed again, and a writer of
+/// the test's own on the file.
+fn claimed_writer(
+    path: &Path,
+    n: usize,
+) -> (Vec<(String, Lease)>, Writer, mpsc::Receiver<Answers>) {
+    let leases = claim_all(&SqliteStore::open(path).unwrap(), n);
+    let (writer, answered) = bare_writer(path);
+    (leases, writer, answered)
+}
+
+/// A request's work, for tests that queue different ones in one batch.
+type SaveOp = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
+
+/// A write request as the store queues one (see `SqliteStore::queue`), and
+/// where its answer arrives.
+fn request<T, F>(keeps_deferred: bool, f: F) -> (Box<dyn Job>, oneshot::Receiver<Result<T, Error>>)
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Ctx<'_>) -> R<T> + Send + 'static,
+{
+    let (reply, replied) = oneshot::channel();
+    let job = Pending {
+        f: Some(f),
+        out: None,
+        tx: reply,
+        keeps_deferred,
+    };
+    (Box::new(job), replied)
+}
+
 fn events(store: &dyn Store, id: &str) -> Vec<Event> {
     block_on(store.history(id))
         .unwrap()
@@ -1294,22 +1325,13 @@ fn one_batch_mixes_deferred_rows_with_other_requests() {
 fn deferred_rows_do_not_inherit_the_previous_chunks_values() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("chunks.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let leases = claim_all(&store, 192);
-    drop(store);
-    let (mut writer, answered) = bare_writer(&path);
+    let (leases, mut writer, answered) = claimed_writer(&path, 192);
     let state = |b: u8| vec![b; 100];
     let mut replies = Vec::new();
-    type Op = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
-    let mut job = |f: Op| -> Box<dyn Job> {
-        let (reply, replied) = oneshot::channel();
+    let mut job = |f: SaveOp| {
+        let (job, replied) = request(true, f);
         replies.push(replied);
-        Box::new(Pending {
-            f: Some(f),
-            out: None,
-            tx: reply,
-            keeps_deferred: true,
-        })
+        job
     };
     // First every run's head in the writer's cache (a run it has to read
     // from the table makes it write what it deferred first): checkpoint
@@ -1369,23 +1391,14 @@ fn deferred_rows_do_not_inherit_the_previous_chunks_values() {
 fn a_failed_request_takes_back_only_its_own_deferred_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("arena.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let leases = claim_all(&store, 3);
-    drop(store);
-    let (mut writer, answered) = bare_writer(&path);
+    let (leases, mut writer, answered) = claimed_writer(&path, 3);
     // Checkpoint 1 of each run: a field that will not change, one that will.
     let first_cp = |id: &str| cp_fields(id, 1, &[("kept", &[7; 40]), ("moved", &[1; 40])], None);
     let mut replies = Vec::new();
-    type Op = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
-    let mut job = |f: Op| -> Box<dyn Job> {
-        let (reply, replied) = oneshot::channel();
+    let mut job = |f: SaveOp| {
+        let (job, replied) = request(true, f);
         replies.push(replied);
-        Box::new(Pending {
-            f: Some(f),
-            out: None,
-            tx: reply,
-            keeps_deferred: true,
-        })
+        job
     };
     let mut first: Vec<Box<dyn Job>> = Vec::new();
     for (id, lease) in &leases {
@@ -1454,19 +1467,13 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
         let (tx, rx) = mpsc::channel();
         let mut replies = Vec::new();
         for i in 0..n {
-            let (reply, replied) = oneshot::channel();
             let run = NewRun {
                 id: format!("run-{i}"),
                 workflow: "wf".into(),
                 input: Arc::from(&b"null"[..]),
             };
-            let job = Pending {
-                f: Some(move |cx: &mut Ctx<'_>| op_create(cx, run)),
-                out: None,
-                tx: reply,
-                keeps_deferred: false,
-            };
-            tx.send(Msg::Job(Box::new(job))).unwrap();
+            let (job, replied) = request(false, move |cx| op_create(cx, run));
+            tx.send(Msg::Job(job)).unwrap();
             replies.push(replied);
         }
         drop(tx);
@@ -1960,10 +1967,8 @@ fn profile_writer_batches() {
         .unwrap_or(20);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.db");
-    let store = open_bench(&path);
-    let leases = claim_all(&store, 1000);
-    drop(store);
-    let (mut writer, answered) = bare_writer(&path);
+    drop(open_bench(&path));
+    let (leases, mut writer, answered) = claimed_writer(&path, 1000);
     let answering = std::thread::spawn(move || answer_loop(answered));
     let mut replies = Vec::new();
     for round in 0..rounds {
@@ -1971,15 +1976,10 @@ fn profile_writer_batches() {
         let seq = round / 2 + 1;
         let mut batch: Vec<Box<dyn Job>> = Vec::new();
         for (id, lease) in &leases[group..group + 500] {
-            let (reply, replied) = oneshot::channel();
             let cp = cp_fields(id, seq, &[("state", &state_bytes(seq))], None);
             let lease = lease.clone();
-            batch.push(Box::new(Pending {
-                f: Some(move |cx: &mut Ctx<'_>| op_save(cx, &lease, cp, None)),
-                out: None,
-                tx: reply,
-                keeps_deferred: true,
-            }));
+            let (job, replied) = request(true, move |cx| op_save(cx, &lease, cp, None));
+            batch.push(job);
             replies.push(replied);
         }
         writer.run_batch(batch);
