@@ -38,6 +38,11 @@ const ROW_COLUMNS: &str = "id, run, seq, prev, shape, created_at, floor, quiet, 
                            size, refs, data";
 const ROW_PARAMS: usize = 13;
 
+/// [`Deferred::bytes`] keeps at most this much room once a batch is
+/// written (a batch of large changed fields would otherwise leave its size
+/// allocated for good).
+const KEEP_BYTES: usize = 4 << 20;
+
 /// One `checkpoints` row, ready to be inserted (see the table's comments in
 /// `migrate_v1`).
 pub(super) struct CheckpointRow {
@@ -201,7 +206,7 @@ impl Deferred {
         let heads = (self.pushed_heads - mark.heads).min(self.heads.len() as u64) as usize;
         self.heads.truncate(self.heads.len() - heads);
         if self.rows.is_empty() {
-            self.bytes.clear();
+            self.clear_bytes();
         } else {
             self.bytes.truncate(mark.bytes);
         }
@@ -211,7 +216,12 @@ impl Deferred {
     pub fn clear(&mut self) {
         self.rows.clear();
         self.heads.clear();
+        self.clear_bytes();
+    }
+
+    fn clear_bytes(&mut self) {
         self.bytes.clear();
+        self.bytes.shrink_to(KEEP_BYTES);
     }
 
     /// Writes the pending rows, then the pending heads (the last update of
@@ -224,7 +234,7 @@ impl Deferred {
             row.bind(stmt, at, arena)
         });
         self.rows.clear();
-        self.bytes.clear();
+        self.clear_bytes();
         // A stable sort keeps pushes of one run in order; the last one wins.
         // In run order, the updates also walk the `heads` pages in order.
         self.heads.sort_by_key(|h| h.run);
