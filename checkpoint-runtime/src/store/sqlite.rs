@@ -1886,8 +1886,8 @@ impl Writer {
         // Waking a thousand callers takes milliseconds: a large batch is
         // answered by another thread while the next one is applied.
         // The next batch is likely as large as this one: its list is
-        // allocated at that size at once (grown from empty, it took a tenth
-        // of a large batch's time to apply).
+        // allocated at that size at once (grown from empty, its growth was
+        // about a twentieth of the writer's time with 1,000 runs).
         let garbage = std::mem::replace(&mut self.cache.garbage, Vec::with_capacity(batch.len()));
         let batch = if batch.len() > ANSWER_INLINE {
             match self.answers.send((batch, outcome.clone(), garbage)) {
