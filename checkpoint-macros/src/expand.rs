@@ -187,7 +187,7 @@ fn site_table<'a>(
 fn field_names(bindings: &[Binding], layout: &SiteLayout) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for &b in &layout.fields {
-        let base = bindings[b].ident.to_string();
+        let base = bindings[b].field_name();
         let mut name = base.clone();
         let mut n = 1;
         while out.contains(&name) {

@@ -167,6 +167,16 @@ impl Encoder {
         Ok(())
     }
 
+    /// Appends the next field, of type `type_name`, as `encode` writes it
+    /// (for values saved through a reference, see `iteration`).
+    pub(crate) fn field_with(
+        &mut self,
+        type_name: &'static str,
+        encode: impl FnOnce(&mut Vec<u8>) -> postcard::Result<()>,
+    ) -> Result<(), Error> {
+        self.push_field(type_name, encode)
+    }
+
     /// Appends a field encoded earlier with [`encode`].
     pub fn encoded(&mut self, value: &Encoded) -> Result<(), Error> {
         let name = self.next_name()?;
@@ -529,6 +539,16 @@ impl Frame {
             left -= step as u64;
         }
         Ok(())
+    }
+
+    /// The error for a resumed `for` loop that cannot stand where it was left.
+    pub(crate) fn loop_error(&self, detail: String) -> Error {
+        Error::Diverged {
+            workflow: self.run.workflow.to_owned(),
+            run: self.run.id.to_string(),
+            site: self.site_key(),
+            detail,
+        }
     }
 
     /// The resumed run reached its site: from now on it runs forward.

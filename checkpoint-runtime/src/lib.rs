@@ -108,6 +108,7 @@ mod executor;
 mod frame;
 mod handle;
 mod history;
+mod iteration;
 mod runtime;
 pub mod schema;
 mod status;
@@ -148,6 +149,10 @@ pub mod __private {
     pub use crate::frame::{
         diverged, encode, encode_typed, load, load_signal, load_signal_timeout, missing_input,
         Encoded, Encoder, Frame, SiteInfo, SiteKind, Slot,
+    };
+    pub use crate::iteration::{
+        advance_writing_back, bind_through, order_probe, restore_through, save_through,
+        HashOrdered, ItemPart, Reborrow, SourceOrdered, WrittenItems,
     };
     pub use crate::workflow::WorkflowToken;
     pub use futures;

@@ -7,6 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Ident};
 
 use super::branches::{carried_bindings, unpack_carried};
+use super::iterables;
 use super::syntax::{strip_parens, yields_reference};
 use super::{binding_pat, frame_ident, rt, Lowerer, Saved, Scope, Source, Split};
 use crate::names::{self, free_in_expr, pat_bindings, pat_names, NameSet, PatBinding};
@@ -87,7 +88,7 @@ impl Lowerer<'_> {
             .iter()
             .filter(|b| b.mutable && used.contains(&b.ident.to_string()))
         {
-            let id = self.new_binding(&b.ident, false);
+            let id = self.new_binding(&b.ident, false, true);
             scope.saved.push(Saved {
                 binding: id,
                 source: Source::Live,
@@ -113,73 +114,159 @@ impl Lowerer<'_> {
             return self.misplaced(SiteRange { first: 0, last: 0 }, f.span());
         };
         let frame = frame_ident();
+        let rt = rt();
         let iter = self.fresh("iter");
         let next = self.fresh("next");
         let pos = self.fresh("pos");
         let depth = scope.loop_positions.len();
         let resuming = self.resuming_into(range);
 
-        // Locals only the iterable reads were moved into (or are borrowed by)
-        // the iterator: save a snapshot taken before the loop starts.
         let iter_names = free_in_expr(&f.expr);
         let body_names = names::free_in_stmts(&f.body.stmts);
         let mut body_scope = scope.clone();
-        let mut snapshots = TokenStream::new();
-        for saved in &mut body_scope.saved {
-            let name = self.bindings[saved.binding].ident.to_string();
-            if matches!(saved.source, Source::Live)
-                && iter_names.contains(&name)
-                && !body_names.contains(&name)
-            {
-                let snap = self.fresh("snap");
-                let ident = &self.bindings[saved.binding].ident;
-                let save_trait = Self::save_trait_ident(saved.binding);
-                snapshots.extend(quote! {
-                    let #snap = match <_ as #save_trait>::__cp_snapshot(&#ident) {
-                        ::core::result::Result::Ok(e) => e,
-                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
-                    };
-                });
-                saved.source = Source::Snapshot(snap);
-            }
-        }
+        let snapshots = self.iterable_snapshots(&iter_names, &body_names, &mut body_scope);
+        let entries = self.entry_copies(f, &iter_names, &body_names, scope, &mut body_scope);
         body_scope.bind_inner(&pat_names(&f.pat));
         if yields_reference(&f.expr, &scope.ref_locals) {
             body_scope.ref_locals.extend(pat_names(&f.pat));
         }
         body_scope.loop_positions.push(pos.clone());
-        let overwrite = self.restore_mutable_bindings(
-            &pat_bindings(&f.pat),
-            &body_names,
-            range,
-            &mut body_scope,
-        );
-        let body = self.lower_block(&f.body, &body_scope);
-        let (label, pat, expr) = (&f.label, &f.pat, &f.expr);
-        let post = quote! {{
-            #snapshots
-            let mut #iter = ::core::iter::IntoIterator::into_iter(#expr);
-            #[allow(unused_assignments)]
-            let mut #next: u64 = 0;
-            if #resuming {
-                let skip = #frame.loop_position(#depth);
-                if let ::core::result::Result::Err(e) = #frame.advance(&mut #iter, skip) {
-                    match #frame.halt(e).await {}
+
+        // The iterable, its base iterator in a stable order; evaluated on
+        // resume from the inputs it had at loop entry.
+        let expr = iterables::in_stable_order(&f.expr).unwrap_or_else(|| (*f.expr).clone());
+        let make_iter = if entries.is_empty() {
+            quote!(let mut #iter = ::core::iter::IntoIterator::into_iter(#expr);)
+        } else {
+            let snaps: Vec<&Ident> = entries.iter().map(|e| &e.snap).collect();
+            let normal = entries.iter().map(|e| {
+                let (local, snap, slot, save) = (&e.local, &e.snap, &e.slot, &e.save_trait);
+                quote! {
+                    let #snap = match <_ as #save>::__cp_snapshot(&#local) {
+                        ::core::result::Result::Ok(e) => e,
+                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                    };
+                    #rt::Slot::bind(&#slot, &#local);
                 }
-                #next = skip;
-            }
-            #label loop {
-                let #pat = match ::core::iter::Iterator::next(&mut #iter) {
-                    ::core::option::Option::Some(item) => item,
-                    ::core::option::Option::None => break,
+            });
+            let resumed = entries.iter().map(|e| {
+                let (local, snap, slot, save) = (&e.local, &e.snap, &e.slot, &e.save_trait);
+                quote! {
+                    let #local = #rt::Slot::take(&mut #slot);
+                    let #snap = match <_ as #save>::__cp_snapshot(&#local) {
+                        ::core::result::Result::Ok(e) => e,
+                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                    };
+                }
+            });
+            quote! {
+                let (#(#snaps,)* mut #iter) = if !#resuming {
+                    #(#normal)*
+                    (#(#snaps,)* ::core::iter::IntoIterator::into_iter(#expr))
+                } else {
+                    #(#resumed)*
+                    (#(#snaps,)* ::core::iter::IntoIterator::into_iter(#expr))
                 };
-                #[allow(unused_variables)]
-                let #pos: u64 = #next;
-                #next += 1;
-                #overwrite
-                #body
             }
-        }};
+        };
+
+        let (label, pat) = (&f.label, &f.pat);
+        let post = if iterables::writes_through(&f.expr) {
+            let through = self.written_items(f, &mut body_scope);
+            let body = self.lower_block(&f.body, &body_scope);
+            let WrittenLog {
+                log,
+                log_slot,
+                cur,
+                bindings,
+            } = through;
+            let rebinds = bindings.iter().map(|(b, slot)| {
+                quote! {
+                    #[allow(unused_mut)]
+                    let mut #b = #b;
+                    #rt::bind_through(&#slot, &#b);
+                }
+            });
+            let restores = bindings
+                .iter()
+                .map(|(b, slot)| quote!(#rt::restore_through(&mut #b, &mut #slot);));
+            quote! {{
+                #snapshots
+                let mut #log = if #resuming {
+                    #rt::Slot::take(&mut #log_slot)
+                } else {
+                    #rt::WrittenItems::new()
+                };
+                #make_iter
+                #[allow(unused_assignments)]
+                let mut #next: u64 = 0;
+                if #resuming {
+                    let skip = #frame.loop_position(#depth);
+                    if let ::core::result::Result::Err(e) =
+                        #rt::advance_writing_back(&#frame, &mut #iter, skip, &#log)
+                    {
+                        match #frame.halt(e).await {}
+                    }
+                    #next = skip;
+                }
+                let mut #cur = ::core::option::Option::None;
+                #label loop {
+                    if let ::core::option::Option::Some(prev) = &#cur {
+                        if let ::core::result::Result::Err(e) = #log.push(prev, &#frame) {
+                            match #frame.halt(e).await {}
+                        }
+                    }
+                    #cur = ::core::option::Option::Some(match ::core::iter::Iterator::next(&mut #iter) {
+                        ::core::option::Option::Some(item) => item,
+                        ::core::option::Option::None => break,
+                    });
+                    let #pat = match &mut #cur {
+                        ::core::option::Option::Some(item) => #rt::Reborrow::reborrow(item),
+                        ::core::option::Option::None => break,
+                    };
+                    #(#rebinds)*
+                    if #resuming {
+                        #(#restores)*
+                    }
+                    #[allow(unused_variables)]
+                    let #pos: u64 = #next;
+                    #next += 1;
+                    #body
+                }
+            }}
+        } else {
+            let overwrite = self.restore_mutable_bindings(
+                &pat_bindings(&f.pat),
+                &body_names,
+                range,
+                &mut body_scope,
+            );
+            let body = self.lower_block(&f.body, &body_scope);
+            quote! {{
+                #snapshots
+                #make_iter
+                #[allow(unused_assignments)]
+                let mut #next: u64 = 0;
+                if #resuming {
+                    let skip = #frame.loop_position(#depth);
+                    if let ::core::result::Result::Err(e) = #frame.advance(&mut #iter, skip) {
+                        match #frame.halt(e).await {}
+                    }
+                    #next = skip;
+                }
+                #label loop {
+                    let #pat = match ::core::iter::Iterator::next(&mut #iter) {
+                        ::core::option::Option::Some(item) => item,
+                        ::core::option::Option::None => break,
+                    };
+                    #[allow(unused_variables)]
+                    let #pos: u64 = #next;
+                    #next += 1;
+                    #overwrite
+                    #body
+                }
+            }}
+        };
         Split {
             items: TokenStream::new(),
             normal_head: unit.clone(),
@@ -187,4 +274,131 @@ impl Lowerer<'_> {
             post,
         }
     }
+
+    /// Locals only the iterable reads were moved into (or are borrowed by)
+    /// the iterator: they are saved as snapshots taken before the loop starts.
+    fn iterable_snapshots(
+        &mut self,
+        iter_names: &NameSet,
+        body_names: &NameSet,
+        body_scope: &mut Scope,
+    ) -> TokenStream {
+        let frame = frame_ident();
+        let mut snapshots = TokenStream::new();
+        for i in 0..body_scope.saved.len() {
+            let binding = body_scope.saved[i].binding;
+            let name = self.bindings[binding].ident.to_string();
+            if matches!(body_scope.saved[i].source, Source::Live)
+                && iter_names.contains(&name)
+                && !body_names.contains(&name)
+            {
+                let snap = self.fresh("snap");
+                let ident = &self.bindings[binding].ident;
+                let save_trait = Self::save_trait_ident(binding);
+                snapshots.extend(quote! {
+                    let #snap = match <_ as #save_trait>::__cp_snapshot(&#ident) {
+                        ::core::result::Result::Ok(e) => e,
+                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                    };
+                });
+                body_scope.saved[i].source = Source::Snapshot(snap);
+            }
+        }
+        snapshots
+    }
+
+    /// `mut` locals that both the iterable and the body read: the body may
+    /// change them (`for _ in 0..q.len() { q.pop_front(); .. }`), so the
+    /// iterable is evaluated on resume from copies saved at loop entry. An
+    /// iterable that borrows them (`&q`, `q.iter()`) keeps them from changing
+    /// and needs no copy.
+    fn entry_copies(
+        &mut self,
+        f: &syn::ExprForLoop,
+        iter_names: &NameSet,
+        body_names: &NameSet,
+        scope: &Scope,
+        body_scope: &mut Scope,
+    ) -> Vec<EntryCopy> {
+        if yields_reference(&f.expr, &scope.ref_locals) || iterables::writes_through(&f.expr) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for saved in &scope.saved {
+            let b = &self.bindings[saved.binding];
+            let name = b.ident.to_string();
+            if !(matches!(saved.source, Source::Live)
+                && b.mutable
+                && iter_names.contains(&name)
+                && body_names.contains(&name))
+            {
+                continue;
+            }
+            let local = b.ident.clone();
+            let id = self.new_binding(&local, false, false);
+            self.bindings[id].field_name = Some(format!("{name}@entry"));
+            let snap = self.fresh("entry");
+            body_scope.saved.push(Saved {
+                binding: id,
+                source: Source::Snapshot(snap.clone()),
+                hidden_by: NameSet::new(),
+            });
+            out.push(EntryCopy {
+                local,
+                snap,
+                slot: Self::slot_ident(id),
+                save_trait: Self::save_trait_ident(id),
+            });
+        }
+        out
+    }
+
+    /// The log of finished items and the bindings saved through, for a loop
+    /// that writes through its items.
+    fn written_items(&mut self, f: &syn::ExprForLoop, body_scope: &mut Scope) -> WrittenLog {
+        let log = self.fresh("written");
+        let pat = &f.pat;
+        let pat_text = quote!(#pat).to_string().replace(" ,", ",");
+        let log_id = self.new_binding(&log, false, true);
+        self.bindings[log_id].field_name = Some(format!("{pat_text}@written"));
+        body_scope.saved.push(Saved {
+            binding: log_id,
+            source: Source::Live,
+            hidden_by: NameSet::new(),
+        });
+        let mut bindings = Vec::new();
+        for b in pat_bindings(&f.pat) {
+            let id = self.new_binding(&b.ident, false, false);
+            self.bindings[id].field_name = Some(format!("*{}", b.ident));
+            body_scope.saved.push(Saved {
+                binding: id,
+                source: Source::Through,
+                hidden_by: NameSet::new(),
+            });
+            bindings.push((b.ident.clone(), Self::slot_ident(id)));
+        }
+        WrittenLog {
+            log,
+            log_slot: Self::slot_ident(log_id),
+            cur: self.fresh("item"),
+            bindings,
+        }
+    }
+}
+
+/// A copy of an iterable's input saved at loop entry (see `entry_copies`).
+struct EntryCopy {
+    local: Ident,
+    snap: Ident,
+    slot: Ident,
+    save_trait: Ident,
+}
+
+/// What a loop that writes through its items keeps (see `written_items`).
+struct WrittenLog {
+    log: Ident,
+    log_slot: Ident,
+    cur: Ident,
+    /// Each binding of the loop's pattern and the slot of its saved value.
+    bindings: Vec<(Ident, Ident)>,
 }

@@ -44,6 +44,7 @@ use crate::parse::Errors;
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 mod branches;
+mod iterables;
 mod loops;
 mod syntax;
 
@@ -54,8 +55,22 @@ use syntax::{is_constant, strip_parens};
 pub struct Binding {
     pub ident: Ident,
     pub transient: bool,
+    /// Declared `mut`: the code may change it.
+    pub mutable: bool,
+    /// The field's name in checkpoints when it is not the local's name (a
+    /// loop's entry snapshot `q@entry`, its written items, `*x`).
+    pub field_name: Option<String>,
     /// The sites that save it, in order.
     pub saved_at: Vec<u32>,
+}
+
+impl Binding {
+    /// The field's name in checkpoints.
+    pub fn field_name(&self) -> String {
+        self.field_name
+            .clone()
+            .unwrap_or_else(|| self.ident.to_string())
+    }
 }
 
 /// How a saved local is written into a checkpoint.
@@ -66,6 +81,9 @@ enum Source {
     /// Encode a snapshot taken when the enclosing `for` loop started: the local
     /// was moved into (or is borrowed by) the loop's iterator.
     Snapshot(Ident),
+    /// Encode what a binding of a loop that writes through its items points
+    /// to (`*x` of `for x in v.iter_mut()`); see `iteration::ItemPart`.
+    Through,
 }
 
 #[derive(Clone)]
@@ -184,10 +202,12 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Registers a local that sites may save; returns its id (and slot).
-    fn new_binding(&mut self, ident: &Ident, transient: bool) -> usize {
+    fn new_binding(&mut self, ident: &Ident, transient: bool, mutable: bool) -> usize {
         self.bindings.push(Binding {
             ident: ident.clone(),
             transient,
+            mutable,
+            field_name: None,
             saved_at: Vec::new(),
         });
         self.bindings.len() - 1
@@ -278,7 +298,11 @@ impl<'a> Lowerer<'a> {
             if let Some(err) = reference_error(v, &first_site) {
                 self.errors.add(err);
             }
-            let id = self.new_binding(&v.binding.ident, v.transient_init.is_some());
+            let id = self.new_binding(
+                &v.binding.ident,
+                v.transient_init.is_some(),
+                v.binding.mutable,
+            );
             exported_ids.push(id);
             if v.transient_init.is_none() {
                 inner.saved.push(Saved {
@@ -519,6 +543,12 @@ impl<'a> Lowerer<'a> {
             layout.fields.push(saved.binding);
             match &saved.source {
                 Source::Snapshot(snap) => code.extend(quote!(#enc.encoded(&#snap)?;)),
+                Source::Through => {
+                    let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
+                    code.extend(quote_spanned! {span=>
+                        #rt::save_through(#enc, &#ident)?;
+                    });
+                }
                 Source::Live => {
                     if saved.hidden_by.contains(&name) {
                         self.errors.push(
