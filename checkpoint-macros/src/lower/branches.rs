@@ -152,24 +152,25 @@ impl Lowerer<'_> {
                 let (first, last) = (range.first, range.last);
                 Some(quote!((::core::option::Option::Some(#first..=#last), #enum_ident::#v(..)) => true,))
             });
+            // Evaluated after the merge on both paths: on the normal path the
+            // arms' borrows must not cross the merge, where the locals they
+            // borrow are moved into place.
             let h = Ident::new("__cp_rederived", Span::mixed_site());
-            let post = quote! {
-                match match #head {
-                    ::core::option::Option::Some(#h) => #h,
-                    ::core::option::Option::None => {
-                        let #h = #normal_head;
-                        let ok = match (#frame.target(), &#h) { #(#checks)* _ => false };
-                        if !ok {
-                            match #frame.halt(#rt::diverged(&#frame, "the `if`/`match` around the site took another branch when evaluated again on resume")).await {}
-                        }
-                        #h
+            let post = quote! {{
+                let #h = #normal_head;
+                if #frame.target().is_some() {
+                    let ok = match (#frame.target(), &#h) { #(#checks)* _ => false };
+                    if !ok {
+                        match #frame.halt(#rt::diverged(&#frame, "the `if`/`match` around the site took another branch when evaluated again on resume")).await {}
                     }
-                } { #(#post_arms)* }
-            };
+                }
+                match #h { #(#post_arms)* }
+            }};
+            let _ = head;
             Split {
                 items,
-                normal_head: quote!(::core::option::Option::Some(#normal_head)),
-                resume_head: quote!(::core::option::Option::None),
+                normal_head: quote!(()),
+                resume_head: quote!(()),
                 post,
             }
         } else {

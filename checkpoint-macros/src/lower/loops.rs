@@ -8,14 +8,21 @@ use syn::{Expr, Ident};
 
 use super::branches::{carried_bindings, unpack_carried};
 use super::iterables;
+use super::liveness::ContFrame;
 use super::syntax::{strip_parens, yields_reference};
 use super::{binding_pat, frame_ident, rt, Lowerer, Saved, Scope, Source, Split};
 use crate::names::{self, free_in_expr, pat_bindings, pat_names, NameSet, PatBinding};
 use crate::sites::{self, SiteRange};
+use std::rc::Rc;
 
 impl Lowerer<'_> {
     pub(super) fn lower_while(&mut self, w: &syn::ExprWhile, scope: &Scope) -> Split {
         let unit = quote!(());
+        if super::site_with_postfix(super::scrutinee_of_if(&w.cond)).is_some() {
+            let desugared = super::scrutinee::desugar_while(w);
+            let range = sites::sites_in_expr(&desugared).unwrap_or(SiteRange { first: 0, last: 0 });
+            return self.lower_ctrl(&desugared, range, scope);
+        }
         if let Some(r) = sites::sites_in_expr(&w.cond) {
             return self.misplaced(r, w.cond.span());
         }
@@ -24,6 +31,11 @@ impl Lowerer<'_> {
             return self.misplaced(SiteRange { first: 0, last: 0 }, w.span());
         };
         let resuming = self.resuming_into(range);
+        let scope = &scope.then(ContFrame::Loop {
+            body: Rc::new(w.body.clone()),
+            cond: Some(Rc::new((*w.cond).clone())),
+            endless: false,
+        });
         let body_code;
         let head_code;
         match strip_parens(&w.cond) {
@@ -131,6 +143,11 @@ impl Lowerer<'_> {
             body_scope.ref_locals.extend(pat_names(&f.pat));
         }
         body_scope.loop_positions.push(pos.clone());
+        body_scope.cont.push(ContFrame::Loop {
+            body: Rc::new(f.body.clone()),
+            cond: None,
+            endless: false,
+        });
 
         // The iterable, its base iterator in a stable order; evaluated on
         // resume from the inputs it had at loop entry.
@@ -327,7 +344,7 @@ impl Lowerer<'_> {
         for saved in &scope.saved {
             let b = &self.bindings[saved.binding];
             let name = b.ident.to_string();
-            if !(matches!(saved.source, Source::Live)
+            if !(matches!(saved.source, Source::Live | Source::Placeholder(_))
                 && b.mutable
                 && iter_names.contains(&name)
                 && body_names.contains(&name))

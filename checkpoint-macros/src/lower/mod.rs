@@ -44,11 +44,16 @@ use crate::parse::Errors;
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 mod branches;
+mod deferred;
 mod iterables;
+mod liveness;
 mod loops;
+mod scrutinee;
 mod syntax;
 
 use branches::{carried_bindings, if_arms, if_conditions, if_rederives, match_rederives};
+use liveness::ContFrame;
+use scrutinee::scrutinee_of_if;
 use syntax::{is_constant, strip_parens};
 
 /// A local that some checkpoint saves, or that is re-created on resume.
@@ -84,6 +89,15 @@ enum Source {
     /// Encode what a binding of a loop that writes through its items points
     /// to (`*x` of `for x in v.iter_mut()`); see `iteration::ItemPart`.
     Through,
+    /// A local whose declaration was hoisted to the top of its block
+    /// (`let x;`, or `let mut x = ..` that is assigned again later): saved
+    /// only where it is live, restored by assignment at the site itself.
+    Deferred,
+    /// A local assigned again after the split (`state = match state { .. }`):
+    /// where it is live, itself; where it is dead (moved, about to be
+    /// assigned), a snapshot taken at the split, so that the resume path has
+    /// a value of its type that nothing reads before the assignment.
+    Placeholder(Ident),
 }
 
 #[derive(Clone)]
@@ -105,9 +119,17 @@ struct Scope {
     /// of `for` loops over borrowed collections, bindings of re-evaluated
     /// `match`es): a `match` on them is evaluated again rather than restored.
     ref_locals: NameSet,
+    /// What runs after the code being lowered (see `liveness`).
+    cont: Vec<ContFrame>,
 }
 
 impl Scope {
+    fn then(&self, frame: ContFrame) -> Scope {
+        let mut s = self.clone();
+        s.cont.push(frame);
+        s
+    }
+
     fn bind_inner(&mut self, names: &NameSet) {
         for s in &mut self.saved {
             s.hidden_by.extend(names.iter().cloned());
@@ -131,6 +153,16 @@ pub struct Lowerer<'a> {
     pub layouts: Vec<SiteLayout>,
     counter: usize,
     errors: Errors,
+}
+
+/// What a site saves and, on resume, restores (see `site_fields`).
+struct SiteFields {
+    /// Position variables of the enclosing `for` loops.
+    positions: Vec<Ident>,
+    /// Statements encoding the saved locals.
+    fields: TokenStream,
+    /// Assignments restoring deferred locals on resume.
+    restores: TokenStream,
 }
 
 /// The three parts of a statement that contains a site (see the module docs).
@@ -230,12 +262,37 @@ impl<'a> Lowerer<'a> {
 
     /// Lowers the whole body (a block's statements) into statements.
     pub fn lower_body(&mut self, stmts: &[Stmt]) -> TokenStream {
-        self.lower_stmts(stmts, &Scope::default(), &NameSet::new())
+        self.lower_block_stmts(stmts, &Scope::default())
     }
 
     fn lower_block(&mut self, block: &Block, scope: &Scope) -> TokenStream {
-        let inner = self.lower_stmts(&block.stmts, scope, &NameSet::new());
+        let inner = self.lower_block_stmts(&block.stmts, scope);
         quote_spanned!(block.brace_token.span.join()=> { #inner })
+    }
+
+    /// A block's statements: the declarations that can be deferred (see
+    /// `deferred`) are hoisted to its top, then the rest is lowered.
+    fn lower_block_stmts(&mut self, stmts: &[Stmt], scope: &Scope) -> TokenStream {
+        if !stmts.iter().any(|s| sites::sites_in_stmt(s).is_some()) {
+            return stmts.iter().map(clean_stmt).collect();
+        }
+        let hoisted = deferred::hoist(stmts);
+        let mut scope = scope.clone();
+        let names: NameSet = hoisted.locals.iter().map(|d| d.ident.to_string()).collect();
+        scope.bind_inner(&names);
+        scope.ref_locals.retain(|n| !names.contains(n));
+        let mut decls = TokenStream::new();
+        for d in &hoisted.locals {
+            let id = self.new_binding(&d.ident, false, true);
+            scope.saved.push(Saved {
+                binding: id,
+                source: Source::Deferred,
+                hidden_by: NameSet::new(),
+            });
+            decls.extend(d.declaration());
+        }
+        let body = self.lower_stmts(&hoisted.stmts, &scope, &NameSet::new());
+        quote!(#decls #body)
     }
 
     /// Lowers a statement list; `after` are the names read after these
@@ -278,22 +335,52 @@ impl<'a> Lowerer<'a> {
                 break;
             }
         }
+        // Transient `let`s that nothing before the merge reads run once,
+        // right after it, on both paths: a closure then has one type, and a
+        // transient borrowing an exported local borrows it in its final place.
+        let moved = transients_after_merge(prefix, &visible, &needed, &head_free(t));
+        let moved_names: NameSet = moved
+            .iter()
+            .filter_map(|&k| match &prefix[k] {
+                Stmt::Local(l) => Some(pat_names(&l.pat)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let after_merge: TokenStream = moved.iter().map(|&k| clean_stmt(&prefix[k])).collect();
+        let kept_prefix: Vec<Stmt> = prefix
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !moved.contains(k))
+            .map(|(_, s)| s.clone())
+            .collect();
+        let prefix = kept_prefix.as_slice();
         let mut exported: Vec<&Visible> = visible
             .values()
             .filter(|v| {
                 let name = v.binding.ident.to_string();
-                needed.contains(&name) && !self.is_ctx(&name)
+                needed.contains(&name) && !self.is_ctx(&name) && !moved_names.contains(&name)
             })
             .collect();
         exported.sort_by_key(|v| v.order);
 
         // The scope of `t` and of the statements after the split.
-        let mut inner = scope.clone();
+        let mut inner = scope.then(ContFrame::Rest {
+            stmts: suffix.into(),
+            shadowed: match t {
+                Stmt::Local(l) => pat_names(&l.pat),
+                _ => NameSet::new(),
+            },
+        });
+        if let Some(assigned) = assigned_local(t) {
+            inner.cont.push(ContFrame::Assigns([assigned].into()));
+        }
         let prefix_names: NameSet = visible.keys().cloned().collect();
         inner.bind_inner(&prefix_names);
         inner.ref_locals.retain(|n| !prefix_names.contains(n));
         let first_site = self.site(range.first).describe();
         let mut exported_ids = Vec::new();
+        let mut placeholders = Vec::new();
         for v in &exported {
             if let Some(err) = reference_error(v, &first_site) {
                 self.errors.add(err);
@@ -305,18 +392,44 @@ impl<'a> Lowerer<'a> {
             );
             exported_ids.push(id);
             if v.transient_init.is_none() {
+                let name = v.binding.ident.to_string();
+                let source = if v.binding.mutable && deferred::assigned_in(&name, &stmts[j..]) {
+                    let snap = self.fresh("placeholder");
+                    placeholders.push((v.binding.ident.clone(), id, snap.clone()));
+                    Source::Placeholder(snap)
+                } else {
+                    Source::Live
+                };
                 inner.saved.push(Saved {
                     binding: id,
-                    source: Source::Live,
+                    source,
                     hidden_by: NameSet::new(),
                 });
             }
         }
+        let frame = frame_ident();
+        let snapshots: TokenStream = placeholders
+            .iter()
+            .map(|(ident, id, snap)| {
+                let save_trait = Self::save_trait_ident(*id);
+                quote! {
+                    let #snap = match <_ as #save_trait>::__cp_snapshot(&#ident) {
+                        ::core::result::Result::Ok(e) => e,
+                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                    };
+                }
+            })
+            .collect();
+        let snaps: Vec<&Ident> = placeholders.iter().map(|(_, _, s)| s).collect();
 
         // The statements before `t`, lowered for their own sites.
         let mut prefix_after = names::free_in_stmts(std::slice::from_ref(t));
         prefix_after.extend(needed.iter().cloned());
-        let prefix_code = self.lower_stmts(prefix, scope, &prefix_after);
+        let prefix_scope = scope.then(ContFrame::Rest {
+            stmts: stmts[j..].into(),
+            shadowed: NameSet::new(),
+        });
+        let prefix_code = self.lower_stmts(prefix, &prefix_scope, &prefix_after);
 
         let Split {
             items,
@@ -350,16 +463,19 @@ impl<'a> Lowerer<'a> {
             #hoisted
             #items
             #[allow(unused_mut, unused_variables, unused_parens, clippy::let_unit_value)]
-            let (#(#pats,)* #head) = if !#resuming {
+            let (#(#pats,)* #(#snaps,)* #head) = if !#resuming {
                 #prefix_code
+                #snapshots
                 let #head = #normal_head;
                 #(#binds)*
-                (#(#names,)* #head)
+                (#(#names,)* #(#snaps,)* #head)
             } else {
                 #restore
+                #snapshots
                 let #head = #resume_head;
-                (#(#names,)* #head)
+                (#(#names,)* #(#snaps,)* #head)
             };
+            #after_merge
             #post
             #suffix_code
         }
@@ -394,6 +510,23 @@ impl<'a> Lowerer<'a> {
                         split.post = quote!(#head);
                     }
                     return split;
+                }
+                if let Expr::Assign(a) = strip_parens(expr) {
+                    if sites::sites_in_expr(&a.left).is_none() {
+                        // `state = match state { .. checkpoint!() .. };`
+                        let left = &a.left;
+                        let mut split = match site_with_postfix(&a.right) {
+                            Some((index, site_expr, rest)) => {
+                                let mut s = self.direct_site_split(index, &site_expr, scope);
+                                s.post = rest;
+                                s
+                            }
+                            None => self.lower_ctrl(&a.right, range, scope),
+                        };
+                        let post = split.post;
+                        split.post = quote!(#left = #post #semi);
+                        return split;
+                    }
                 }
                 let mut split = self.lower_ctrl(expr, range, scope);
                 if semi.is_some() {
@@ -450,13 +583,17 @@ impl<'a> Lowerer<'a> {
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let span = self.site(index).span;
-        let (positions, fields) = self.site_fields(index, scope);
+        let SiteFields {
+            positions,
+            fields,
+            restores,
+        } = self.site_fields(index, scope);
         Split {
             items: TokenStream::new(),
             normal_head: quote_spanned! {span=>
                 #frame.save(#index, &[#(#positions),*], |#enc| { #fields ::core::result::Result::Ok(()) }).await
             },
-            resume_head: quote!(#frame.arrive()),
+            resume_head: quote!({ #restores #frame.arrive() }),
             post: TokenStream::new(),
         }
     }
@@ -467,12 +604,7 @@ impl<'a> Lowerer<'a> {
     fn direct_site_split(&mut self, index: u32, expr: &Expr, scope: &Scope) -> Split {
         let site = self.site(index).clone();
         if site.kind == SiteKind::Checkpoint {
-            let mut split = self.checkpoint_split(index, scope);
-            split.resume_head = {
-                let frame = frame_ident();
-                quote!(#frame.arrive())
-            };
-            return split;
+            return self.checkpoint_split(index, scope);
         }
         let Expr::Await(aw) = strip_parens(expr) else {
             return self.misplaced(
@@ -497,7 +629,11 @@ impl<'a> Lowerer<'a> {
         }
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
-        let (positions, fields) = self.site_fields(index, scope);
+        let SiteFields {
+            positions,
+            fields,
+            restores,
+        } = self.site_fields(index, scope);
         let method = &call.method;
         let turbofish = call.turbofish.as_ref().map(|t| {
             let args = &t.args;
@@ -510,10 +646,10 @@ impl<'a> Lowerer<'a> {
         };
         let rt = rt();
         let resume_head = match site.kind {
-            SiteKind::Sleep => quote!(#frame.arrive()),
+            SiteKind::Sleep => quote!({ #restores #frame.arrive() }),
             _ => {
                 let slot = Self::wait_slot_ident(index);
-                quote!({ #frame.arrive(); #rt::Slot::take(&mut #slot) })
+                quote!({ #restores #frame.arrive(); #rt::Slot::take(&mut #slot) })
             }
         };
         Split {
@@ -524,9 +660,9 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// The loop positions and the field-encoding statements for a site, and
-    /// records the site's layout.
-    fn site_fields(&mut self, index: u32, scope: &Scope) -> (Vec<Ident>, TokenStream) {
+    /// The loop positions, the field-encoding statements and the restores of
+    /// deferred locals for a site, and records the site's layout.
+    fn site_fields(&mut self, index: u32, scope: &Scope) -> SiteFields {
         let span = self.site(index).span;
         let describe = self.site(index).describe();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
@@ -536,12 +672,43 @@ impl<'a> Lowerer<'a> {
             fields: Vec::new(),
             loops: scope.loop_positions.len() as u32,
         };
+        let mut restores = TokenStream::new();
         for saved in &scope.saved {
             let binding = &mut self.bindings[saved.binding];
-            binding.saved_at.push(index);
             let name = binding.ident.to_string();
+            if matches!(saved.source, Source::Deferred) && !liveness::live_after(&name, &scope.cont)
+            {
+                continue;
+            }
+            binding.saved_at.push(index);
             layout.fields.push(saved.binding);
-            match &saved.source {
+            let source = match &saved.source {
+                Source::Placeholder(snap) if !liveness::live_after(&name, &scope.cont) => {
+                    Source::Snapshot(snap.clone())
+                }
+                Source::Placeholder(_) => Source::Live,
+                other => other.clone(),
+            };
+            match &source {
+                Source::Placeholder(_) => unreachable!("resolved above"),
+                Source::Deferred => {
+                    if saved.hidden_by.contains(&name) {
+                        self.errors.push(
+                            span,
+                            format!(
+                                "`{name}` must be saved at {describe} because it is used after it, but an inner `{name}` hides it here; rename one of them"
+                            ),
+                        );
+                        continue;
+                    }
+                    let trait_ident = Self::save_trait_ident(saved.binding);
+                    let slot = Self::slot_ident(saved.binding);
+                    let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
+                    code.extend(quote_spanned! {span=>
+                        <_ as #trait_ident>::__cp_encode(&#ident, #enc)?;
+                    });
+                    restores.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
+                }
                 Source::Snapshot(snap) => code.extend(quote!(#enc.encoded(&#snap)?;)),
                 Source::Through => {
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
@@ -567,9 +734,12 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
-        let _ = rt;
         self.layouts[index as usize] = layout;
-        (scope.loop_positions.clone(), code)
+        SiteFields {
+            positions: scope.loop_positions.clone(),
+            fields: code,
+            restores,
+        }
     }
 
     /// Lowers a control-flow expression that contains sites.
@@ -590,7 +760,12 @@ impl<'a> Lowerer<'a> {
             }
             Expr::Loop(l) => {
                 let label = &l.label;
-                let body = self.lower_block(&l.body, scope);
+                let scope = scope.then(ContFrame::Loop {
+                    body: std::rc::Rc::new(l.body.clone()),
+                    cond: None,
+                    endless: true,
+                });
+                let body = self.lower_block(&l.body, &scope);
                 Split {
                     items: TokenStream::new(),
                     normal_head: unit(),
@@ -600,6 +775,14 @@ impl<'a> Lowerer<'a> {
             }
             Expr::While(w) => self.lower_while(w, scope),
             Expr::ForLoop(f) => self.lower_for(f, scope),
+            Expr::If(i) if site_with_postfix(scrutinee_of_if(&i.cond)).is_some() => {
+                let block = scrutinee::desugar_if(i);
+                self.lower_ctrl(&block, range, scope)
+            }
+            Expr::Match(m) if site_with_postfix(&m.expr).is_some() => {
+                let block = scrutinee::desugar_match(m);
+                self.lower_ctrl(&block, range, scope)
+            }
             Expr::If(i) => {
                 if let Some(r) = if_conditions(i).into_iter().find_map(sites::sites_in_expr) {
                     return self.misplaced(r, i.span());
@@ -650,6 +833,8 @@ impl<'a> Lowerer<'a> {
 struct Visible {
     binding: PatBinding,
     order: usize,
+    /// The index of its `let` in the prefix.
+    stmt: usize,
     /// `#[transient]`: the pattern and initialiser to run again on resume.
     transient_pat: Option<Pat>,
     transient_init: Option<Expr>,
@@ -662,7 +847,7 @@ struct Visible {
 fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
     let mut out = BTreeMap::new();
     let mut order = 0;
-    for stmt in stmts {
+    for (index, stmt) in stmts.iter().enumerate() {
         let Stmt::Local(local) = stmt else { continue };
         let init = local.init.as_ref().map(|i| &*i.expr);
         // `let tag = "n";`: a constant is re-created on resume rather than
@@ -683,6 +868,7 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
                 Visible {
                     binding,
                     order,
+                    stmt: index,
                     transient_pat: transient.then(|| local.pat.clone()),
                     transient_init: if transient { init.cloned() } else { None },
                     reference_init,
@@ -724,6 +910,14 @@ fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
                 if let Some((_, d)) = &init.diverge {
                     out.extend(free_in_expr(d));
                 }
+            }
+            out
+        }
+        Stmt::Expr(Expr::Assign(a), _) if sites::sites_in_expr(&a.left).is_none() => {
+            let mut out = free_in_expr(&a.left);
+            match site_with_postfix(&a.right) {
+                Some(_) => out.extend(free_in_expr(&a.right)),
+                None => out.extend(post_merge_free_expr(&a.right, refs)),
             }
             out
         }
@@ -779,6 +973,84 @@ fn post_merge_free_expr(expr: &Expr, refs: &NameSet) -> NameSet {
         }
         other => free_in_expr(other),
     }
+}
+
+/// The transient `let`s of `prefix` (by index) that can run after the merge
+/// instead of at their place: needed after it, and read neither by the
+/// prefix statements after them nor by the split statement's head.
+fn transients_after_merge(
+    prefix: &[Stmt],
+    visible: &BTreeMap<String, Visible>,
+    needed: &NameSet,
+    head_reads: &NameSet,
+) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (k, stmt) in prefix.iter().enumerate() {
+        let Stmt::Local(local) = stmt else { continue };
+        let names = pat_names(&local.pat);
+        let all_transient_here = !names.is_empty()
+            && names.iter().all(|n| {
+                visible
+                    .get(n)
+                    .is_some_and(|v| v.stmt == k && v.transient_init.is_some())
+            });
+        if !all_transient_here || !names.iter().any(|n| needed.contains(n)) {
+            continue;
+        }
+        let later = free_in_stmts(&prefix[k + 1..]);
+        if names
+            .iter()
+            .any(|n| later.contains(n) || head_reads.contains(n))
+        {
+            continue;
+        }
+        out.push(k);
+    }
+    out
+}
+
+/// Names the head of a split statement reads: what the normal path
+/// evaluates before the merge (a condition, a scrutinee, a wait's arguments).
+fn head_free(stmt: &Stmt) -> NameSet {
+    fn expr_head(e: &Expr) -> NameSet {
+        match strip_parens(e) {
+            Expr::If(i) => if_conditions(i)
+                .into_iter()
+                .flat_map(free_in_expr)
+                .collect(),
+            Expr::Match(m) => {
+                let mut out = free_in_expr(&m.expr);
+                for a in &m.arms {
+                    if let Some((_, g)) = &a.guard {
+                        out.extend(free_in_expr(g));
+                    }
+                }
+                out
+            }
+            Expr::Block(_) | Expr::Loop(_) | Expr::While(_) | Expr::ForLoop(_) => NameSet::new(),
+            other => free_in_expr(other),
+        }
+    }
+    match stmt {
+        Stmt::Local(l) => l
+            .init
+            .as_ref()
+            .map_or_else(NameSet::new, |i| expr_head(&i.expr)),
+        Stmt::Expr(Expr::Assign(a), _) => expr_head(&a.right),
+        Stmt::Expr(e, _) => expr_head(e),
+        _ => NameSet::new(),
+    }
+}
+
+/// The local a statement assigns as a whole: `x = <construct>;`.
+fn assigned_local(stmt: &Stmt) -> Option<String> {
+    let Stmt::Expr(Expr::Assign(a), _) = stmt else {
+        return None;
+    };
+    let Expr::Path(p) = strip_parens(&a.left) else {
+        return None;
+    };
+    p.path.get_ident().map(|i| i.to_string())
 }
 
 /// The references a scope is known to hold.

@@ -1,0 +1,326 @@
+//! Issue 9's idiomatic shapes that the transform used to reject: explicit
+//! state machines, `let x;` assigned in branches, borrowed scrutinees with a
+//! checkpoint in an arm, suspension calls as scrutinees, transient closures.
+//! Each runs uninterrupted, then crashed after every checkpoint and resumed;
+//! output and effects must equal the uninterrupted run's.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use checkpoint_runtime::prelude::*;
+use checkpoint_runtime::testing::{Harness, SideEffects};
+use serde::{Deserialize, Serialize};
+
+async fn exact<W: Workflow>(harness: Harness<W>) -> W::Output {
+    let report = harness.run().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.checkpoints > 0, "took no checkpoint: {report}");
+    assert!(
+        report.duplicated_effects().is_empty(),
+        "effects ran twice or never: {report}"
+    );
+    serde_json::from_value(report.output.clone()).expect("output decodes")
+}
+
+fn fx(ctx: &Ctx) -> &SideEffects {
+    ctx.resource::<SideEffects>()
+}
+
+// 4a. An agent as an explicit state machine: `state = match state { .. }`
+// with a checkpoint inside an arm whose value is the next state.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+enum AgentState {
+    Plan {
+        goal: String,
+    },
+    Act {
+        steps: Vec<String>,
+        done: Vec<String>,
+    },
+    Reflect {
+        done: Vec<String>,
+        attempts: u32,
+    },
+    Done(String),
+}
+
+#[workflow]
+async fn agent(ctx: &Ctx, goal: String) -> String {
+    let mut state = AgentState::Plan { goal };
+    let mut turns = 0u32;
+    loop {
+        turns += 1;
+        state = match state {
+            AgentState::Plan { goal } => {
+                fx(ctx).record(format!("plan:{goal}"));
+                let steps: Vec<String> = goal.split(' ').map(str::to_owned).collect();
+                checkpoint!("planned");
+                AgentState::Act {
+                    steps,
+                    done: Vec::new(),
+                }
+            }
+            AgentState::Act {
+                mut steps,
+                mut done,
+            } => {
+                if let Some(step) = steps.pop() {
+                    fx(ctx).record(format!("tool:{step}"));
+                    done.push(step.to_uppercase());
+                    checkpoint!("acted");
+                    AgentState::Act { steps, done }
+                } else {
+                    AgentState::Reflect { done, attempts: 0 }
+                }
+            }
+            AgentState::Reflect { done, attempts } if attempts < 2 => {
+                checkpoint!("reflected");
+                AgentState::Reflect {
+                    done,
+                    attempts: attempts + 1,
+                }
+            }
+            AgentState::Reflect { done, .. } => AgentState::Done(done.join("+")),
+            AgentState::Done(answer) => break format!("{answer} in {turns} turns"),
+        };
+    }
+}
+
+#[tokio::test]
+async fn state_machine_assigned_from_a_match_with_checkpoints_in_arms() {
+    let out = exact(Harness::new(agent).input("find book flight".into())).await;
+    assert_eq!(out, "FLIGHT+BOOK+FIND in 9 turns");
+}
+
+// 4b. `let next = match state { .. }; state = next;` with arms binding
+// non-`Copy` payloads by value.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+enum Order {
+    New(Vec<String>),
+    Paid { items: Vec<String>, amount: u64 },
+    Shipped(String),
+}
+
+#[workflow]
+async fn order_saga(ctx: &Ctx, items: Vec<String>) -> String {
+    let mut state = Order::New(items);
+    loop {
+        let next = match state {
+            Order::New(items) => {
+                let amount = items.len() as u64 * 100;
+                fx(ctx).record(format!("charge:{amount}"));
+                checkpoint!("charged");
+                Order::Paid { items, amount }
+            }
+            Order::Paid { items, amount } => {
+                fx(ctx).record(format!("ship:{}", items.len()));
+                checkpoint!("shipped");
+                Order::Shipped(format!("{} items for {amount}", items.len()))
+            }
+            Order::Shipped(note) => return note,
+        };
+        state = next;
+    }
+}
+
+#[tokio::test]
+async fn state_machine_through_a_next_local() {
+    let out = exact(Harness::new(order_saga).input(vec!["a".into(), "b".into()])).await;
+    assert_eq!(out, "2 items for 200");
+}
+
+// 5. `let outcome;` assigned in branches, one of them with a checkpoint.
+#[workflow]
+async fn settle(ctx: &Ctx, paid: bool) -> String {
+    let outcome;
+    let fee: u32;
+    if paid {
+        fx(ctx).record("capture");
+        checkpoint!("paid");
+        outcome = "paid".to_owned();
+        fee = 3;
+    } else {
+        outcome = "cancelled".to_owned();
+        fee = 0;
+    }
+    checkpoint!("settled");
+    format!("{outcome} fee={fee}")
+}
+
+#[tokio::test]
+async fn deferred_initialisation_in_branches() {
+    assert_eq!(exact(Harness::new(settle).input(true)).await, "paid fee=3");
+    assert_eq!(
+        exact(Harness::new(settle).input(false)).await,
+        "cancelled fee=0"
+    );
+}
+
+// 6. `match &reply` / `if let Some(r) = &reply` with a checkpoint in an arm,
+// inside a loop, and `reply` moved afterwards.
+#[workflow]
+async fn summarise(ctx: &Ctx, replies: Vec<String>) -> (usize, Vec<String>) {
+    let mut total = 0;
+    let mut kept = Vec::new();
+    for i in 0..replies.len() {
+        let reply = replies[i].clone();
+        match &reply {
+            r if r.is_empty() => {}
+            r => {
+                checkpoint!("counted");
+                total += r.len();
+            }
+        }
+        kept.push(reply);
+    }
+    (total, kept)
+}
+
+#[tokio::test]
+async fn match_on_a_borrow_then_move() {
+    let (total, kept) =
+        exact(Harness::new(summarise).input(vec!["ab".into(), "".into(), "cde".into()])).await;
+    assert_eq!(total, 5);
+    assert_eq!(kept.len(), 3);
+}
+
+#[workflow]
+async fn maybe_tool(ctx: &Ctx, calls: Vec<Option<String>>) -> Vec<String> {
+    let mut log = Vec::new();
+    for call in calls {
+        let reply = call.map(|c| format!("result of {c}"));
+        if let Some(r) = &reply {
+            fx(ctx).record(format!("used:{r}"));
+            checkpoint!("tool_used");
+            log.push(r.len().to_string());
+        }
+        log.push(reply.unwrap_or_default());
+    }
+    log
+}
+
+#[tokio::test]
+async fn if_let_on_a_borrow_then_move() {
+    let out =
+        exact(Harness::new(maybe_tool).input(vec![Some("a".into()), None, Some("bb".into())]))
+            .await;
+    assert_eq!(out, vec!["11", "result of a", "", "12", "result of bb"]);
+}
+
+// 7. Suspension calls as scrutinees.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Decision {
+    approved: bool,
+    by: String,
+}
+
+#[workflow]
+async fn approval(ctx: &Ctx, amount: u64) -> String {
+    fx(ctx).record(format!("request:{amount}"));
+    let verdict = match ctx
+        .wait_for_timeout::<Decision>("decision", Duration::from_secs(30))
+        .await
+    {
+        Some(d) if d.approved => format!("approved by {}", d.by),
+        Some(d) => format!("rejected by {}", d.by),
+        None => "timed out".to_owned(),
+    };
+    checkpoint!("decided");
+    if let Some(note) = ctx
+        .wait_for_timeout::<String>("note", Duration::from_millis(20))
+        .await
+    {
+        return format!("{verdict}: {note}");
+    }
+    verdict
+}
+
+#[tokio::test]
+async fn suspension_calls_as_scrutinees() {
+    let decision = Decision {
+        approved: true,
+        by: "ana".into(),
+    };
+    let h = Harness::new(approval)
+        .input(120)
+        .signal("decision", &decision);
+    assert_eq!(exact(h).await, "approved by ana");
+    let h = Harness::new(approval)
+        .input(120)
+        .signal(
+            "decision",
+            &Decision {
+                approved: false,
+                by: "bo".into(),
+            },
+        )
+        .signal("note", &"too much".to_owned());
+    assert_eq!(exact(h).await, "rejected by bo: too much");
+}
+
+#[workflow]
+async fn wait_in_if_let(ctx: &Ctx, n: u32) -> u32 {
+    let mut total = n;
+    if let Some(extra) = ctx
+        .wait_for_timeout::<u32>("extra", Duration::from_millis(20))
+        .await
+    {
+        checkpoint!("got_extra");
+        total += extra;
+    }
+    while let Some(more) = ctx
+        .wait_for_timeout::<u32>("more", Duration::from_millis(5))
+        .await
+    {
+        total += more;
+        if total > 1000 {
+            break;
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn wait_as_if_let_and_while_let_scrutinee() {
+    let h = Harness::new(wait_in_if_let).input(1).signal("extra", &5u32);
+    assert_eq!(exact(h).await, 6);
+}
+
+// 8. Transient closures, and a transient local borrowing another local.
+struct Scorer<'a> {
+    keywords: &'a [String],
+}
+
+impl Scorer<'_> {
+    fn score(&self, text: &str) -> usize {
+        self.keywords
+            .iter()
+            .filter(|k| text.contains(k.as_str()))
+            .count()
+    }
+}
+
+fn scorer(keywords: &[String]) -> Scorer<'_> {
+    Scorer { keywords }
+}
+
+#[workflow]
+async fn rank(ctx: &Ctx, docs: Vec<String>, keywords: Vec<String>) -> BTreeMap<String, usize> {
+    #[transient]
+    let weight = |x: &str| x.len() % 3;
+    #[transient]
+    let s = scorer(&keywords);
+    let mut ranked = BTreeMap::new();
+    for doc in &docs {
+        checkpoint!("ranking");
+        ranked.insert(doc.clone(), s.score(doc) * 10 + weight(doc));
+    }
+    ranked
+}
+
+#[tokio::test]
+async fn transient_closure_and_borrowing_transient() {
+    let docs = vec!["rust async".to_owned(), "python".to_owned()];
+    let out = exact(Harness::new(rank).input((docs, vec!["rust".into(), "async".into()]))).await;
+    assert_eq!(out["rust async"], 21);
+    assert_eq!(out["python"], 0);
+}
