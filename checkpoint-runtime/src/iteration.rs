@@ -419,13 +419,14 @@ mod tests {
         assert_eq!(order(&a), order(&b));
         let v = vec![3, 1, 2];
         let probe = order_probe(&v);
+        #[allow(clippy::needless_borrow)] // the generated code's autoref dispatch
         let kept: Vec<u32> = (&&probe).in_stable_order(v.iter()).copied().collect();
         assert_eq!(kept, vec![3, 1, 2], "a Vec keeps its own order");
     }
 
     #[test]
     fn item_parts_write_back_through_references() {
-        let mut v = vec![1u32, 2, 3];
+        let mut v = [1u32, 2, 3];
         let mut buf = Vec::new();
         for (i, x) in v.iter_mut().enumerate() {
             *x += 10;

@@ -78,7 +78,7 @@ pub(super) fn desugar_if(i: &syn::ExprIf) -> Expr {
     match &mut *i.cond {
         Expr::Let(l) => {
             first = let_scrutinee(&l.expr);
-            l.expr = Box::new(scrutinee_path());
+            *l.expr = scrutinee_path();
         }
         cond => {
             first = let_scrutinee(cond);
