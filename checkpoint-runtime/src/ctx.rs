@@ -1,14 +1,14 @@
 //! [`Ctx`]: what a workflow body knows about its run.
 
-use std::future::Future;
+use std::future::IntoFuture;
+use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::executor::{Halt, RunShared};
-use crate::Error;
+use crate::executor::RunShared;
 
 /// The context of a running workflow: its run id, attempt, idempotency keys,
 /// shared resources, and the suspension points `wait_for`, `wait_for_timeout`
@@ -239,28 +239,13 @@ impl Ctx {
         self.run.rt.resources.get::<T>()
     }
 
-    fn misuse<T>(&self, call: &str) -> impl Future<Output = T> + Send + 'static {
-        let err = Error::Misuse {
-            run: self.run.id.to_string(),
-            detail: format!(
-                "`ctx.{call}` must be called directly in a #[workflow] body (as \
-                 `ctx.{call}(..).await`), where it becomes a durable suspension point; it was \
-                 called from somewhere else (a helper function, closure or nested async block)"
-            ),
-        };
-        let run = self.run.clone();
-        async move {
-            run.halt(Halt::Failed(err));
-            std::future::pending().await
-        }
-    }
-
     /// Suspends the run until a signal named `name` arrives and returns its
     /// payload (sent with [`Runtime::signal`](crate::Runtime::signal) as JSON).
     ///
-    /// Durable only when written directly in a `#[workflow]` body, which the
-    /// macro rewrites into an implicit checkpoint. Reached any other way (from
-    /// a helper function), it stops the run with [`Error::Misuse`].
+    /// Only where the macro rewrites it: awaited directly in a `#[workflow]`
+    /// body, where it becomes an implicit checkpoint. Awaited anywhere else
+    /// (a helper `async fn`, a closure) it is a compile error (see
+    /// [`AwaitInWorkflowBody`]).
     ///
     /// ```
     /// # use checkpoint_runtime::prelude::*;
@@ -277,8 +262,9 @@ impl Ctx {
     /// assert!(h.result().await?);
     /// # Ok(()) }
     /// ```
-    pub async fn wait_for<T: DeserializeOwned>(&self, name: &str) -> T {
-        self.misuse(&format!("wait_for(\"{name}\")")).await
+    pub fn wait_for<T: DeserializeOwned>(&self, name: &str) -> AwaitInWorkflowBody<T> {
+        let _ = name;
+        AwaitInWorkflowBody(PhantomData)
     }
 
     /// Like [`Ctx::wait_for`] with a durable deadline: `None` if no signal
@@ -298,14 +284,13 @@ impl Ctx {
     /// assert_eq!(rt.start(ask, "q-1", ()).await?.result().await?, "no reply");
     /// # Ok(()) }
     /// ```
-    pub async fn wait_for_timeout<T: DeserializeOwned>(
+    pub fn wait_for_timeout<T: DeserializeOwned>(
         &self,
         name: &str,
         timeout: Duration,
-    ) -> Option<T> {
-        let _ = timeout;
-        self.misuse(&format!("wait_for_timeout(\"{name}\", ..)"))
-            .await
+    ) -> AwaitInWorkflowBody<Option<T>> {
+        let _ = (name, timeout);
+        AwaitInWorkflowBody(PhantomData)
     }
 
     /// A durable timer: the run is suspended and resumed (by any worker) when
@@ -328,8 +313,62 @@ impl Ctx {
     /// assert_eq!(h.result().await?, "reminded"); // waits for the timer, then resumes
     /// # Ok(()) }
     /// ```
-    pub async fn sleep(&self, duration: Duration) {
+    pub fn sleep(&self, duration: Duration) -> AwaitInWorkflowBody<()> {
         let _ = duration;
-        self.misuse("sleep").await
+        AwaitInWorkflowBody(PhantomData)
+    }
+}
+
+/// What `ctx.wait_for(..)`, `ctx.wait_for_timeout(..)` and `ctx.sleep(..)`
+/// return where `#[workflow]` did not rewrite them: a value that cannot be
+/// awaited, so that a suspension point hidden in a helper `async fn` or a
+/// closure (which could not be resumed) is a compile error rather than a run
+/// that fails when it gets there.
+///
+/// ```compile_fail
+/// use checkpoint_runtime::prelude::*;
+///
+/// async fn wait_in_a_helper(ctx: &Ctx) -> bool {
+///     ctx.wait_for::<bool>("approved").await // error: only in a #[workflow] body
+/// }
+/// ```
+///
+/// In the body itself the same call is a durable suspension point:
+///
+/// ```
+/// use checkpoint_runtime::prelude::*;
+///
+/// #[workflow]
+/// async fn approve(ctx: &Ctx) -> bool {
+///     let ok: bool = ctx.wait_for("approved").await;
+///     ok
+/// }
+/// ```
+#[must_use = "a suspension point does nothing unless awaited directly in a #[workflow] body"]
+pub struct AwaitInWorkflowBody<T>(PhantomData<fn() -> T>);
+
+impl<T> std::fmt::Debug for AwaitInWorkflowBody<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AwaitInWorkflowBody")
+    }
+}
+
+/// Never implemented: the bound that makes [`AwaitInWorkflowBody`] impossible to await.
+#[diagnostic::on_unimplemented(
+    message = "`ctx.wait_for`, `ctx.wait_for_timeout` and `ctx.sleep` can only be awaited directly in a #[workflow] body",
+    label = "awaited outside the body of a #[workflow] fn",
+    note = "a suspension point must be written in the workflow body itself (at any depth of blocks, `if`, `match` and loops), where #[workflow] turns it into a durable checkpoint; a helper `async fn`, closure or `async` block cannot be resumed there: return what the helper needs to the body and wait there"
+)]
+pub trait InWorkflowBody {}
+
+impl<T> IntoFuture for AwaitInWorkflowBody<T>
+where
+    AwaitInWorkflowBody<T>: InWorkflowBody,
+{
+    type Output = T;
+    type IntoFuture = std::future::Pending<T>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        std::future::pending()
     }
 }

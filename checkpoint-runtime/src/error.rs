@@ -171,8 +171,9 @@ pub enum Error {
         detail: String,
     },
 
-    /// The workflow used the API in a way the runtime cannot honour (for example
-    /// `ctx.wait_for` called from a helper function instead of the workflow body).
+    /// The workflow used the API in a way the runtime cannot honour. (A
+    /// suspension point awaited outside a workflow body, once reported this
+    /// way, is now a compile error: see [`AwaitInWorkflowBody`](crate::AwaitInWorkflowBody).)
     #[error("run `{run}`: {detail}")]
     Misuse {
         /// The run id.

@@ -116,7 +116,7 @@ pub mod store;
 pub mod testing;
 mod workflow;
 
-pub use ctx::Ctx;
+pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
 pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};

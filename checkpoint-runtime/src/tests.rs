@@ -309,31 +309,6 @@ impl Workflow for Panicker {
     }
 }
 
-/// Calls `ctx.wait_for` from a helper instead of the workflow body.
-#[derive(Clone, Copy, Debug)]
-struct Misuser;
-
-impl IntoWorkflow for Misuser {
-    type Workflow = Self;
-    fn into_workflow(self) -> Self {
-        self
-    }
-}
-
-impl Workflow for Misuser {
-    type Input = ();
-    type Output = u32;
-    const NAME: &'static str = "misuser";
-    const SITES: &'static [SiteInfo] = &[];
-
-    fn run(self, frame: Frame, _input: Option<()>) -> BoxFuture<'static, u32> {
-        Box::pin(async move {
-            let ctx = frame.ctx();
-            ctx.wait_for::<u32>("never").await
-        })
-    }
-}
-
 /// Like `Counter` but its checkpoint now saves `total` as `u32`.
 #[derive(Clone, Copy, Debug)]
 struct CounterV2;
@@ -760,15 +735,6 @@ async fn panics_are_retried_then_fail() {
         .filter(|e| matches!(e, Event::Retried { .. }))
         .count();
     assert_eq!(retries, 2);
-}
-
-#[tokio::test]
-async fn ctx_suspension_outside_the_body_fails_the_run_clearly() {
-    let rt = Runtime::in_memory();
-    let h = rt.start(Misuser, "m", ()).await.unwrap();
-    let err = within(h.result()).await.unwrap_err();
-    assert!(matches!(err, Error::Misuse { .. }), "{err}");
-    assert!(err.to_string().contains("#[workflow] body"), "{err}");
 }
 
 #[tokio::test]
