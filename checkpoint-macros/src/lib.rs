@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod expand;
+mod fallback;
 mod lower;
 mod names;
 mod parse;
@@ -49,9 +50,18 @@ use proc_macro::TokenStream;
 /// ```
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::workflow(args.into(), item.into())
-        .unwrap_or_else(|e| e.to_compile_error())
-        .into()
+    let (args, item) = (
+        proc_macro2::TokenStream::from(args),
+        proc_macro2::TokenStream::from(item),
+    );
+    match expand::workflow(args.clone(), item.clone()) {
+        Ok(expanded) => expanded.into(),
+        Err(e) => {
+            let mut out = e.to_compile_error();
+            out.extend(fallback::workflow(args, item));
+            out.into()
+        }
+    }
 }
 
 /// Takes a checkpoint: `checkpoint!()` or `checkpoint!("label")`; returns

@@ -169,7 +169,7 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
 
 /// `&Ctx`, `&checkpoint_runtime::Ctx`, ... : a shared reference to a path whose
 /// last segment is `Ctx`.
-fn is_ctx_type(ty: &Type) -> bool {
+pub fn is_ctx_type(ty: &Type) -> bool {
     let Type::Reference(r) = ty else { return false };
     if r.mutability.is_some() {
         return false;
