@@ -860,7 +860,7 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
                 .as_ref()
                 .is_some_and(|i| i.diverge.is_none() && is_constant(&i.expr));
         let transient = constant || local.attrs.iter().any(|a| a.path().is_ident("transient"));
-        let reference_init = matches!(init.map(strip_parens), Some(Expr::Reference(_)));
+        let reference_init = init.is_some_and(syntax::yields_borrowed_value);
         for binding in pat_bindings(&local.pat) {
             order += 1;
             out.insert(
@@ -888,7 +888,7 @@ fn reference_error(v: &Visible, site: &str) -> Option<syn::Error> {
         return Some(syn::Error::new(
             name.span(),
             format!(
-                "`{name}` is a reference that is used after {site}; a reference cannot be saved in a checkpoint: own the value (e.g. `.clone()` / `.to_owned()`), or borrow again after the checkpoint"
+                "`{name}` holds a reference (its value is borrowed: `&..`, a string literal, `.as_str()`) and is used after {site}; a reference cannot be saved in a checkpoint: own the value (`String` rather than `&str`: `\"..\".to_owned()`; `.clone()` / `.to_owned()`), or borrow again after the checkpoint"
             ),
         ));
     }

@@ -46,6 +46,66 @@ pub(super) fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
     }
 }
 
+/// Whether an initialiser's value is a borrow, judged from its syntax: `&x`,
+/// a string literal, `x.as_str()`, or an `if` / `match` / block every
+/// non-diverging branch of which is one (`if adult { "adult" } else {
+/// "junior" }`). Such a local cannot be saved.
+pub(super) fn yields_borrowed_value(expr: &Expr) -> bool {
+    fn tail(block: &syn::Block) -> Option<&Expr> {
+        match block.stmts.last() {
+            Some(syn::Stmt::Expr(e, None)) => Some(e),
+            _ => None,
+        }
+    }
+    fn diverges(e: &Expr) -> bool {
+        match strip_parens(e) {
+            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) => true,
+            Expr::Macro(m) => m.mac.path.segments.last().is_some_and(|s| {
+                ["panic", "unreachable", "todo", "unimplemented"]
+                    .contains(&s.ident.to_string().as_str())
+            }),
+            Expr::Block(b) => tail(&b.block).is_some_and(diverges),
+            _ => false,
+        }
+    }
+    // Some branch yields a borrow, and every other one diverges or does too.
+    fn branches<'a>(mut all: impl Iterator<Item = &'a Expr>) -> bool {
+        let mut any = false;
+        let ok = all.all(|e| {
+            if diverges(e) {
+                true
+            } else {
+                any = true;
+                yields_borrowed_value(e)
+            }
+        });
+        ok && any
+    }
+    match strip_parens(expr) {
+        Expr::Reference(_) => true,
+        Expr::Lit(l) => matches!(
+            l.lit,
+            syn::Lit::Str(_) | syn::Lit::ByteStr(_) | syn::Lit::CStr(_)
+        ),
+        Expr::MethodCall(m) => [
+            "as_str", "as_slice", "as_bytes", "as_ref", "as_deref", "borrow",
+        ]
+        .contains(&m.method.to_string().as_str()),
+        Expr::Block(b) => tail(&b.block).is_some_and(yields_borrowed_value),
+        Expr::If(i) => {
+            let Some((_, els)) = &i.else_branch else {
+                return false;
+            };
+            let Some(then) = tail(&i.then_branch) else {
+                return false;
+            };
+            branches([then, &**els].into_iter())
+        }
+        Expr::Match(m) => branches(m.arms.iter().map(|a| &*a.body)),
+        _ => false,
+    }
+}
+
 /// A literal (`"n"`, `3`, `-1.5`, `b"x"`, `true`) or a path that names a
 /// constant by convention (`MAX_RETRIES`, `u32::MAX`).
 pub(super) fn is_constant(expr: &Expr) -> bool {

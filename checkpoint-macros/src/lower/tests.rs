@@ -220,7 +220,7 @@ fn errors_name_the_variable_and_the_site() {
         .expect("a reference live across a checkpoint is an error");
     let msg = err.to_string();
     assert!(
-        msg.contains("`r` is a reference") && msg.contains("checkpoint \"after\""),
+        msg.contains("`r` holds a reference") && msg.contains("checkpoint \"after\""),
         "{msg}"
     );
 }
