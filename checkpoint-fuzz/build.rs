@@ -54,7 +54,7 @@ fn main() {
     writeln!(out, "pub const SOURCES: &[&str] = &[\n{sources}];").unwrap();
     writeln!(
         out,
-        "pub fn run_case(i: usize, prog: checkpoint_fuzz::gen::Program) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {{\n    match i {{"
+        "pub fn run_case(i: usize, prog: checkpoint_fuzz::gen::Program) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, String>> + Send>> {{\n    match i {{"
     )
     .unwrap();
     for i in 0..count {

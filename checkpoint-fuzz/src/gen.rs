@@ -817,7 +817,12 @@ fn label_ref(l: &Option<String>) -> String {
 fn wait_call(name: &str, kind: &Wait) -> String {
     match kind {
         Wait::For => format!("ctx.wait_for::<u64>(\"{name}\").await"),
-        Wait::Timeout { .. } => format!(
+        // A scripted signal must win the race against the deadline: the
+        // harness delivers it as soon as the run waits, so give it time.
+        Wait::Timeout { scripted: true } => format!(
+            "ctx.wait_for_timeout::<u64>(\"{name}\", Duration::from_secs(30)).await"
+        ),
+        Wait::Timeout { scripted: false } => format!(
             "ctx.wait_for_timeout::<u64>(\"{name}\", Duration::from_millis(1)).await"
         ),
     }
@@ -1362,8 +1367,12 @@ struct Env {
     depth: u32,
     block: u32,
     no_cp: bool,
-    /// Inside a closure-free state machine arm etc.: nothing special yet.
+    /// Inside a state machine arm.
     in_machine: bool,
+    /// Index in `loops` of the outermost enclosing hash loop: leaving it
+    /// early (`break`, or `continue` of an outer loop) would depend on the
+    /// iteration order.
+    hash_loop: Option<usize>,
 }
 
 impl Env {
@@ -1765,9 +1774,24 @@ impl Gen {
                     return None;
                 }
                 let value_loop = target.value;
-                let no_continue = target.no_continue;
+                let mut no_continue = target.no_continue;
+                let mut no_break = false;
+                if let Some(h) = env.hash_loop {
+                    if i < h {
+                        return None;
+                    }
+                    if i == h {
+                        no_break = true;
+                    }
+                }
+                if no_break && no_continue {
+                    return None;
+                }
+                if no_break {
+                    no_continue = false;
+                }
                 let c = self.cond(env);
-                if no_continue || self.rng.chance(50) {
+                if !no_break && (no_continue || self.rng.chance(50)) {
                     let value = if value_loop {
                         Some(self.expr(env, 1))
                     } else {
@@ -2380,6 +2404,9 @@ impl Gen {
             let mut path = inner.hash.clone().unwrap_or_default();
             path.push(item.to_owned());
             inner.hash = Some(path);
+            if inner.hash_loop.is_none() {
+                inner.hash_loop = Some(inner.loops.len() - 1);
+            }
             if !self.on("cp_hash_for") {
                 inner.no_cp = true;
             }
@@ -2415,6 +2442,7 @@ pub fn generate(seed: u64, index: usize, forms: &Forms, size: usize) -> Program 
         block: 0,
         no_cp: false,
         in_machine: false,
+        hash_loop: None,
     };
     let mut body = Vec::new();
     let mut e = env;

@@ -193,7 +193,7 @@ pub async fn check_case<I>(
     prog: &gen::Program,
     plain: serde_json::Value,
     plain_fx: Vec<String>,
-) -> Result<(), String>
+) -> Result<u64, String>
 where
     I: IntoWorkflow,
     I::Workflow: Workflow<Input = Vec<u64>>,
@@ -254,7 +254,7 @@ where
         ));
     }
     if problems.is_empty() {
-        Ok(())
+        Ok(report.checkpoints)
     } else {
         Err(problems.join("\n"))
     }

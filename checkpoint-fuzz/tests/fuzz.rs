@@ -45,12 +45,22 @@ async fn generated_programs_survive_crashes_and_match_their_twins() {
         });
     }
     let mut failures = Vec::new();
+    let (mut crash_points, mut with_checkpoints) = (0u64, 0usize);
     while let Some(done) = set.join_next().await {
         let (i, r) = done.expect("task");
-        if let Err(e) = r {
-            failures.push((i, e));
+        match r {
+            Ok(n) => {
+                crash_points += n;
+                with_checkpoints += usize::from(n > 0);
+            }
+            Err(e) => failures.push((i, e)),
         }
     }
+    eprintln!(
+        "{} programs (seed {}), {with_checkpoints} took checkpoints, {crash_points} crash points checked",
+        programs::COUNT,
+        programs::SEED
+    );
     failures.sort();
     for (i, e) in &failures {
         eprintln!(
@@ -68,5 +78,11 @@ async fn generated_programs_survive_crashes_and_match_their_twins() {
         programs::COUNT,
         programs::SEED,
         failures.iter().map(|(i, _)| *i).collect::<Vec<_>>()
+    );
+    // The sample exercises the harness: most programs checkpoint.
+    assert!(
+        with_checkpoints * 10 >= programs::COUNT * 7,
+        "only {with_checkpoints} of {} programs took a checkpoint",
+        programs::COUNT
     );
 }
