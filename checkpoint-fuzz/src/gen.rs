@@ -1874,7 +1874,8 @@ impl Gen {
             77 | 78 if self.on("early_return") && !hash => {
                 // rare: condition must be unlikely-ish
                 let mut c = self.cond(env);
-                c.m = self.rng.range(4, 7);
+                c.m = self.rng.range(5, 9);
+                c.r = 0;
                 Some(Stmt::ReturnIf { cond: c })
             }
             79 | 80 if self.on("try") && self.result && !hash => {
@@ -2428,7 +2429,7 @@ pub fn generate(seed: u64, index: usize, forms: &Forms, size: usize) -> Program 
         forms: forms.clone(),
         next_id: 0,
         size_left: size,
-        budget: 40,
+        budget: 60,
         result,
         block_counter: 0,
     };
@@ -2448,6 +2449,10 @@ pub fn generate(seed: u64, index: usize, forms: &Forms, size: usize) -> Program 
     let mut e = env;
     while g.size_left > 0 {
         g.stmt(&mut e, &mut body);
+    }
+    if !takes_checkpoint(&body) {
+        let at = g.rng.below(body.len() + 1);
+        body.insert(at, Stmt::Checkpoint(Some(format!("c{}", g.id()))));
     }
     Program {
         seed,
