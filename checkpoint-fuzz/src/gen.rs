@@ -191,7 +191,10 @@ impl Forms {
                 None => (true, p.trim_start_matches('+')),
             };
             if !FORMS.contains(&name) {
-                return Err(format!("unknown form `{name}` (known: {})", FORMS.join(", ")));
+                return Err(format!(
+                    "unknown form `{name}` (known: {})",
+                    FORMS.join(", ")
+                ));
             }
             if add {
                 f.0.insert(name.to_owned());
@@ -315,7 +318,11 @@ pub enum ForKind {
     /// `for x in coll.iter().filter(|x| **x % m != 0)`.
     Filter { coll: Coll, var: String, m: u64 },
     /// `for (i, x) in coll.iter().enumerate()`.
-    Enumerate { coll: Coll, idx: String, var: String },
+    Enumerate {
+        coll: Coll,
+        idx: String,
+        var: String,
+    },
 }
 
 /// How a `match` / `if let` reaches the job value.
@@ -375,7 +382,11 @@ pub enum Stmt {
     /// `*target = (*target).wrapping_add(e)` through an `iter_mut` binding.
     WriteThrough { target: String, e: Expr },
     /// `let [mut] name = e;`
-    Let { name: String, mutable: bool, e: Expr },
+    Let {
+        name: String,
+        mutable: bool,
+        e: Expr,
+    },
     /// `name = e;`
     Assign { name: String, e: Expr },
     /// `let name = format!("<{name}>");` (shadowing with another type).
@@ -819,12 +830,12 @@ fn wait_call(name: &str, kind: &Wait) -> String {
         Wait::For => format!("ctx.wait_for::<u64>(\"{name}\").await"),
         // A scripted signal must win the race against the deadline: the
         // harness delivers it as soon as the run waits, so give it time.
-        Wait::Timeout { scripted: true } => format!(
-            "ctx.wait_for_timeout::<u64>(\"{name}\", Duration::from_secs(30)).await"
-        ),
-        Wait::Timeout { scripted: false } => format!(
-            "ctx.wait_for_timeout::<u64>(\"{name}\", Duration::from_millis(1)).await"
-        ),
+        Wait::Timeout { scripted: true } => {
+            format!("ctx.wait_for_timeout::<u64>(\"{name}\", Duration::from_secs(30)).await")
+        }
+        Wait::Timeout { scripted: false } => {
+            format!("ctx.wait_for_timeout::<u64>(\"{name}\", Duration::from_millis(1)).await")
+        }
     }
 }
 
@@ -896,9 +907,10 @@ impl Printer {
                     ));
                 }
             }
-            Stmt::Trace { site, e } => {
-                self.line(&format!("trace.push(format!(\"t{site}:{{}}\", {}));", expr(e)))
-            }
+            Stmt::Trace { site, e } => self.line(&format!(
+                "trace.push(format!(\"t{site}:{{}}\", {}));",
+                expr(e)
+            )),
             Stmt::TraceStr { site, var } => {
                 self.line(&format!("trace.push(format!(\"s{site}:{{}}\", {var}));"))
             }
@@ -995,11 +1007,7 @@ impl Printer {
                 self.block("} else", els, &format!("{name} = {};", expr(b)));
                 self.line("}");
             }
-            Stmt::If {
-                cond: c,
-                then,
-                els,
-            } => {
+            Stmt::If { cond: c, then, els } => {
                 self.block(&format!("if {}", cond(c)), then, "");
                 if let Some(e) = els {
                     self.block("} else", e, "");
@@ -1084,10 +1092,7 @@ impl Printer {
                 body,
             } => {
                 self.line(&format!("let mut {fuel}: u64 = 0;"));
-                self.line(&format!(
-                    "{}while {fuel} < {bound} {{",
-                    label_prefix(label)
-                ));
+                self.line(&format!("{}while {fuel} < {bound} {{", label_prefix(label)));
                 self.indent += 1;
                 self.line(&format!("{fuel} += 1;"));
                 self.stmts(body);
@@ -1134,7 +1139,10 @@ impl Printer {
                 self.indent += 1;
                 self.line(&format!("{fuel} += 1;"));
                 if value.is_some() {
-                    self.line(&format!("if {fuel} > {bound} {{ break{} {fuel}; }}", label_ref(label)));
+                    self.line(&format!(
+                        "if {fuel} > {bound} {{ break{} {fuel}; }}",
+                        label_ref(label)
+                    ));
                 } else {
                     self.line(&format!("if {fuel} > {bound} {{ break; }}"));
                 }
@@ -1156,11 +1164,17 @@ impl Printer {
                     Some(e) => format!(" {}", expr(e)),
                     None => String::new(),
                 };
-                self.line(&format!("if {} {{ break{}{v}; }}", cond(c), label_ref(label)))
+                self.line(&format!(
+                    "if {} {{ break{}{v}; }}",
+                    cond(c),
+                    label_ref(label)
+                ))
             }
-            Stmt::ContinueIf { cond: c, label } => {
-                self.line(&format!("if {} {{ continue{}; }}", cond(c), label_ref(label)))
-            }
+            Stmt::ContinueIf { cond: c, label } => self.line(&format!(
+                "if {} {{ continue{}; }}",
+                cond(c),
+                label_ref(label)
+            )),
             Stmt::Match {
                 job,
                 scrut: sc,
@@ -1182,7 +1196,11 @@ impl Printer {
                 then,
                 els,
             } => {
-                self.block(&format!("if let {} = {}", pat(p), scrut(job, *sc)), then, "");
+                self.block(
+                    &format!("if let {} = {}", pat(p), scrut(job, *sc)),
+                    then,
+                    "",
+                );
                 self.block("} else", els, "");
                 self.line("}");
             }
@@ -1196,7 +1214,11 @@ impl Printer {
                 self.block("} else", els, "");
                 self.line("}");
             }
-            Stmt::LetElse { job, pat: p, diverge } => {
+            Stmt::LetElse {
+                job,
+                pat: p,
+                diverge,
+            } => {
                 self.line(&format!("let {} = {job}.clone() else {{", pat(p)));
                 self.indent += 1;
                 self.stmt(diverge);
@@ -1666,11 +1688,7 @@ impl Gen {
                 } else {
                     None
                 };
-                Some(Stmt::If {
-                    cond: c,
-                    then,
-                    els,
-                })
+                Some(Stmt::If { cond: c, then, els })
             }
             42 if compound_ok && self.on("block") => {
                 let n = self.body_len();
@@ -1699,7 +1717,11 @@ impl Gen {
                 })
             }
             62..=63 if compound_ok && self.on("while_let") && !hash => {
-                let coll = if self.rng.chance(50) { Coll::V } else { Coll::Q };
+                let coll = if self.rng.chance(50) {
+                    Coll::V
+                } else {
+                    Coll::Q
+                };
                 if !env.can_shrink(coll) {
                     return None;
                 }
@@ -1819,7 +1841,9 @@ impl Gen {
                 if !self.on("cp_if_let_ref") {
                     inner.no_cp = true;
                 }
-                inner.vars.push(self.int_var(env, &bind, &format!("*{bind}"), None));
+                inner
+                    .vars
+                    .push(self.int_var(env, &bind, &format!("*{bind}"), None));
                 let n = self.body_len();
                 let then = self.block(&inner, n);
                 let mut outer = env.clone();
@@ -2175,11 +2199,7 @@ impl Gen {
             value: false,
             no_continue: false,
         });
-        let pick = if hash {
-            0
-        } else {
-            self.rng.below(14)
-        };
+        let pick = if hash { 0 } else { self.rng.below(14) };
         let colls = [Coll::V, Coll::Q, Coll::Bm, Coll::Hm, Coll::Hs];
         let kind = match pick {
             0 | 1 if self.on("for_range") => {
@@ -2193,17 +2213,28 @@ impl Gen {
                 ForKind::Range { var, hi }
             }
             2 if self.on("for_range_len") => {
-                let coll = if self.rng.chance(50) { Coll::V } else { Coll::Q };
+                let coll = if self.rng.chance(50) {
+                    Coll::V
+                } else {
+                    Coll::Q
+                };
                 if !env.can_read(coll) || env.borrow(coll) == Some(Borrow::GrowOnly) {
                     return None;
                 }
                 let var = self.fresh("i");
                 inner.mult *= COLL_ITER;
                 let grow = self.on("range_len_mutated") && env.can_grow(coll);
+                inner.borrows.push((
+                    coll,
+                    if grow {
+                        Borrow::GrowOnly
+                    } else {
+                        Borrow::Shared
+                    },
+                ));
                 inner
-                    .borrows
-                    .push((coll, if grow { Borrow::GrowOnly } else { Borrow::Shared }));
-                inner.vars.push(self.int_var(env, &var, &format!("({var} as u64)"), None));
+                    .vars
+                    .push(self.int_var(env, &var, &format!("({var} as u64)"), None));
                 let el = format!("{var}_el");
                 let _ = el;
                 inner.vars.push(Var {
@@ -2230,8 +2261,7 @@ impl Gen {
             }
             3..=5 => {
                 let c = colls[self.rng.below(5)];
-                if c.is_hash() && !self.on("for_hash") || c == Coll::Bm && !self.on("for_btree")
-                {
+                if c.is_hash() && !self.on("for_hash") || c == Coll::Bm && !self.on("for_btree") {
                     return None;
                 }
                 if c.is_seq() && !self.on("for_ref") {
@@ -2295,7 +2325,11 @@ impl Gen {
                 }
             }
             8 if self.on("for_drain") => {
-                let c = if self.rng.chance(50) { Coll::V } else { Coll::Q };
+                let c = if self.rng.chance(50) {
+                    Coll::V
+                } else {
+                    Coll::Q
+                };
                 if !env.can_iter_mut(c) {
                     return None;
                 }
@@ -2336,19 +2370,29 @@ impl Gen {
                 inner.borrows.push((Coll::V, Borrow::Shared));
                 inner.borrows.push((Coll::Q, Borrow::Shared));
                 inner.mult *= COLL_ITER;
-                inner.vars.push(self.int_var(env, &a, &format!("*{a}"), None));
-                inner.vars.push(self.int_var(env, &b, &format!("*{b}"), None));
+                inner
+                    .vars
+                    .push(self.int_var(env, &a, &format!("*{a}"), None));
+                inner
+                    .vars
+                    .push(self.int_var(env, &b, &format!("*{b}"), None));
                 ForKind::Zip { a, b }
             }
             11 if self.on("for_filter") => {
-                let c = if self.rng.chance(50) { Coll::V } else { Coll::Q };
+                let c = if self.rng.chance(50) {
+                    Coll::V
+                } else {
+                    Coll::Q
+                };
                 if !env.can_read(c) {
                     return None;
                 }
                 let var = self.fresh("x");
                 inner.borrows.push((c, Borrow::Shared));
                 inner.mult *= COLL_ITER;
-                inner.vars.push(self.int_var(env, &var, &format!("*{var}"), None));
+                inner
+                    .vars
+                    .push(self.int_var(env, &var, &format!("*{var}"), None));
                 ForKind::Filter {
                     coll: c,
                     var,
@@ -2356,7 +2400,11 @@ impl Gen {
                 }
             }
             12 | 13 if self.on("for_enumerate") => {
-                let c = if self.rng.chance(50) { Coll::V } else { Coll::Q };
+                let c = if self.rng.chance(50) {
+                    Coll::V
+                } else {
+                    Coll::Q
+                };
                 if !env.can_read(c) {
                     return None;
                 }
@@ -2364,8 +2412,12 @@ impl Gen {
                 let var = self.fresh("x");
                 inner.borrows.push((c, Borrow::Shared));
                 inner.mult *= COLL_ITER;
-                inner.vars.push(self.int_var(env, &idx, &format!("({idx} as u64)"), None));
-                inner.vars.push(self.int_var(env, &var, &format!("*{var}"), None));
+                inner
+                    .vars
+                    .push(self.int_var(env, &idx, &format!("({idx} as u64)"), None));
+                inner
+                    .vars
+                    .push(self.int_var(env, &var, &format!("*{var}"), None));
                 ForKind::Enumerate { coll: c, idx, var }
             }
             _ => return None,
@@ -2414,7 +2466,6 @@ impl Gen {
         }
     }
 }
-
 
 /// Generates program `index` of the sample `seed` with the given forms and
 /// size (roughly the number of statements).
@@ -2610,7 +2661,12 @@ fn list_len(b: &[Stmt], target: usize) -> usize {
 }
 
 fn with_list(b: &mut Vec<Stmt>, target: usize, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
-    fn go(b: &mut Vec<Stmt>, target: usize, k: &mut usize, f: &mut dyn FnMut(&mut Vec<Stmt>)) -> bool {
+    fn go(
+        b: &mut Vec<Stmt>,
+        target: usize,
+        k: &mut usize,
+        f: &mut dyn FnMut(&mut Vec<Stmt>),
+    ) -> bool {
         if *k == target {
             f(b);
             return true;

@@ -198,10 +198,36 @@ where
     I: IntoWorkflow,
     I::Workflow: Workflow<Input = Vec<u64>>,
 {
+    check_parts(
+        wf,
+        prog.input.clone(),
+        &prog.script(),
+        prog.iterates_hash(),
+        plain,
+        plain_fx,
+    )
+    .await
+}
+
+/// [`check_case`] with the program's parts spelled out (the shrinker's
+/// scratch programs call this): `script` as from [`gen::Program::script`],
+/// `unordered` compares the effect logs as multisets.
+pub async fn check_parts<I>(
+    wf: I,
+    input: Vec<u64>,
+    script: &[(String, Vec<u64>)],
+    unordered: bool,
+    plain: serde_json::Value,
+    plain_fx: Vec<String>,
+) -> Result<u64, String>
+where
+    I: IntoWorkflow,
+    I::Workflow: Workflow<Input = Vec<u64>>,
+{
     let mut h = Harness::new(wf)
-        .input(prog.input.clone())
+        .input(input)
         .timeout(Duration::from_secs(60));
-    for (name, payloads) in prog.script() {
+    for (name, payloads) in script.iter().cloned() {
         for p in payloads {
             h = h.signal(&name, &p);
         }
@@ -244,7 +270,7 @@ where
         ));
     }
     let (mut a, mut b) = (report.effects.clone(), plain_fx);
-    if prog.iterates_hash() {
+    if unordered {
         a.sort();
         b.sort();
     }
