@@ -1,0 +1,304 @@
+//! A differential fuzzer for the `#[workflow]` transform.
+//!
+//! [`gen`] builds random, type-correct, terminating workflow bodies from the
+//! grammar of supported control-flow forms (nested `for` / `while` /
+//! `while let` / `loop` over `Vec`, `VecDeque`, `BTreeMap`, `HashMap`,
+//! `HashSet` and ranges, `match` / `if let` / `let else` on an enum with
+//! data, explicit state machines, shadowing, early `return` and `?`,
+//! `let x;` assigned in branches, `#[transient]` locals, closures, waits and
+//! sleeps), with checkpoints and side effects at random statement positions.
+//! Each program is printed twice: as a `#[workflow]` and as a plain
+//! `async fn` twin (no checkpoints; waits answered from the same script by
+//! [`PlainCtx`]). [`check_case`] is the oracle:
+//!
+//! 1. the crash harness (`checkpoint_runtime::testing::Harness`): crashed
+//!    right after every checkpoint and resumed, the run returns the
+//!    uninterrupted output and runs every side effect exactly as often;
+//! 2. the uninterrupted workflow's output and effect log equal the plain
+//!    twin's (the log compared as a multiset when the program iterates a
+//!    hash collection, whose bodies are generated order-insensitive).
+//!
+//! `build.rs` generates the CI sample into `OUT_DIR`; `tests/fuzz.rs` runs
+//! it; `src/bin/shrink.rs` reduces a failing program. See the README
+//! section "Fuzzing the transform".
+#![forbid(unsafe_code)]
+
+pub mod gen;
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use checkpoint_runtime::testing::{Harness, SideEffects};
+use checkpoint_runtime::{IntoWorkflow, Workflow};
+use serde::{Deserialize, Serialize};
+
+/// The enum with data that generated `match` / `if let` / `let else` use.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum Job {
+    /// No data.
+    Idle,
+    /// One field.
+    Small(u64),
+    /// Two fields.
+    Pair(u64, u64),
+    /// Named fields, one not `Copy`.
+    Named {
+        /// A number.
+        id: u64,
+        /// A string.
+        tag: String,
+    },
+}
+
+/// The state of generated explicit state machines.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum S {
+    /// Initial state.
+    Start,
+    /// A struct variant.
+    A {
+        /// Carried value.
+        n: u64,
+    },
+    /// A tuple variant.
+    B(u64),
+    /// Final state.
+    Done,
+}
+
+/// A job from a number (all four variants occur).
+pub fn mk_job(x: u64) -> Job {
+    match x % 4 {
+        0 => Job::Idle,
+        1 => Job::Small(x),
+        2 => Job::Pair(x, x / 2),
+        _ => Job::Named {
+            id: x,
+            tag: format!("tag{}", x % 10),
+        },
+    }
+}
+
+/// A number from a job.
+pub fn job_value(j: &Job) -> u64 {
+    match j {
+        Job::Idle => 0,
+        Job::Small(n) => *n,
+        Job::Pair(a, b) => a.wrapping_mul(3).wrapping_add(*b),
+        Job::Named { id, tag } => id.wrapping_add(tag.len() as u64),
+    }
+}
+
+/// Fails for some inputs (generated `?` statements).
+pub fn check(x: u64) -> Result<u64, String> {
+    if x % 11 == 10 {
+        Err(format!("bad {x}"))
+    } else {
+        Ok(x.wrapping_add(1))
+    }
+}
+
+/// A non-serializable resource (generated `#[transient]` locals).
+pub struct Conn {
+    base: u64,
+}
+
+impl Conn {
+    /// Opens a "connection".
+    pub fn open(base: u64) -> Self {
+        Conn { base }
+    }
+    /// Queries it.
+    pub fn query(&self, x: u64) -> u64 {
+        self.base.wrapping_mul(7).wrapping_add(x)
+    }
+}
+
+/// The final state of the collections, in a canonical order.
+pub fn summary(
+    v: &[u64],
+    q: &VecDeque<u64>,
+    bm: &BTreeMap<u64, u64>,
+    hm: &HashMap<u64, u64>,
+    hs: &HashSet<u64>,
+) -> String {
+    let hm: BTreeMap<_, _> = hm.iter().collect();
+    let hs: std::collections::BTreeSet<_> = hs.iter().collect();
+    format!("v={v:?} q={q:?} bm={bm:?} hm={hm:?} hs={hs:?}")
+}
+
+/// What the plain twin gets as `ctx`: the same method names as `Ctx`, with
+/// waits answered from the program's signal script, sleeps that return at
+/// once, and side effects recorded in a plain log.
+pub struct PlainCtx {
+    script: Mutex<HashMap<String, VecDeque<u64>>>,
+    effects: SideEffects,
+}
+
+impl PlainCtx {
+    /// A context that answers waits from `script` (`(name, payloads)`).
+    pub fn new(script: &[(String, Vec<u64>)]) -> Self {
+        PlainCtx {
+            script: Mutex::new(
+                script
+                    .iter()
+                    .map(|(n, p)| (n.clone(), p.iter().copied().collect()))
+                    .collect(),
+            ),
+            effects: SideEffects::new(),
+        }
+    }
+
+    fn next(&self, name: &str) -> Option<u64> {
+        let mut s = self.script.lock().unwrap_or_else(|e| e.into_inner());
+        s.get_mut(name).and_then(|q| q.pop_front())
+    }
+
+    /// The next scripted payload for `name` (panics when there is none, as
+    /// the harness would wait forever).
+    pub async fn wait_for<T: From<u64>>(&self, name: &str) -> T {
+        match self.next(name) {
+            Some(x) => T::from(x),
+            None => panic!("plain twin: no scripted signal `{name}` left"),
+        }
+    }
+
+    /// The next scripted payload for `name`, or `None` (timed out).
+    pub async fn wait_for_timeout<T: From<u64>>(&self, name: &str, _d: Duration) -> Option<T> {
+        self.next(name).map(T::from)
+    }
+
+    /// Returns at once.
+    pub async fn sleep(&self, _d: Duration) {}
+
+    /// Only [`SideEffects`] is available.
+    pub fn resource<T: Any>(&self) -> &T {
+        (&self.effects as &dyn Any)
+            .downcast_ref::<T>()
+            .expect("plain twin: only SideEffects is a resource")
+    }
+
+    /// The effects recorded so far.
+    pub fn effects(&self) -> Vec<String> {
+        self.effects.all()
+    }
+}
+
+/// Runs both oracles on one program: `wf` is its workflow, `plain` and
+/// `plain_fx` the plain twin's output (as JSON) and effect log.
+pub async fn check_case<I>(
+    wf: I,
+    prog: &gen::Program,
+    plain: serde_json::Value,
+    plain_fx: Vec<String>,
+) -> Result<u64, String>
+where
+    I: IntoWorkflow,
+    I::Workflow: Workflow<Input = Vec<u64>>,
+{
+    check_parts(
+        wf,
+        prog.input.clone(),
+        &prog.script(),
+        prog.iterates_hash(),
+        plain,
+        plain_fx,
+    )
+    .await
+}
+
+/// [`check_case`] with the program's parts spelled out (the shrinker's
+/// scratch programs call this): `script` as from [`gen::Program::script`],
+/// `unordered` compares the effect logs as multisets.
+pub async fn check_parts<I>(
+    wf: I,
+    input: Vec<u64>,
+    script: &[(String, Vec<u64>)],
+    unordered: bool,
+    plain: serde_json::Value,
+    plain_fx: Vec<String>,
+) -> Result<u64, String>
+where
+    I: IntoWorkflow,
+    I::Workflow: Workflow<Input = Vec<u64>>,
+{
+    let mut h = Harness::new(wf)
+        .input(input)
+        .timeout(Duration::from_secs(60));
+    for (name, payloads) in script.iter().cloned() {
+        for p in payloads {
+            h = h.signal(&name, &p);
+        }
+    }
+    let report = h.run().await.map_err(|e| format!("harness: {e}"))?;
+    let mut problems = Vec::new();
+    if (report.crash_points.len() as u64) < report.checkpoints {
+        problems.push(format!(
+            "only {} crash points for {} checkpoints",
+            report.crash_points.len(),
+            report.checkpoints
+        ));
+    }
+    for p in &report.crash_points {
+        for d in &p.duplicated {
+            problems.push(format!(
+                "crash after checkpoint {} ({}): effect `{}` ran {}x, expected {}",
+                p.k,
+                p.label.as_deref().unwrap_or(&p.site),
+                d.effect,
+                d.got,
+                d.expected
+            ));
+        }
+        for d in &p.missing {
+            problems.push(format!(
+                "crash after checkpoint {} ({}): effect `{}` ran {}x, expected {}",
+                p.k,
+                p.label.as_deref().unwrap_or(&p.site),
+                d.effect,
+                d.got,
+                d.expected
+            ));
+        }
+    }
+    if report.output != plain {
+        problems.push(format!(
+            "workflow output {} differs from the plain twin's {}",
+            report.output, plain
+        ));
+    }
+    let (mut a, mut b) = (report.effects.clone(), plain_fx);
+    if unordered {
+        a.sort();
+        b.sort();
+    }
+    if a != b {
+        problems.push(format!(
+            "workflow effects {a:?} differ from the plain twin's {b:?}"
+        ));
+    }
+    if problems.is_empty() {
+        Ok(report.checkpoints)
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The imports generated programs need (the generated module and the
+/// shrinker's scratch program start with `use checkpoint_fuzz::prelude::*;`).
+pub mod prelude {
+    pub use crate::{check, job_value, mk_job, summary, Conn, Job, PlainCtx, S};
+    pub use checkpoint_runtime::prelude::*;
+    pub use checkpoint_runtime::testing::SideEffects;
+    pub use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+    pub use std::time::Duration;
+}
+
+/// The default sample: seed, number of programs, size.
+pub const DEFAULT_SEED: u64 = 0x5EED_2026;
+/// Default number of programs in the CI sample.
+pub const DEFAULT_COUNT: usize = 300;
+/// Default program size (statements, roughly).
+pub const DEFAULT_SIZE: usize = 30;

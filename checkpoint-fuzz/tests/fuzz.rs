@@ -1,0 +1,88 @@
+//! Runs the generated sample (see `build.rs`) through both oracles: the crash
+//! harness and the plain twin. A failure prints the seed, the index and the
+//! program, and how to shrink it.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use checkpoint_fuzz::gen::{generate, Forms};
+
+mod programs {
+    include!(concat!(env!("OUT_DIR"), "/programs.rs"));
+}
+
+fn forms() -> Forms {
+    Forms::parse(programs::FORMS).expect("forms")
+}
+
+/// The compiled sample is the one the generator produces today (so a
+/// reported seed and index regenerate exactly the failing program).
+#[test]
+fn sample_is_reproducible() {
+    assert_eq!(programs::SOURCES.len(), programs::COUNT);
+    for (i, src) in programs::SOURCES.iter().enumerate() {
+        let p = generate(programs::SEED, i, &forms(), programs::SIZE);
+        assert_eq!(&p.render(&i.to_string()), src, "program {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_programs_survive_crashes_and_match_their_twins() {
+    let forms = Arc::new(forms());
+    let sem = Arc::new(tokio::sync::Semaphore::new(8));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..programs::COUNT {
+        let prog = generate(programs::SEED, i, &forms, programs::SIZE);
+        let permit = sem.clone().acquire_owned().await.expect("semaphore");
+        set.spawn(async move {
+            let r = tokio::spawn(programs::run_case(i, prog)).await;
+            drop(permit);
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => Err(format!("panicked: {e}")),
+            };
+            (i, r)
+        });
+    }
+    let mut failures = Vec::new();
+    let (mut crash_points, mut with_checkpoints) = (0u64, 0usize);
+    while let Some(done) = set.join_next().await {
+        let (i, r) = done.expect("task");
+        match r {
+            Ok(n) => {
+                crash_points += n;
+                with_checkpoints += usize::from(n > 0);
+            }
+            Err(e) => failures.push((i, e)),
+        }
+    }
+    eprintln!(
+        "{} programs (seed {}), {with_checkpoints} took checkpoints, {crash_points} crash points checked",
+        programs::COUNT,
+        programs::SEED
+    );
+    failures.sort();
+    for (i, e) in &failures {
+        eprintln!(
+            "=== FAILED: seed {} index {i} (forms {}) ===\n{e}\n--- program ---\n{}\n--- shrink with: cargo run -p checkpoint-fuzz --bin shrink -- --seed {} --index {i} ---\n",
+            programs::SEED,
+            programs::FORMS,
+            programs::SOURCES[*i],
+            programs::SEED,
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} generated programs failed (seed {}): indices {:?}",
+        failures.len(),
+        programs::COUNT,
+        programs::SEED,
+        failures.iter().map(|(i, _)| *i).collect::<Vec<_>>()
+    );
+    // The sample exercises the harness: most programs checkpoint.
+    assert!(
+        with_checkpoints * 10 >= programs::COUNT * 7,
+        "only {with_checkpoints} of {} programs took a checkpoint",
+        programs::COUNT
+    );
+}
