@@ -3,8 +3,9 @@
 //!
 //! Such a local may be uninitialised at a checkpoint, so it cannot travel
 //! through the tuple a split hands its locals over in. Instead its
-//! declaration moves to the top of its block, every site saves it only where
-//! it is live (`liveness`), and a resumed site assigns it from the
+//! declaration moves to the top of its block. Until the statements before a
+//! split definitely assign it, no site saves it; from that split on it is
+//! saved at every site, and the split's resume path assigns it from the
 //! checkpoint. rustc's definite-initialisation check of the generated code
 //! then proves each path reads it only once assigned.
 
@@ -42,13 +43,13 @@ pub(super) struct Hoisted {
 }
 
 /// Finds the `let`s of `stmts` that are deferred: a plain name (`x`, `mut
-/// x`, `x: T`) without initialiser, the name neither declared again nor used
+/// x`, `x: T`) without initialiser, the name neither declared nor used
 /// earlier in the block (so moving the declaration up changes nothing).
 pub(super) fn hoist(stmts: &[Stmt]) -> Hoisted {
     let mut locals = Vec::new();
     let mut out = Vec::with_capacity(stmts.len());
     for (i, stmt) in stmts.iter().enumerate() {
-        let Some(d) = deferrable(stmt, &stmts[..i], &stmts[i + 1..]) else {
+        let Some(d) = deferrable(stmt, &stmts[..i]) else {
             out.push(stmt.clone());
             continue;
         };
@@ -57,7 +58,7 @@ pub(super) fn hoist(stmts: &[Stmt]) -> Hoisted {
     Hoisted { locals, stmts: out }
 }
 
-fn deferrable(stmt: &Stmt, before: &[Stmt], after: &[Stmt]) -> Option<DeferredLocal> {
+fn deferrable(stmt: &Stmt, before: &[Stmt]) -> Option<DeferredLocal> {
     let Stmt::Local(local) = stmt else {
         return None;
     };
@@ -83,9 +84,10 @@ fn deferrable(stmt: &Stmt, before: &[Stmt], after: &[Stmt]) -> Option<DeferredLo
         Stmt::Local(l) => pat_names(&l.pat).contains(&name),
         _ => false,
     };
-    // Declared again in the block: which one a later `x = ..` assigns is
-    // more than this needs to know.
-    if before.iter().any(declares) || after.iter().any(declares) {
+    // Declared earlier in the block: moving this declaration above that one
+    // would change which of the two later code means. (One declared later
+    // shadows the hoisted one from there on, as it shadowed the original.)
+    if before.iter().any(declares) {
         return None;
     }
     if free_in_stmts(before).contains(&name) {
@@ -96,6 +98,91 @@ fn deferrable(stmt: &Stmt, before: &[Stmt], after: &[Stmt]) -> Option<DeferredLo
         mutable: pi.mutability.is_some(),
         ty,
         attrs: local.attrs.clone(),
+    })
+}
+
+/// `#[transient]` closures that read nothing declared before them in the
+/// block: moved to the block's top, where one definition serves the normal
+/// and the resume path (two definitions would be two closure types).
+/// Returns them and the remaining statements.
+pub(super) fn hoist_transient_closures(stmts: &[Stmt]) -> (Vec<Stmt>, Vec<Stmt>) {
+    let mut closures = Vec::new();
+    let mut rest = Vec::with_capacity(stmts.len());
+    for (i, stmt) in stmts.iter().enumerate() {
+        let hoistable = match stmt {
+            Stmt::Local(l) => {
+                let is_closure = l.init.as_ref().is_some_and(|init| {
+                    init.diverge.is_none()
+                        && matches!(super::syntax::strip_parens(&init.expr), Expr::Closure(_))
+                });
+                let transient = l.attrs.iter().any(|a| a.path().is_ident("transient"));
+                let reads = l
+                    .init
+                    .as_ref()
+                    .map(|init| crate::names::free_in_expr(&init.expr))
+                    .unwrap_or_default();
+                let names = pat_names(&l.pat);
+                let declared_before: crate::names::NameSet = stmts[..i]
+                    .iter()
+                    .filter_map(|s| match s {
+                        Stmt::Local(l) => Some(pat_names(&l.pat)),
+                        _ => None,
+                    })
+                    .flatten()
+                    .collect();
+                let declared_again = stmts.iter().enumerate().any(|(k, s)| {
+                    k != i
+                        && matches!(s, Stmt::Local(o) if pat_names(&o.pat).iter().any(|n| names.contains(n)))
+                });
+                transient
+                    && is_closure
+                    && !declared_again
+                    && !free_in_stmts(&stmts[..i]).iter().any(|n| names.contains(n))
+                    && !reads.iter().any(|n| declared_before.contains(n))
+            }
+            _ => false,
+        };
+        if hoistable {
+            closures.push(stmt.clone());
+        } else {
+            rest.push(stmt.clone());
+        }
+    }
+    (closures, rest)
+}
+
+/// Whether every path through `stmts` assigns `name` (`name = ..`) or
+/// leaves (`return`, `break`, `continue`, `panic!`). Conservative: `false`
+/// when unsure (loops, assignments inside larger expressions).
+pub(super) fn definitely_assigns(name: &str, stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Expr(e, _) => expr_assigns(name, e),
+        Stmt::Macro(m) => diverging_macro(&m.mac),
+        Stmt::Local(l) => l.init.as_ref().is_some_and(|i| expr_assigns(name, &i.expr)),
+        Stmt::Item(_) => false,
+    })
+}
+
+fn expr_assigns(name: &str, expr: &Expr) -> bool {
+    match super::syntax::strip_parens(expr) {
+        Expr::Assign(a) => matches!(&*a.left, Expr::Path(p) if p.path.is_ident(name)),
+        Expr::Block(b) => definitely_assigns(name, &b.block.stmts),
+        Expr::If(i) => {
+            definitely_assigns(name, &i.then_branch.stmts)
+                && i.else_branch
+                    .as_ref()
+                    .is_some_and(|(_, e)| expr_assigns(name, e))
+        }
+        Expr::Match(m) => !m.arms.is_empty() && m.arms.iter().all(|a| expr_assigns(name, &a.body)),
+        Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) => true,
+        Expr::Macro(m) => diverging_macro(&m.mac),
+        _ => false,
+    }
+}
+
+fn diverging_macro(mac: &syn::Macro) -> bool {
+    mac.path.segments.last().is_some_and(|s| {
+        ["panic", "unreachable", "todo", "unimplemented"].contains(&s.ident.to_string().as_str())
     })
 }
 
@@ -147,6 +234,48 @@ mod tests {
             loop { turns += 1; state = next(state); }
         });
         assert_eq!(got, vec!["outcome", "fee"]);
+    }
+
+    #[test]
+    fn definite_assignment_needs_every_branch() {
+        let b: syn::Block = syn::parse2(quote!({
+            let y = 1;
+            if c {
+                d = 1;
+            } else if e {
+                d = 2;
+            } else {
+                return;
+            }
+        }))
+        .unwrap();
+        assert!(definitely_assigns("d", &b.stmts));
+        let b: syn::Block = syn::parse2(quote!({
+            if c {
+                d = 1;
+            }
+        }))
+        .unwrap();
+        assert!(!definitely_assigns("d", &b.stmts));
+        let b: syn::Block = syn::parse2(quote!({
+            match k {
+                A => d = 1,
+                B => panic!("no"),
+            }
+        }))
+        .unwrap();
+        assert!(definitely_assigns("d", &b.stmts));
+        let b: syn::Block = syn::parse2(quote!({
+            loop {
+                d = 1;
+                break;
+            }
+        }))
+        .unwrap();
+        assert!(
+            !definitely_assigns("d", &b.stmts),
+            "loops are not looked into"
+        );
     }
 
     #[test]

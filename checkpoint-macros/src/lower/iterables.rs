@@ -73,6 +73,13 @@ pub(super) fn in_stable_order(expr: &Expr) -> Option<Expr> {
     match strip_parens(expr) {
         Expr::Reference(r) if is_place(&r.expr) => Some(wrap(expr, &r.expr)),
         e if is_place(e) => Some(wrap(expr, e)),
+        // `set.clone()` iterated by value: a clone keeps the original's
+        // order only until the original is rebuilt on resume.
+        Expr::MethodCall(m)
+            if m.method == "clone" && m.args.is_empty() && is_place(&m.receiver) =>
+        {
+            Some(wrap(expr, &m.receiver))
+        }
         _ => in_stable_order_chain(expr, &wrap),
     }
 }
@@ -152,7 +159,8 @@ mod tests {
             Some("m . clone () . into_iter ()")
         );
         assert_eq!(wrapped_base("0..q.len()"), None);
-        assert_eq!(wrapped_base("xs.clone()"), None);
+        assert_eq!(wrapped_base("xs.clone()").as_deref(), Some("xs . clone ()"));
+        assert_eq!(wrapped_base("xs.clone().len()"), None);
         assert_eq!(wrapped_base("v.windows(2).map(|w| w[0])"), None);
         assert_eq!(wrapped_base("make_map().iter()"), None);
         assert_eq!(wrapped_base("m.get(&k).unwrap().iter()"), None);

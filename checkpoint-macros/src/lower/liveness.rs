@@ -7,11 +7,12 @@
 //! The code after a site is its *continuation*: the rest of each enclosing
 //! block, the assignment the site's construct feeds, the next iteration of
 //! each enclosing loop. Lowering keeps it as a stack of [`ContFrame`]s in its
-//! scope. The analysis is conservative: whatever it cannot follow (`break`,
-//! `continue`, a use inside a macro or closure) counts as a read, so a local
-//! is only ever left out of a checkpoint when no path can read it; and if it
-//! errs, rustc's definite-initialisation check of the generated code rejects
-//! the program instead of letting it resume to a different result.
+//! scope. Unlabelled `break` and `continue` are followed to where they go.
+//! The analysis is conservative: whatever it does not follow (a labelled
+//! `break`, a use inside a macro or closure) counts as a read, so a local is
+//! only left out of a checkpoint when no path can read it; and if it errs,
+//! rustc's definite-initialisation check of the generated code rejects the
+//! program instead of letting it resume to a different result.
 
 use std::rc::Rc;
 
@@ -40,109 +41,198 @@ pub(super) enum ContFrame {
         cond: Option<Rc<Expr>>,
         /// Only `break` leaves it (`loop`).
         endless: bool,
+        /// Its label, which `break` / `continue` may name.
+        label: Option<String>,
     },
 }
 
-/// What the code from some point on does with a local first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Flow {
-    /// It may be read before being assigned.
-    Read,
-    /// Every path assigns it (or ends) before reading it.
-    Dead,
-    /// This code neither reads nor assigns it: what follows decides.
-    Open,
+/// What the paths through some code do with a local, as far as they go:
+/// whether one may read it before assigning it, and how the others leave
+/// (those that assign it first, or return, are finished and not recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(super) struct Flow {
+    /// Some path may read it before assigning it.
+    pub read: bool,
+    /// Some path reaches the end of the code without touching it.
+    pub open: bool,
+    /// Some path leaves by an unlabelled `break` of an enclosing loop.
+    pub brk: bool,
+    /// Some path leaves by an unlabelled `continue` of an enclosing loop.
+    pub cont: bool,
+}
+
+const OPEN: Flow = Flow {
+    read: false,
+    open: true,
+    brk: false,
+    cont: false,
+};
+const DEAD: Flow = Flow {
+    read: false,
+    open: false,
+    brk: false,
+    cont: false,
+};
+/// Whatever is not followed (a labelled `break`, a use inside a macro)
+/// counts as a read.
+const READ: Flow = Flow {
+    read: true,
+    open: true,
+    brk: false,
+    cont: false,
+};
+
+impl Flow {
+    /// `self`, then (on the paths that reach its end) `then`.
+    fn then(self, then: impl FnOnce() -> Flow) -> Flow {
+        if !self.open || self.read {
+            return self;
+        }
+        let t = then();
+        Flow {
+            read: t.read,
+            open: t.open,
+            brk: self.brk || t.brk,
+            cont: self.cont || t.cont,
+        }
+    }
+
+    /// Either of two branches.
+    fn or(self, other: Flow) -> Flow {
+        Flow {
+            read: self.read || other.read,
+            open: self.open || other.open,
+            brk: self.brk || other.brk,
+            cont: self.cont || other.cont,
+        }
+    }
+
+    /// The paths of a loop body, once the loop is done with them: `continue`
+    /// and the end of the body run the body again, `break` leaves; `exits`
+    /// says whether the loop can also end by itself (`while`, `for`).
+    fn looped(body: Flow, exits: bool) -> Flow {
+        Flow {
+            read: body.read,
+            open: exits || body.brk,
+            brk: false,
+            cont: false,
+        }
+    }
 }
 
 /// Whether `name` may be read after the site whose continuation is `cont`
 /// (innermost frame last).
 pub(super) fn live_after(name: &str, cont: &[ContFrame]) -> bool {
-    flow_of_cont(name, cont) == Flow::Read
-}
-
-fn flow_of_cont(name: &str, cont: &[ContFrame]) -> Flow {
-    let Some((frame, outer)) = cont.split_last() else {
-        // The function returns: nothing reads it.
-        return Flow::Dead;
+    // The label of the loop each frame's code is directly in: that of the
+    // nearest loop frame outside it.
+    let enclosing_label = |i: usize| -> Label {
+        cont[..i].iter().rev().find_map(|f| match f {
+            ContFrame::Loop { label, .. } => Some(label.as_deref()),
+            _ => None,
+        })?
     };
-    match frame {
-        ContFrame::Rest { stmts, shadowed } => {
-            if shadowed.contains(name) {
-                return flow_of_cont(name, outer);
-            }
-            match stmts_flow(name, stmts) {
-                Flow::Open => flow_of_cont(name, outer),
-                decided => decided,
-            }
+    let mut flow = OPEN;
+    for (i, frame) in cont.iter().enumerate().rev() {
+        if flow.read {
+            return true;
         }
-        ContFrame::Assigns(names) if names.contains(name) => Flow::Dead,
-        ContFrame::Assigns(_) => flow_of_cont(name, outer),
-        ContFrame::Loop {
-            body,
-            cond,
-            endless,
-        } => {
-            let next = match cond.as_deref().map(|c| expr_flow(name, c)) {
-                Some(Flow::Read) => return Flow::Read,
-                Some(Flow::Dead) => Flow::Dead,
-                _ => stmts_flow(name, &body.stmts),
-            };
-            match (next, endless) {
-                (Flow::Read, _) => Flow::Read,
-                (Flow::Dead, true) => Flow::Dead,
-                // An endless loop whose body neither reads nor assigns it is
-                // left by `break` only, which counts as a read.
-                (Flow::Open, true) => Flow::Read,
-                // `while` / `for`: the body may not run again; then the code
-                // after the loop decides.
-                (_, false) => match flow_of_cont(name, outer) {
-                    Flow::Read => Flow::Read,
-                    _ if next == Flow::Dead => Flow::Dead,
-                    other => other,
-                },
-            }
-        }
-    }
-}
-
-/// The first thing a statement list does with `name`.
-pub(super) fn stmts_flow(name: &str, stmts: &[Stmt]) -> Flow {
-    for stmt in stmts {
-        let flow = match stmt {
-            Stmt::Local(l) => {
-                let mut flow = Flow::Open;
-                if let Some(init) = &l.init {
-                    flow = expr_flow(name, &init.expr);
-                    if flow == Flow::Open {
-                        if let Some((_, d)) = &init.diverge {
-                            // The `else` diverges; reading there is a read.
-                            if expr_flow(name, d) == Flow::Read {
-                                flow = Flow::Read;
-                            }
-                        }
-                    }
-                }
-                if flow == Flow::Open && pat_names(&l.pat).contains(name) {
-                    // Shadowed for the rest of the block.
-                    return Flow::Open;
-                }
-                flow
-            }
-            Stmt::Item(_) => Flow::Open,
-            Stmt::Expr(e, _) => expr_flow(name, e),
-            Stmt::Macro(m) => {
-                if macro_reads(name, &m.mac) {
-                    Flow::Read
+        flow = match frame {
+            ContFrame::Rest { stmts, shadowed } => {
+                if shadowed.contains(name) {
+                    flow
                 } else {
-                    Flow::Open
+                    flow.then(|| stmts_flow(name, stmts, enclosing_label(i)))
                 }
+            }
+            ContFrame::Assigns(names) if names.contains(name) => Flow {
+                open: false,
+                ..flow
+            },
+            ContFrame::Assigns(_) => flow,
+            ContFrame::Loop {
+                body,
+                cond,
+                endless,
+                label,
+            } => {
+                // `break` leaves the loop; the paths still going on, and
+                // those that `continue`, start the next iteration (after
+                // `while`'s condition), which may run again and again.
+                let mut out = Flow {
+                    read: flow.read,
+                    open: flow.brk,
+                    brk: false,
+                    cont: false,
+                };
+                if flow.open || flow.cont {
+                    let label = label.as_deref();
+                    let iteration = match cond {
+                        Some(c) => {
+                            expr_flow(name, c, label).then(|| stmts_flow(name, &body.stmts, label))
+                        }
+                        None => stmts_flow(name, &body.stmts, label),
+                    };
+                    out = out.or(Flow::looped(iteration, !*endless));
+                }
+                out
             }
         };
-        if flow != Flow::Open {
-            return flow;
-        }
     }
-    Flow::Open
+    flow.read
+}
+
+/// What a statement list does with `name`.
+pub(super) fn stmts_flow(name: &str, stmts: &[Stmt], label: Label) -> Flow {
+    let mut flow = OPEN;
+    for (i, stmt) in stmts.iter().enumerate() {
+        if !flow.open || flow.read {
+            break;
+        }
+        flow = match stmt {
+            Stmt::Local(l) => {
+                let mut f = match &l.init {
+                    Some(init) => {
+                        let mut f = expr_flow(name, &init.expr, label);
+                        if let Some((_, d)) = &init.diverge {
+                            // The `else` diverges: its paths never reach the
+                            // rest of the block.
+                            let d = expr_flow(name, d, label);
+                            f = f.or(Flow { open: false, ..d });
+                        }
+                        f
+                    }
+                    None => OPEN,
+                };
+                if f.open && !f.read && pat_names(&l.pat).contains(name) {
+                    // Shadowed for the rest of the block; its exits still go
+                    // where they go.
+                    let rest = Expr::Block(syn::ExprBlock {
+                        attrs: Vec::new(),
+                        label: None,
+                        block: Block {
+                            brace_token: Default::default(),
+                            stmts: stmts[i + 1..].to_vec(),
+                        },
+                    });
+                    let exits = has_exit(&rest);
+                    f.brk |= exits;
+                    f.cont |= exits;
+                    return flow.then(|| f);
+                }
+                flow.then(|| f)
+            }
+            Stmt::Item(_) => flow,
+            Stmt::Expr(e, _) => flow.then(|| expr_flow(name, e, label)),
+            Stmt::Macro(m) => flow.then(|| {
+                if macro_reads(name, &m.mac) {
+                    READ
+                } else {
+                    OPEN
+                }
+            }),
+        };
+    }
+    flow
 }
 
 fn macro_reads(name: &str, mac: &syn::Macro) -> bool {
@@ -153,118 +243,142 @@ fn macro_reads(name: &str, mac: &syn::Macro) -> bool {
     free_in_expr(&e).contains(name)
 }
 
-/// Both branches of a fork: read if either may read, dead if both are.
-fn fork(a: Flow, b: Flow) -> Flow {
-    match (a, b) {
-        (Flow::Read, _) | (_, Flow::Read) => Flow::Read,
-        (Flow::Dead, Flow::Dead) => Flow::Dead,
-        _ => Flow::Open,
-    }
-}
-
-fn seq(first: Flow, then: impl FnOnce() -> Flow) -> Flow {
-    match first {
-        Flow::Open => then(),
-        decided => decided,
-    }
-}
-
-/// The first thing evaluating `expr` does with `name`.
-pub(super) fn expr_flow(name: &str, expr: &Expr) -> Flow {
+/// What evaluating `expr` does with `name`.
+pub(super) fn expr_flow(name: &str, expr: &Expr, label: Label) -> Flow {
     match strip_parens(expr) {
         Expr::Assign(a) => match strip_parens(&a.left) {
-            Expr::Path(p) if p.path.is_ident(name) => seq(expr_flow(name, &a.right), || Flow::Dead),
-            _ => seq(expr_flow(name, &a.right), || expr_flow(name, &a.left)),
+            Expr::Path(p) if p.path.is_ident(name) => {
+                expr_flow(name, &a.right, label).then(|| DEAD)
+            }
+            _ => expr_flow(name, &a.right, label).then(|| expr_flow(name, &a.left, label)),
         },
-        Expr::Block(b) => stmts_flow(name, &b.block.stmts),
+        Expr::Block(b) if b.label.is_none() => stmts_flow(name, &b.block.stmts, label),
         Expr::If(i) => {
             let (cond, binds) = match strip_parens(&i.cond) {
-                Expr::Let(l) => (expr_flow(name, &l.expr), pat_names(&l.pat).contains(name)),
-                c => (expr_flow(name, c), false),
+                Expr::Let(l) => (
+                    expr_flow(name, &l.expr, label),
+                    pat_names(&l.pat).contains(name),
+                ),
+                c => (expr_flow(name, c, label), false),
             };
-            seq(cond, || {
+            cond.then(|| {
                 let then = if binds {
-                    Flow::Open
+                    shadowed_exits(&Expr::Block(syn::ExprBlock {
+                        attrs: Vec::new(),
+                        label: None,
+                        block: i.then_branch.clone(),
+                    }))
                 } else {
-                    stmts_flow(name, &i.then_branch.stmts)
+                    stmts_flow(name, &i.then_branch.stmts, label)
                 };
                 let els = i
                     .else_branch
                     .as_ref()
-                    .map_or(Flow::Open, |(_, e)| expr_flow(name, e));
-                fork(then, els)
+                    .map_or(OPEN, |(_, e)| expr_flow(name, e, label));
+                then.or(els)
             })
         }
-        Expr::Match(m) => seq(expr_flow(name, &m.expr), || {
+        Expr::Match(m) => expr_flow(name, &m.expr, label).then(|| {
             let mut out: Option<Flow> = None;
             for arm in &m.arms {
                 let flow = if pat_names(&arm.pat).contains(name) {
-                    Flow::Open
+                    shadowed_exits(&arm.body)
                 } else {
                     let guard = arm
                         .guard
                         .as_ref()
-                        .map_or(Flow::Open, |(_, g)| expr_flow(name, g));
-                    seq(guard, || expr_flow(name, &arm.body))
+                        .map_or(OPEN, |(_, g)| expr_flow(name, g, label));
+                    guard.then(|| expr_flow(name, &arm.body, label))
                 };
-                out = Some(match out {
-                    None => flow,
-                    Some(prev) => fork(prev, flow),
-                });
+                out = Some(out.map_or(flow, |prev| prev.or(flow)));
             }
-            out.unwrap_or(Flow::Open)
+            out.unwrap_or(DEAD)
         }),
         Expr::Return(r) => match &r.expr {
-            Some(e) => seq(expr_flow(name, e), || Flow::Dead),
-            None => Flow::Dead,
+            Some(e) => expr_flow(name, e, label).then(|| DEAD),
+            None => DEAD,
         },
-        // The code a `break` / `continue` goes on with is not followed here.
-        Expr::Break(_) | Expr::Continue(_) => Flow::Read,
-        Expr::Loop(l) => match stmts_flow(name, &l.body.stmts) {
-            Flow::Dead => Flow::Dead,
-            _ if contains_path(name, expr) => Flow::Read,
-            // No read inside; left by `break` (a read) or never.
-            _ => Flow::Read,
+        Expr::Break(b) if same_loop(b.label.as_ref(), label) => {
+            let value = b.expr.as_ref().map_or(OPEN, |e| expr_flow(name, e, label));
+            value.then(|| Flow {
+                open: false,
+                brk: true,
+                ..DEAD
+            })
+        }
+        Expr::Continue(c) if same_loop(c.label.as_ref(), label) => Flow {
+            open: false,
+            cont: true,
+            ..DEAD
         },
-        Expr::While(w) => seq(expr_flow(name, &w.cond), || {
-            if contains_path(name, &Expr::Block(block_expr(&w.body))) {
-                Flow::Read
+        // Where a `break` / `continue` of an outer loop goes is not followed.
+        Expr::Break(_) | Expr::Continue(_) => READ,
+        Expr::Loop(l) => {
+            let inner = l.label.as_ref().map(|l| l.name.ident.to_string());
+            Flow::looped(stmts_flow(name, &l.body.stmts, inner.as_deref()), false)
+        }
+        Expr::While(w) => {
+            let inner = w.label.as_ref().map(|l| l.name.ident.to_string());
+            let inner = inner.as_deref();
+            let cond = match strip_parens(&w.cond) {
+                Expr::Let(l) => expr_flow(name, &l.expr, inner),
+                c => expr_flow(name, c, inner),
+            };
+            let body = cond
+                .then(|| stmts_flow(name, &w.body.stmts, inner))
+                .or(cond);
+            Flow::looped(body, true)
+        }
+        Expr::ForLoop(f) => expr_flow(name, &f.expr, label).then(|| {
+            let inner = f.label.as_ref().map(|l| l.name.ident.to_string());
+            let label = inner.as_deref();
+            let body = if pat_names(&f.pat).contains(name) {
+                shadowed_exits(&Expr::Block(syn::ExprBlock {
+                    attrs: Vec::new(),
+                    label: None,
+                    block: f.body.clone(),
+                }))
             } else {
-                Flow::Open
-            }
-        }),
-        Expr::ForLoop(f) => seq(expr_flow(name, &f.expr), || {
-            let shadowed = pat_names(&f.pat).contains(name);
-            if !shadowed && contains_path(name, &Expr::Block(block_expr(&f.body))) {
-                Flow::Read
-            } else {
-                Flow::Open
-            }
+                stmts_flow(name, &f.body.stmts, label)
+            };
+            Flow::looped(body, true)
         }),
         other => {
             if free_in_expr(other).contains(name) || has_exit(other) {
-                Flow::Read
+                READ
             } else {
-                Flow::Open
+                OPEN
             }
         }
     }
 }
 
-fn block_expr(b: &Block) -> syn::ExprBlock {
-    syn::ExprBlock {
-        attrs: Vec::new(),
-        label: None,
-        block: b.clone(),
+/// The label of the loop whose `break` / `continue` the code being looked
+/// at is directly in (`None`: unlabelled, or no loop).
+type Label<'a> = Option<&'a str>;
+
+/// Whether `break` / `continue` with `target` leaves the loop `label` names
+/// (an unlabelled one always leaves the innermost loop).
+fn same_loop(target: Option<&syn::Lifetime>, label: Label) -> bool {
+    match target {
+        None => true,
+        Some(t) => label == Some(t.ident.to_string().as_str()),
     }
 }
 
-fn contains_path(name: &str, expr: &Expr) -> bool {
-    free_in_expr(expr).contains(name) || has_exit(expr)
+/// Code in which `name` is shadowed: it cannot touch the local, but its
+/// exits still lead where they lead.
+fn shadowed_exits(expr: &Expr) -> Flow {
+    let exits = has_exit(expr);
+    Flow {
+        read: false,
+        open: true,
+        brk: exits,
+        cont: exits,
+    }
 }
 
-/// A `break` or `continue` anywhere in `expr` (outside closures): where it
-/// goes is not followed, so it counts as a read.
+/// A `break` or `continue` anywhere in `expr` (outside closures).
 fn has_exit(expr: &Expr) -> bool {
     struct Finder(bool);
     impl<'ast> syn::visit::Visit<'ast> for Finder {
@@ -327,6 +441,7 @@ mod tests {
                 body: Rc::new(body),
                 cond: None,
                 endless: true,
+                label: None,
             },
             ContFrame::Assigns(["state".to_owned()].into()),
             rest(quote::quote! { let z = 1; }),
@@ -336,9 +451,93 @@ mod tests {
     }
 
     #[test]
-    fn break_and_continue_count_as_reads() {
-        let cont = [rest(quote::quote! { if done { break; } x = 1; })];
-        assert!(live_after("x", &cont));
+    fn break_and_continue_go_where_they_go() {
+        let body: Block = syn::parse2(quote::quote!({
+            if skip {
+                continue;
+            }
+            x = 1;
+            use_it(x);
+        }))
+        .unwrap();
+        let in_loop = |after: proc_macro2::TokenStream, endless: bool| {
+            vec![
+                rest(after),
+                ContFrame::Loop {
+                    body: Rc::new(body.clone()),
+                    cond: None,
+                    endless,
+                    label: None,
+                },
+                rest(quote::quote! { if done { break; } x = 2; }),
+            ]
+        };
+        // `continue` starts the next iteration, which assigns before reading;
+        // then the `for` loop may end and the code after it reads.
+        assert!(live_after(
+            "x",
+            &in_loop(quote::quote! { use_it(x); }, false)
+        ));
+        assert!(!live_after("x", &in_loop(quote::quote! { x = 3; }, false)));
+        // `loop`: only `break` leaves, and the code after the loop assigns.
+        assert!(!live_after("x", &in_loop(quote::quote! { x = 3; }, true)));
+        let labelled = [rest(quote::quote! { if done { break 'outer; } x = 1; })];
+        assert!(
+            live_after("x", &labelled),
+            "a break of an outer loop is not followed"
+        );
+        let body: Block = syn::parse2(quote::quote!({
+            if skip {
+                continue 'l;
+            }
+            x = 1;
+        }))
+        .unwrap();
+        let own_label = [
+            ContFrame::Loop {
+                body: Rc::new(body),
+                cond: None,
+                endless: false,
+                label: Some("l".into()),
+            },
+            rest(quote::quote! { if skip { continue 'l; } x = 2; }),
+        ];
+        assert!(
+            !live_after("x", &own_label),
+            "continue 'l of the loop itself is followed"
+        );
+    }
+
+    #[test]
+    fn a_while_condition_and_body_are_both_followed() {
+        let body: Block = syn::parse2(quote::quote!({
+            x = 1;
+            use_it(x);
+        }))
+        .unwrap();
+        let frame = |cond: proc_macro2::TokenStream| ContFrame::Loop {
+            body: Rc::new(body.clone()),
+            cond: Some(Rc::new(syn::parse2(cond).unwrap())),
+            endless: false,
+            label: None,
+        };
+        let after = rest(quote::quote! { x = 0; });
+        assert!(!live_after(
+            "x",
+            &[after.clone(), frame(quote::quote!(n < 3))]
+        ));
+        assert!(live_after("x", &[after, frame(quote::quote!(x < 3))]));
+        let body_reads: Block = syn::parse2(quote::quote!({
+            use_it(x);
+        }))
+        .unwrap();
+        let reads = ContFrame::Loop {
+            body: Rc::new(body_reads),
+            cond: Some(Rc::new(syn::parse2(quote::quote!(n < 3)).unwrap())),
+            endless: false,
+            label: None,
+        };
+        assert!(live_after("x", &[rest(quote::quote! { x = 0; }), reads]));
     }
 
     #[test]

@@ -35,6 +35,7 @@ impl Lowerer<'_> {
             body: Rc::new(w.body.clone()),
             cond: Some(Rc::new((*w.cond).clone())),
             endless: false,
+            label: w.label.as_ref().map(|l| l.name.ident.to_string()),
         });
         let body_code;
         let head_code;
@@ -147,6 +148,7 @@ impl Lowerer<'_> {
             body: Rc::new(f.body.clone()),
             cond: None,
             endless: false,
+            label: f.label.as_ref().map(|l| l.name.ident.to_string()),
         });
 
         // The iterable, its base iterator in a stable order; evaluated on

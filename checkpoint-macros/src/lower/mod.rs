@@ -89,9 +89,9 @@ enum Source {
     /// Encode what a binding of a loop that writes through its items points
     /// to (`*x` of `for x in v.iter_mut()`); see `iteration::ItemPart`.
     Through,
-    /// A local whose declaration was hoisted to the top of its block
-    /// (`let x;`, or `let mut x = ..` that is assigned again later): saved
-    /// only where it is live, restored by assignment at the site itself.
+    /// A local declared without a value (`let x;`, hoisted to the top of its
+    /// block) that may still be unassigned here: never saved. From the split
+    /// whose prefix assigns it on, it is `Live` (see `deferred`).
     Deferred,
     /// A local assigned again after the split (`state = match state { .. }`):
     /// where it is live, itself; where it is dead (moved, about to be
@@ -155,14 +155,12 @@ pub struct Lowerer<'a> {
     errors: Errors,
 }
 
-/// What a site saves and, on resume, restores (see `site_fields`).
+/// What a site saves (see `site_fields`).
 struct SiteFields {
     /// Position variables of the enclosing `for` loops.
     positions: Vec<Ident>,
     /// Statements encoding the saved locals.
     fields: TokenStream,
-    /// Assignments restoring deferred locals on resume.
-    restores: TokenStream,
 }
 
 /// The three parts of a statement that contains a site (see the module docs).
@@ -277,6 +275,11 @@ impl<'a> Lowerer<'a> {
             return stmts.iter().map(clean_stmt).collect();
         }
         let hoisted = deferred::hoist(stmts);
+        let (closures, rest) = deferred::hoist_transient_closures(&hoisted.stmts);
+        let hoisted = deferred::Hoisted {
+            locals: hoisted.locals,
+            stmts: rest,
+        };
         let mut scope = scope.clone();
         let names: NameSet = hoisted.locals.iter().map(|d| d.ident.to_string()).collect();
         scope.bind_inner(&names);
@@ -291,8 +294,9 @@ impl<'a> Lowerer<'a> {
             });
             decls.extend(d.declaration());
         }
+        let closures: TokenStream = closures.iter().map(clean_stmt).collect();
         let body = self.lower_stmts(&hoisted.stmts, &scope, &NameSet::new());
-        quote!(#decls #body)
+        quote!(#decls #closures #body)
     }
 
     /// Lowers a statement list; `after` are the names read after these
@@ -374,6 +378,21 @@ impl<'a> Lowerer<'a> {
         });
         if let Some(assigned) = assigned_local(t) {
             inner.cont.push(ContFrame::Assigns([assigned].into()));
+        }
+        // Deferred locals the prefix assigns are set from here on: saved at
+        // every site after the split, assigned on its resume path.
+        let mut assigned_deferred = TokenStream::new();
+        for saved in &mut inner.saved {
+            if !matches!(saved.source, Source::Deferred) {
+                continue;
+            }
+            let ident = self.bindings[saved.binding].ident.clone();
+            if deferred::definitely_assigns(&ident.to_string(), &stmts[..j]) {
+                saved.source = Source::Live;
+                let slot = Self::slot_ident(saved.binding);
+                let rt = rt();
+                assigned_deferred.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
+            }
         }
         let prefix_names: NameSet = visible.keys().cloned().collect();
         inner.bind_inner(&prefix_names);
@@ -470,6 +489,7 @@ impl<'a> Lowerer<'a> {
                 #(#binds)*
                 (#(#names,)* #(#snaps,)* #head)
             } else {
+                #assigned_deferred
                 #restore
                 #snapshots
                 let #head = #resume_head;
@@ -583,17 +603,13 @@ impl<'a> Lowerer<'a> {
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let span = self.site(index).span;
-        let SiteFields {
-            positions,
-            fields,
-            restores,
-        } = self.site_fields(index, scope);
+        let SiteFields { positions, fields } = self.site_fields(index, scope);
         Split {
             items: TokenStream::new(),
             normal_head: quote_spanned! {span=>
                 #frame.save(#index, &[#(#positions),*], |#enc| { #fields ::core::result::Result::Ok(()) }).await
             },
-            resume_head: quote!({ #restores #frame.arrive() }),
+            resume_head: quote!(#frame.arrive()),
             post: TokenStream::new(),
         }
     }
@@ -629,11 +645,7 @@ impl<'a> Lowerer<'a> {
         }
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
-        let SiteFields {
-            positions,
-            fields,
-            restores,
-        } = self.site_fields(index, scope);
+        let SiteFields { positions, fields } = self.site_fields(index, scope);
         let method = &call.method;
         let turbofish = call.turbofish.as_ref().map(|t| {
             let args = &t.args;
@@ -646,10 +658,10 @@ impl<'a> Lowerer<'a> {
         };
         let rt = rt();
         let resume_head = match site.kind {
-            SiteKind::Sleep => quote!({ #restores #frame.arrive() }),
+            SiteKind::Sleep => quote!(#frame.arrive()),
             _ => {
                 let slot = Self::wait_slot_ident(index);
-                quote!({ #restores #frame.arrive(); #rt::Slot::take(&mut #slot) })
+                quote!({ #frame.arrive(); #rt::Slot::take(&mut #slot) })
             }
         };
         Split {
@@ -660,8 +672,8 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// The loop positions, the field-encoding statements and the restores of
-    /// deferred locals for a site, and records the site's layout.
+    /// The loop positions and the field-encoding statements for a site, and
+    /// records the site's layout.
     fn site_fields(&mut self, index: u32, scope: &Scope) -> SiteFields {
         let span = self.site(index).span;
         let describe = self.site(index).describe();
@@ -672,12 +684,10 @@ impl<'a> Lowerer<'a> {
             fields: Vec::new(),
             loops: scope.loop_positions.len() as u32,
         };
-        let mut restores = TokenStream::new();
         for saved in &scope.saved {
             let binding = &mut self.bindings[saved.binding];
             let name = binding.ident.to_string();
-            if matches!(saved.source, Source::Deferred) && !liveness::live_after(&name, &scope.cont)
-            {
+            if matches!(saved.source, Source::Deferred) {
                 continue;
             }
             binding.saved_at.push(index);
@@ -691,24 +701,7 @@ impl<'a> Lowerer<'a> {
             };
             match &source {
                 Source::Placeholder(_) => unreachable!("resolved above"),
-                Source::Deferred => {
-                    if saved.hidden_by.contains(&name) {
-                        self.errors.push(
-                            span,
-                            format!(
-                                "`{name}` must be saved at {describe} because it is used after it, but an inner `{name}` hides it here; rename one of them"
-                            ),
-                        );
-                        continue;
-                    }
-                    let trait_ident = Self::save_trait_ident(saved.binding);
-                    let slot = Self::slot_ident(saved.binding);
-                    let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
-                    code.extend(quote_spanned! {span=>
-                        <_ as #trait_ident>::__cp_encode(&#ident, #enc)?;
-                    });
-                    restores.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
-                }
+                Source::Deferred => unreachable!("skipped above"),
                 Source::Snapshot(snap) => code.extend(quote!(#enc.encoded(&#snap)?;)),
                 Source::Through => {
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
@@ -738,7 +731,6 @@ impl<'a> Lowerer<'a> {
         SiteFields {
             positions: scope.loop_positions.clone(),
             fields: code,
-            restores,
         }
     }
 
@@ -764,6 +756,7 @@ impl<'a> Lowerer<'a> {
                     body: std::rc::Rc::new(l.body.clone()),
                     cond: None,
                     endless: true,
+                    label: label.as_ref().map(|l| l.name.ident.to_string()),
                 });
                 let body = self.lower_block(&l.body, &scope);
                 Split {

@@ -6,26 +6,40 @@ use syn::Expr;
 use crate::names::NameSet;
 
 /// Methods that borrow their receiver and return a reference or a borrowing
-/// iterator.
+/// iterator (besides `iter*`, `as_*` and `*_mut`, see [`borrowing_method`]).
 const BORROWING_METHODS: &[&str] = &[
-    "as_ref",
-    "as_mut",
-    "as_deref",
-    "as_deref_mut",
-    "as_str",
-    "as_slice",
-    "as_bytes",
     "borrow",
     "borrow_mut",
-    "iter",
-    "iter_mut",
     "chars",
+    "char_indices",
     "bytes",
     "keys",
     "values",
-    "values_mut",
     "lines",
+    "chunks",
+    "chunks_exact",
+    "rchunks",
+    "windows",
+    "split",
+    "splitn",
+    "rsplit",
+    "split_terminator",
+    "split_whitespace",
+    "split_ascii_whitespace",
+    "matches",
+    "match_indices",
+    "range",
+    "first",
+    "last",
+    "get",
 ];
+
+fn borrowing_method(name: &str) -> bool {
+    BORROWING_METHODS.contains(&name)
+        || name.starts_with("iter")
+        || name.starts_with("as_")
+        || name.ends_with("_mut")
+}
 
 /// Whether an expression evaluates to a reference (or an iterator of
 /// references) into locals, judged from its syntax.
@@ -39,8 +53,7 @@ pub(super) fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
         Expr::Field(f) => yields_reference(&f.base, refs),
         Expr::Index(i) => yields_reference(&i.expr, refs),
         Expr::MethodCall(m) => {
-            BORROWING_METHODS.contains(&m.method.to_string().as_str())
-                || yields_reference(&m.receiver, refs)
+            borrowing_method(&m.method.to_string()) || yields_reference(&m.receiver, refs)
         }
         _ => false,
     }
