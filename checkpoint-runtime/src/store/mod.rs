@@ -20,8 +20,9 @@
 mod conformance;
 mod memory;
 pub mod postgres;
-mod run_row;
+mod sql;
 pub mod sqlite;
+mod url;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -37,79 +38,31 @@ use crate::status::{RunFilter, Status};
 use crate::Error;
 
 pub use memory::MemoryStore;
+pub use url::{redact_url, StoreUrl};
 
-/// A store URL fit for messages and logs: every password in it is replaced
-/// by `***`: the one of `scheme://user:password@host/...` (up to the first
-/// `@`, as tokio-postgres reads it, so a password holding `/` or `?` is
-/// hidden whole), a `password=...` query parameter, and a
-/// `password=...` pair of a `key=value` connection string. Anything else is
-/// returned as it is.
+/// Opens the store `url` names (see [`StoreUrl`]): a fresh in-memory store,
+/// an SQLite file (created if missing), or a PostgreSQL database (its tables
+/// created or upgraded). What [`Runtime::open`](crate::Runtime::open) and the
+/// command line open stores with.
 ///
 /// ```
-/// use checkpoint_runtime::store::redact_url;
-///
-/// assert_eq!(
-///     redact_url("postgres://app:s3cret@db.internal/prod"),
-///     "postgres://app:***@db.internal/prod"
-/// );
-/// assert_eq!(
-///     redact_url("postgres://app@db/prod?sslmode=disable&password=s3cret"),
-///     "postgres://app@db/prod?sslmode=disable&password=***"
-/// );
-/// assert_eq!(
-///     redact_url("host=db user=app password='s3 cret' dbname=prod"),
-///     "host=db user=app password=*** dbname=prod"
-/// );
-/// assert_eq!(
-///     redact_url("postgres://app:pa/ss?w@db/prod"),
-///     "postgres://app:***@db/prod"
-/// );
-/// assert_eq!(redact_url("runs.db"), "runs.db");
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+/// let store = checkpoint_runtime::store::open(":memory:").await?;
+/// assert_eq!(store.kind(), "memory");
+/// # Ok(()) }
 /// ```
-pub fn redact_url(url: &str) -> String {
-    let shown = match url.find("://") {
-        Some(scheme_end) => redact_userinfo(url, scheme_end + 3),
-        None => url.to_owned(),
-    };
-    redact_password_pairs(&shown)
-}
-
-/// Hides the password of the `user:password@` part that starts at `from`.
-fn redact_userinfo(url: &str, from: usize) -> String {
-    let rest = &url[from..];
-    // The user info ends at the first `@` (tokio-postgres reads it so), not
-    // at the first `/` or `?`: a password may hold those unencoded.
-    let Some(at) = rest.find('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!("{}{}:***{}", &url[..from], &rest[..colon], &rest[at..]),
-        None => url.to_owned(),
-    }
-}
-
-/// Hides the value of every `password=` pair, in a query string (up to `&`)
-/// or a `key=value` string (up to a space, or a quoted value).
-fn redact_password_pairs(text: &str) -> String {
-    const KEY: &str = "password=";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find(KEY) {
-        let starts_pair = i == 0 || matches!(rest.as_bytes()[i - 1], b'?' | b'&' | b' ');
-        out.push_str(&rest[..i + KEY.len()]);
-        rest = &rest[i + KEY.len()..];
-        if !starts_pair {
-            continue;
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, Error> {
+    Ok(match StoreUrl::parse(url)? {
+        StoreUrl::Memory => Arc::new(MemoryStore::new()),
+        StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open(&url).await?),
+        StoreUrl::Sqlite(path) => {
+            let store = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(path))
+                .await
+                .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
+            Arc::new(store)
         }
-        let end = match rest.strip_prefix('\'') {
-            Some(quoted) => quoted.find('\'').map_or(rest.len(), |q| q + 2),
-            None => rest.find(['&', ' ']).unwrap_or(rest.len()),
-        };
-        out.push_str("***");
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
+    })
 }
 
 /// A run as stored.
@@ -831,28 +784,6 @@ pub trait Store: Send + Sync + 'static {
         let _ = keys;
         Box::pin(std::future::ready(Ok(HashMap::new())))
     }
-}
-
-/// `t` as nanoseconds since the Unix epoch, as the durable stores keep
-/// times (saturating; negative before the epoch).
-pub(crate) fn to_unix_nanos(t: SystemTime) -> i64 {
-    match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos())
-            .map(|n| -n)
-            .unwrap_or(i64::MIN),
-    }
-}
-
-/// The inverse of [`to_unix_nanos`].
-pub(crate) fn from_unix_nanos(n: i64) -> SystemTime {
-    let d = Duration::from_nanos(n.unsigned_abs());
-    let t = if n >= 0 {
-        std::time::UNIX_EPOCH.checked_add(d)
-    } else {
-        std::time::UNIX_EPOCH.checked_sub(d)
-    };
-    t.unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// The fencing check every backend applies to a write that presents `lease`

@@ -77,7 +77,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
-use super::run_row::{
+use super::sql::run_row::{
     state_code, status_code, ErrorCol, RunCols, RunRow, COMPLETED, FAILED, READY, SLEEPING, WAITING,
 };
 use super::{
@@ -330,23 +330,11 @@ fn retry_busy<T>(mut f: impl FnMut() -> R<T>) -> R<T> {
 // ---------------------------------------------------------------------------
 // Conversions
 
-use super::{from_unix_nanos as from_ts, to_unix_nanos as ts};
+use super::sql::{from_ts, to_i64, to_json, ts, ts_after};
 
-fn dur_nanos(d: Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
-}
-
-fn to_i64(v: u64, what: &str) -> R<i64> {
-    i64::try_from(v).map_err(|_| Fail::from(Error::internal(format!("{what} {v} is too large"))))
-}
-
+/// A stored value read back as `u64`; a negative one is a corrupt database.
 fn to_u64(v: i64, what: &str) -> R<u64> {
-    u64::try_from(v).map_err(|_| corrupt(format_args!("negative {what} {v}")))
-}
-
-fn to_json<T: Serialize>(v: &T) -> R<String> {
-    serde_json::to_string(v)
-        .map_err(|e| Fail::from(Error::internal(format!("cannot encode for the store: {e}"))))
+    super::sql::to_u64(v, what).map_err(corrupt)
 }
 
 fn to_postcard<T: Serialize + ?Sized>(v: &T) -> R<Vec<u8>> {
@@ -2408,7 +2396,7 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
         return Ok(out);
     }
     cx.begin()?;
-    let expires = from_ts(now_i.saturating_add(dur_nanos(req.ttl)));
+    let expires = from_ts(ts_after(now, req.ttl));
     for id in picked {
         let mut h = cx.head(&id)?;
         let input: Vec<u8> = cx
@@ -2459,7 +2447,7 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
 fn op_renew(cx: &mut Ctx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<()> {
     let mut h = cx.fenced(id, lease)?;
     if let Some(l) = h.rec.lease.as_mut() {
-        l.expires_at = from_ts(ts(SystemTime::now()).saturating_add(dur_nanos(ttl)));
+        l.expires_at = from_ts(ts_after(SystemTime::now(), ttl));
     }
     // One statement: no savepoint.
     cx.save_run(&mut h)?;

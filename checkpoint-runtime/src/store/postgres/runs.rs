@@ -10,7 +10,7 @@ use super::conn::{corrupt, from_ts, get, scrub, to_json, ts, ts_after, Cx};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
 use crate::status::RunFilter;
-use crate::store::run_row::{status_code, ErrorCol, RunCols, RunRow};
+use crate::store::sql::run_row::{status_code, ErrorCol, RunCols, RunRow};
 use crate::store::{
     check_lease, describe_suspension, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
     Outcome, Release, RunRecord, RunState, WakeValue,

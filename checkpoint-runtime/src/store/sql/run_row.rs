@@ -4,9 +4,9 @@
 //! ([`RunRow`]). Each backend binds and reads the columns its own way (and
 //! PostgreSQL scrubs the texts it binds); what they mean is decided here, once.
 
-use super::{from_unix_nanos as from_ts, to_unix_nanos as ts};
-use super::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
+use super::{from_ts, to_i64, to_u64, ts, Corrupt};
 use crate::status::StatusKind;
+use crate::store::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
 use crate::Error;
 
 // State codes of the `state` column.
@@ -69,10 +69,6 @@ pub(crate) struct RunCols<'a> {
     pub wake_payload: Option<&'a [u8]>,
     pub created_at: i64,
     pub updated_at: i64,
-}
-
-fn to_i64(v: u64, what: &str) -> Result<i64, Error> {
-    i64::try_from(v).map_err(|_| Error::internal(format!("{what} {v} is too large")))
 }
 
 impl<'a> RunCols<'a> {
@@ -149,27 +145,23 @@ pub(crate) struct RunRow {
     pub updated_at: i64,
 }
 
-fn to_u64(v: i64, what: &str) -> Result<u64, String> {
-    u64::try_from(v).map_err(|_| format!("negative {what} {v}"))
-}
-
 impl RunRow {
     /// The record the row holds, or what about the row does not make sense
     /// (each backend reports it as a corrupt database).
-    pub(crate) fn into_record(self) -> Result<RunRecord, String> {
+    pub(crate) fn into_record(self) -> Result<RunRecord, Corrupt> {
         let id = self.id;
         let state = match self.state {
             READY => RunState::Ready,
             WAITING => RunState::Waiting {
                 signal: self
                     .signal
-                    .ok_or_else(|| format!("run `{id}` waits for no signal"))?,
+                    .ok_or_else(|| Corrupt(format!("run `{id}` waits for no signal")))?,
                 deadline: self.due.map(from_ts),
             },
             SLEEPING => RunState::Sleeping {
                 until: from_ts(
                     self.due
-                        .ok_or_else(|| format!("run `{id}` sleeps forever"))?,
+                        .ok_or_else(|| Corrupt(format!("run `{id}` sleeps forever")))?,
                 ),
             },
             COMPLETED => RunState::Completed {
@@ -184,7 +176,7 @@ impl RunRow {
                 RunState::Failed { error }
             }
             CANCELLED => RunState::Cancelled,
-            other => return Err(format!("run `{id}` has state {other}")),
+            other => return Err(Corrupt(format!("run `{id}` has state {other}"))),
         };
         let lease = match (self.lease_worker, self.lease_instance) {
             (Some(worker), Some(instance)) => Some(LeaseInfo {
