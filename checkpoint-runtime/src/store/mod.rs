@@ -20,6 +20,7 @@
 mod conformance;
 mod memory;
 pub mod postgres;
+mod rules;
 mod sql;
 pub mod sqlite;
 mod url;
@@ -95,81 +96,6 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    /// A run just created by [`Store::create_run`]: ready, never claimed,
-    /// no checkpoint yet.
-    pub(crate) fn created(run: NewRun, now: SystemTime) -> RunRecord {
-        RunRecord::started(run.id, run.workflow, run.input, RunState::Ready, 0, now)
-    }
-
-    /// A run created by [`Store::fork`]: never claimed, its one checkpoint
-    /// (seq 1) in `state`.
-    pub(crate) fn forked(
-        id: String,
-        workflow: String,
-        input: Arc<[u8]>,
-        state: RunState,
-        now: SystemTime,
-    ) -> RunRecord {
-        RunRecord::started(id, workflow, input, state, 1, now)
-    }
-
-    fn started(
-        id: String,
-        workflow: String,
-        input: Arc<[u8]>,
-        state: RunState,
-        latest_seq: u64,
-        now: SystemTime,
-    ) -> RunRecord {
-        RunRecord {
-            id,
-            workflow,
-            input,
-            state,
-            lease: None,
-            epoch: 0,
-            attempt: 0,
-            latest_seq,
-            wake: None,
-            created_at: now,
-            updated_at: now,
-        }
-    }
-
-    /// Applies a claim by `req` (see the claim rules in [`Store`]'s docs): a
-    /// waiting run records `wake` (the consumed signal, or `TimedOut`) for its
-    /// latest checkpoint; the run becomes `Ready` under a new lease with the
-    /// next epoch and attempt. Returns the lease. Both backends call this, so
-    /// the transition is defined once.
-    pub(crate) fn claim(
-        &mut self,
-        req: &ClaimRequest,
-        wake: Option<WakeValue>,
-        expires_at: SystemTime,
-        now: SystemTime,
-    ) -> Lease {
-        if let (RunState::Waiting { .. }, Some(value)) = (&self.state, wake) {
-            self.wake = Some(Wake {
-                seq: self.latest_seq,
-                value,
-            });
-        }
-        self.state = RunState::Ready;
-        self.epoch += 1;
-        self.attempt = self.attempt.saturating_add(1);
-        self.lease = Some(LeaseInfo {
-            worker: req.worker.to_string(),
-            instance: req.instance.to_string(),
-            expires_at,
-        });
-        self.updated_at = now;
-        Lease {
-            worker: req.worker.clone(),
-            instance: req.instance.clone(),
-            epoch: self.epoch,
-        }
-    }
-
     /// The user-facing status of this record.
     pub fn status(&self) -> Status {
         match &self.state {
@@ -561,27 +487,6 @@ pub struct GcReport {
     pub bytes_after: u64,
 }
 
-impl Outcome {
-    /// The run's final state and the history event that records it.
-    pub(crate) fn into_state(self) -> (RunState, Event) {
-        match self {
-            Outcome::Completed { output, error } => {
-                let event = match &error {
-                    None => Event::Completed,
-                    Some(err) => Event::Failed { error: err.clone() },
-                };
-                (RunState::Completed { output, error }, event)
-            }
-            Outcome::Failed { error } => {
-                let event = Event::Failed {
-                    error: error.to_string(),
-                };
-                (RunState::Failed { error }, event)
-            }
-        }
-    }
-}
-
 /// A storage backend.
 ///
 /// All methods are asynchronous (boxed futures, so the trait is object safe:
@@ -783,53 +688,5 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
         let _ = keys;
         Box::pin(std::future::ready(Ok(HashMap::new())))
-    }
-}
-
-/// The fencing check every backend applies to a write that presents `lease`
-/// (see [`Store`]'s guarantees): [`Error::Cancelled`] for a cancelled run,
-/// [`Error::LeaseLost`] when the run is finished, its epoch moved on, or its
-/// lease is held by another worker or instance.
-pub(crate) fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error> {
-    if matches!(rec.state, RunState::Cancelled) {
-        return Err(Error::Cancelled { run: id.to_owned() });
-    }
-    let holds = rec.epoch == lease.epoch
-        && !rec.state.is_terminal()
-        && rec
-            .lease
-            .as_ref()
-            .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
-    if !holds {
-        return Err(Error::LeaseLost {
-            run: id.to_owned(),
-            worker: lease.worker.to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// How a suspended run's state reads in its `Suspended` history event.
-pub(crate) fn describe_suspension(state: &RunState) -> String {
-    match state {
-        RunState::Waiting {
-            signal,
-            deadline: None,
-        } => format!("waiting for signal `{signal}`"),
-        RunState::Waiting {
-            signal,
-            deadline: Some(d),
-        } => match d.duration_since(SystemTime::now()) {
-            Ok(left) => format!(
-                "waiting for signal `{signal}` (times out in {:.3}s)",
-                left.as_secs_f64()
-            ),
-            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
-        },
-        RunState::Sleeping { until } => match until.duration_since(SystemTime::now()) {
-            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
-            Err(_) => "sleeping (timer due)".to_owned(),
-        },
-        other => format!("{other:?}"),
     }
 }

@@ -77,12 +77,13 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
+use super::rules;
 use super::sql::run_row::{
     state_code, status_code, ErrorCol, RunCols, RunRow, COMPLETED, FAILED, READY, SLEEPING, WAITING,
 };
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
-    NewRun, Outcome, Release, RunRecord, RunState, SignalRecord, Store, Suspend, Wake, WakeValue,
+    NewRun, Outcome, Release, RunRecord, RunState, SignalRecord, Store, Suspend,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -1519,7 +1520,7 @@ impl Ctx<'_> {
     /// The head of run `id`, if `lease` still holds it.
     fn fenced(&mut self, id: &str, lease: &Lease) -> R<Box<Head>> {
         let h = self.head(id)?;
-        match super::check_lease(id, &h.rec, lease) {
+        match super::rules::check_lease(id, &h.rec, lease) {
             Ok(()) => Ok(h),
             Err(e) => {
                 self.put(Arc::from(id), h);
@@ -2328,11 +2329,8 @@ fn op_create(cx: &mut Ctx<'_>, run: NewRun) -> R<Created> {
     }
     cx.begin()?;
     let now = SystemTime::now();
-    let mut rec = RunRecord::created(run, now);
+    let (mut rec, started) = rules::create(run, now);
     let ord = insert_run(cx.conn, &rec)?;
-    let started = Event::Started {
-        workflow: rec.workflow.clone(),
-    };
     cx.event(ord, now, &started)?;
     rec.input = Arc::from(&[][..]);
     let key: Arc<str> = Arc::from(rec.id.as_str());
@@ -2403,33 +2401,14 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
             .conn
             .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
             .query_row([h.ord], |r| r.get(0))?;
-        let mut wake = None;
-        if let RunState::Waiting { signal, .. } = &h.rec.state {
-            let sig: Option<(i64, String, Vec<u8>)> = cx
-                .conn
-                .prepare_cached(
-                    "SELECT id, name, payload FROM signals WHERE run = ?1 AND name = ?2 \
-                     ORDER BY id LIMIT 1",
-                )?
-                .query_row(params![h.ord, signal], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
-                .optional()?;
-            let value = match sig {
-                Some((sid, name, payload)) => {
-                    cx.conn
-                        .prepare_cached("DELETE FROM signals WHERE id = ?1")?
-                        .execute([sid])?;
-                    WakeValue::Signal {
-                        name,
-                        payload: payload.into(),
-                    }
-                }
-                None => WakeValue::TimedOut,
-            };
-            wake = Some(value);
-        }
-        let lease = h.rec.claim(&req, wake, expires, now);
+        // The query picked the run as the claim rules define it; a waiting
+        // run consumes the oldest signal it waits for.
+        let signal = match &h.rec.state {
+            RunState::Waiting { signal, .. } => consume_signal(cx.conn, h.ord, signal)?,
+            _ => None,
+        };
+        let wake = rules::claim_wake(&h.rec.state, signal);
+        let lease = rules::claim(&mut h.rec, &req, wake, expires, now);
         cx.save_run(&mut h)?;
         let checkpoint = cx.latest(&mut h)?.map(|l| l.cp.clone());
         let mut run = h.rec.clone();
@@ -2446,9 +2425,7 @@ fn op_claim(cx: &mut Ctx<'_>, req: ClaimRequest) -> R<ClaimResult> {
 
 fn op_renew(cx: &mut Ctx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<()> {
     let mut h = cx.fenced(id, lease)?;
-    if let Some(l) = h.rec.lease.as_mut() {
-        l.expires_at = from_ts(ts_after(SystemTime::now(), ttl));
-    }
+    rules::renew(&mut h.rec, from_ts(ts_after(SystemTime::now(), ttl)));
     // One statement: no savepoint.
     cx.save_run(&mut h)?;
     cx.put(Arc::from(id), h);
@@ -2460,7 +2437,7 @@ fn op_release(cx: &mut Ctx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> 
         Ok(h) => h,
         Err(Fail::Err(e)) if matches!(*e, Error::Cancelled { .. }) => {
             let mut h = cx.head(id)?;
-            h.rec.lease = None;
+            rules::release_cancelled(&mut h.rec);
             cx.save_run(&mut h)?;
             cx.put(Arc::from(id), h);
             return Ok(());
@@ -2469,20 +2446,8 @@ fn op_release(cx: &mut Ctx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> 
     };
     cx.begin()?;
     let now = SystemTime::now();
-    h.rec.lease = None;
-    h.rec.updated_at = now;
-    match how {
-        Release::Suspend => {
-            h.rec.attempt = 0;
-            let on = super::describe_suspension(&h.rec.state);
-            cx.event(h.ord, now, &Event::Suspended { on })?;
-        }
-        Release::Retry { reason } => {
-            h.rec.state = RunState::Ready;
-            let attempt = h.rec.attempt;
-            cx.event(h.ord, now, &Event::Retried { attempt, reason })?;
-        }
-        Release::Abandon => {}
+    if let Some(event) = rules::release(&mut h.rec, how, now) {
+        cx.event(h.ord, now, &event)?;
     }
     cx.save_run(&mut h)?;
     cx.put(Arc::from(id), h);
@@ -2497,14 +2462,9 @@ fn op_save(
     keep: Option<usize>,
 ) -> R<()> {
     let mut h = cx.fenced(&cp.run, lease)?;
-    if cp.seq != h.rec.latest_seq + 1 {
-        let latest = h.rec.latest_seq;
+    if let Err(e) = rules::check_next_seq(&h.rec, &cp) {
         cx.put(cp.run.clone(), h);
-        return Err(Error::internal(format!(
-            "run `{}`: checkpoint #{} stored out of order (latest is #{latest})",
-            cp.run, cp.seq
-        ))
-        .into());
+        return Err(e.into());
     }
     // The previous checkpoint, to share the bytes of unchanged fields.
     cx.latest(&mut h)?;
@@ -2513,9 +2473,7 @@ fn op_save(
     // are read from the checkpoint.
     let row_changes = h.rec.state != state || h.rec.attempt != 1 || h.rec.wake.is_some();
     let floor = match keep {
-        Some(keep) => h
-            .floor
-            .max(cp.seq.saturating_sub(keep.max(1) as u64).saturating_add(1)),
+        Some(keep) => h.floor.max(rules::retention_floor(cp.seq, keep)),
         None => h.floor,
     };
     // Hidden rows are cut down in steps of a quarter of `keep`, so that the
@@ -2539,11 +2497,7 @@ fn op_save(
     // and head are written with the batch's (see `deferred`).
     cx.cache.deferred.push_row(row);
     cx.cache.deferred.push_head(head);
-    h.rec.latest_seq = cp.seq;
-    h.rec.state = state;
-    h.rec.attempt = 1;
-    h.rec.wake = None;
-    h.rec.updated_at = cp.created_at;
+    rules::save_checkpoint(&mut h.rec, &cp);
     if row_changes {
         cx.save_run(&mut h)?;
     }
@@ -2570,51 +2524,49 @@ fn op_take_signal(
     name: &str,
 ) -> R<Option<SignalRecord>> {
     let mut h = cx.fenced(id, lease)?;
-    let sig: Option<(i64, String, Vec<u8>, i64)> = cx
-        .conn
-        .prepare_cached(
-            "SELECT id, name, payload, received_at FROM signals WHERE run = ?1 AND name = ?2 \
-             ORDER BY id LIMIT 1",
-        )?
-        .query_row(params![h.ord, name], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
-        .optional()?;
-    let Some((sid, name, payload, received_at)) = sig else {
+    let Some(sid) = oldest_signal(cx.conn, h.ord, name)? else {
         cx.put(Arc::from(id), h);
         return Ok(None);
     };
     cx.begin()?;
-    cx.conn
-        .prepare_cached("DELETE FROM signals WHERE id = ?1")?
-        .execute([sid])?;
-    let sig = SignalRecord {
-        name,
-        payload: payload.into(),
-        received_at: from_ts(received_at),
-    };
-    h.rec.wake = Some(Wake {
-        seq: h.rec.latest_seq,
-        value: WakeValue::Signal {
-            name: sig.name.clone(),
-            payload: sig.payload.clone(),
-        },
-    });
-    h.rec.state = RunState::Ready;
-    h.rec.updated_at = SystemTime::now();
+    let sig = delete_signal(cx.conn, sid)?;
+    rules::consume_signal(&mut h.rec, &sig, SystemTime::now());
     cx.save_run(&mut h)?;
     cx.put(Arc::from(id), h);
     Ok(Some(sig))
 }
 
+/// The row id of the oldest stored signal `name` of run `ord`.
+fn oldest_signal(conn: &Connection, ord: i64, name: &str) -> R<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM signals WHERE run = ?1 AND name = ?2 ORDER BY id LIMIT 1")?
+        .query_row(params![ord, name], |r| r.get(0))
+        .optional()?)
+}
+
+/// Deletes signal row `sid` and returns it.
+fn delete_signal(conn: &Connection, sid: i64) -> R<SignalRecord> {
+    let (name, payload, received_at): (String, Vec<u8>, i64) = conn
+        .prepare_cached("DELETE FROM signals WHERE id = ?1 RETURNING name, payload, received_at")?
+        .query_row([sid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(SignalRecord {
+        name,
+        payload: payload.into(),
+        received_at: from_ts(received_at),
+    })
+}
+
+/// Deletes and returns the oldest stored signal `name` of run `ord`.
+fn consume_signal(conn: &Connection, ord: i64, name: &str) -> R<Option<SignalRecord>> {
+    match oldest_signal(conn, ord, name)? {
+        Some(sid) => delete_signal(conn, sid).map(Some),
+        None => Ok(None),
+    }
+}
+
 fn op_time_out(cx: &mut Ctx<'_>, id: &str, lease: &Lease) -> R<()> {
     let mut h = cx.fenced(id, lease)?;
-    h.rec.wake = Some(Wake {
-        seq: h.rec.latest_seq,
-        value: WakeValue::TimedOut,
-    });
-    h.rec.state = RunState::Ready;
-    h.rec.updated_at = SystemTime::now();
+    rules::time_out(&mut h.rec, SystemTime::now());
     // One statement: no savepoint.
     cx.save_run(&mut h)?;
     cx.put(Arc::from(id), h);
@@ -2625,17 +2577,10 @@ fn op_reject(cx: &mut Ctx<'_>, id: &str, lease: &Lease, reason: String) -> R<()>
     let mut h = cx.fenced(id, lease)?;
     cx.begin()?;
     let now = SystemTime::now();
-    if let Some(Wake {
-        value: WakeValue::Signal { name, .. },
-        ..
-    }) = h.rec.wake.take()
-    {
-        cx.event(h.ord, now, &Event::SignalRejected { name, reason })?;
+    let latest = cx.latest(&mut h)?.map(|l| l.cp.clone());
+    if let Some(event) = rules::reject_signal(&mut h.rec, reason, latest.as_deref(), now) {
+        cx.event(h.ord, now, &event)?;
     }
-    if let Some(latest) = cx.latest(&mut h)? {
-        h.rec.state = latest.cp.state();
-    }
-    h.rec.updated_at = now;
     cx.save_run(&mut h)?;
     cx.put(Arc::from(id), h);
     Ok(())
@@ -2645,10 +2590,7 @@ fn op_finish(cx: &mut Ctx<'_>, id: &str, lease: &Lease, outcome: Outcome) -> R<(
     let mut h = cx.fenced(id, lease)?;
     cx.begin()?;
     let now = SystemTime::now();
-    let (state, event) = outcome.into_state();
-    h.rec.state = state;
-    h.rec.lease = None;
-    h.rec.updated_at = now;
+    let event = rules::finish(&mut h.rec, outcome, now);
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
     // A finished run is not written again: its head is not kept.
@@ -2663,11 +2605,11 @@ fn op_cancel(cx: &mut Ctx<'_>, id: &str) -> R<bool> {
     }
     cx.begin()?;
     let now = SystemTime::now();
-    h.rec.state = RunState::Cancelled;
-    h.rec.lease = None;
-    h.rec.updated_at = now;
+    let Some(event) = rules::cancel(&mut h.rec, now) else {
+        return Ok(false);
+    };
     cx.save_run(&mut h)?;
-    cx.event(h.ord, now, &Event::Cancelled)?;
+    cx.event(h.ord, now, &event)?;
     cx.bump = true;
     Ok(true)
 }
@@ -2731,22 +2673,13 @@ fn op_fork(cx: &mut Ctx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
     })?;
     cx.begin()?;
     let now = SystemTime::now();
-    let forked = Event::Forked {
-        from: from.to_owned(),
-        seq,
-        to: new_id.to_owned(),
-    };
-    cx.event(src_ord, now, &forked)?;
     let input: Vec<u8> = cx
         .conn
         .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
         .query_row([src_ord], |r| r.get(0))?;
-    let id: Arc<str> = Arc::from(new_id);
-    let mut copy = (*cp).clone();
-    copy.run = id.clone();
-    copy.seq = 1;
-    copy.created_at = now;
-    let mut rec = RunRecord::forked(new_id.to_owned(), workflow, input.into(), copy.state(), now);
+    let (mut rec, copy, forked) = rules::fork(from, &cp, new_id, workflow, input.into(), now);
+    cx.event(src_ord, now, &forked)?;
+    let id = copy.run.clone();
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;

@@ -12,7 +12,8 @@ use super::conn::{corrupt, from_ts, get, to_i64, to_json, to_u64, ts, Cx};
 use super::runs::{self, fenced, insert_run, write_run};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
-use crate::store::{CheckpointRecord, FieldRecord, GcReport, Lease, RunRecord, Suspend};
+use crate::store::rules;
+use crate::store::{CheckpointRecord, FieldRecord, GcReport, Lease, Suspend};
 use crate::Error;
 
 /// The columns [`decode`] reads, in order, over `cp_checkpoints c`.
@@ -170,18 +171,9 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, &cp.run, lease).await?;
-        if cp.seq != rec.latest_seq + 1 {
-            return Err(Error::internal(format!(
-                "run `{}`: checkpoint #{} stored out of order (latest is #{})",
-                cp.run, cp.seq, rec.latest_seq
-            )));
-        }
+        rules::check_next_seq(&rec, &cp)?;
         insert(&mut cx, &cp).await?;
-        rec.latest_seq = cp.seq;
-        rec.state = cp.state();
-        rec.attempt = 1;
-        rec.wake = None;
-        rec.updated_at = cp.created_at;
+        rules::save_checkpoint(&mut rec, &cp);
         write_run(&mut cx, &rec).await?;
         let saved = Event::CheckpointSaved {
             seq: cp.seq,
@@ -189,7 +181,7 @@ impl PostgresStore {
         };
         history::insert(&mut cx, &cp.run, cp.created_at, &saved).await?;
         if let Some(keep) = keep {
-            let below = cp.seq.saturating_sub(keep.max(1) as u64);
+            let below = rules::retention_floor(cp.seq, keep) - 1;
             if below > 0 {
                 let run: &str = &cp.run;
                 cx.execute(
@@ -297,23 +289,8 @@ impl PostgresStore {
         };
         let cp = load_seq(&mut cx, from, seq).await?.ok_or_else(unknown)?;
         let now = SystemTime::now();
-        let forked = Event::Forked {
-            from: from.to_owned(),
-            seq,
-            to: new_id.to_owned(),
-        };
+        let (rec, copy, forked) = rules::fork(from, &cp, new_id, src.workflow, src.input, now);
         history::insert(&mut cx, from, now, &forked).await?;
-        let mut copy = (*cp).clone();
-        copy.run = Arc::from(new_id);
-        copy.seq = 1;
-        copy.created_at = now;
-        let rec = RunRecord::forked(
-            new_id.to_owned(),
-            src.workflow,
-            src.input,
-            copy.state(),
-            now,
-        );
         if !insert_run(&mut cx, &rec).await? {
             return Err(Error::AlreadyExists {
                 run: new_id.to_owned(),

@@ -8,12 +8,12 @@ use tokio_postgres::Row;
 
 use super::conn::{corrupt, from_ts, get, scrub, to_json, ts, ts_after, Cx};
 use super::{history, notify, PostgresStore};
-use crate::history::Event;
 use crate::status::RunFilter;
+use crate::store::rules::{self, check_lease};
 use crate::store::sql::run_row::{status_code, ErrorCol, RunCols, RunRow};
 use crate::store::{
-    check_lease, describe_suspension, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
-    Outcome, Release, RunRecord, RunState, WakeValue,
+    ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release, RunRecord,
+    RunState,
 };
 use crate::Error;
 
@@ -243,16 +243,13 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let now = SystemTime::now();
-        let rec = RunRecord::created(run, now);
+        let (rec, started) = rules::create(run, now);
         if !insert_run(&mut cx, &rec).await? {
             let existing = load(&mut cx, &rec.id)
                 .await?
                 .ok_or_else(|| Error::internal(format!("run `{}` vanished", rec.id)))?;
             return Ok(Created::Existing(Box::new(existing)));
         }
-        let started = Event::Started {
-            workflow: rec.workflow.clone(),
-        };
         history::insert(&mut cx, &rec.id, now, &started).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
@@ -338,37 +335,29 @@ impl PostgresStore {
                 };
                 // The query decided under the lock; checked again here, as
                 // the other backends define it.
-                let lease_free = rec.lease.as_ref().is_none_or(|l| {
-                    l.expires_at <= now || (l.worker == worker && l.instance.as_str() < instance)
-                });
-                if !lease_free || rec.state.is_terminal() {
+                // (A waiting run's signal is looked at below.)
+                if !rules::lease_free(rec.lease.as_ref(), worker, instance, now)
+                    || !rules::runnable(&rec.state, true, now)
+                {
                     continue;
-                }
-                if let RunState::Sleeping { until } = &rec.state {
-                    if *until > now {
-                        continue;
-                    }
                 }
                 let Ok(checkpoint) =
                     super::checkpoints::load_seq_checked(&mut cx, &rec.id, rec.latest_seq).await?
                 else {
                     continue;
                 };
-                let wake = match &rec.state {
-                    RunState::Waiting { signal, deadline } => {
-                        match super::signals::consume(&mut cx, &rec.id, signal).await? {
-                            Some(sig) => Some(WakeValue::Signal {
-                                name: sig.name,
-                                payload: sig.payload,
-                            }),
-                            None if deadline.is_some_and(|d| d <= now) => Some(WakeValue::TimedOut),
-                            // The signal went to someone else meanwhile.
-                            None => continue,
-                        }
+                let signal = match &rec.state {
+                    RunState::Waiting { signal, .. } => {
+                        super::signals::consume(&mut cx, &rec.id, signal).await?
                     }
                     _ => None,
                 };
-                let lease = rec.claim(req, wake, expires, now);
+                // The signal may have gone to someone else meanwhile.
+                if !rules::runnable(&rec.state, signal.is_some(), now) {
+                    continue;
+                }
+                let wake = rules::claim_wake(&rec.state, signal);
+                let lease = rules::claim(&mut rec, req, wake, expires, now);
                 write_run(&mut cx, &rec).await?;
                 out.claimed.push(Claimed {
                     run: rec,
@@ -393,9 +382,7 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, id, lease).await?;
-        if let Some(l) = rec.lease.as_mut() {
-            l.expires_at = from_ts(ts_after(SystemTime::now(), ttl));
-        }
+        rules::renew(&mut rec, from_ts(ts_after(SystemTime::now(), ttl)));
         write_run(&mut cx, &rec).await?;
         cx.commit().await
     }
@@ -422,20 +409,8 @@ impl PostgresStore {
             Err(e) => return Err(e),
         };
         let now = SystemTime::now();
-        rec.lease = None;
-        rec.updated_at = now;
-        match how {
-            Release::Suspend => {
-                rec.attempt = 0;
-                let on = describe_suspension(&rec.state);
-                history::insert(&mut cx, id, now, &Event::Suspended { on }).await?;
-            }
-            Release::Retry { reason } => {
-                rec.state = RunState::Ready;
-                let attempt = rec.attempt;
-                history::insert(&mut cx, id, now, &Event::Retried { attempt, reason }).await?;
-            }
-            Release::Abandon => {}
+        if let Some(event) = rules::release(&mut rec, how, now) {
+            history::insert(&mut cx, id, now, &event).await?;
         }
         write_run(&mut cx, &rec).await?;
         notify::notify(&mut cx, &self.schema).await?;
@@ -454,10 +429,7 @@ impl PostgresStore {
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, id, lease).await?;
         let now = SystemTime::now();
-        let (state, event) = outcome.into_state();
-        rec.state = state;
-        rec.lease = None;
-        rec.updated_at = now;
+        let event = rules::finish(&mut rec, outcome, now);
         write_run(&mut cx, &rec).await?;
         history::insert(&mut cx, id, now, &event).await?;
         notify::notify(&mut cx, &self.schema).await?;
@@ -472,15 +444,12 @@ impl PostgresStore {
         let mut rec = lock_run(&mut cx, id)
             .await?
             .ok_or_else(|| Error::unknown_run(id))?;
-        if rec.state.is_terminal() {
-            return Ok(false);
-        }
         let now = SystemTime::now();
-        rec.state = RunState::Cancelled;
-        rec.lease = None;
-        rec.updated_at = now;
+        let Some(event) = rules::cancel(&mut rec, now) else {
+            return Ok(false);
+        };
         write_run(&mut cx, &rec).await?;
-        history::insert(&mut cx, id, now, &Event::Cancelled).await?;
+        history::insert(&mut cx, id, now, &event).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();

@@ -7,7 +7,8 @@ use super::conn::{from_ts, get, scrub, ts, Cx};
 use super::runs::{fenced, must_exist, write_run};
 use super::{history, notify, PostgresStore};
 use crate::history::Event;
-use crate::store::{Lease, RunState, SignalRecord, Wake, WakeValue};
+use crate::store::rules;
+use crate::store::{Lease, SignalRecord};
 use crate::Error;
 
 /// Deletes and returns the oldest stored signal `name` of run `id`. The
@@ -99,15 +100,7 @@ impl PostgresStore {
         let Some(sig) = consume(&mut cx, id, name).await? else {
             return Ok(None);
         };
-        rec.wake = Some(Wake {
-            seq: rec.latest_seq,
-            value: WakeValue::Signal {
-                name: sig.name.clone(),
-                payload: sig.payload.clone(),
-            },
-        });
-        rec.state = RunState::Ready;
-        rec.updated_at = SystemTime::now();
+        rules::consume_signal(&mut rec, &sig, SystemTime::now());
         write_run(&mut cx, &rec).await?;
         cx.commit().await?;
         Ok(Some(sig))
@@ -117,12 +110,7 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, id, lease).await?;
-        rec.wake = Some(Wake {
-            seq: rec.latest_seq,
-            value: WakeValue::TimedOut,
-        });
-        rec.state = RunState::Ready;
-        rec.updated_at = SystemTime::now();
+        rules::time_out(&mut rec, SystemTime::now());
         write_run(&mut cx, &rec).await?;
         cx.commit().await
     }
@@ -137,17 +125,10 @@ impl PostgresStore {
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, id, lease).await?;
         let now = SystemTime::now();
-        if let Some(Wake {
-            value: WakeValue::Signal { name, .. },
-            ..
-        }) = rec.wake.take()
-        {
-            history::insert(&mut cx, id, now, &Event::SignalRejected { name, reason }).await?;
+        let latest = super::checkpoints::load_seq(&mut cx, id, rec.latest_seq).await?;
+        if let Some(event) = rules::reject_signal(&mut rec, reason, latest.as_deref(), now) {
+            history::insert(&mut cx, id, now, &event).await?;
         }
-        if let Some(cp) = super::checkpoints::load_seq(&mut cx, id, rec.latest_seq).await? {
-            rec.state = cp.state();
-        }
-        rec.updated_at = now;
         write_run(&mut cx, &rec).await?;
         cx.commit().await
     }

@@ -4,7 +4,7 @@
 use super::*;
 use crate::status::StatusKind;
 use crate::store::conformance::{self, claim_one, cp, new_run, req};
-use crate::store::MemoryStore;
+use crate::store::{MemoryStore, Wake, WakeValue};
 use futures::executor::block_on;
 use std::time::UNIX_EPOCH;
 
