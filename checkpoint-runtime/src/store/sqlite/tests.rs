@@ -1,9 +1,23 @@
 //! Tests of the SQLite store: its own behaviour and the shared conformance
 //! suite, plus ignored benchmarks and a profiling harness.
 
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::checkpoints::chain::{ANCHOR_EVERY, WALK};
+use super::checkpoints::refs::{RefsOf, StoredRefs};
+use super::checkpoints::rows::{CP_COLS, CP_FROM};
+use super::checkpoints::Loc;
+use super::error::to_postcard;
+use super::migrations::{prepare_writer, PAGE_SIZE, WRITER_CACHE_KIB};
+use super::runs::{RUN_COLS, RUN_SELECT};
+use super::writer::SPLIT_AT;
 use super::*;
 use crate::status::StatusKind;
 use crate::store::conformance::{self, claim_one, cp, new_run, req};
+use crate::store::sql::ts;
+use crate::store::{FieldRecord, RunState, Suspend};
 use crate::store::{MemoryStore, Wake, WakeValue};
 use futures::executor::block_on;
 use std::time::UNIX_EPOCH;
@@ -59,7 +73,7 @@ fn cp_fields(
 /// thread), and where it hands large batches to be answered.
 fn bare_writer(path: &Path) -> (Writer, mpsc::Receiver<Answers>) {
     let mut conn = connect(path).unwrap();
-    SqliteStore::prepare_writer(&mut conn).unwrap();
+    prepare_writer(&mut conn).unwrap();
     let (answers, answered) = mpsc::channel();
     let writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
     (writer, answered)
@@ -77,14 +91,14 @@ fn claimed_writer(
 }
 
 /// A request's work, for tests that queue different ones in one batch.
-type SaveOp = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
+type SaveOp = Box<dyn FnOnce(&mut TxnCtx<'_>) -> R<()> + Send>;
 
 /// A write request as the store queues one (see `SqliteStore::queue`), and
 /// where its answer arrives.
 fn request<T, F>(keeps_deferred: bool, f: F) -> (Box<dyn Job>, oneshot::Receiver<Result<T, Error>>)
 where
     T: Send + 'static,
-    F: FnOnce(&mut Ctx<'_>) -> R<T> + Send + 'static,
+    F: FnOnce(&mut TxnCtx<'_>) -> R<T> + Send + 'static,
 {
     let (reply, replied) = oneshot::channel();
     let job = Pending {
