@@ -34,13 +34,11 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
-mod checkpoints;
 mod conn;
-mod history;
 mod notify;
-mod runs;
+mod ops;
 mod schema;
-mod signals;
+mod tables;
 #[cfg(test)]
 mod tests;
 
