@@ -626,31 +626,8 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::store::conformance;
+    use super::MemoryStore;
+    use crate::store::conformance::conformance_tests;
 
-    #[test]
-    fn fencing_rejects_stale_lease() {
-        conformance::fencing_rejects_stale_lease(&MemoryStore::new());
-    }
-
-    #[test]
-    fn expired_lease_is_taken_over() {
-        conformance::expired_lease_is_taken_over(&MemoryStore::new());
-    }
-
-    #[test]
-    fn retention_keeps_latest() {
-        conformance::retention_keeps_latest(&MemoryStore::new());
-    }
-
-    #[test]
-    fn unregistered_runs_are_reported_not_claimed() {
-        conformance::unregistered_runs_are_reported_not_claimed(&MemoryStore::new());
-    }
-
-    #[test]
-    fn cancel_blocks_fenced_writes() {
-        conformance::cancel_blocks_fenced_writes(&MemoryStore::new());
-    }
+    conformance_tests!(|_test: &str| Some(MemoryStore::new()));
 }

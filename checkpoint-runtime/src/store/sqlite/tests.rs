@@ -15,7 +15,7 @@ use super::runs::{RUN_COLS, RUN_SELECT};
 use super::writer::SPLIT_AT;
 use super::*;
 use crate::status::StatusKind;
-use crate::store::conformance::{self, claim_one, cp, new_run, req};
+use crate::store::conformance::{claim_one, conformance_tests, cp, new_run, req, Fixture};
 use crate::store::sql::ts;
 use crate::store::{FieldRecord, RunState, Suspend};
 use crate::store::{MemoryStore, Wake, WakeValue};
@@ -27,6 +27,14 @@ fn open() -> (tempfile::TempDir, SqliteStore) {
     let store = SqliteStore::open(dir.path().join("runs.db")).unwrap();
     (dir, store)
 }
+
+impl Fixture for (tempfile::TempDir, SqliteStore) {
+    fn store(&self) -> &dyn Store {
+        &self.1
+    }
+}
+
+conformance_tests!(|_test: &str| Some(open()));
 
 /// A plain connection on the store's file, for looking inside.
 fn peek(store: &SqliteStore) -> Connection {
@@ -119,36 +127,6 @@ fn events(store: &dyn Store, id: &str) -> Vec<Event> {
 }
 
 // -- The behavioural tests of memory.rs, on SQLite ---------------------
-
-#[test]
-fn fencing_rejects_stale_lease() {
-    let (_dir, store) = open();
-    conformance::fencing_rejects_stale_lease(&store);
-}
-
-#[test]
-fn expired_lease_is_taken_over() {
-    let (_dir, store) = open();
-    conformance::expired_lease_is_taken_over(&store);
-}
-
-#[test]
-fn retention_keeps_latest() {
-    let (_dir, store) = open();
-    conformance::retention_keeps_latest(&store);
-}
-
-#[test]
-fn unregistered_runs_are_reported_not_claimed() {
-    let (_dir, store) = open();
-    conformance::unregistered_runs_are_reported_not_claimed(&store);
-}
-
-#[test]
-fn cancel_blocks_fenced_writes() {
-    let (_dir, store) = open();
-    conformance::cancel_blocks_fenced_writes(&store);
-}
 
 // -- More of the contract ----------------------------------------------
 
