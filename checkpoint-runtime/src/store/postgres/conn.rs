@@ -159,16 +159,12 @@ pub(super) fn describe(e: &tokio_postgres::Error) -> String {
 
 /// A database error as the runtime's [`Error::Store`].
 pub(super) fn db_err(e: tokio_postgres::Error) -> Error {
-    Error::Store {
-        message: format!("postgres: {}", describe(&e)),
-    }
+    Error::store_caused_by(format!("postgres: {}", describe(&e)), e)
 }
 
 /// A stored value this build cannot read.
 pub(super) fn corrupt(what: impl std::fmt::Display) -> Error {
-    Error::Store {
-        message: format!("postgres: unreadable stored data: {what}"),
-    }
+    Error::store(format!("postgres: unreadable stored data: {what}"))
 }
 
 /// Reads column `i` of a row.
@@ -269,8 +265,9 @@ pub(super) async fn connect(
         .get_options()
         .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
     let task = handle.spawn(async move {
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| Error::Store {
-            message: format!("postgres: cannot connect to `{shown}`: {}", describe(&e)),
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+            let message = format!("postgres: cannot connect to `{shown}`: {}", describe(&e));
+            Error::store_caused_by(message, e)
         })?;
         tokio::spawn(async move {
             // Ends when the client is dropped or the server goes away; the

@@ -158,11 +158,12 @@ impl PostgresStore {
             schema::migrate(&mut c, target.schema.as_deref(), &target.shown)
                 .await
                 .map_err(|e| match e {
-                    Error::Store { message } => Error::Store {
+                    Error::Store { message, source } => Error::Store {
                         message: format!(
                             "{message} (creating or upgrading the tables of `{}`)",
                             target.shown
                         ),
+                        source,
                     },
                     other => other,
                 })?

@@ -983,3 +983,22 @@ fn sequence_numbers_above_i64_max() {
         assert_eq!(block_on(s.checkpoint("r", seq)).unwrap(), None);
     }
 }
+
+#[test]
+fn connection_errors_keep_the_postgres_error_as_source() {
+    use std::error::Error as _;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Nothing listens on port 1: refused at once, no server needed.
+    let err = rt
+        .block_on(PostgresStore::open("postgres://postgres@127.0.0.1:1/none"))
+        .unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    let source = err.source().expect("a source");
+    assert!(
+        source.downcast_ref::<tokio_postgres::Error>().is_some(),
+        "{source:?}"
+    );
+}

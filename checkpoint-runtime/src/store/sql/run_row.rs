@@ -172,7 +172,7 @@ impl RunRow {
                 let text = self.error.unwrap_or_default();
                 // The runtime's error as JSON; one this build does not know
                 // (a newer version wrote it) is kept as text.
-                let error = serde_json::from_str(&text).unwrap_or(Error::Store { message: text });
+                let error = serde_json::from_str(&text).unwrap_or(Error::store(text));
                 RunState::Failed { error }
             }
             CANCELLED => RunState::Cancelled,

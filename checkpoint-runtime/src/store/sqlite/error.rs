@@ -39,7 +39,7 @@ impl Fail {
 
     pub(super) fn into_error(self) -> Error {
         match self {
-            Fail::Sql(e) => sql_error(&e),
+            Fail::Sql(e) => sql_error(e),
             Fail::Err(e) => *e,
         }
     }
@@ -52,16 +52,14 @@ pub(super) fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-pub(super) fn sql_error(e: &rusqlite::Error) -> Error {
-    Error::Store {
-        message: format!("sqlite: {e}"),
-    }
+/// A SQLite error as the runtime's [`Error::Store`], kept as its source (so
+/// that a busy or locked database can be told from a corrupt one).
+pub(super) fn sql_error(e: rusqlite::Error) -> Error {
+    Error::store_caused_by(format!("sqlite: {e}"), e)
 }
 
 pub(super) fn corrupt(what: impl std::fmt::Display) -> Fail {
-    Fail::from(Error::Store {
-        message: format!("sqlite: corrupt database: {what}"),
-    })
+    Fail::from(Error::store(format!("sqlite: corrupt database: {what}")))
 }
 
 pub(super) type R<T> = Result<T, Fail>;

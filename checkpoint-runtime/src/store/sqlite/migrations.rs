@@ -146,9 +146,9 @@ pub(super) fn prepare_writer(conn: &mut Connection) -> R<()> {
             || Ok(conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?),
         )?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Fail::from(Error::Store {
-            message: format!("sqlite: cannot switch to WAL mode (journal mode is `{mode}`)"),
-        }));
+        return Err(Fail::from(Error::store(format!(
+            "sqlite: cannot switch to WAL mode (journal mode is `{mode}`)"
+        ))));
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
@@ -167,12 +167,10 @@ pub(super) fn prepare_writer(conn: &mut Connection) -> R<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version > SCHEMA_VERSION {
-            return Err(Fail::from(Error::Store {
-                message: format!(
-                    "sqlite: the database has schema version {version}, newer than this \
+            return Err(Fail::from(Error::store(format!(
+                "sqlite: the database has schema version {version}, newer than this \
                      build's {SCHEMA_VERSION}; upgrade checkpoint-runtime"
-                ),
-            }));
+            ))));
         }
         let from = usize::try_from(version).unwrap_or(0);
         for migrate in MIGRATIONS.iter().skip(from) {

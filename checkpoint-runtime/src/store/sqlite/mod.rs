@@ -156,9 +156,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(f)
-        .map_err(|e| Error::Store {
-            message: format!("sqlite: cannot start the {name} thread: {e}"),
-        })
+        .map_err(|e| Error::store(format!("sqlite: cannot start the {name} thread: {e}")))
 }
 
 impl SqliteStore {
@@ -176,8 +174,9 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
         let path = path.as_ref().to_path_buf();
         let context = |e: Error| match e {
-            Error::Store { message } => Error::Store {
+            Error::Store { message, source } => Error::Store {
                 message: format!("{message} (opening `{}`)", path.display()),
+                source,
             },
             other => other,
         };
@@ -187,7 +186,7 @@ impl SqliteStore {
         for _ in 0..READERS {
             let c = connect(&path).map_err(|e| context(e.into_error()))?;
             c.pragma_update(None, "query_only", true)
-                .map_err(|e| context(sql_error(&e)))?;
+                .map_err(|e| context(sql_error(e)))?;
             readers.push(c);
         }
         let poll_conn = connect(&path).map_err(|e| context(e.into_error()))?;
@@ -338,9 +337,7 @@ impl SqliteStore {
 }
 
 fn stopped() -> Error {
-    Error::Store {
-        message: "sqlite: the store's worker threads have stopped".to_owned(),
-    }
+    Error::store("sqlite: the store's worker threads have stopped".to_owned())
 }
 
 impl Drop for SqliteStore {

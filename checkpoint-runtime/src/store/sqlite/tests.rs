@@ -2126,3 +2126,21 @@ fn bench_3_resume() {
         big.as_secs_f64() / small.as_secs_f64()
     );
 }
+
+#[test]
+fn sqlite_errors_keep_the_sqlite_error_as_source() {
+    use std::error::Error as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-a-database.db");
+    std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    let source = err.source().expect("a source");
+    let sql = source
+        .downcast_ref::<rusqlite::Error>()
+        .expect("a rusqlite error");
+    assert_eq!(
+        sql.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase)
+    );
+}

@@ -272,9 +272,9 @@ impl Writer {
         if abort || self.conn.is_autocommit() {
             // SQLite rolled the whole transaction back (a full disk, an
             // I/O error): nothing of the batch is left.
-            return Err(Error::Store {
-                message: "sqlite: the transaction was rolled back".to_owned(),
-            });
+            return Err(Error::store(
+                "sqlite: the transaction was rolled back".to_owned(),
+            ));
         }
         let end = match (ok, savepoint) {
             (_, false) => Ok(()),
@@ -283,7 +283,7 @@ impl Writer {
                 .exec("ROLLBACK TO job")
                 .and_then(|()| self.exec("RELEASE job")),
         };
-        end.map_err(|e| sql_error(&e))?;
+        end.map_err(sql_error)?;
         Ok(ok && job_bump)
     }
 
