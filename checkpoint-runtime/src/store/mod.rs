@@ -20,10 +20,13 @@
 mod conformance;
 mod contract;
 mod memory;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 mod records;
 mod rules;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod url;
 
@@ -55,12 +58,32 @@ pub use url::{redact_url, StoreUrl};
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, Error> {
     Ok(match StoreUrl::parse(url)? {
         StoreUrl::Memory => Arc::new(MemoryStore::new()),
+        #[cfg(feature = "postgres")]
         StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open(&url).await?),
+        #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(path) => {
             let store = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(path))
                 .await
                 .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
             Arc::new(store)
         }
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(url, &other)),
     })
+}
+
+/// The error for a store whose backend this build leaves out (its cargo
+/// feature is off).
+#[allow(dead_code)]
+fn not_built(url: &str, parsed: &StoreUrl) -> Error {
+    let (backend, feature) = match parsed {
+        StoreUrl::Postgres(_) => ("PostgreSQL", "postgres"),
+        _ => ("SQLite", "sqlite"),
+    };
+    Error::UnsupportedStore {
+        url: redact_url(url),
+        reason: format!(
+            "this build of checkpoint-runtime has no {backend} store (enable the `{feature}` feature)"
+        ),
+    }
 }

@@ -63,6 +63,9 @@ pub(crate) struct RunCols<'a> {
     pub lease_expires: Option<i64>,
     pub epoch: i64,
     pub attempt: i64,
+    /// Kept in the row by PostgreSQL; SQLite reads it from the latest
+    /// checkpoint.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub latest_seq: i64,
     pub wake_seq: Option<i64>,
     pub wake_signal: Option<&'a str>,
