@@ -275,7 +275,7 @@ impl Error {
     }
 
     /// An [`Error::Store`] caused by the backend's error `source` (see
-    /// [`StoreSource`]).
+    /// [`StoreSource`](crate::store::StoreSource)).
     pub fn store_caused_by(
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,

@@ -32,7 +32,7 @@ use crate::Error;
 /// - **Claim rules.** A run may be claimed when its workflow is in
 ///   [`ClaimRequest::workflows`], its state is not terminal, its lease is absent,
 ///   expired, or held by the same worker id under an *older* instance (a
-///   restart: instance ids sort by start time, see [`LeaseInfo::instance`]; an
+///   restart: instance ids sort by start time, see [`LeaseInfo::instance`](super::LeaseInfo::instance); an
 ///   older instance never takes a run from a newer one, so two live runtimes
 ///   that share a worker id cannot steal runs back and forth);
 ///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored

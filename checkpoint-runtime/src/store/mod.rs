@@ -1,6 +1,7 @@
 //! The storage boundary: the [`Store`] trait every backend implements, the
-//! records it exchanges with the executor, and the backends themselves
-//! ([`MemoryStore`], [`sqlite::SqliteStore`], [`postgres::PostgresStore`]).
+//! records it exchanges with the executor, the rules of a run's state, and
+//! the backends themselves ([`MemoryStore`], `sqlite::SqliteStore`,
+//! `postgres::PostgresStore`).
 //!
 //! Most users never touch this module: [`Runtime::open`](crate::Runtime::open)
 //! picks the backend from a URL. It is public so that custom backends can be
@@ -15,6 +16,25 @@
 //! let b = Runtime::builder().worker_id("b").store(store).in_memory();
 //! # let _ = (a, b);
 //! ```
+//!
+//! # Shape
+//!
+//! Dependencies point one way, `records ← rules ← backends ← store::open ←
+//! runtime` (`.ci/store-cycles.py` checks that no file here imports another
+//! that imports it back):
+//!
+//! - `records`: the plain data the store exchanges ([`RunRecord`],
+//!   [`RunState`], [`Lease`], [`CheckpointRecord`], ...);
+//! - `contract`: the [`Store`] trait and what a backend must guarantee;
+//! - `rules`: every run-state transition (claim, renew, release, suspend,
+//!   consume or reject a signal, time out, finish, fail, cancel, fork,
+//!   retention, fencing) as a pure function on the records; every backend
+//!   calls them and only maps their result to its storage;
+//! - backends: [`MemoryStore`] (maps and the rules), [`sqlite`] (feature
+//!   `sqlite`) and [`postgres`] (feature `postgres`), the last two sharing
+//!   `sql` (the run row, value and time conversions);
+//! - [`open`] and [`StoreUrl`]: a URL to a backend, in one place;
+//! - `conformance` (tests): one macro that runs every rule on every backend.
 
 #[cfg(test)]
 mod conformance;
@@ -34,6 +54,7 @@ use std::sync::Arc;
 
 use crate::Error;
 
+pub use crate::error::StoreSource;
 pub use contract::Store;
 pub use memory::MemoryStore;
 pub use records::{

@@ -192,7 +192,7 @@ pub struct CheckpointRecord {
     /// When it was stored.
     pub created_at: SystemTime,
     /// The schema key of each field, in the order of `fields` (see
-    /// [`Store::put_schemas`]); `None`, or missing at the end, for a field
+    /// [`Store::put_schemas`](super::Store::put_schemas)); `None`, or missing at the end, for a field
     /// saved without a schema (its type could not be traced, it was saved by
     /// hand-written code, or by a backend or version that did not keep them).
     pub schemas: SchemaKeys,
@@ -332,7 +332,7 @@ pub struct NewRun {
     pub input: Arc<[u8]>,
 }
 
-/// What [`Store::create_run`] did.
+/// What [`Store::create_run`](super::Store::create_run) did.
 #[derive(Debug, Clone)]
 pub enum Created {
     /// The run was created (and `Started` recorded).
@@ -369,7 +369,7 @@ pub struct Claimed {
     pub checkpoint: Option<Arc<CheckpointRecord>>,
 }
 
-/// What [`Store::claim`] found.
+/// What [`Store::claim`](super::Store::claim) found.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimResult {
     /// Runs now leased to the caller.
@@ -413,7 +413,7 @@ pub enum Outcome {
     },
 }
 
-/// What [`Store::gc`] did.
+/// What [`Store::gc`](super::Store::gc) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GcReport {

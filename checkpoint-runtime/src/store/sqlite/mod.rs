@@ -61,8 +61,17 @@
 //!   Freed pages are reused by later checkpoints; [`gc`](Store::gc) also
 //!   shrinks such rows to the bytes still used and, when a good part of the
 //!   file is free, rewrites it.
+//! - **Code**, dependencies pointing down: `error` (SQLite's errors, kept for
+//!   busy/locked retries) and `migrations` at the bottom; `runs` (the `runs`
+//!   and `signals` tables); `checkpoints/{refs,rows,chain}` (what a row
+//!   references, a row read back into a record, a run's chain of rows and
+//!   retention); `writer` (the group-commit thread, its `cache` and the
+//!   per-request transaction context `txn::TxnCtx`, the `deferred` rows);
+//!   `ops` (each write operation: a rule of `store::rules` applied to the
+//!   run's head inside the batch), `reads` (reader threads) and `poller`; this
+//!   file (`SqliteStore`) on top.
 //! - **Schema versions** live in `PRAGMA user_version`; `MIGRATIONS` (in
-//!   [`migrations`]) lists one function per version, applied in order on open.
+//!   `migrations`) lists one function per version, applied in order on open.
 
 mod checkpoints;
 mod error;
