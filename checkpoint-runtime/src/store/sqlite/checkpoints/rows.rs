@@ -118,6 +118,53 @@ fn gather_fields(
     Ok(data)
 }
 
+/// The fields of a record stored whole (not tiled): each at its own offset
+/// in the row's data, pushed to `fields` and `locs`.
+fn raw_fields(
+    shape_fields: Vec<(Cow<'_, str>, Cow<'_, str>)>,
+    refs: &[Loc],
+    own_id: u64,
+    fields: &mut Vec<FieldRecord>,
+    locs: &mut Vec<Loc>,
+    bad: &dyn Fn(&str) -> Fail,
+) -> R<()> {
+    for ((name, type_name), &(_, off, len)) in shape_fields.into_iter().zip(refs) {
+        fields.push(FieldRecord {
+            name: Cow::Owned(name.into_owned()),
+            type_name: Cow::Owned(type_name.into_owned()),
+            offset: usize::try_from(off).map_err(|_| bad("bad offset"))?,
+            len: usize::try_from(len).map_err(|_| bad("bad length"))?,
+        });
+        locs.push((own_id, off, len));
+    }
+    Ok(())
+}
+
+/// The loop positions and the suspension of a checkpoint row (its `loops`
+/// and `suspend` columns).
+fn loops_and_suspension(
+    loops: &Option<Vec<u8>>,
+    suspend: &Option<String>,
+    bad: &dyn Fn(&str) -> Fail,
+) -> R<(Vec<u64>, Option<Suspend>)> {
+    let loops: Vec<u64> = match loops {
+        None => Vec::new(),
+        Some(b) => postcard::from_bytes(b).map_err(|_| bad("undecodable loop positions"))?,
+    };
+    let suspend: Option<Suspend> = match suspend {
+        None => None,
+        Some(s) => Some(serde_json::from_str(s).map_err(|_| bad("undecodable suspension"))?),
+    };
+    Ok((loops, suspend))
+}
+
+/// Schema keys as a record keeps them.
+fn owned_keys(keys: Vec<Option<Cow<'_, str>>>) -> Vec<Option<Cow<'static, str>>> {
+    keys.into_iter()
+        .map(|k| k.map(|k| Cow::Owned(k.into_owned())))
+        .collect()
+}
+
 /// Rebuilds a checkpoint record from its row and the rows it references.
 pub(in crate::store::sqlite) fn decode_checkpoint(
     conn: &Connection,
@@ -143,15 +190,14 @@ pub(in crate::store::sqlite) fn decode_checkpoint(
     let mut fields = Vec::with_capacity(refs.fields.len());
     let mut locs = Vec::with_capacity(refs.fields.len());
     let data = if refs.raw {
-        for ((name, type_name), &(_, off, len)) in shape.fields.into_iter().zip(&refs.fields) {
-            fields.push(FieldRecord {
-                name: Cow::Owned(name.into_owned()),
-                type_name: Cow::Owned(type_name.into_owned()),
-                offset: usize::try_from(off).map_err(|_| bad("bad offset"))?,
-                len: usize::try_from(len).map_err(|_| bad("bad length"))?,
-            });
-            locs.push((own_id, off, len));
-        }
+        raw_fields(
+            shape.fields,
+            &refs.fields,
+            own_id,
+            &mut fields,
+            &mut locs,
+            &bad,
+        )?;
         own
     } else {
         let row = Gather {
@@ -174,14 +220,7 @@ pub(in crate::store::sqlite) fn decode_checkpoint(
     if data.len() != size {
         return Err(bad("size does not match the stored bytes"));
     }
-    let loops: Vec<u64> = match &row.loops {
-        None => Vec::new(),
-        Some(b) => postcard::from_bytes(b).map_err(|_| bad("undecodable loop positions"))?,
-    };
-    let suspend: Option<Suspend> = match &row.suspend {
-        None => None,
-        Some(s) => Some(serde_json::from_str(s).map_err(|_| bad("undecodable suspension"))?),
-    };
+    let (loops, suspend) = loops_and_suspension(&row.loops, &row.suspend, &bad)?;
     let mut cp = CheckpointRecord::new(
         run.clone(),
         seq,
@@ -195,12 +234,7 @@ pub(in crate::store::sqlite) fn decode_checkpoint(
         from_ts(row.created_at),
     );
     if !shape.schemas.is_empty() {
-        let keys: Vec<Option<Cow<'static, str>>> = shape
-            .schemas
-            .into_iter()
-            .map(|k| k.map(|k| Cow::Owned(k.into_owned())))
-            .collect();
-        cp = cp.with_schemas(keys);
+        cp = cp.with_schemas(owned_keys(shape.schemas));
     }
     Ok(Located {
         cp: Arc::new(cp),
