@@ -2,6 +2,46 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The backend error behind an [`Error::Store`], shared (so that `Error`
+/// stays `Clone`). It derefs to the error itself, which is what
+/// [`source`](std::error::Error::source) returns: downcast it to the
+/// backend's type.
+///
+/// ```
+/// use std::error::Error as _;
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "gone");
+/// let err = checkpoint_runtime::Error::store_caused_by("connection lost", io);
+/// let source = err.source().unwrap();
+/// assert!(source.downcast_ref::<std::io::Error>().is_some());
+/// ```
+#[derive(Clone)]
+pub struct StoreSource(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::ops::Deref for StoreSource {
+    type Target = dyn std::error::Error + Send + Sync;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for StoreSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// The same source (a clone of one error) is equal; two distinct errors are
+/// not (`dyn Error` cannot be compared).
+impl PartialEq for StoreSource {
+    fn eq(&self, other: &StoreSource) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for StoreSource {}
+
 /// Everything that can go wrong in the runtime.
 ///
 /// Messages name the workflow, the run, the checkpoint site and the field
@@ -152,11 +192,20 @@ pub enum Error {
         worker: String,
     },
 
-    /// The store failed.
+    /// The store failed. [`source`](std::error::Error::source) is the
+    /// backend's own error when there is one (a `rusqlite::Error` for a
+    /// locked SQLite database, a `tokio_postgres::Error` for a lost
+    /// connection, ...), so that callers can tell them apart; it is not
+    /// serialized (a stored error reads back with its message alone).
+    /// Build one with [`Error::store`] or [`Error::store_caused_by`].
     #[error("store error: {message}")]
     Store {
         /// The backend's message.
         message: String,
+        /// The backend's error.
+        #[source]
+        #[serde(skip)]
+        source: Option<StoreSource>,
     },
 
     /// A signal payload could not be encoded, or did not decode as the type the
@@ -218,6 +267,26 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::Store`] without a backend error behind it.
+    pub fn store(message: impl Into<String>) -> Error {
+        Error::Store {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::Store`] caused by the backend's error `source` (see
+    /// [`StoreSource`](crate::store::StoreSource)).
+    pub fn store_caused_by(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Store {
+            message: message.into(),
+            source: Some(StoreSource(std::sync::Arc::new(source))),
+        }
+    }
+
     pub(crate) fn internal(message: impl Into<String>) -> Self {
         Error::Internal {
             message: message.into(),
@@ -282,5 +351,30 @@ mod tests {
         assert!(
             s.contains("wf") && s.contains("r1") && s.contains("task_done") && s.contains("done")
         );
+    }
+}
+
+#[cfg(test)]
+mod store_source_tests {
+    use std::error::Error as _;
+
+    use super::Error;
+
+    #[test]
+    fn store_errors_keep_their_source_but_serialize_without_it() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let err = Error::store_caused_by("postgres: connection lost", io);
+        let source = err.source().expect("a source");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("the io error");
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset);
+        // The stored form is the message alone, and reads back as an equal error.
+        let json = serde_json::to_string(&err).unwrap();
+        assert!(!json.contains("reset"), "{json}");
+        let back: Error = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, Error::store("postgres: connection lost"));
+        assert_eq!(err.clone(), err);
+        assert!(Error::store("plain").source().is_none());
     }
 }

@@ -72,7 +72,7 @@ impl Halt {
     pub(crate) fn from_error(err: Error, at_wait_site_with_signal: bool) -> Halt {
         match err {
             Error::Cancelled { .. } | Error::LeaseLost { .. } => Halt::Stop,
-            Error::Store { message } => Halt::Retry(format!("store error: {message}")),
+            Error::Store { message, .. } => Halt::Retry(format!("store error: {message}")),
             Error::SignalPayload { detail, .. } if at_wait_site_with_signal => {
                 Halt::RejectSignal(detail)
             }

@@ -94,6 +94,15 @@
 //! - **Encodings.** Checkpoint fields are postcard; inputs, outputs and signal
 //!   payloads are JSON.
 //!
+//! # Stores and features
+//!
+//! [`Runtime::open`] picks the store from a URL ([`store::StoreUrl`]): a file
+//! path is an SQLite file (feature `sqlite`, on by default), `postgres://...`
+//! a PostgreSQL database (feature `postgres`, off by default), `":memory:"`
+//! the in-memory store (always built). A URL whose backend this build leaves
+//! out is an [`Error::UnsupportedStore`] naming the feature. The `cli`
+//! feature (on by default) builds the `checkpoint` command.
+//!
 //! Modules: [`store`] (the storage boundary and its backends), [`testing`]
 //! (a harness that crashes a workflow after every checkpoint and checks that
 //! it resumes to the same result); the rest is re-exported at the crate root

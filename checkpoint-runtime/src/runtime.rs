@@ -11,8 +11,6 @@ use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
 use crate::schema::FieldJson;
 use crate::status::{RunFilter, RunInfo, Status};
-use crate::store::postgres::PostgresStore;
-use crate::store::sqlite::SqliteStore;
 use crate::store::{Created, GcReport, MemoryStore, NewRun, RunRecord, Store};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
@@ -108,10 +106,6 @@ impl Default for RuntimeBuilder {
             crash: None,
         }
     }
-}
-
-fn is_memory_url(url: &str) -> bool {
-    matches!(url.trim(), ":memory:" | "memory:" | "memory://" | "mem:")
 }
 
 impl RuntimeBuilder {
@@ -301,29 +295,8 @@ impl RuntimeBuilder {
         if let Some(store) = self.store.take() {
             return Ok(self.build(store));
         }
-        if is_memory_url(url) {
-            return Ok(self.build(Arc::new(MemoryStore::new())));
-        }
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let store = PostgresStore::open(url).await?;
-            return Ok(self.build(Arc::new(store)));
-        }
-        // Anything else is an SQLite file: `path.db` or `sqlite://path.db`.
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url)
-            .to_owned();
-        if path.is_empty() {
-            return Err(Error::UnsupportedStore {
-                url: url.to_owned(),
-                reason: "empty SQLite file path".to_owned(),
-            });
-        }
-        let store = tokio::task::spawn_blocking(move || SqliteStore::open(path))
-            .await
-            .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
-        Ok(self.build(Arc::new(store)))
+        let store = crate::store::open(url).await?;
+        Ok(self.build(store))
     }
 }
 

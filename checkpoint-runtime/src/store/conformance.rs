@@ -1,5 +1,18 @@
-//! Behaviour every [`Store`] backend must show, as test functions each
-//! backend's tests call on a fresh store (see the trait's guarantees).
+//! Behaviour every [`Store`] backend must show (see the trait's guarantees
+//! and the rules in [`rules`](super::rules)), as one test function per
+//! guarantee or rule, each on a fresh store. [`conformance_tests!`] makes a
+//! `#[test]` of every one of them for a backend, the way tokio's `rt_test!`
+//! runs one body on every runtime flavour:
+//!
+//! ```ignore
+//! conformance_tests!(|_test: &str| Some(MemoryStore::new()));
+//! // PostgreSQL: ignored unless CHECKPOINT_TEST_POSTGRES_URL was set at build time.
+//! conformance_tests!(postgres: |test: &str| Db::open(test));
+//! ```
+//!
+//! The constructor is called with the test's name and returns a
+//! [`Fixture`] (the store, and whatever it needs kept alive), or `None` when
+//! the backend is not available (the test then passes after saying so).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -7,8 +20,80 @@ use std::time::{Duration, SystemTime};
 
 use futures::executor::block_on;
 
-use super::{CheckpointRecord, ClaimRequest, Claimed, Created, NewRun, Store};
+use super::{
+    CheckpointRecord, ClaimRequest, Claimed, Created, Lease, NewRun, Outcome, Release, RunRecord,
+    RunState, Store, Suspend, Wake, WakeValue,
+};
+use crate::history::Event;
 use crate::Error;
+
+/// What a conformance test runs on: a store, and whatever it needs kept
+/// alive (a temporary directory, a database schema, a tokio runtime).
+pub(crate) trait Fixture {
+    /// The store under test.
+    fn store(&self) -> &dyn Store;
+}
+
+impl<S: Store> Fixture for S {
+    fn store(&self) -> &dyn Store {
+        self
+    }
+}
+
+/// Makes a `#[test]` of every conformance test for one backend: `$open` is
+/// called with the test's name and returns `Option<impl Fixture>`. With
+/// `postgres:` first, the tests are `#[ignore]`d unless
+/// `CHECKPOINT_TEST_POSTGRES_URL` was set when they were built (see the
+/// crate's `build.rs`).
+macro_rules! conformance_tests {
+    (postgres: $open:expr) => {
+        $crate::store::conformance::conformance_tests!(@each
+            [cfg_attr(not(checkpoint_test_postgres), ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set")]
+            $open);
+    };
+    ($open:expr) => {
+        $crate::store::conformance::conformance_tests!(@each [cfg(all())] $open);
+    };
+    (@each [$attr:meta] $open:expr) => {
+        mod conformance {
+        #[allow(unused_imports)]
+        use super::*;
+        $crate::store::conformance::conformance_tests!(@tests [$attr] $open;
+            fencing_rejects_stale_lease,
+            expired_lease_is_taken_over,
+            retention_keeps_latest,
+            unregistered_runs_are_reported_not_claimed,
+            cancel_blocks_fenced_writes,
+            claim_takes_a_lease,
+            renew_extends_the_lease,
+            release_retry_and_abandon,
+            suspend_waits_for_a_signal,
+            sleeping_run_is_claimed_when_due,
+            take_signal_consumes_the_oldest,
+            reject_signal_returns_to_waiting,
+            time_out_wakes_with_timed_out,
+            claim_after_deadline_times_out,
+            finish_completes_the_run,
+            fail_records_the_error,
+            fork_copies_a_checkpoint,
+        );
+        }
+    };
+    (@tests [$attr:meta] $open:expr; $($name:ident),* $(,)?) => {$(
+        #[test]
+        #[$attr]
+        fn $name() {
+            let open = $open;
+            let Some(fixture) = open(stringify!($name)) else {
+                return;
+            };
+            $crate::store::conformance::$name(
+                $crate::store::conformance::Fixture::store(&fixture),
+            );
+        }
+    )*};
+}
+pub(crate) use conformance_tests;
 
 pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
     ClaimRequest {
@@ -125,4 +210,320 @@ pub(crate) fn cancel_blocks_fenced_writes(store: &dyn Store) {
         block_on(store.cancel("nope")),
         Err(Error::UnknownRun { .. })
     ));
+}
+
+fn load(store: &dyn Store, id: &str) -> RunRecord {
+    block_on(store.load_run(id))
+        .unwrap()
+        .expect("the run exists")
+}
+
+fn events(store: &dyn Store, id: &str) -> Vec<Event> {
+    block_on(store.history(id))
+        .unwrap()
+        .into_iter()
+        .map(|h| h.event)
+        .collect()
+}
+
+/// A checkpoint of a suspension site.
+fn suspended_cp(run: &str, seq: u64, suspend: Suspend) -> Arc<CheckpointRecord> {
+    let mut cp = (*cp(run, seq)).clone();
+    cp.suspend = Some(suspend);
+    Arc::new(cp)
+}
+
+fn waiting(signal: &str, deadline: Option<SystemTime>) -> Suspend {
+    Suspend::Waiting {
+        signal: signal.to_owned(),
+        deadline,
+    }
+}
+
+/// A run `r` claimed by `a`/`a1` whose checkpoint #1 waits for `go`.
+fn waiting_run(store: &dyn Store, deadline: Option<SystemTime>) -> Lease {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    block_on(store.save_checkpoint(
+        &c.lease,
+        suspended_cp("r", 1, waiting("go", deadline)),
+        None,
+    ))
+    .unwrap();
+    c.lease
+}
+
+pub(crate) fn claim_takes_a_lease(store: &dyn Store) {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    assert_eq!(c.run.state, RunState::Ready);
+    assert_eq!((c.run.epoch, c.run.attempt), (1, 1));
+    assert_eq!(c.lease.epoch, 1);
+    let held = c.run.lease.as_ref().expect("a lease");
+    assert_eq!((held.worker.as_str(), held.instance.as_str()), ("a", "a1"));
+    assert!(c.checkpoint.is_none());
+    assert_eq!(load(store, "r").lease, c.run.lease);
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+}
+
+pub(crate) fn renew_extends_the_lease(store: &dyn Store) {
+    new_run(store, "r");
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(0);
+    let c = block_on(store.claim(&short)).unwrap().claimed.remove(0);
+    block_on(store.renew("r", &c.lease, Duration::from_secs(30))).unwrap();
+    let expires = load(store, "r").lease.expect("a lease").expires_at;
+    assert!(expires > SystemTime::now() + Duration::from_secs(20));
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    let stale = Lease {
+        epoch: c.lease.epoch + 1,
+        ..c.lease.clone()
+    };
+    let err = block_on(store.renew("r", &stale, Duration::from_secs(30))).unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+}
+
+pub(crate) fn release_retry_and_abandon(store: &dyn Store) {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    let retry = Release::Retry {
+        reason: "flaky".into(),
+    };
+    block_on(store.release("r", &c.lease, retry)).unwrap();
+    let rec = load(store, "r");
+    assert_eq!((rec.state, rec.lease), (RunState::Ready, None));
+    assert!(events(store, "r").contains(&Event::Retried {
+        attempt: 1,
+        reason: "flaky".into()
+    }));
+    // Released: anyone may claim it, as a new attempt.
+    let c = claim_one(store, "b", "b1");
+    assert_eq!((c.run.epoch, c.run.attempt), (2, 2));
+    let before = events(store, "r").len();
+    block_on(store.release("r", &c.lease, Release::Abandon)).unwrap();
+    assert_eq!(load(store, "r").lease, None);
+    assert_eq!(
+        events(store, "r").len(),
+        before,
+        "abandoning records nothing"
+    );
+    // The old lease no longer holds the run.
+    let err = block_on(store.release("r", &c.lease, Release::Abandon)).unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+}
+
+pub(crate) fn suspend_waits_for_a_signal(store: &dyn Store) {
+    let lease = waiting_run(store, None);
+    let rec = load(store, "r");
+    assert!(matches!(&rec.state, RunState::Waiting { signal, deadline: None } if signal == "go"));
+    block_on(store.release("r", &lease, Release::Suspend)).unwrap();
+    let rec = load(store, "r");
+    assert_eq!((rec.attempt, rec.lease), (0, None));
+    assert!(events(store, "r")
+        .iter()
+        .any(|e| matches!(e, Event::Suspended { .. })));
+    // Not claimable until its signal is stored (another one does not count).
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    block_on(store.put_signal("r", "other", b"1".to_vec())).unwrap();
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    block_on(store.put_signal("r", "go", b"2".to_vec())).unwrap();
+    let c = claim_one(store, "b", "b1");
+    assert_eq!(c.run.state, RunState::Ready);
+    let wake = Wake {
+        seq: 1,
+        value: WakeValue::Signal {
+            name: "go".into(),
+            payload: Arc::from(&b"2"[..]),
+        },
+    };
+    assert_eq!(c.run.wake.as_ref(), Some(&wake));
+    assert_eq!(c.checkpoint.as_ref().map(|cp| cp.seq), Some(1));
+    // The claim consumed the signal, and only that one.
+    let left = block_on(store.pending_signals("r")).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].name, "other");
+}
+
+pub(crate) fn sleeping_run_is_claimed_when_due(store: &dyn Store) {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    let sleep = Suspend::Sleeping { until: later };
+    block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 1, sleep), None)).unwrap();
+    block_on(store.release("r", &c.lease, Release::Suspend)).unwrap();
+    assert_eq!(load(store, "r").state, RunState::Sleeping { until: later });
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    // A due timer.
+    new_run(store, "s");
+    let c = block_on(store.claim(&ClaimRequest {
+        only: Some("s".into()),
+        ..req("a", "a1")
+    }))
+    .unwrap()
+    .claimed
+    .remove(0);
+    let due = Suspend::Sleeping {
+        until: SystemTime::now() - Duration::from_secs(1),
+    };
+    block_on(store.save_checkpoint(&c.lease, suspended_cp("s", 1, due), None)).unwrap();
+    block_on(store.release("s", &c.lease, Release::Suspend)).unwrap();
+    let c = claim_one(store, "b", "b1");
+    assert_eq!(c.run.id, "s");
+    assert_eq!((c.run.state, c.run.wake), (RunState::Ready, None));
+}
+
+pub(crate) fn take_signal_consumes_the_oldest(store: &dyn Store) {
+    let lease = waiting_run(store, None);
+    assert_eq!(
+        block_on(store.take_signal("r", &lease, "go")).unwrap(),
+        None
+    );
+    block_on(store.put_signal("r", "go", b"1".to_vec())).unwrap();
+    block_on(store.put_signal("r", "go", b"2".to_vec())).unwrap();
+    let sig = block_on(store.take_signal("r", &lease, "go"))
+        .unwrap()
+        .expect("a signal");
+    assert_eq!((sig.name.as_str(), &sig.payload[..]), ("go", &b"1"[..]));
+    let rec = load(store, "r");
+    assert_eq!(rec.state, RunState::Ready);
+    let value = WakeValue::Signal {
+        name: "go".into(),
+        payload: Arc::from(&b"1"[..]),
+    };
+    assert_eq!(rec.wake, Some(Wake { seq: 1, value }));
+    let left = block_on(store.pending_signals("r")).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(&left[0].payload[..], b"2");
+}
+
+pub(crate) fn reject_signal_returns_to_waiting(store: &dyn Store) {
+    let lease = waiting_run(store, None);
+    block_on(store.put_signal("r", "go", b"bad".to_vec())).unwrap();
+    block_on(store.take_signal("r", &lease, "go")).unwrap();
+    block_on(store.reject_signal("r", &lease, "unusable".into())).unwrap();
+    let rec = load(store, "r");
+    assert!(matches!(&rec.state, RunState::Waiting { signal, .. } if signal == "go"));
+    assert_eq!(rec.wake, None);
+    assert!(rec.lease.is_some(), "rejecting does not release");
+    assert!(events(store, "r").contains(&Event::SignalRejected {
+        name: "go".into(),
+        reason: "unusable".into()
+    }));
+    assert!(block_on(store.pending_signals("r")).unwrap().is_empty());
+}
+
+pub(crate) fn time_out_wakes_with_timed_out(store: &dyn Store) {
+    let deadline = SystemTime::now() + Duration::from_secs(3600);
+    let lease = waiting_run(store, Some(deadline));
+    block_on(store.time_out("r", &lease)).unwrap();
+    let rec = load(store, "r");
+    assert_eq!(rec.state, RunState::Ready);
+    let value = WakeValue::TimedOut;
+    assert_eq!(rec.wake, Some(Wake { seq: 1, value }));
+}
+
+pub(crate) fn claim_after_deadline_times_out(store: &dyn Store) {
+    let deadline = SystemTime::now() - Duration::from_secs(1);
+    let lease = waiting_run(store, Some(deadline));
+    block_on(store.release("r", &lease, Release::Suspend)).unwrap();
+    let c = claim_one(store, "b", "b1");
+    let value = WakeValue::TimedOut;
+    assert_eq!(c.run.wake, Some(Wake { seq: 1, value }));
+}
+
+pub(crate) fn finish_completes_the_run(store: &dyn Store) {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    let output: Arc<[u8]> = Arc::from(&b"42"[..]);
+    let outcome = Outcome::Completed {
+        output: output.clone(),
+        error: None,
+    };
+    block_on(store.finish("r", &c.lease, outcome)).unwrap();
+    let rec = load(store, "r");
+    assert_eq!(
+        rec.state,
+        RunState::Completed {
+            output,
+            error: None
+        }
+    );
+    assert_eq!(rec.lease, None);
+    assert_eq!(rec.status(), crate::Status::Completed);
+    assert!(events(store, "r").contains(&Event::Completed));
+    // Finished: never claimed again, and fenced writes are refused.
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    let err = block_on(store.save_checkpoint(&c.lease, cp("r", 1), None)).unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+    assert!(!block_on(store.cancel("r")).unwrap());
+}
+
+pub(crate) fn fail_records_the_error(store: &dyn Store) {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    let error = Error::internal("boom");
+    let outcome = Outcome::Failed {
+        error: error.clone(),
+    };
+    block_on(store.finish("r", &c.lease, outcome)).unwrap();
+    let rec = load(store, "r");
+    assert_eq!(rec.state, RunState::Failed { error });
+    assert!(matches!(rec.status(), crate::Status::Failed { .. }));
+    assert!(events(store, "r")
+        .iter()
+        .any(|e| matches!(e, Event::Failed { .. })));
+    // An `Err` output is a completed run that counts as failed.
+    new_run(store, "s");
+    let c = claim_one(store, "a", "a1");
+    let outcome = Outcome::Completed {
+        output: Arc::from(&b"{}"[..]),
+        error: Some("no".into()),
+    };
+    block_on(store.finish("s", &c.lease, outcome)).unwrap();
+    let status = load(store, "s").status();
+    assert_eq!(status, crate::Status::Failed { error: "no".into() });
+}
+
+pub(crate) fn fork_copies_a_checkpoint(store: &dyn Store) {
+    let lease = waiting_run(store, None);
+    block_on(store.take_signal("r", &lease, "go")).unwrap();
+    block_on(store.save_checkpoint(&lease, cp("r", 2), None)).unwrap();
+    block_on(store.fork("r", 1, "r2")).unwrap();
+    let rec = load(store, "r2");
+    assert!(matches!(&rec.state, RunState::Waiting { signal, .. } if signal == "go"));
+    assert_eq!((rec.epoch, rec.attempt, rec.latest_seq), (0, 0, 1));
+    assert_eq!(rec.lease, None);
+    assert_eq!(rec.workflow, "wf");
+    let cps = block_on(store.list_checkpoints("r2")).unwrap();
+    assert_eq!(cps.len(), 1);
+    assert_eq!((cps[0].seq, &*cps[0].run), (1, "r2"));
+    let forked = Event::Forked {
+        from: "r".into(),
+        seq: 1,
+        to: "r2".into(),
+    };
+    assert!(events(store, "r").contains(&forked));
+    assert!(events(store, "r2").contains(&forked));
+    let err = block_on(store.fork("r", 1, "r2")).unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
+    let err = block_on(store.fork("r", 9, "r3")).unwrap_err();
+    assert!(matches!(err, Error::UnknownCheckpoint { .. }), "{err}");
 }

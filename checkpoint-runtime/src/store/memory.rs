@@ -11,9 +11,10 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
+use super::rules;
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, Store, Wake, WakeValue,
+    RunRecord, RunState, SignalRecord, Store,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -135,7 +136,7 @@ impl MemoryStore {
 
     fn fenced<'s>(st: &'s mut State, id: &str, lease: &Lease) -> Result<&'s mut Entry, Error> {
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
-        super::check_lease(id, &e.rec, lease)?;
+        rules::check_lease(id, &e.rec, lease)?;
         Ok(e)
     }
 
@@ -148,11 +149,9 @@ impl MemoryStore {
         let id: Arc<str> = Arc::from(run.id.as_str());
         let order = st.next_order;
         st.next_order += 1;
-        let started = Event::Started {
-            workflow: run.workflow.clone(),
-        };
+        let (rec, started) = rules::create(run, now);
         let mut entry = Entry {
-            rec: RunRecord::created(run, now),
+            rec,
             order,
             checkpoints: VecDeque::new(),
             history: Vec::new(),
@@ -186,52 +185,26 @@ impl MemoryStore {
             if e.rec.state.is_terminal() {
                 continue;
             }
-            let lease_free = match &e.rec.lease {
-                None => true,
-                Some(l) => {
-                    l.expires_at <= now || (*l.worker == *req.worker && *l.instance < *req.instance)
-                }
-            };
-            if !lease_free {
+            if !rules::lease_free(e.rec.lease.as_ref(), &req.worker, &req.instance, now) {
                 continue;
             }
-            let wake = match &e.rec.state {
-                RunState::Ready => None,
-                RunState::Sleeping { until } => {
-                    if *until > now {
-                        continue;
-                    }
-                    None
+            let signal = match &e.rec.state {
+                RunState::Waiting { signal, .. } => {
+                    e.signals.iter().position(|s| s.name == *signal)
                 }
-                RunState::Waiting { signal, deadline } => {
-                    if let Some(pos) = e.signals.iter().position(|s| s.name == *signal) {
-                        Some(pos)
-                    } else if deadline.is_some_and(|d| d <= now) {
-                        None
-                    } else {
-                        continue;
-                    }
-                }
-                _ => continue,
+                _ => None,
             };
+            if !rules::runnable(&e.rec.state, signal.is_some(), now) {
+                continue;
+            }
             if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
                 out.unregistered
                     .push((e.rec.id.clone(), e.rec.workflow.clone()));
                 continue;
             }
-            let wake = match e.rec.state {
-                RunState::Waiting { .. } => {
-                    Some(match wake.and_then(|pos| e.signals.remove(pos)) {
-                        Some(sig) => WakeValue::Signal {
-                            name: sig.name,
-                            payload: sig.payload,
-                        },
-                        None => WakeValue::TimedOut,
-                    })
-                }
-                _ => None,
-            };
-            let lease = e.rec.claim(req, wake, later(now, req.ttl), now);
+            let signal = signal.and_then(|pos| e.signals.remove(pos));
+            let wake = rules::claim_wake(&e.rec.state, signal);
+            let lease = rules::claim(&mut e.rec, req, wake, later(now, req.ttl), now);
             out.claimed.push(Claimed {
                 lease,
                 run: e.rec.clone(),
@@ -247,27 +220,15 @@ impl MemoryStore {
             Ok(e) => e,
             Err(Error::Cancelled { .. }) => {
                 if let Some(e) = st.runs.get_mut(id) {
-                    e.rec.lease = None;
+                    rules::release_cancelled(&mut e.rec);
                 }
                 return Ok(());
             }
             Err(err) => return Err(err),
         };
         let now = SystemTime::now();
-        e.rec.lease = None;
-        e.rec.updated_at = now;
-        match how {
-            Release::Suspend => {
-                e.rec.attempt = 0;
-                let on = super::describe_suspension(&e.rec.state);
-                e.event(now, Event::Suspended { on });
-            }
-            Release::Retry { reason } => {
-                e.rec.state = RunState::Ready;
-                let attempt = e.rec.attempt;
-                e.event(now, Event::Retried { attempt, reason });
-            }
-            Release::Abandon => {}
+        if let Some(event) = rules::release(&mut e.rec, how, now) {
+            e.event(now, event);
         }
         drop(st);
         self.bump();
@@ -282,17 +243,8 @@ impl MemoryStore {
     ) -> Result<(), Error> {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, &cp.run, lease)?;
-        if cp.seq != e.rec.latest_seq + 1 {
-            return Err(Error::internal(format!(
-                "run `{}`: checkpoint #{} stored out of order (latest is #{})",
-                cp.run, cp.seq, e.rec.latest_seq
-            )));
-        }
-        e.rec.latest_seq = cp.seq;
-        e.rec.state = cp.state();
-        e.rec.attempt = 1;
-        e.rec.wake = None;
-        e.rec.updated_at = cp.created_at;
+        rules::check_next_seq(&e.rec, &cp)?;
+        rules::save_checkpoint(&mut e.rec, &cp);
         let saved = Hist::Saved {
             at: cp.created_at,
             seq: cp.seq,
@@ -300,7 +252,8 @@ impl MemoryStore {
         };
         e.checkpoints.push_back(cp);
         if let Some(keep) = keep {
-            while e.checkpoints.len() > keep.max(1) {
+            let floor = rules::retention_floor(e.rec.latest_seq, keep);
+            while e.checkpoints.front().is_some_and(|c| c.seq < floor) {
                 e.checkpoints.pop_front();
             }
         }
@@ -322,27 +275,14 @@ impl MemoryStore {
         let Some(sig) = e.signals.remove(pos) else {
             return Ok(None);
         };
-        e.rec.wake = Some(Wake {
-            seq: e.rec.latest_seq,
-            value: WakeValue::Signal {
-                name: sig.name.clone(),
-                payload: sig.payload.clone(),
-            },
-        });
-        e.rec.state = RunState::Ready;
-        e.rec.updated_at = SystemTime::now();
+        rules::consume_signal(&mut e.rec, &sig, SystemTime::now());
         Ok(Some(sig))
     }
 
     fn do_time_out(&self, id: &str, lease: &Lease) -> Result<(), Error> {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, id, lease)?;
-        e.rec.wake = Some(Wake {
-            seq: e.rec.latest_seq,
-            value: WakeValue::TimedOut,
-        });
-        e.rec.state = RunState::Ready;
-        e.rec.updated_at = SystemTime::now();
+        rules::time_out(&mut e.rec, SystemTime::now());
         Ok(())
     }
 
@@ -350,19 +290,14 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, id, lease)?;
         let now = SystemTime::now();
-        if let Some(Wake {
-            value: WakeValue::Signal { name, .. },
-            ..
-        }) = e.rec.wake.take()
-        {
-            e.event(now, Event::SignalRejected { name, reason });
+        let latest = e
+            .checkpoints
+            .back()
+            .filter(|cp| cp.seq == e.rec.latest_seq)
+            .cloned();
+        if let Some(event) = rules::reject_signal(&mut e.rec, reason, latest.as_deref(), now) {
+            e.event(now, event);
         }
-        if let Some(cp) = e.checkpoints.back() {
-            if cp.seq == e.rec.latest_seq {
-                e.rec.state = cp.state();
-            }
-        }
-        e.rec.updated_at = now;
         Ok(())
     }
 
@@ -370,10 +305,7 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, id, lease)?;
         let now = SystemTime::now();
-        let (state, event) = outcome.into_state();
-        e.rec.state = state;
-        e.rec.lease = None;
-        e.rec.updated_at = now;
+        let event = rules::finish(&mut e.rec, outcome, now);
         e.event(now, event);
         let order = e.order;
         st.active.remove(&order);
@@ -385,14 +317,11 @@ impl MemoryStore {
     fn do_cancel(&self, id: &str) -> Result<bool, Error> {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
-        if e.rec.state.is_terminal() {
-            return Ok(false);
-        }
         let now = SystemTime::now();
-        e.rec.state = RunState::Cancelled;
-        e.rec.lease = None;
-        e.rec.updated_at = now;
-        e.event(now, Event::Cancelled);
+        let Some(event) = rules::cancel(&mut e.rec, now) else {
+            return Ok(false);
+        };
+        e.event(now, event);
         let order = e.order;
         st.active.remove(&order);
         drop(st);
@@ -441,23 +370,14 @@ impl MemoryStore {
                 seq,
             })?;
         let now = SystemTime::now();
-        let forked = Event::Forked {
-            from: from.to_owned(),
-            seq,
-            to: new_id.to_owned(),
-        };
+        let (workflow, input) = (src.rec.workflow.clone(), src.rec.input.clone());
+        let (rec, copy, forked) = rules::fork(from, &cp, new_id, workflow, input, now);
         src.event(now, forked.clone());
-        let workflow = src.rec.workflow.clone();
-        let input = src.rec.input.clone();
-        let id: Arc<str> = Arc::from(new_id);
-        let mut copy = (*cp).clone();
-        copy.run = id.clone();
-        copy.seq = 1;
-        copy.created_at = now;
+        let id = copy.run.clone();
         let order = st.next_order;
         st.next_order += 1;
         let mut entry = Entry {
-            rec: RunRecord::forked(new_id.to_owned(), workflow, input, copy.state(), now),
+            rec,
             order,
             checkpoints: VecDeque::from([Arc::new(copy)]),
             history: Vec::new(),
@@ -554,11 +474,8 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), Error>> {
         let mut st = self.lock();
-        let r = Self::fenced(&mut st, id, lease).map(|e| {
-            if let Some(l) = e.rec.lease.as_mut() {
-                l.expires_at = later(SystemTime::now(), ttl);
-            }
-        });
+        let r = Self::fenced(&mut st, id, lease)
+            .map(|e| rules::renew(&mut e.rec, later(SystemTime::now(), ttl)));
         ready(r)
     }
 
@@ -709,31 +626,8 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::store::conformance;
+    use super::MemoryStore;
+    use crate::store::conformance::conformance_tests;
 
-    #[test]
-    fn fencing_rejects_stale_lease() {
-        conformance::fencing_rejects_stale_lease(&MemoryStore::new());
-    }
-
-    #[test]
-    fn expired_lease_is_taken_over() {
-        conformance::expired_lease_is_taken_over(&MemoryStore::new());
-    }
-
-    #[test]
-    fn retention_keeps_latest() {
-        conformance::retention_keeps_latest(&MemoryStore::new());
-    }
-
-    #[test]
-    fn unregistered_runs_are_reported_not_claimed() {
-        conformance::unregistered_runs_are_reported_not_claimed(&MemoryStore::new());
-    }
-
-    #[test]
-    fn cancel_blocks_fenced_writes() {
-        conformance::cancel_blocks_fenced_writes(&MemoryStore::new());
-    }
+    conformance_tests!(|_test: &str| Some(MemoryStore::new()));
 }

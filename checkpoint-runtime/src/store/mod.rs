@@ -1,6 +1,7 @@
 //! The storage boundary: the [`Store`] trait every backend implements, the
-//! records it exchanges with the executor, and the backends themselves
-//! ([`MemoryStore`], [`sqlite::SqliteStore`], [`postgres::PostgresStore`]).
+//! records it exchanges with the executor, the rules of a run's state, and
+//! the backends themselves ([`MemoryStore`], `sqlite::SqliteStore`,
+//! `postgres::PostgresStore`).
 //!
 //! Most users never touch this module: [`Runtime::open`](crate::Runtime::open)
 //! picks the backend from a URL. It is public so that custom backends can be
@@ -15,890 +16,95 @@
 //! let b = Runtime::builder().worker_id("b").store(store).in_memory();
 //! # let _ = (a, b);
 //! ```
+//!
+//! # Shape
+//!
+//! Dependencies point one way, `records ← rules ← backends ← store::open ←
+//! runtime` (`.ci/store-cycles.py` checks that no file here imports another
+//! that imports it back):
+//!
+//! - `records`: the plain data the store exchanges ([`RunRecord`],
+//!   [`RunState`], [`Lease`], [`CheckpointRecord`], ...);
+//! - `contract`: the [`Store`] trait and what a backend must guarantee;
+//! - `rules`: every run-state transition (claim, renew, release, suspend,
+//!   consume or reject a signal, time out, finish, fail, cancel, fork,
+//!   retention, fencing) as a pure function on the records; every backend
+//!   calls them and only maps their result to its storage;
+//! - backends: [`MemoryStore`] (maps and the rules), [`sqlite`] (feature
+//!   `sqlite`) and [`postgres`] (feature `postgres`), the last two sharing
+//!   `sql` (the run row, value and time conversions);
+//! - [`open`] and [`StoreUrl`]: a URL to a backend, in one place;
+//! - `conformance` (tests): one macro that runs every rule on every backend.
 
 #[cfg(test)]
 mod conformance;
+mod contract;
 mod memory;
+#[cfg(feature = "postgres")]
 pub mod postgres;
-mod run_row;
+mod records;
+mod rules;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod url;
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
-use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
-
-use crate::history::{Event, HistoryEntry};
-use crate::status::{RunFilter, Status};
 use crate::Error;
 
+pub use crate::error::StoreSource;
+pub use contract::Store;
 pub use memory::MemoryStore;
+pub use records::{
+    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
+    LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SchemaKeys, SignalRecord, Suspend,
+    Wake, WakeValue,
+};
+pub use url::{redact_url, StoreUrl};
 
-/// A store URL fit for messages and logs: every password in it is replaced
-/// by `***`: the one of `scheme://user:password@host/...` (up to the first
-/// `@`, as tokio-postgres reads it, so a password holding `/` or `?` is
-/// hidden whole), a `password=...` query parameter, and a
-/// `password=...` pair of a `key=value` connection string. Anything else is
-/// returned as it is.
+/// Opens the store `url` names (see [`StoreUrl`]): a fresh in-memory store,
+/// an SQLite file (created if missing), or a PostgreSQL database (its tables
+/// created or upgraded). What [`Runtime::open`](crate::Runtime::open) and the
+/// command line open stores with.
 ///
 /// ```
-/// use checkpoint_runtime::store::redact_url;
-///
-/// assert_eq!(
-///     redact_url("postgres://app:s3cret@db.internal/prod"),
-///     "postgres://app:***@db.internal/prod"
-/// );
-/// assert_eq!(
-///     redact_url("postgres://app@db/prod?sslmode=disable&password=s3cret"),
-///     "postgres://app@db/prod?sslmode=disable&password=***"
-/// );
-/// assert_eq!(
-///     redact_url("host=db user=app password='s3 cret' dbname=prod"),
-///     "host=db user=app password=*** dbname=prod"
-/// );
-/// assert_eq!(
-///     redact_url("postgres://app:pa/ss?w@db/prod"),
-///     "postgres://app:***@db/prod"
-/// );
-/// assert_eq!(redact_url("runs.db"), "runs.db");
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+/// let store = checkpoint_runtime::store::open(":memory:").await?;
+/// assert_eq!(store.kind(), "memory");
+/// # Ok(()) }
 /// ```
-pub fn redact_url(url: &str) -> String {
-    let shown = match url.find("://") {
-        Some(scheme_end) => redact_userinfo(url, scheme_end + 3),
-        None => url.to_owned(),
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, Error> {
+    Ok(match StoreUrl::parse(url)? {
+        StoreUrl::Memory => Arc::new(MemoryStore::new()),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open(&url).await?),
+        #[cfg(feature = "sqlite")]
+        StoreUrl::Sqlite(path) => {
+            let store = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(path))
+                .await
+                .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
+            Arc::new(store)
+        }
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(url, &other)),
+    })
+}
+
+/// The error for a store whose backend this build leaves out (its cargo
+/// feature is off).
+#[allow(dead_code)]
+fn not_built(url: &str, parsed: &StoreUrl) -> Error {
+    let (backend, feature) = match parsed {
+        StoreUrl::Postgres(_) => ("PostgreSQL", "postgres"),
+        _ => ("SQLite", "sqlite"),
     };
-    redact_password_pairs(&shown)
-}
-
-/// Hides the password of the `user:password@` part that starts at `from`.
-fn redact_userinfo(url: &str, from: usize) -> String {
-    let rest = &url[from..];
-    // The user info ends at the first `@` (tokio-postgres reads it so), not
-    // at the first `/` or `?`: a password may hold those unencoded.
-    let Some(at) = rest.find('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!("{}{}:***{}", &url[..from], &rest[..colon], &rest[at..]),
-        None => url.to_owned(),
-    }
-}
-
-/// Hides the value of every `password=` pair, in a query string (up to `&`)
-/// or a `key=value` string (up to a space, or a quoted value).
-fn redact_password_pairs(text: &str) -> String {
-    const KEY: &str = "password=";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find(KEY) {
-        let starts_pair = i == 0 || matches!(rest.as_bytes()[i - 1], b'?' | b'&' | b' ');
-        out.push_str(&rest[..i + KEY.len()]);
-        rest = &rest[i + KEY.len()..];
-        if !starts_pair {
-            continue;
-        }
-        let end = match rest.strip_prefix('\'') {
-            Some(quoted) => quoted.find('\'').map_or(rest.len(), |q| q + 2),
-            None => rest.find(['&', ' ']).unwrap_or(rest.len()),
-        };
-        out.push_str("***");
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A run as stored.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct RunRecord {
-    /// The run id.
-    pub id: String,
-    /// The workflow name.
-    pub workflow: String,
-    /// The input, JSON.
-    pub input: Arc<[u8]>,
-    /// The run's state.
-    pub state: RunState,
-    /// The current lease, if any (it may have expired).
-    pub lease: Option<LeaseInfo>,
-    /// The fencing epoch: incremented by every claim.
-    pub epoch: u64,
-    /// Executions started since the latest checkpoint (see [`Ctx::attempt`](crate::Ctx::attempt)).
-    pub attempt: u32,
-    /// The sequence number of the latest checkpoint (0: none).
-    pub latest_seq: u64,
-    /// The resumption value delivered to the latest checkpoint, when it is a
-    /// wait site whose signal was consumed (or whose deadline passed).
-    pub wake: Option<Wake>,
-    /// Creation time.
-    pub created_at: SystemTime,
-    /// Time of the last change.
-    pub updated_at: SystemTime,
-}
-
-impl RunRecord {
-    /// A run just created by [`Store::create_run`]: ready, never claimed,
-    /// no checkpoint yet.
-    pub(crate) fn created(run: NewRun, now: SystemTime) -> RunRecord {
-        RunRecord::started(run.id, run.workflow, run.input, RunState::Ready, 0, now)
-    }
-
-    /// A run created by [`Store::fork`]: never claimed, its one checkpoint
-    /// (seq 1) in `state`.
-    pub(crate) fn forked(
-        id: String,
-        workflow: String,
-        input: Arc<[u8]>,
-        state: RunState,
-        now: SystemTime,
-    ) -> RunRecord {
-        RunRecord::started(id, workflow, input, state, 1, now)
-    }
-
-    fn started(
-        id: String,
-        workflow: String,
-        input: Arc<[u8]>,
-        state: RunState,
-        latest_seq: u64,
-        now: SystemTime,
-    ) -> RunRecord {
-        RunRecord {
-            id,
-            workflow,
-            input,
-            state,
-            lease: None,
-            epoch: 0,
-            attempt: 0,
-            latest_seq,
-            wake: None,
-            created_at: now,
-            updated_at: now,
-        }
-    }
-
-    /// Applies a claim by `req` (see the claim rules in [`Store`]'s docs): a
-    /// waiting run records `wake` (the consumed signal, or `TimedOut`) for its
-    /// latest checkpoint; the run becomes `Ready` under a new lease with the
-    /// next epoch and attempt. Returns the lease. Both backends call this, so
-    /// the transition is defined once.
-    pub(crate) fn claim(
-        &mut self,
-        req: &ClaimRequest,
-        wake: Option<WakeValue>,
-        expires_at: SystemTime,
-        now: SystemTime,
-    ) -> Lease {
-        if let (RunState::Waiting { .. }, Some(value)) = (&self.state, wake) {
-            self.wake = Some(Wake {
-                seq: self.latest_seq,
-                value,
-            });
-        }
-        self.state = RunState::Ready;
-        self.epoch += 1;
-        self.attempt = self.attempt.saturating_add(1);
-        self.lease = Some(LeaseInfo {
-            worker: req.worker.to_string(),
-            instance: req.instance.to_string(),
-            expires_at,
-        });
-        self.updated_at = now;
-        Lease {
-            worker: req.worker.clone(),
-            instance: req.instance.clone(),
-            epoch: self.epoch,
-        }
-    }
-
-    /// The user-facing status of this record.
-    pub fn status(&self) -> Status {
-        match &self.state {
-            RunState::Ready => Status::Running,
-            RunState::Waiting { signal, .. } => Status::Waiting {
-                signal: signal.clone(),
-            },
-            RunState::Sleeping { until } => Status::Sleeping { until: *until },
-            RunState::Completed { error: None, .. } => Status::Completed,
-            RunState::Completed {
-                error: Some(error), ..
-            } => Status::Failed {
-                error: error.clone(),
-            },
-            RunState::Failed { error } => Status::Failed {
-                error: error.to_string(),
-            },
-            RunState::Cancelled => Status::Cancelled,
-        }
-    }
-}
-
-/// The state machine of a run, as stored.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum RunState {
-    /// May be executed: new, executing under a lease, released for a retry, or
-    /// left behind by a crashed worker (its lease then expires).
-    Ready,
-    /// Suspended until a signal with this name is stored, or the deadline passes.
-    Waiting {
-        /// The signal name.
-        signal: String,
-        /// The durable deadline of `wait_for_timeout`.
-        deadline: Option<SystemTime>,
-    },
-    /// Suspended until the timer is due.
-    Sleeping {
-        /// When it is due.
-        until: SystemTime,
-    },
-    /// Finished. `error` is set when the output is a `Result::Err` (the run
-    /// counts as failed, the output is still stored).
-    Completed {
-        /// The output, JSON.
-        output: Arc<[u8]>,
-        /// The error text of an `Err` output.
-        error: Option<String>,
-    },
-    /// Stopped by the runtime.
-    Failed {
-        /// Why.
-        error: Error,
-    },
-    /// Cancelled.
-    Cancelled,
-}
-
-impl RunState {
-    /// `true` for completed, failed and cancelled runs.
-    pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            RunState::Completed { .. } | RunState::Failed { .. } | RunState::Cancelled
-        )
-    }
-}
-
-/// Who holds a run, until when.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseInfo {
-    /// The worker id.
-    pub worker: String,
-    /// The runtime instance inside that worker. Instance ids sort by the
-    /// instance's start time (`"{start nanos, 20 digits}-{pid}-{counter}"`), so a
-    /// restarted process with the same worker id, a newer instance, may take
-    /// its old runs at once.
-    pub instance: String,
-    /// When the lease expires unless renewed.
-    pub expires_at: SystemTime,
-}
-
-/// The proof of ownership a worker presents with every fenced write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The worker id.
-    pub worker: Arc<str>,
-    /// The runtime instance.
-    pub instance: Arc<str>,
-    /// The fencing epoch handed out by the claim.
-    pub epoch: u64,
-}
-
-/// What a suspension site stores with its checkpoint, so that the run's state
-/// can be rebuilt from the checkpoint alone (by a fork, for example).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum Suspend {
-    /// `ctx.wait_for` / `ctx.wait_for_timeout`.
-    Waiting {
-        /// The signal name.
-        signal: String,
-        /// The deadline, for `wait_for_timeout`.
-        deadline: Option<SystemTime>,
-    },
-    /// `ctx.sleep`.
-    Sleeping {
-        /// When the timer is due.
-        until: SystemTime,
-    },
-}
-
-/// One saved field of a checkpoint: its bytes are
-/// `data[offset..offset + len]` of the checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldRecord {
-    /// The local's name.
-    pub name: Cow<'static, str>,
-    /// `std::any::type_name` of its type.
-    pub type_name: Cow<'static, str>,
-    /// Where its bytes start in [`CheckpointRecord::data`].
-    pub offset: usize,
-    /// How many bytes it has.
-    pub len: usize,
-}
-
-/// One checkpoint, as stored. Immutable once stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CheckpointRecord {
-    /// The run id.
-    pub run: Arc<str>,
-    /// Sequence number within the run: 1, 2, ...
-    pub seq: u64,
-    /// The site key (label, or position when unlabelled).
-    pub site_key: Cow<'static, str>,
-    /// The site's label.
-    pub label: Option<Cow<'static, str>>,
-    /// The site's index in the workflow's site table when it was stored.
-    pub site_index: u32,
-    /// Positions of the enclosing `for` loops, outermost first.
-    pub loops: Vec<u64>,
-    /// The fields, in order.
-    pub fields: Vec<FieldRecord>,
-    /// The fields' postcard bytes, concatenated.
-    pub data: Vec<u8>,
-    /// Set for suspension sites: the state the run enters with this checkpoint.
-    pub suspend: Option<Suspend>,
-    /// When it was stored.
-    pub created_at: SystemTime,
-    /// The schema key of each field, in the order of `fields` (see
-    /// [`Store::put_schemas`]); `None`, or missing at the end, for a field
-    /// saved without a schema (its type could not be traced, it was saved by
-    /// hand-written code, or by a backend or version that did not keep them).
-    pub schemas: SchemaKeys,
-}
-
-/// The schema key of each field of a checkpoint (see
-/// [`CheckpointRecord::schemas`]); shared between checkpoints.
-pub type SchemaKeys = Arc<[Option<Cow<'static, str>>]>;
-
-impl CheckpointRecord {
-    /// Builds a record (for backends that load checkpoints from storage).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        run: Arc<str>,
-        seq: u64,
-        site_key: Cow<'static, str>,
-        label: Option<Cow<'static, str>>,
-        site_index: u32,
-        loops: Vec<u64>,
-        fields: Vec<FieldRecord>,
-        data: Vec<u8>,
-        suspend: Option<Suspend>,
-        created_at: SystemTime,
-    ) -> Self {
-        CheckpointRecord {
-            run,
-            seq,
-            site_key,
-            label,
-            site_index,
-            loops,
-            fields,
-            data,
-            suspend,
-            created_at,
-            schemas: SchemaKeys::default(),
-        }
-    }
-
-    /// Sets the schema keys of the fields (see [`CheckpointRecord::schemas`]).
-    pub fn with_schemas(mut self, schemas: impl Into<SchemaKeys>) -> Self {
-        self.schemas = schemas.into();
-        self
-    }
-
-    /// The schema key of field `i`, if one was recorded.
-    pub fn schema_key(&self, i: usize) -> Option<&str> {
-        self.schemas.get(i).and_then(|k| k.as_deref())
-    }
-
-    /// The bytes of field `i`, or `None` if there is no such field or the
-    /// record is inconsistent.
-    pub fn field_bytes(&self, i: usize) -> Option<&[u8]> {
-        let f = self.fields.get(i)?;
-        let end = f.offset.checked_add(f.len)?;
-        self.data.get(f.offset..end)
-    }
-
-    /// The state the run enters when this checkpoint is stored.
-    pub fn state(&self) -> RunState {
-        match &self.suspend {
-            None => RunState::Ready,
-            Some(Suspend::Waiting { signal, deadline }) => RunState::Waiting {
-                signal: signal.clone(),
-                deadline: *deadline,
-            },
-            Some(Suspend::Sleeping { until }) => RunState::Sleeping { until: *until },
-        }
-    }
-
-    /// A public description of this checkpoint.
-    pub fn info(&self) -> crate::CheckpointInfo {
-        crate::CheckpointInfo {
-            seq: self.seq,
-            label: self.label.as_ref().map(|l| l.to_string()),
-            site: self.site_key.to_string(),
-            created_at: self.created_at,
-            size: self.data.len(),
-            loops: self.loops.clone(),
-            fields: self
-                .fields
-                .iter()
-                .enumerate()
-                .map(|(i, f)| crate::FieldInfo {
-                    name: f.name.to_string(),
-                    type_name: f.type_name.to_string(),
-                    size: f.len,
-                    schema: self.schema_key(i).map(str::to_owned),
-                })
-                .collect(),
-        }
-    }
-}
-
-/// A signal stored for a run, not yet consumed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignalRecord {
-    /// The signal name.
-    pub name: String,
-    /// The payload, JSON.
-    pub payload: Arc<[u8]>,
-    /// When it was stored.
-    pub received_at: SystemTime,
-}
-
-/// The value a wait site resumes with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WakeValue {
-    /// A consumed signal.
-    Signal {
-        /// The signal name.
-        name: String,
-        /// The payload, JSON.
-        payload: Arc<[u8]>,
-    },
-    /// The deadline of `wait_for_timeout` passed.
-    TimedOut,
-}
-
-/// The resumption value of the checkpoint with sequence number `seq`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wake {
-    /// The checkpoint it belongs to.
-    pub seq: u64,
-    /// The value.
-    pub value: WakeValue,
-}
-
-/// A run to create.
-#[derive(Debug, Clone)]
-pub struct NewRun {
-    /// The run id.
-    pub id: String,
-    /// The workflow name.
-    pub workflow: String,
-    /// The input, JSON.
-    pub input: Arc<[u8]>,
-}
-
-/// What [`Store::create_run`] did.
-#[derive(Debug, Clone)]
-pub enum Created {
-    /// The run was created (and `Started` recorded).
-    New,
-    /// A run with this id already existed; nothing was changed.
-    Existing(Box<RunRecord>),
-}
-
-/// A request to claim runnable runs.
-#[derive(Debug, Clone)]
-pub struct ClaimRequest {
-    /// The claiming worker.
-    pub worker: Arc<str>,
-    /// The claiming runtime instance.
-    pub instance: Arc<str>,
-    /// The workflows this worker can execute.
-    pub workflows: Vec<&'static str>,
-    /// The lease duration.
-    pub ttl: Duration,
-    /// At most this many runs.
-    pub limit: usize,
-    /// Only this run (used by a handle driving its own run).
-    pub only: Option<String>,
-}
-
-/// A claimed run, with everything needed to execute it.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    /// The run (after the claim: state `Ready`, lease set).
-    pub run: RunRecord,
-    /// The lease to present with fenced writes.
-    pub lease: Lease,
-    /// The latest checkpoint, if any.
-    pub checkpoint: Option<Arc<CheckpointRecord>>,
-}
-
-/// What [`Store::claim`] found.
-#[derive(Debug, Clone, Default)]
-pub struct ClaimResult {
-    /// Runs now leased to the caller.
-    pub claimed: Vec<Claimed>,
-    /// Runnable runs the caller cannot execute: `(run id, workflow name)`.
-    pub unregistered: Vec<(String, String)>,
-}
-
-/// How an execution gives its run back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Release {
-    /// The run suspended (its state was set by the checkpoint); the attempt
-    /// counter is reset and `Suspended` recorded.
-    Suspend,
-    /// The execution failed in a retryable way; the run stays `Ready` and
-    /// `Retried` is recorded.
-    Retry {
-        /// Why.
-        reason: String,
-    },
-    /// The worker stops (shutdown); the run stays as it is, for anyone to take.
-    Abandon,
-}
-
-/// How an execution ended.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The workflow returned.
-    Completed {
-        /// The output, JSON.
-        output: Arc<[u8]>,
-        /// The error text of a `Result::Err` output.
-        error: Option<String>,
-    },
-    /// The runtime stopped the run.
-    Failed {
-        /// Why.
-        error: Error,
-    },
-}
-
-/// What [`Store::gc`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct GcReport {
-    /// Pruned checkpoints whose stored bytes were cut down to the part that
-    /// kept checkpoints still share.
-    pub checkpoints_compacted: u64,
-    /// Bytes dropped by that compaction.
-    pub bytes_compacted: u64,
-    /// Free pages given back to the file system.
-    pub pages_released: u64,
-    /// Whether the write-ahead log was folded into the main file and truncated.
-    pub wal_truncated: bool,
-    /// Size of the store's files before, in bytes (0 for a store without files).
-    pub bytes_before: u64,
-    /// Size of the store's files after, in bytes.
-    pub bytes_after: u64,
-}
-
-impl Outcome {
-    /// The run's final state and the history event that records it.
-    pub(crate) fn into_state(self) -> (RunState, Event) {
-        match self {
-            Outcome::Completed { output, error } => {
-                let event = match &error {
-                    None => Event::Completed,
-                    Some(err) => Event::Failed { error: err.clone() },
-                };
-                (RunState::Completed { output, error }, event)
-            }
-            Outcome::Failed { error } => {
-                let event = Event::Failed {
-                    error: error.to_string(),
-                };
-                (RunState::Failed { error }, event)
-            }
-        }
-    }
-}
-
-/// A storage backend.
-///
-/// All methods are asynchronous (boxed futures, so the trait is object safe:
-/// the runtime holds an `Arc<dyn Store>`). A backend must guarantee:
-///
-/// - **Atomicity.** Each method is one transaction: a checkpoint and the state
-///   change it carries ([`CheckpointRecord::state`]) and its history event are
-///   stored together or not at all; a claim moves a run to its new lease and
-///   epoch (and, for a waiting run, moves the matching signal into
-///   [`RunRecord::wake`]) atomically.
-/// - **Fencing.** Every method taking a [`Lease`] fails with
-///   [`Error::LeaseLost`] when the run's epoch differs from the lease's (another
-///   worker claimed it since), and with [`Error::Cancelled`] when the run was
-///   cancelled; terminal runs are never changed by fenced writes.
-/// - **Claim rules.** A run may be claimed when its workflow is in
-///   [`ClaimRequest::workflows`], its state is not terminal, its lease is absent,
-///   expired, or held by the same worker id under an *older* instance (a
-///   restart: instance ids sort by start time, see [`LeaseInfo::instance`]; an
-///   older instance never takes a run from a newer one, so two live runtimes
-///   that share a worker id cannot steal runs back and forth);
-///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored
-///   signal of that name or a passed deadline. A claim increments the epoch and
-///   the attempt counter, sets the state to `Ready`, and for a waiting run
-///   records the wake value for the latest checkpoint (the oldest matching signal
-///   is consumed, exactly once).
-/// - **Signals** are kept per run in arrival order until consumed.
-/// - **Notification.** The counter returned by [`Store::subscribe`] changes
-///   whenever a run may have become runnable or finished (a backend without push
-///   notifications may bump it from a poller).
-/// - **Durability**: a method returns `Ok` only once its effect is durable.
-pub trait Store: Send + Sync + 'static {
-    /// A short name of the backend (`"memory"`, `"sqlite"`, ...).
-    fn kind(&self) -> &'static str;
-
-    /// Creates a run in state `Ready` and records `Started`, unless the id exists.
-    fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>>;
-
-    /// Loads a run.
-    fn load_run<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<RunRecord>, Error>>;
-
-    /// Lists runs, oldest first.
-    fn list_runs<'a>(
-        &'a self,
-        filter: &'a RunFilter,
-    ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>>;
-
-    /// Claims runnable runs (see the trait docs for the rules).
-    fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>>;
-
-    /// Extends a lease by `ttl` from now. Fenced.
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        lease: &'a Lease,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// Gives a run back (clears the lease). Fenced.
-    fn release<'a>(
-        &'a self,
-        id: &'a str,
-        lease: &'a Lease,
-        how: Release,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// Stores a checkpoint (its `seq` must be the run's latest + 1), moves the
-    /// run to [`CheckpointRecord::state`], resets the attempt counter to 1,
-    /// clears the wake value, records `CheckpointSaved`, and prunes old
-    /// checkpoints beyond `keep` (the latest is always kept). Fenced.
-    fn save_checkpoint<'a>(
-        &'a self,
-        lease: &'a Lease,
-        checkpoint: Arc<CheckpointRecord>,
-        keep: Option<usize>,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// Consumes the oldest stored signal named `name` into the wake value of
-    /// the latest checkpoint (state becomes `Ready`), and returns it. Fenced.
-    fn take_signal<'a>(
-        &'a self,
-        id: &'a str,
-        lease: &'a Lease,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SignalRecord>, Error>>;
-
-    /// Records that the deadline of the latest (wait) checkpoint passed: wake
-    /// value `TimedOut`, state `Ready`. Fenced.
-    fn time_out<'a>(&'a self, id: &'a str, lease: &'a Lease) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// Discards the consumed signal of the wake value (its payload was
-    /// unusable): records `SignalRejected`, clears the wake value and returns the
-    /// run to the waiting state of its latest checkpoint. Fenced; does not
-    /// release the lease.
-    fn reject_signal<'a>(
-        &'a self,
-        id: &'a str,
-        lease: &'a Lease,
-        reason: String,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// Finishes a run (records `Completed` or `Failed`), clears the lease. Fenced.
-    fn finish<'a>(
-        &'a self,
-        id: &'a str,
-        lease: &'a Lease,
-        outcome: Outcome,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// Cancels a run unless it is finished; returns whether it was cancelled
-    /// by this call. Records `Cancelled`.
-    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
-
-    /// Stores a signal for a run and records `SignalReceived`.
-    fn put_signal<'a>(
-        &'a self,
-        id: &'a str,
-        name: &'a str,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// The signals stored for a run and not yet consumed, oldest first.
-    fn pending_signals<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<SignalRecord>, Error>>;
-
-    /// The latest checkpoint of a run.
-    fn latest_checkpoint<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
-
-    /// One checkpoint of a run.
-    fn checkpoint<'a>(
-        &'a self,
-        id: &'a str,
-        seq: u64,
-    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
-
-    /// The kept checkpoints of a run, oldest first ([`Error::UnknownRun`] if
-    /// the run does not exist).
-    fn list_checkpoints<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Arc<CheckpointRecord>>, Error>>;
-
-    /// Appends a history event.
-    fn append_event<'a>(&'a self, id: &'a str, event: Event) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// The history of a run, oldest first ([`Error::UnknownRun`] if the run
-    /// does not exist).
-    fn history<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<HistoryEntry>, Error>>;
-
-    /// Creates run `new_id` (same workflow and input as `from`) whose only
-    /// checkpoint (seq 1) is a copy of checkpoint `seq` of `from`, in the state
-    /// that checkpoint carries; records `Forked` in both histories.
-    fn fork<'a>(
-        &'a self,
-        from: &'a str,
-        seq: u64,
-        new_id: &'a str,
-    ) -> BoxFuture<'a, Result<(), Error>>;
-
-    /// The earliest time at which a run that is not runnable now may become
-    /// runnable without a signal (a timer, a deadline, another worker's lease
-    /// expiring), if any.
-    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>>;
-
-    /// A counter that changes whenever a run may have become runnable or finished.
-    fn subscribe(&self) -> watch::Receiver<u64>;
-
-    /// Reclaims space that retention ([`Store::save_checkpoint`]'s `keep`)
-    /// freed but the backend still holds. Nothing visible changes. The
-    /// default does nothing.
-    fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
-        Box::pin(std::future::ready(Ok(GcReport::default())))
-    }
-
-    /// Stores schema documents, `(key, JSON)` pairs (see [`crate::schema`]
-    /// for what they are). A key names its document for good (it is a hash
-    /// of it), so a key already stored is left as it is. Not fenced: any
-    /// worker may add schemas, and they are never removed.
-    ///
-    /// The runtime stores a field's schema before the first checkpoint that
-    /// refers to it and remembers what it stored, so this is called once per
-    /// schema and runtime, not per checkpoint. A failure only costs the JSON
-    /// view of those fields. The default keeps nothing (the fields of
-    /// checkpoints in such a store cannot be shown as JSON).
-    fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
-        let _ = schemas;
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    /// The stored schema documents among `keys`, by key (unknown keys are
-    /// left out). The default has none.
-    fn schemas<'a>(
-        &'a self,
-        keys: &'a [String],
-    ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
-        let _ = keys;
-        Box::pin(std::future::ready(Ok(HashMap::new())))
-    }
-}
-
-/// `t` as nanoseconds since the Unix epoch, as the durable stores keep
-/// times (saturating; negative before the epoch).
-pub(crate) fn to_unix_nanos(t: SystemTime) -> i64 {
-    match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos())
-            .map(|n| -n)
-            .unwrap_or(i64::MIN),
-    }
-}
-
-/// The inverse of [`to_unix_nanos`].
-pub(crate) fn from_unix_nanos(n: i64) -> SystemTime {
-    let d = Duration::from_nanos(n.unsigned_abs());
-    let t = if n >= 0 {
-        std::time::UNIX_EPOCH.checked_add(d)
-    } else {
-        std::time::UNIX_EPOCH.checked_sub(d)
-    };
-    t.unwrap_or(std::time::UNIX_EPOCH)
-}
-
-/// The fencing check every backend applies to a write that presents `lease`
-/// (see [`Store`]'s guarantees): [`Error::Cancelled`] for a cancelled run,
-/// [`Error::LeaseLost`] when the run is finished, its epoch moved on, or its
-/// lease is held by another worker or instance.
-pub(crate) fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error> {
-    if matches!(rec.state, RunState::Cancelled) {
-        return Err(Error::Cancelled { run: id.to_owned() });
-    }
-    let holds = rec.epoch == lease.epoch
-        && !rec.state.is_terminal()
-        && rec
-            .lease
-            .as_ref()
-            .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
-    if !holds {
-        return Err(Error::LeaseLost {
-            run: id.to_owned(),
-            worker: lease.worker.to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// How a suspended run's state reads in its `Suspended` history event.
-pub(crate) fn describe_suspension(state: &RunState) -> String {
-    match state {
-        RunState::Waiting {
-            signal,
-            deadline: None,
-        } => format!("waiting for signal `{signal}`"),
-        RunState::Waiting {
-            signal,
-            deadline: Some(d),
-        } => match d.duration_since(SystemTime::now()) {
-            Ok(left) => format!(
-                "waiting for signal `{signal}` (times out in {:.3}s)",
-                left.as_secs_f64()
-            ),
-            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
-        },
-        RunState::Sleeping { until } => match until.duration_since(SystemTime::now()) {
-            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
-            Err(_) => "sleeping (timer due)".to_owned(),
-        },
-        other => format!("{other:?}"),
+    Error::UnsupportedStore {
+        url: redact_url(url),
+        reason: format!(
+            "this build of checkpoint-runtime has no {backend} store (enable the `{feature}` feature)"
+        ),
     }
 }

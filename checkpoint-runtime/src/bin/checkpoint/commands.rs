@@ -2,8 +2,8 @@
 //! runtime API and returns its output both as text and as JSON.
 
 use std::io::Read;
-use std::path::Path;
 
+use checkpoint_runtime::store::StoreUrl;
 use checkpoint_runtime::{
     CheckpointInfo, Error, FieldJson, RunFilter, RunInfo, Runtime, StatusKind,
 };
@@ -50,16 +50,13 @@ pub fn store_url(flag: Option<String>) -> Result<String, CliError> {
 /// line inspects stores, it does not create them (a mistyped path would
 /// otherwise show an empty store).
 pub async fn open(url: &str) -> Result<Runtime, CliError> {
-    let memory = matches!(url.trim(), ":memory:" | "memory:" | "memory://" | "mem:");
+    // An unknown `scheme://` is left for opening to report.
     let other_scheme = url.contains("://") && !url.starts_with("sqlite://");
-    if !memory && !other_scheme {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        if !path.is_empty() && !Path::new(path).exists() {
+    if let (Ok(StoreUrl::Sqlite(path)), false) = (StoreUrl::parse(url), other_scheme) {
+        if !path.exists() {
             return Err(CliError(format!(
-                "cannot open store `{url}`: the SQLite file `{path}` does not exist"
+                "cannot open store `{url}`: the SQLite file `{}` does not exist",
+                path.display()
             )));
         }
     }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::types::{FromSql, ToSql};
@@ -159,16 +159,12 @@ pub(super) fn describe(e: &tokio_postgres::Error) -> String {
 
 /// A database error as the runtime's [`Error::Store`].
 pub(super) fn db_err(e: tokio_postgres::Error) -> Error {
-    Error::Store {
-        message: format!("postgres: {}", describe(&e)),
-    }
+    Error::store_caused_by(format!("postgres: {}", describe(&e)), e)
 }
 
 /// A stored value this build cannot read.
 pub(super) fn corrupt(what: impl std::fmt::Display) -> Error {
-    Error::Store {
-        message: format!("postgres: unreadable stored data: {what}"),
-    }
+    Error::store(format!("postgres: unreadable stored data: {what}"))
 }
 
 /// Reads column `i` of a row.
@@ -180,12 +176,7 @@ pub(super) fn get<'r, T: FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error
 // ---------------------------------------------------------------------------
 // Conversions
 
-pub(super) use crate::store::{from_unix_nanos as from_ts, to_unix_nanos as ts};
-
-/// `now + d` in [`ts`] units, saturating.
-pub(super) fn ts_after(now: SystemTime, d: Duration) -> i64 {
-    ts(now).saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
+pub(super) use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 
 /// `s` without NUL characters: PostgreSQL refuses them in `text` (and
 /// `\u0000` in `jsonb`), so each becomes U+FFFD (`�`). Applied to every text
@@ -205,7 +196,7 @@ pub(super) fn scrub(s: &str) -> Cow<'_, str> {
 pub(super) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, Error> {
     let encode_err =
         |e: serde_json::Error| Error::internal(format!("cannot encode for the store: {e}"));
-    let json = serde_json::to_string(value).map_err(encode_err)?;
+    let json = crate::store::sql::to_json(value)?;
     // Serialized, a NUL is `\u0000`: the common case needs no second pass
     // (an escaped backslash followed by `u0000` only costs one).
     if !json.contains("\\u0000") {
@@ -234,12 +225,9 @@ pub(super) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String,
     serde_json::to_string(&v).map_err(encode_err)
 }
 
-pub(super) fn to_i64(v: u64, what: &str) -> Result<i64, Error> {
-    i64::try_from(v).map_err(|_| Error::internal(format!("{what} {v} is too large")))
-}
-
+/// A stored value read back as `u64`; a negative one is unreadable data.
 pub(super) fn to_u64(v: i64, what: &str) -> Result<u64, Error> {
-    u64::try_from(v).map_err(|_| corrupt(format_args!("negative {what} {v}")))
+    crate::store::sql::to_u64(v, what).map_err(corrupt)
 }
 
 // ---------------------------------------------------------------------------
@@ -277,8 +265,9 @@ pub(super) async fn connect(
         .get_options()
         .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
     let task = handle.spawn(async move {
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| Error::Store {
-            message: format!("postgres: cannot connect to `{shown}`: {}", describe(&e)),
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+            let message = format!("postgres: cannot connect to `{shown}`: {}", describe(&e));
+            Error::store_caused_by(message, e)
         })?;
         tokio::spawn(async move {
             // Ends when the client is dropped or the server goes away; the

@@ -14,7 +14,11 @@
 //!   by `?schema=NAME` in the URL / [`PostgresStore::open_in_schema`]
 //!   (created if missing), so that several independent stores can share a
 //!   database.
-//! - **Claims and fencing** (`runs`): a claim selects runnable runs with
+//! - **Code**: `tables/{runs,checkpoints,signals,history}` hold each table's
+//!   SQL and never import each other; `ops` builds the store's transactions
+//!   from them and the run-state rules (`store::rules`); `conn`, `schema`
+//!   and `notify` sit below.
+//! - **Claims and fencing** (`tables::runs`, `ops`): a claim selects runnable runs with
 //!   `FOR NO KEY UPDATE SKIP LOCKED` (so concurrent workers never wait for,
 //!   nor both take, the same run), bumps the fencing epoch and sets the
 //!   lease. Every write that presents a [`Lease`] locks the run's row and
@@ -22,11 +26,11 @@
 //!   whose lease was taken over gets [`Error::LeaseLost`] and changes
 //!   nothing, so a paused or partitioned worker cannot overwrite the new
 //!   owner's checkpoint.
-//! - **Checkpoints** (`checkpoints`): one row per version, inserted with the
+//! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
 //!   run's state change and its history event in one transaction; retention
 //!   (`keep`) deletes the oldest rows, never the latest.
-//! - **Signals** (`signals`) are consumed exactly once, under the run's lock.
-//! - **History** (`history`): an append-only table of JSON events.
+//! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
+//! - **History** (`tables::history`): an append-only table of JSON events.
 //! - **Wake-ups** (`notify`): `LISTEN`/`NOTIFY`; due timers and expiring
 //!   leases are found by [`Store::next_wakeup`]'s query.
 //!
@@ -34,13 +38,11 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
-mod checkpoints;
 mod conn;
-mod history;
 mod notify;
-mod runs;
+mod ops;
 mod schema;
-mod signals;
+mod tables;
 #[cfg(test)]
 mod tests;
 
@@ -160,11 +162,12 @@ impl PostgresStore {
             schema::migrate(&mut c, target.schema.as_deref(), &target.shown)
                 .await
                 .map_err(|e| match e {
-                    Error::Store { message } => Error::Store {
+                    Error::Store { message, source } => Error::Store {
                         message: format!(
                             "{message} (creating or upgrading the tables of `{}`)",
                             target.shown
                         ),
+                        source,
                     },
                     other => other,
                 })?

@@ -12,7 +12,7 @@ use futures::executor::block_on;
 
 use super::conn::{redact, Target};
 use super::*;
-use crate::store::conformance::{self, claim_one, cp, new_run, req};
+use crate::store::conformance::{claim_one, conformance_tests, cp, new_run, req, Fixture};
 use crate::store::{FieldRecord, RunState, Suspend, WakeValue};
 use crate::StatusKind;
 
@@ -113,25 +113,15 @@ impl Drop for Db {
     }
 }
 
-macro_rules! conformance_tests {
-    ($($name:ident),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            let Some(db) = Db::open(stringify!($name)) else { return };
-            // The conformance functions block on the store's futures from
-            // this thread; the connections run on `db.rt`.
-            conformance::$name(db.store());
-        }
-    )*};
+impl Fixture for Db {
+    fn store(&self) -> &dyn Store {
+        // The conformance tests block on the store's futures from the test's
+        // thread; the connections run on `self.rt`.
+        Db::store(self)
+    }
 }
 
-conformance_tests!(
-    fencing_rejects_stale_lease,
-    expired_lease_is_taken_over,
-    retention_keeps_latest,
-    unregistered_runs_are_reported_not_claimed,
-    cancel_blocks_fenced_writes,
-);
+conformance_tests!(postgres: |test: &str| Db::open(test));
 
 /// A checkpoint with fields, schema keys, loop positions and a suspension.
 fn rich_cp(run: &str, seq: u64, suspend: Option<Suspend>) -> Arc<CheckpointRecord> {
@@ -992,4 +982,23 @@ fn sequence_numbers_above_i64_max() {
         ));
         assert_eq!(block_on(s.checkpoint("r", seq)).unwrap(), None);
     }
+}
+
+#[test]
+fn connection_errors_keep_the_postgres_error_as_source() {
+    use std::error::Error as _;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Nothing listens on port 1: refused at once, no server needed.
+    let err = rt
+        .block_on(PostgresStore::open("postgres://postgres@127.0.0.1:1/none"))
+        .unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    let source = err.source().expect("a source");
+    assert!(
+        source.downcast_ref::<tokio_postgres::Error>().is_some(),
+        "{source:?}"
+    );
 }

@@ -1,10 +1,24 @@
 //! Tests of the SQLite store: its own behaviour and the shared conformance
 //! suite, plus ignored benchmarks and a profiling harness.
 
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::checkpoints::chain::{ANCHOR_EVERY, WALK};
+use super::checkpoints::refs::{RefsOf, StoredRefs};
+use super::checkpoints::rows::{CP_COLS, CP_FROM};
+use super::checkpoints::Loc;
+use super::error::to_postcard;
+use super::migrations::{prepare_writer, PAGE_SIZE, WRITER_CACHE_KIB};
+use super::runs::{RUN_COLS, RUN_SELECT};
+use super::writer::SPLIT_AT;
 use super::*;
 use crate::status::StatusKind;
-use crate::store::conformance::{self, claim_one, cp, new_run, req};
-use crate::store::MemoryStore;
+use crate::store::conformance::{claim_one, conformance_tests, cp, new_run, req, Fixture};
+use crate::store::sql::ts;
+use crate::store::{FieldRecord, RunState, Suspend};
+use crate::store::{MemoryStore, Wake, WakeValue};
 use futures::executor::block_on;
 use std::time::UNIX_EPOCH;
 
@@ -13,6 +27,14 @@ fn open() -> (tempfile::TempDir, SqliteStore) {
     let store = SqliteStore::open(dir.path().join("runs.db")).unwrap();
     (dir, store)
 }
+
+impl Fixture for (tempfile::TempDir, SqliteStore) {
+    fn store(&self) -> &dyn Store {
+        &self.1
+    }
+}
+
+conformance_tests!(|_test: &str| Some(open()));
 
 /// A plain connection on the store's file, for looking inside.
 fn peek(store: &SqliteStore) -> Connection {
@@ -59,7 +81,7 @@ fn cp_fields(
 /// thread), and where it hands large batches to be answered.
 fn bare_writer(path: &Path) -> (Writer, mpsc::Receiver<Answers>) {
     let mut conn = connect(path).unwrap();
-    SqliteStore::prepare_writer(&mut conn).unwrap();
+    prepare_writer(&mut conn).unwrap();
     let (answers, answered) = mpsc::channel();
     let writer = Writer::new(conn, Arc::new(watch::channel(0).0), answers);
     (writer, answered)
@@ -77,14 +99,14 @@ fn claimed_writer(
 }
 
 /// A request's work, for tests that queue different ones in one batch.
-type SaveOp = Box<dyn FnOnce(&mut Ctx<'_>) -> R<()> + Send>;
+type SaveOp = Box<dyn FnOnce(&mut TxnCtx<'_>) -> R<()> + Send>;
 
 /// A write request as the store queues one (see `SqliteStore::queue`), and
 /// where its answer arrives.
 fn request<T, F>(keeps_deferred: bool, f: F) -> (Box<dyn Job>, oneshot::Receiver<Result<T, Error>>)
 where
     T: Send + 'static,
-    F: FnOnce(&mut Ctx<'_>) -> R<T> + Send + 'static,
+    F: FnOnce(&mut TxnCtx<'_>) -> R<T> + Send + 'static,
 {
     let (reply, replied) = oneshot::channel();
     let job = Pending {
@@ -105,36 +127,6 @@ fn events(store: &dyn Store, id: &str) -> Vec<Event> {
 }
 
 // -- The behavioural tests of memory.rs, on SQLite ---------------------
-
-#[test]
-fn fencing_rejects_stale_lease() {
-    let (_dir, store) = open();
-    conformance::fencing_rejects_stale_lease(&store);
-}
-
-#[test]
-fn expired_lease_is_taken_over() {
-    let (_dir, store) = open();
-    conformance::expired_lease_is_taken_over(&store);
-}
-
-#[test]
-fn retention_keeps_latest() {
-    let (_dir, store) = open();
-    conformance::retention_keeps_latest(&store);
-}
-
-#[test]
-fn unregistered_runs_are_reported_not_claimed() {
-    let (_dir, store) = open();
-    conformance::unregistered_runs_are_reported_not_claimed(&store);
-}
-
-#[test]
-fn cancel_blocks_fenced_writes() {
-    let (_dir, store) = open();
-    conformance::cancel_blocks_fenced_writes(&store);
-}
 
 // -- More of the contract ----------------------------------------------
 
@@ -2132,5 +2124,23 @@ fn bench_3_resume() {
     println!(
         "resume ratio 100k/10: {:.2}",
         big.as_secs_f64() / small.as_secs_f64()
+    );
+}
+
+#[test]
+fn sqlite_errors_keep_the_sqlite_error_as_source() {
+    use std::error::Error as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-a-database.db");
+    std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    let source = err.source().expect("a source");
+    let sql = source
+        .downcast_ref::<rusqlite::Error>()
+        .expect("a rusqlite error");
+    assert_eq!(
+        sql.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase)
     );
 }

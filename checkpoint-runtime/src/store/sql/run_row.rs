@@ -4,9 +4,9 @@
 //! ([`RunRow`]). Each backend binds and reads the columns its own way (and
 //! PostgreSQL scrubs the texts it binds); what they mean is decided here, once.
 
-use super::{from_unix_nanos as from_ts, to_unix_nanos as ts};
-use super::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
+use super::{from_ts, to_i64, to_u64, ts, Corrupt};
 use crate::status::StatusKind;
+use crate::store::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
 use crate::Error;
 
 // State codes of the `state` column.
@@ -63,16 +63,15 @@ pub(crate) struct RunCols<'a> {
     pub lease_expires: Option<i64>,
     pub epoch: i64,
     pub attempt: i64,
+    /// Kept in the row by PostgreSQL; SQLite reads it from the latest
+    /// checkpoint.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub latest_seq: i64,
     pub wake_seq: Option<i64>,
     pub wake_signal: Option<&'a str>,
     pub wake_payload: Option<&'a [u8]>,
     pub created_at: i64,
     pub updated_at: i64,
-}
-
-fn to_i64(v: u64, what: &str) -> Result<i64, Error> {
-    i64::try_from(v).map_err(|_| Error::internal(format!("{what} {v} is too large")))
 }
 
 impl<'a> RunCols<'a> {
@@ -149,27 +148,23 @@ pub(crate) struct RunRow {
     pub updated_at: i64,
 }
 
-fn to_u64(v: i64, what: &str) -> Result<u64, String> {
-    u64::try_from(v).map_err(|_| format!("negative {what} {v}"))
-}
-
 impl RunRow {
     /// The record the row holds, or what about the row does not make sense
     /// (each backend reports it as a corrupt database).
-    pub(crate) fn into_record(self) -> Result<RunRecord, String> {
+    pub(crate) fn into_record(self) -> Result<RunRecord, Corrupt> {
         let id = self.id;
         let state = match self.state {
             READY => RunState::Ready,
             WAITING => RunState::Waiting {
                 signal: self
                     .signal
-                    .ok_or_else(|| format!("run `{id}` waits for no signal"))?,
+                    .ok_or_else(|| Corrupt(format!("run `{id}` waits for no signal")))?,
                 deadline: self.due.map(from_ts),
             },
             SLEEPING => RunState::Sleeping {
                 until: from_ts(
                     self.due
-                        .ok_or_else(|| format!("run `{id}` sleeps forever"))?,
+                        .ok_or_else(|| Corrupt(format!("run `{id}` sleeps forever")))?,
                 ),
             },
             COMPLETED => RunState::Completed {
@@ -180,11 +175,11 @@ impl RunRow {
                 let text = self.error.unwrap_or_default();
                 // The runtime's error as JSON; one this build does not know
                 // (a newer version wrote it) is kept as text.
-                let error = serde_json::from_str(&text).unwrap_or(Error::Store { message: text });
+                let error = serde_json::from_str(&text).unwrap_or(Error::store(text));
                 RunState::Failed { error }
             }
             CANCELLED => RunState::Cancelled,
-            other => return Err(format!("run `{id}` has state {other}")),
+            other => return Err(Corrupt(format!("run `{id}` has state {other}"))),
         };
         let lease = match (self.lease_worker, self.lease_instance) {
             (Some(worker), Some(instance)) => Some(LeaseInfo {

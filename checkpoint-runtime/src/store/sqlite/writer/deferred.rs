@@ -25,7 +25,8 @@ use std::sync::{Arc, OnceLock};
 
 use rusqlite::{Connection, ToSql};
 
-use super::{CheckpointRecord, R};
+use crate::store::sqlite::error::{corrupt, R};
+use crate::store::CheckpointRecord;
 
 /// The rows one multi-row statement writes, largest first: a batch is
 /// written with as many statements of 64 rows as fit, then the rest with
@@ -45,7 +46,7 @@ const KEEP_BYTES: usize = 4 << 20;
 
 /// One `checkpoints` row, ready to be inserted (see the table's comments in
 /// `migrate_v1`).
-pub(super) struct CheckpointRow {
+pub(in crate::store::sqlite) struct CheckpointRow {
     pub id: i64,
     pub run: i64,
     pub seq: i64,
@@ -63,7 +64,7 @@ pub(super) struct CheckpointRow {
 }
 
 /// The `data` column of a checkpoint row.
-pub(super) enum RowData {
+pub(in crate::store::sqlite) enum RowData {
     /// No bytes of its own: every field is shared with earlier rows.
     None,
     /// The fields stored by this row, concatenated, where they are in
@@ -138,7 +139,7 @@ impl CheckpointRow {
 }
 
 /// A new value of a run's `heads` row.
-pub(super) struct HeadUpdate {
+pub(in crate::store::sqlite) struct HeadUpdate {
     pub run: i64,
     pub latest: i64,
     pub pruned: i64,
@@ -146,7 +147,7 @@ pub(super) struct HeadUpdate {
 
 /// Where the undo of a failed request cuts the pending lists back to.
 #[derive(Clone, Copy, Default)]
-pub(super) struct DeferredMark {
+pub(in crate::store::sqlite) struct DeferredMark {
     rows: u64,
     heads: u64,
     bytes: usize,
@@ -154,7 +155,7 @@ pub(super) struct DeferredMark {
 
 /// The rows and head updates of the open batch not yet written.
 #[derive(Default)]
-pub(super) struct Deferred {
+pub(in crate::store::sqlite) struct Deferred {
     rows: Vec<CheckpointRow>,
     heads: Vec<HeadUpdate>,
     /// The bytes the pending rows own (their fields and `refs`), in one
@@ -284,7 +285,7 @@ fn write_chunked<T>(
         }
         let written = stmt.raw_execute()?;
         if written != n {
-            return Err(super::corrupt(format_args!(
+            return Err(corrupt(format_args!(
                 "a batch write changed {written} rows instead of {n} (a checkpoint row id used twice?)"
             )));
         }

@@ -1,0 +1,220 @@
+//! The [`Store`] trait and what a backend must guarantee.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use super::records::{
+    CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
+    Release, RunRecord, SignalRecord,
+};
+use crate::history::{Event, HistoryEntry};
+use crate::status::RunFilter;
+use crate::Error;
+
+/// A storage backend.
+///
+/// All methods are asynchronous (boxed futures, so the trait is object safe:
+/// the runtime holds an `Arc<dyn Store>`). A backend must guarantee:
+///
+/// - **Atomicity.** Each method is one transaction: a checkpoint and the state
+///   change it carries ([`CheckpointRecord::state`]) and its history event are
+///   stored together or not at all; a claim moves a run to its new lease and
+///   epoch (and, for a waiting run, moves the matching signal into
+///   [`RunRecord::wake`]) atomically.
+/// - **Fencing.** Every method taking a [`Lease`] fails with
+///   [`Error::LeaseLost`] when the run's epoch differs from the lease's (another
+///   worker claimed it since), and with [`Error::Cancelled`] when the run was
+///   cancelled; terminal runs are never changed by fenced writes.
+/// - **Claim rules.** A run may be claimed when its workflow is in
+///   [`ClaimRequest::workflows`], its state is not terminal, its lease is absent,
+///   expired, or held by the same worker id under an *older* instance (a
+///   restart: instance ids sort by start time, see [`LeaseInfo::instance`](super::LeaseInfo::instance); an
+///   older instance never takes a run from a newer one, so two live runtimes
+///   that share a worker id cannot steal runs back and forth);
+///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored
+///   signal of that name or a passed deadline. A claim increments the epoch and
+///   the attempt counter, sets the state to `Ready`, and for a waiting run
+///   records the wake value for the latest checkpoint (the oldest matching signal
+///   is consumed, exactly once).
+/// - **Signals** are kept per run in arrival order until consumed.
+/// - **Notification.** The counter returned by [`Store::subscribe`] changes
+///   whenever a run may have become runnable or finished (a backend without push
+///   notifications may bump it from a poller).
+/// - **Durability**: a method returns `Ok` only once its effect is durable.
+pub trait Store: Send + Sync + 'static {
+    /// A short name of the backend (`"memory"`, `"sqlite"`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Creates a run in state `Ready` and records `Started`, unless the id exists.
+    fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>>;
+
+    /// Loads a run.
+    fn load_run<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<RunRecord>, Error>>;
+
+    /// Lists runs, oldest first.
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>>;
+
+    /// Claims runnable runs (see the trait docs for the rules).
+    fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>>;
+
+    /// Extends a lease by `ttl` from now. Fenced.
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Gives a run back (clears the lease). Fenced.
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        how: Release,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Stores a checkpoint (its `seq` must be the run's latest + 1), moves the
+    /// run to [`CheckpointRecord::state`], resets the attempt counter to 1,
+    /// clears the wake value, records `CheckpointSaved`, and prunes old
+    /// checkpoints beyond `keep` (the latest is always kept). Fenced.
+    fn save_checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: Arc<CheckpointRecord>,
+        keep: Option<usize>,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Consumes the oldest stored signal named `name` into the wake value of
+    /// the latest checkpoint (state becomes `Ready`), and returns it. Fenced.
+    fn take_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SignalRecord>, Error>>;
+
+    /// Records that the deadline of the latest (wait) checkpoint passed: wake
+    /// value `TimedOut`, state `Ready`. Fenced.
+    fn time_out<'a>(&'a self, id: &'a str, lease: &'a Lease) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Discards the consumed signal of the wake value (its payload was
+    /// unusable): records `SignalRejected`, clears the wake value and returns the
+    /// run to the waiting state of its latest checkpoint. Fenced; does not
+    /// release the lease.
+    fn reject_signal<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        reason: String,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Finishes a run (records `Completed` or `Failed`), clears the lease. Fenced.
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Cancels a run unless it is finished; returns whether it was cancelled
+    /// by this call. Records `Cancelled`.
+    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Stores a signal for a run and records `SignalReceived`.
+    fn put_signal<'a>(
+        &'a self,
+        id: &'a str,
+        name: &'a str,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// The signals stored for a run and not yet consumed, oldest first.
+    fn pending_signals<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalRecord>, Error>>;
+
+    /// The latest checkpoint of a run.
+    fn latest_checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
+
+    /// One checkpoint of a run.
+    fn checkpoint<'a>(
+        &'a self,
+        id: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
+
+    /// The kept checkpoints of a run, oldest first ([`Error::UnknownRun`] if
+    /// the run does not exist).
+    fn list_checkpoints<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Arc<CheckpointRecord>>, Error>>;
+
+    /// Appends a history event.
+    fn append_event<'a>(&'a self, id: &'a str, event: Event) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// The history of a run, oldest first ([`Error::UnknownRun`] if the run
+    /// does not exist).
+    fn history<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<HistoryEntry>, Error>>;
+
+    /// Creates run `new_id` (same workflow and input as `from`) whose only
+    /// checkpoint (seq 1) is a copy of checkpoint `seq` of `from`, in the state
+    /// that checkpoint carries; records `Forked` in both histories.
+    fn fork<'a>(
+        &'a self,
+        from: &'a str,
+        seq: u64,
+        new_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// The earliest time at which a run that is not runnable now may become
+    /// runnable without a signal (a timer, a deadline, another worker's lease
+    /// expiring), if any.
+    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>>;
+
+    /// A counter that changes whenever a run may have become runnable or finished.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// Reclaims space that retention ([`Store::save_checkpoint`]'s `keep`)
+    /// freed but the backend still holds. Nothing visible changes. The
+    /// default does nothing.
+    fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
+        Box::pin(std::future::ready(Ok(GcReport::default())))
+    }
+
+    /// Stores schema documents, `(key, JSON)` pairs (see [`crate::schema`]
+    /// for what they are). A key names its document for good (it is a hash
+    /// of it), so a key already stored is left as it is. Not fenced: any
+    /// worker may add schemas, and they are never removed.
+    ///
+    /// The runtime stores a field's schema before the first checkpoint that
+    /// refers to it and remembers what it stored, so this is called once per
+    /// schema and runtime, not per checkpoint. A failure only costs the JSON
+    /// view of those fields. The default keeps nothing (the fields of
+    /// checkpoints in such a store cannot be shown as JSON).
+    fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
+        let _ = schemas;
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The stored schema documents among `keys`, by key (unknown keys are
+    /// left out). The default has none.
+    fn schemas<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
+        let _ = keys;
+        Box::pin(std::future::ready(Ok(HashMap::new())))
+    }
+}

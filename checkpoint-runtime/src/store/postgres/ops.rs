@@ -1,0 +1,569 @@
+//! The operations of [`PostgresStore`]: each opens a transaction, applies a
+//! rule of [`rules`] to the run's row and writes it back through the table
+//! modules ([`tables`](super::tables)).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx};
+use super::tables::checkpoints::{self, cp_cols, decode, load_seq, load_seq_checked};
+use super::tables::runs::{
+    code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, CLAIM,
+    UNREGISTERED,
+};
+use super::tables::{history, signals};
+use super::{notify, PostgresStore};
+use crate::history::{Event, HistoryEntry};
+use crate::status::RunFilter;
+use crate::store::rules;
+use crate::store::sql::run_row::status_code;
+use crate::store::{
+    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, GcReport, Lease, NewRun,
+    Outcome, Release, RunRecord, RunState, SignalRecord,
+};
+use crate::Error;
+
+impl PostgresStore {
+    pub(super) async fn do_create(&self, run: NewRun) -> Result<Created, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let now = SystemTime::now();
+        let (rec, started) = rules::create(run, now);
+        if !insert_run(&mut cx, &rec).await? {
+            let existing = load(&mut cx, &rec.id)
+                .await?
+                .ok_or_else(|| Error::internal(format!("run `{}` vanished", rec.id)))?;
+            return Ok(Created::Existing(Box::new(existing)));
+        }
+        history::insert(&mut cx, &rec.id, now, &started).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(Created::New)
+    }
+
+    pub(super) async fn do_load(&self, id: &str) -> Result<Option<RunRecord>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        load(&mut cx, id).await
+    }
+
+    pub(super) async fn do_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error> {
+        // A completed run with an `Err` output counts as failed.
+        const SQL: &str = concat!(
+            "SELECT ",
+            run_cols!(),
+            ", r.input FROM cp_runs r \
+             WHERE ($1::text IS NULL OR r.workflow = $1) \
+               AND ($2::text IS NULL OR starts_with(r.id, $2)) \
+               AND ($3::smallint IS NULL OR (CASE WHEN r.state = 3 AND r.error IS NOT NULL \
+                                               THEN 4 ELSE r.state END) = $3) \
+             ORDER BY r.ord LIMIT $4::bigint"
+        );
+        let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let status = filter.status.map(|kind| code(status_code(kind)));
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let rows = cx
+            .query(SQL, &[&filter.workflow, &filter.id_prefix, &status, &limit])
+            .await?;
+        rows.iter().map(decode_run).collect()
+    }
+
+    pub(super) async fn do_claim(&self, req: &ClaimRequest) -> Result<ClaimResult, Error> {
+        let mut out = ClaimResult::default();
+        if req.limit == 0 {
+            return Ok(out);
+        }
+        let now = SystemTime::now();
+        let now_i = ts(now);
+        let expires = from_ts(ts_after(now, req.ttl));
+        let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+        let workflows: Vec<&str> = req.workflows.to_vec();
+        let worker: &str = &req.worker;
+        let instance: &str = &req.instance;
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&now_i, &worker, &instance, &workflows, &req.only, &limit];
+        for row in cx.query(UNREGISTERED, &params).await? {
+            out.unregistered.push((get(&row, 0)?, get(&row, 1)?));
+        }
+        // Runs this claim looked at and did not take are excluded from the
+        // next round, so that one the claim cannot take (its row does not
+        // decode, or the signal it waits for went elsewhere) does not use
+        // up the limit: the claim asks again for the rest.
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let want = limit - i64::try_from(out.claimed.len()).unwrap_or(limit);
+            if want <= 0 {
+                break;
+            }
+            let rows = cx
+                .query(
+                    CLAIM,
+                    &[
+                        &now_i, &worker, &instance, &workflows, &req.only, &want, &seen,
+                    ],
+                )
+                .await?;
+            let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
+            for row in rows {
+                seen.push(get(&row, 0)?);
+                if let Some(claimed) = claim_row(&mut cx, &row, req, expires, now).await? {
+                    out.claimed.push(claimed);
+                }
+            }
+            if exhausted {
+                break;
+            }
+        }
+        cx.commit().await?;
+        Ok(out)
+    }
+
+    pub(super) async fn do_renew(
+        &self,
+        id: &str,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        rules::renew(&mut rec, from_ts(ts_after(SystemTime::now(), ttl)));
+        write_run(&mut cx, &rec).await?;
+        cx.commit().await
+    }
+
+    pub(super) async fn do_release(
+        &self,
+        id: &str,
+        lease: &Lease,
+        how: Release,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = match fenced(&mut cx, id, lease).await {
+            Ok(rec) => rec,
+            Err(Error::Cancelled { .. }) => {
+                cx.execute(
+                    "UPDATE cp_runs SET lease_worker = NULL, lease_instance = NULL, \
+                     lease_expires = NULL WHERE id = $1",
+                    &[&id],
+                )
+                .await?;
+                return cx.commit().await;
+            }
+            Err(e) => return Err(e),
+        };
+        let now = SystemTime::now();
+        if let Some(event) = rules::release(&mut rec, how, now) {
+            history::insert(&mut cx, id, now, &event).await?;
+        }
+        write_run(&mut cx, &rec).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
+    pub(super) async fn do_finish(
+        &self,
+        id: &str,
+        lease: &Lease,
+        outcome: Outcome,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        let now = SystemTime::now();
+        let event = rules::finish(&mut rec, outcome, now);
+        write_run(&mut cx, &rec).await?;
+        history::insert(&mut cx, id, now, &event).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
+    pub(super) async fn do_cancel(&self, id: &str) -> Result<bool, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = lock_run(&mut cx, id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        let now = SystemTime::now();
+        let Some(event) = rules::cancel(&mut rec, now) else {
+            return Ok(false);
+        };
+        write_run(&mut cx, &rec).await?;
+        history::insert(&mut cx, id, now, &event).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(true)
+    }
+
+    pub(super) async fn do_next_wakeup(&self) -> Result<Option<SystemTime>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let row = cx
+            .query_one(
+                "SELECT min(CASE WHEN lease_worker IS NOT NULL THEN lease_expires \
+                                 WHEN state IN (1, 2) THEN due END) \
+                 FROM cp_runs WHERE state < 3",
+                &[],
+            )
+            .await?;
+        Ok(get::<Option<i64>>(&row, 0)?.map(from_ts))
+    }
+}
+
+impl PostgresStore {
+    pub(super) async fn do_put_signal(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        must_exist(&mut cx, id).await?;
+        let now = SystemTime::now();
+        cx.execute(
+            "INSERT INTO cp_signals (run, name, payload, received_at) VALUES ($1, $2, $3, $4)",
+            &[&id, &scrub(name), &payload, &ts(now)],
+        )
+        .await?;
+        let received = Event::SignalReceived {
+            name: name.to_owned(),
+        };
+        history::insert(&mut cx, id, now, &received).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
+    pub(super) async fn do_pending_signals(&self, id: &str) -> Result<Vec<SignalRecord>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let rows = cx
+            .query(
+                "SELECT s.name, s.payload, s.received_at, s.id IS NOT NULL FROM cp_runs r \
+                 LEFT JOIN cp_signals s ON s.run = r.id WHERE r.id = $1 ORDER BY s.id",
+                &[&id],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::unknown_run(id));
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            if get::<bool>(&row, 3)? {
+                out.push(SignalRecord {
+                    name: get(&row, 0)?,
+                    payload: get::<Vec<u8>>(&row, 1)?.into(),
+                    received_at: from_ts(get(&row, 2)?),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn do_take_signal(
+        &self,
+        id: &str,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<Option<SignalRecord>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        let Some(sig) = signals::consume(&mut cx, id, name).await? else {
+            return Ok(None);
+        };
+        rules::consume_signal(&mut rec, &sig, SystemTime::now());
+        write_run(&mut cx, &rec).await?;
+        cx.commit().await?;
+        Ok(Some(sig))
+    }
+
+    pub(super) async fn do_time_out(&self, id: &str, lease: &Lease) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        rules::time_out(&mut rec, SystemTime::now());
+        write_run(&mut cx, &rec).await?;
+        cx.commit().await
+    }
+
+    pub(super) async fn do_reject(
+        &self,
+        id: &str,
+        lease: &Lease,
+        reason: String,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, id, lease).await?;
+        let now = SystemTime::now();
+        let latest = load_seq(&mut cx, id, rec.latest_seq).await?;
+        if let Some(event) = rules::reject_signal(&mut rec, reason, latest.as_deref(), now) {
+            history::insert(&mut cx, id, now, &event).await?;
+        }
+        write_run(&mut cx, &rec).await?;
+        cx.commit().await
+    }
+}
+
+impl PostgresStore {
+    pub(super) async fn do_append_event(&self, id: &str, event: &Event) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        must_exist(&mut cx, id).await?;
+        history::insert(&mut cx, id, SystemTime::now(), event).await?;
+        cx.commit().await
+    }
+
+    pub(super) async fn do_history(&self, id: &str) -> Result<Vec<HistoryEntry>, Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let rows = cx
+            .query(
+                "SELECT h.at, h.event::text FROM cp_runs r \
+                 LEFT JOIN cp_history h ON h.run = r.id WHERE r.id = $1 ORDER BY h.id",
+                &[&id],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::unknown_run(id));
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (Some(at), Some(event)) = (
+                get::<Option<i64>>(&row, 0)?,
+                get::<Option<String>>(&row, 1)?,
+            ) else {
+                continue;
+            };
+            let event: Event = serde_json::from_str(&event)
+                .map_err(|e| corrupt(format_args!("run `{id}`: history event: {e}")))?;
+            out.push(HistoryEntry {
+                at: from_ts(at),
+                event,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl PostgresStore {
+    pub(super) async fn do_save(
+        &self,
+        lease: &Lease,
+        cp: Arc<CheckpointRecord>,
+        keep: Option<usize>,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = fenced(&mut cx, &cp.run, lease).await?;
+        rules::check_next_seq(&rec, &cp)?;
+        checkpoints::insert(&mut cx, &cp).await?;
+        rules::save_checkpoint(&mut rec, &cp);
+        write_run(&mut cx, &rec).await?;
+        let saved = Event::CheckpointSaved {
+            seq: cp.seq,
+            label: cp.label.as_ref().map(|l| l.to_string()),
+        };
+        history::insert(&mut cx, &cp.run, cp.created_at, &saved).await?;
+        if let Some(keep) = keep {
+            let below = rules::retention_floor(cp.seq, keep) - 1;
+            if below > 0 {
+                let run: &str = &cp.run;
+                cx.execute(
+                    "DELETE FROM cp_checkpoints WHERE run = $1 AND seq <= $2",
+                    &[&run, &to_i64(below, "seq")?],
+                )
+                .await?;
+            }
+        }
+        cx.commit().await
+    }
+
+    pub(super) async fn do_latest(&self, id: &str) -> Result<Option<Arc<CheckpointRecord>>, Error> {
+        const SQL: &str = concat!(
+            "SELECT c.seq IS NOT NULL, ",
+            cp_cols!(),
+            " FROM cp_runs r LEFT JOIN cp_checkpoints c ON c.run = r.id AND c.seq = r.latest_seq \
+             WHERE r.id = $1"
+        );
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let row = cx
+            .query_opt(SQL, &[&id])
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        if !get::<bool>(&row, 0)? {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(decode(&Arc::from(id), &row, 1)?)))
+    }
+
+    pub(super) async fn do_checkpoint(
+        &self,
+        id: &str,
+        seq: u64,
+    ) -> Result<Option<Arc<CheckpointRecord>>, Error> {
+        const SQL: &str = concat!(
+            "SELECT c.seq IS NOT NULL, ",
+            cp_cols!(),
+            " FROM cp_runs r LEFT JOIN cp_checkpoints c ON c.run = r.id AND c.seq = $2 \
+             WHERE r.id = $1"
+        );
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        // Sequence numbers are stored as `bigint`: a larger one names no
+        // checkpoint (of a run that must exist, as in the other backends).
+        let Ok(seq) = i64::try_from(seq) else {
+            must_exist(&mut cx, id).await?;
+            return Ok(None);
+        };
+        let row = cx
+            .query_opt(SQL, &[&id, &seq])
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        if !get::<bool>(&row, 0)? {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(decode(&Arc::from(id), &row, 1)?)))
+    }
+
+    pub(super) async fn do_list_checkpoints(
+        &self,
+        id: &str,
+    ) -> Result<Vec<Arc<CheckpointRecord>>, Error> {
+        const SQL: &str = concat!(
+            "SELECT c.seq IS NOT NULL, ",
+            cp_cols!(),
+            " FROM cp_runs r LEFT JOIN cp_checkpoints c ON c.run = r.id \
+             WHERE r.id = $1 ORDER BY c.seq"
+        );
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let rows = cx.query(SQL, &[&id]).await?;
+        if rows.is_empty() {
+            return Err(Error::unknown_run(id));
+        }
+        let run: Arc<str> = Arc::from(id);
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            if get::<bool>(&row, 0)? {
+                out.push(Arc::new(decode(&run, &row, 1)?));
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn do_fork(&self, from: &str, seq: u64, new_id: &str) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        if cx
+            .query_opt("SELECT 1 FROM cp_runs WHERE id = $1", &[&new_id])
+            .await?
+            .is_some()
+        {
+            return Err(Error::AlreadyExists {
+                run: new_id.to_owned(),
+            });
+        }
+        let src = load(&mut cx, from)
+            .await?
+            .ok_or_else(|| Error::unknown_run(from))?;
+        let unknown = || Error::UnknownCheckpoint {
+            run: from.to_owned(),
+            seq,
+        };
+        let cp = load_seq(&mut cx, from, seq).await?.ok_or_else(unknown)?;
+        let now = SystemTime::now();
+        let (rec, copy, forked) = rules::fork(from, &cp, new_id, src.workflow, src.input, now);
+        history::insert(&mut cx, from, now, &forked).await?;
+        if !insert_run(&mut cx, &rec).await? {
+            return Err(Error::AlreadyExists {
+                run: new_id.to_owned(),
+            });
+        }
+        checkpoints::insert(&mut cx, &copy).await?;
+        history::insert(&mut cx, new_id, now, &forked).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
+    /// Retention deletes rows as it goes; what is left is PostgreSQL's own
+    /// space: a plain `VACUUM` of the tables makes dead rows' space reusable
+    /// (it takes no lock that blocks workers).
+    pub(super) async fn do_gc(&self) -> Result<GcReport, Error> {
+        const SIZE: &str = "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = current_schema() AND c.relkind = 'r' \
+             AND c.relname IN ('cp_runs', 'cp_checkpoints', 'cp_signals', 'cp_history', \
+                               'cp_schemas', 'cp_schema_version')";
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let before: i64 = get(&cx.query_one(SIZE, &[]).await?, 0)?;
+        cx.batch("VACUUM cp_checkpoints, cp_history, cp_signals, cp_runs")
+            .await?;
+        let after: i64 = get(&cx.query_one(SIZE, &[]).await?, 0)?;
+        Ok(GcReport {
+            bytes_before: u64::try_from(before).unwrap_or(0),
+            bytes_after: u64::try_from(after).unwrap_or(0),
+            ..GcReport::default()
+        })
+    }
+}
+
+/// Claims the run of a [`CLAIM`] row (locked by the query), or leaves it
+/// untouched (`None`) when it turns out not to be claimable.
+async fn claim_row(
+    cx: &mut Cx<'_>,
+    row: &tokio_postgres::Row,
+    req: &ClaimRequest,
+    expires: SystemTime,
+    now: SystemTime,
+) -> Result<Option<Claimed>, Error> {
+    // A run whose row or latest checkpoint this build cannot decode is left
+    // untouched (not claimed, not changed): it must not make every worker's
+    // claim fail. Loading it reports the error.
+    let Ok(mut rec) = decode_run(row) else {
+        return Ok(None);
+    };
+    // The query decided under the lock; checked again here, as the other
+    // backends define it (a waiting run's signal is looked at below).
+    if !rules::lease_free(rec.lease.as_ref(), &req.worker, &req.instance, now)
+        || !rules::runnable(&rec.state, true, now)
+    {
+        return Ok(None);
+    }
+    let Ok(checkpoint) = load_seq_checked(cx, &rec.id, rec.latest_seq).await? else {
+        return Ok(None);
+    };
+    let signal = match &rec.state {
+        RunState::Waiting { signal, .. } => signals::consume(cx, &rec.id, signal).await?,
+        _ => None,
+    };
+    // The signal may have gone to someone else meanwhile.
+    if !rules::runnable(&rec.state, signal.is_some(), now) {
+        return Ok(None);
+    }
+    let wake = rules::claim_wake(&rec.state, signal);
+    let lease = rules::claim(&mut rec, req, wake, expires, now);
+    write_run(cx, &rec).await?;
+    Ok(Some(Claimed {
+        run: rec,
+        lease,
+        checkpoint,
+    }))
+}

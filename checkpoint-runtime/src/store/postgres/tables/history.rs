@@ -1,0 +1,25 @@
+//! The `cp_history` table: every event of a run (`CheckpointSaved`
+//! included), as JSON rows in insertion order. Retention never removes
+//! events.
+
+use std::time::SystemTime;
+
+use crate::history::Event;
+use crate::store::postgres::conn::{to_json, ts, Cx};
+use crate::Error;
+
+/// Appends an event inside the caller's transaction.
+pub(in crate::store::postgres) async fn insert(
+    cx: &mut Cx<'_>,
+    id: &str,
+    at: SystemTime,
+    event: &Event,
+) -> Result<(), Error> {
+    let json = to_json(event)?;
+    cx.execute(
+        "INSERT INTO cp_history (run, at, event) VALUES ($1, $2, $3::text::jsonb)",
+        &[&id, &ts(at), &json],
+    )
+    .await?;
+    Ok(())
+}

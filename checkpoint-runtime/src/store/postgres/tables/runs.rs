@@ -1,0 +1,251 @@
+//! The `cp_runs` table: a run's row (its state, lease, epoch and wake
+//! value), read and written whole, locked for fenced writes, and the claim
+//! queries.
+
+use std::borrow::Cow;
+
+use tokio_postgres::Row;
+
+use crate::store::postgres::conn::{corrupt, get, scrub, to_json, Cx};
+use crate::store::rules::check_lease;
+use crate::store::sql::run_row::{ErrorCol, RunCols, RunRow};
+use crate::store::{Lease, RunRecord};
+use crate::Error;
+
+/// The columns [`decode_run`] reads, in order (the input last).
+macro_rules! run_cols {
+    () => {
+        "r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, r.lease_worker, \
+         r.lease_instance, r.lease_expires, r.epoch, r.attempt, r.latest_seq, r.wake_seq, \
+         r.wake_signal, r.wake_payload, r.created_at, r.updated_at"
+    };
+}
+pub(in crate::store::postgres) use run_cols;
+
+/// How many columns [`run_cols`] has; the input (or an empty `bytea` in its
+/// place) follows them.
+pub(in crate::store::postgres) const RUN_COLS: usize = 18;
+
+/// A run row (the [`run_cols`] columns and the input) as a record.
+pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
+    RunRow {
+        id: get(row, 0)?,
+        workflow: get(row, 1)?,
+        state: i64::from(get::<i16>(row, 2)?),
+        signal: get(row, 3)?,
+        due: get(row, 4)?,
+        output: get(row, 5)?,
+        error: get(row, 6)?,
+        lease_worker: get(row, 7)?,
+        lease_instance: get(row, 8)?,
+        lease_expires: get(row, 9)?,
+        epoch: get(row, 10)?,
+        attempt: i64::from(get::<i32>(row, 11)?),
+        latest_seq: get(row, 12)?,
+        wake_seq: get(row, 13)?,
+        wake_signal: get(row, 14)?,
+        wake_payload: get(row, 15)?,
+        created_at: get(row, 16)?,
+        updated_at: get(row, 17)?,
+        input: get(row, RUN_COLS)?,
+    }
+    .into_record()
+    .map_err(corrupt)
+}
+
+/// The columns of `rec` as this backend binds them: texts scrubbed (see
+/// [`scrub`]), the state as a `smallint`, the attempt as an `integer`.
+pub(in crate::store::postgres) struct Bound<'a> {
+    cols: RunCols<'a>,
+    state: i16,
+    signal: Option<Cow<'a, str>>,
+    error: Option<String>,
+    attempt: i32,
+    wake_signal: Option<Cow<'a, str>>,
+}
+
+impl<'a> Bound<'a> {
+    fn of(rec: &'a RunRecord) -> Result<Bound<'a>, Error> {
+        let cols = RunCols::of(rec)?;
+        let error = match &cols.error {
+            None => None,
+            Some(ErrorCol::Text(text)) => Some(scrub(text).into_owned()),
+            Some(ErrorCol::Json(error)) => Some(to_json(error)?),
+        };
+        Ok(Bound {
+            state: code(cols.state),
+            signal: cols.signal.map(scrub),
+            error,
+            attempt: i32::try_from(cols.attempt).unwrap_or(i32::MAX),
+            wake_signal: cols.wake_signal.map(scrub),
+            cols,
+        })
+    }
+}
+
+/// A state code as the `smallint` column holds it (codes are 0 to 5).
+pub(in crate::store::postgres) fn code(state: i64) -> i16 {
+    i16::try_from(state).unwrap_or(i16::MAX)
+}
+
+/// Loads run `id` with its row locked until the transaction ends (without
+/// its input). `None`: no such run.
+pub(in crate::store::postgres) async fn lock_run(
+    cx: &mut Cx<'_>,
+    id: &str,
+) -> Result<Option<RunRecord>, Error> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        run_cols!(),
+        ", ''::bytea FROM cp_runs r WHERE r.id = $1 FOR NO KEY UPDATE"
+    );
+    cx.query_opt(SQL, &[&id])
+        .await?
+        .map(|row| decode_run(&row))
+        .transpose()
+}
+
+/// Loads run `id`, locked, and checks that `lease` still holds it (see
+/// [`check_lease`]).
+pub(in crate::store::postgres) async fn fenced(
+    cx: &mut Cx<'_>,
+    id: &str,
+    lease: &Lease,
+) -> Result<RunRecord, Error> {
+    let rec = lock_run(cx, id)
+        .await?
+        .ok_or_else(|| Error::unknown_run(id))?;
+    check_lease(id, &rec, lease)?;
+    Ok(rec)
+}
+
+/// Writes every mutable column of `rec` back to its row.
+pub(in crate::store::postgres) async fn write_run(
+    cx: &mut Cx<'_>,
+    rec: &RunRecord,
+) -> Result<(), Error> {
+    let b = Bound::of(rec)?;
+    let n = cx
+        .execute(
+            "UPDATE cp_runs SET state = $2, signal = $3, due = $4, output = $5, error = $6, \
+             lease_worker = $7, lease_instance = $8, lease_expires = $9, epoch = $10, \
+             attempt = $11, latest_seq = $12, wake_seq = $13, wake_signal = $14, \
+             wake_payload = $15, updated_at = $16 WHERE id = $1",
+            &[
+                &rec.id,
+                &b.state,
+                &b.signal,
+                &b.cols.due,
+                &b.cols.output,
+                &b.error,
+                &b.cols.lease_worker,
+                &b.cols.lease_instance,
+                &b.cols.lease_expires,
+                &b.cols.epoch,
+                &b.attempt,
+                &b.cols.latest_seq,
+                &b.cols.wake_seq,
+                &b.wake_signal,
+                &b.cols.wake_payload,
+                &b.cols.updated_at,
+            ],
+        )
+        .await?;
+    if n != 1 {
+        return Err(Error::internal(format!(
+            "run `{}` vanished under its transaction",
+            rec.id
+        )));
+    }
+    Ok(())
+}
+
+/// Inserts a new run unless its id exists; returns whether it did.
+pub(in crate::store::postgres) async fn insert_run(
+    cx: &mut Cx<'_>,
+    rec: &RunRecord,
+) -> Result<bool, Error> {
+    let b = Bound::of(rec)?;
+    let n = cx
+        .execute(
+            "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
+             epoch, attempt, latest_seq, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (id) DO NOTHING",
+            &[
+                &rec.id,
+                &rec.workflow,
+                &&rec.input[..],
+                &b.state,
+                &b.signal,
+                &b.cols.due,
+                &b.cols.output,
+                &b.error,
+                &b.cols.epoch,
+                &b.attempt,
+                &b.cols.latest_seq,
+                &b.cols.created_at,
+                &b.cols.updated_at,
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Loads a run with its input.
+pub(in crate::store::postgres) async fn load(
+    cx: &mut Cx<'_>,
+    id: &str,
+) -> Result<Option<RunRecord>, Error> {
+    const SQL: &str = concat!(
+        "SELECT ",
+        run_cols!(),
+        ", r.input FROM cp_runs r WHERE r.id = $1"
+    );
+    cx.query_opt(SQL, &[&id])
+        .await?
+        .map(|row| decode_run(&row))
+        .transpose()
+}
+
+/// Whether run `id` exists; [`Error::UnknownRun`] if not.
+pub(in crate::store::postgres) async fn must_exist(cx: &mut Cx<'_>, id: &str) -> Result<(), Error> {
+    match cx
+        .query_opt("SELECT 1 FROM cp_runs WHERE id = $1", &[&id])
+        .await?
+    {
+        Some(_) => Ok(()),
+        None => Err(Error::unknown_run(id)),
+    }
+}
+
+/// The runs a claim may take, in creation order: `$1` now, `$2` worker, `$3`
+/// instance, `$4` the workflows the caller runs, `$5` only this run (or
+/// NULL), `$6` at most this many, `$7` not these runs (already looked at by
+/// this claim). Locks them, skipping rows other claims (or fenced writes)
+/// hold.
+pub(in crate::store::postgres) const CLAIM: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    ", r.input FROM cp_runs r \
+     WHERE r.state < 3 AND r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
+     AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
+          OR (r.lease_worker = $2 AND r.lease_instance < $3)) \
+     AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
+          OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
+              (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
+     AND NOT (r.id = ANY($7::text[])) \
+     ORDER BY r.ord LIMIT $6 \
+     FOR NO KEY UPDATE OF r SKIP LOCKED"
+);
+
+/// Runnable runs of workflows the caller does not run (same parameters as
+/// [`CLAIM`]; not locked).
+pub(in crate::store::postgres) const UNREGISTERED: &str = "SELECT r.id, r.workflow FROM cp_runs r \
+     WHERE r.state < 3 AND NOT (r.workflow = ANY($4)) AND ($5::text IS NULL OR r.id = $5) \
+     AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
+          OR (r.lease_worker = $2 AND r.lease_instance < $3)) \
+     AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
+          OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
+              (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
+     ORDER BY r.ord LIMIT $6";

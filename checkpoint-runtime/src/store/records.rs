@@ -1,0 +1,433 @@
+//! The records the store exchanges with the executor: runs, their state,
+//! leases, checkpoints, signals and what each call returns. Plain data: the
+//! bottom of the store (`records ← rules ← backends ← store::open`).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::Status;
+use crate::Error;
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// The run id.
+    pub id: String,
+    /// The workflow name.
+    pub workflow: String,
+    /// The input, JSON.
+    pub input: Arc<[u8]>,
+    /// The run's state.
+    pub state: RunState,
+    /// The current lease, if any (it may have expired).
+    pub lease: Option<LeaseInfo>,
+    /// The fencing epoch: incremented by every claim.
+    pub epoch: u64,
+    /// Executions started since the latest checkpoint (see [`Ctx::attempt`](crate::Ctx::attempt)).
+    pub attempt: u32,
+    /// The sequence number of the latest checkpoint (0: none).
+    pub latest_seq: u64,
+    /// The resumption value delivered to the latest checkpoint, when it is a
+    /// wait site whose signal was consumed (or whose deadline passed).
+    pub wake: Option<Wake>,
+    /// Creation time.
+    pub created_at: SystemTime,
+    /// Time of the last change.
+    pub updated_at: SystemTime,
+}
+
+impl RunRecord {
+    /// The user-facing status of this record.
+    pub fn status(&self) -> Status {
+        match &self.state {
+            RunState::Ready => Status::Running,
+            RunState::Waiting { signal, .. } => Status::Waiting {
+                signal: signal.clone(),
+            },
+            RunState::Sleeping { until } => Status::Sleeping { until: *until },
+            RunState::Completed { error: None, .. } => Status::Completed,
+            RunState::Completed {
+                error: Some(error), ..
+            } => Status::Failed {
+                error: error.clone(),
+            },
+            RunState::Failed { error } => Status::Failed {
+                error: error.to_string(),
+            },
+            RunState::Cancelled => Status::Cancelled,
+        }
+    }
+}
+
+/// The state machine of a run, as stored.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RunState {
+    /// May be executed: new, executing under a lease, released for a retry, or
+    /// left behind by a crashed worker (its lease then expires).
+    Ready,
+    /// Suspended until a signal with this name is stored, or the deadline passes.
+    Waiting {
+        /// The signal name.
+        signal: String,
+        /// The durable deadline of `wait_for_timeout`.
+        deadline: Option<SystemTime>,
+    },
+    /// Suspended until the timer is due.
+    Sleeping {
+        /// When it is due.
+        until: SystemTime,
+    },
+    /// Finished. `error` is set when the output is a `Result::Err` (the run
+    /// counts as failed, the output is still stored).
+    Completed {
+        /// The output, JSON.
+        output: Arc<[u8]>,
+        /// The error text of an `Err` output.
+        error: Option<String>,
+    },
+    /// Stopped by the runtime.
+    Failed {
+        /// Why.
+        error: Error,
+    },
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunState {
+    /// `true` for completed, failed and cancelled runs.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            RunState::Completed { .. } | RunState::Failed { .. } | RunState::Cancelled
+        )
+    }
+}
+
+/// Who holds a run, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The worker id.
+    pub worker: String,
+    /// The runtime instance inside that worker. Instance ids sort by the
+    /// instance's start time (`"{start nanos, 20 digits}-{pid}-{counter}"`), so a
+    /// restarted process with the same worker id, a newer instance, may take
+    /// its old runs at once.
+    pub instance: String,
+    /// When the lease expires unless renewed.
+    pub expires_at: SystemTime,
+}
+
+/// The proof of ownership a worker presents with every fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The worker id.
+    pub worker: Arc<str>,
+    /// The runtime instance.
+    pub instance: Arc<str>,
+    /// The fencing epoch handed out by the claim.
+    pub epoch: u64,
+}
+
+/// What a suspension site stores with its checkpoint, so that the run's state
+/// can be rebuilt from the checkpoint alone (by a fork, for example).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Suspend {
+    /// `ctx.wait_for` / `ctx.wait_for_timeout`.
+    Waiting {
+        /// The signal name.
+        signal: String,
+        /// The deadline, for `wait_for_timeout`.
+        deadline: Option<SystemTime>,
+    },
+    /// `ctx.sleep`.
+    Sleeping {
+        /// When the timer is due.
+        until: SystemTime,
+    },
+}
+
+/// One saved field of a checkpoint: its bytes are
+/// `data[offset..offset + len]` of the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldRecord {
+    /// The local's name.
+    pub name: Cow<'static, str>,
+    /// `std::any::type_name` of its type.
+    pub type_name: Cow<'static, str>,
+    /// Where its bytes start in [`CheckpointRecord::data`].
+    pub offset: usize,
+    /// How many bytes it has.
+    pub len: usize,
+}
+
+/// One checkpoint, as stored. Immutable once stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointRecord {
+    /// The run id.
+    pub run: Arc<str>,
+    /// Sequence number within the run: 1, 2, ...
+    pub seq: u64,
+    /// The site key (label, or position when unlabelled).
+    pub site_key: Cow<'static, str>,
+    /// The site's label.
+    pub label: Option<Cow<'static, str>>,
+    /// The site's index in the workflow's site table when it was stored.
+    pub site_index: u32,
+    /// Positions of the enclosing `for` loops, outermost first.
+    pub loops: Vec<u64>,
+    /// The fields, in order.
+    pub fields: Vec<FieldRecord>,
+    /// The fields' postcard bytes, concatenated.
+    pub data: Vec<u8>,
+    /// Set for suspension sites: the state the run enters with this checkpoint.
+    pub suspend: Option<Suspend>,
+    /// When it was stored.
+    pub created_at: SystemTime,
+    /// The schema key of each field, in the order of `fields` (see
+    /// [`Store::put_schemas`](super::Store::put_schemas)); `None`, or missing at the end, for a field
+    /// saved without a schema (its type could not be traced, it was saved by
+    /// hand-written code, or by a backend or version that did not keep them).
+    pub schemas: SchemaKeys,
+}
+
+/// The schema key of each field of a checkpoint (see
+/// [`CheckpointRecord::schemas`]); shared between checkpoints.
+pub type SchemaKeys = Arc<[Option<Cow<'static, str>>]>;
+
+impl CheckpointRecord {
+    /// Builds a record (for backends that load checkpoints from storage).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        run: Arc<str>,
+        seq: u64,
+        site_key: Cow<'static, str>,
+        label: Option<Cow<'static, str>>,
+        site_index: u32,
+        loops: Vec<u64>,
+        fields: Vec<FieldRecord>,
+        data: Vec<u8>,
+        suspend: Option<Suspend>,
+        created_at: SystemTime,
+    ) -> Self {
+        CheckpointRecord {
+            run,
+            seq,
+            site_key,
+            label,
+            site_index,
+            loops,
+            fields,
+            data,
+            suspend,
+            created_at,
+            schemas: SchemaKeys::default(),
+        }
+    }
+
+    /// Sets the schema keys of the fields (see [`CheckpointRecord::schemas`]).
+    pub fn with_schemas(mut self, schemas: impl Into<SchemaKeys>) -> Self {
+        self.schemas = schemas.into();
+        self
+    }
+
+    /// The schema key of field `i`, if one was recorded.
+    pub fn schema_key(&self, i: usize) -> Option<&str> {
+        self.schemas.get(i).and_then(|k| k.as_deref())
+    }
+
+    /// The bytes of field `i`, or `None` if there is no such field or the
+    /// record is inconsistent.
+    pub fn field_bytes(&self, i: usize) -> Option<&[u8]> {
+        let f = self.fields.get(i)?;
+        let end = f.offset.checked_add(f.len)?;
+        self.data.get(f.offset..end)
+    }
+
+    /// The state the run enters when this checkpoint is stored.
+    pub fn state(&self) -> RunState {
+        match &self.suspend {
+            None => RunState::Ready,
+            Some(Suspend::Waiting { signal, deadline }) => RunState::Waiting {
+                signal: signal.clone(),
+                deadline: *deadline,
+            },
+            Some(Suspend::Sleeping { until }) => RunState::Sleeping { until: *until },
+        }
+    }
+
+    /// A public description of this checkpoint.
+    pub fn info(&self) -> crate::CheckpointInfo {
+        crate::CheckpointInfo {
+            seq: self.seq,
+            label: self.label.as_ref().map(|l| l.to_string()),
+            site: self.site_key.to_string(),
+            created_at: self.created_at,
+            size: self.data.len(),
+            loops: self.loops.clone(),
+            fields: self
+                .fields
+                .iter()
+                .enumerate()
+                .map(|(i, f)| crate::FieldInfo {
+                    name: f.name.to_string(),
+                    type_name: f.type_name.to_string(),
+                    size: f.len,
+                    schema: self.schema_key(i).map(str::to_owned),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A signal stored for a run, not yet consumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalRecord {
+    /// The signal name.
+    pub name: String,
+    /// The payload, JSON.
+    pub payload: Arc<[u8]>,
+    /// When it was stored.
+    pub received_at: SystemTime,
+}
+
+/// The value a wait site resumes with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeValue {
+    /// A consumed signal.
+    Signal {
+        /// The signal name.
+        name: String,
+        /// The payload, JSON.
+        payload: Arc<[u8]>,
+    },
+    /// The deadline of `wait_for_timeout` passed.
+    TimedOut,
+}
+
+/// The resumption value of the checkpoint with sequence number `seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    /// The checkpoint it belongs to.
+    pub seq: u64,
+    /// The value.
+    pub value: WakeValue,
+}
+
+/// A run to create.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// The run id.
+    pub id: String,
+    /// The workflow name.
+    pub workflow: String,
+    /// The input, JSON.
+    pub input: Arc<[u8]>,
+}
+
+/// What [`Store::create_run`](super::Store::create_run) did.
+#[derive(Debug, Clone)]
+pub enum Created {
+    /// The run was created (and `Started` recorded).
+    New,
+    /// A run with this id already existed; nothing was changed.
+    Existing(Box<RunRecord>),
+}
+
+/// A request to claim runnable runs.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The claiming worker.
+    pub worker: Arc<str>,
+    /// The claiming runtime instance.
+    pub instance: Arc<str>,
+    /// The workflows this worker can execute.
+    pub workflows: Vec<&'static str>,
+    /// The lease duration.
+    pub ttl: Duration,
+    /// At most this many runs.
+    pub limit: usize,
+    /// Only this run (used by a handle driving its own run).
+    pub only: Option<String>,
+}
+
+/// A claimed run, with everything needed to execute it.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The run (after the claim: state `Ready`, lease set).
+    pub run: RunRecord,
+    /// The lease to present with fenced writes.
+    pub lease: Lease,
+    /// The latest checkpoint, if any.
+    pub checkpoint: Option<Arc<CheckpointRecord>>,
+}
+
+/// What [`Store::claim`](super::Store::claim) found.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimResult {
+    /// Runs now leased to the caller.
+    pub claimed: Vec<Claimed>,
+    /// Runnable runs the caller cannot execute: `(run id, workflow name)`.
+    pub unregistered: Vec<(String, String)>,
+}
+
+/// How an execution gives its run back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Release {
+    /// The run suspended (its state was set by the checkpoint); the attempt
+    /// counter is reset and `Suspended` recorded.
+    Suspend,
+    /// The execution failed in a retryable way; the run stays `Ready` and
+    /// `Retried` is recorded.
+    Retry {
+        /// Why.
+        reason: String,
+    },
+    /// The worker stops (shutdown); the run stays as it is, for anyone to take.
+    Abandon,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The workflow returned.
+    Completed {
+        /// The output, JSON.
+        output: Arc<[u8]>,
+        /// The error text of a `Result::Err` output.
+        error: Option<String>,
+    },
+    /// The runtime stopped the run.
+    Failed {
+        /// Why.
+        error: Error,
+    },
+}
+
+/// What [`Store::gc`](super::Store::gc) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GcReport {
+    /// Pruned checkpoints whose stored bytes were cut down to the part that
+    /// kept checkpoints still share.
+    pub checkpoints_compacted: u64,
+    /// Bytes dropped by that compaction.
+    pub bytes_compacted: u64,
+    /// Free pages given back to the file system.
+    pub pages_released: u64,
+    /// Whether the write-ahead log was folded into the main file and truncated.
+    pub wal_truncated: bool,
+    /// Size of the store's files before, in bytes (0 for a store without files).
+    pub bytes_before: u64,
+    /// Size of the store's files after, in bytes.
+    pub bytes_after: u64,
+}

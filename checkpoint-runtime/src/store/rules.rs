@@ -1,0 +1,356 @@
+//! The run-state rules: every transition of a run, as a function on its
+//! records ([`RunRecord`], its lease, its signals, its checkpoints), with no
+//! I/O. Every backend (memory, SQLite, PostgreSQL) loads the records, calls
+//! the rule and stores what it returns: what a transition does is defined
+//! here, once; a backend only maps it to its storage. The claim query of the
+//! SQL backends is the one rule written a second time, in SQL (it selects
+//! the rows [`lease_free`] and [`runnable`] accept), because a claim must
+//! pick its candidates inside the database.
+//!
+//! Times are passed in (`now`, the lease's expiry), so every rule is a pure
+//! function of its arguments.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{
+    CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release, RunRecord,
+    RunState, SignalRecord, Wake, WakeValue,
+};
+use crate::history::Event;
+use crate::Error;
+
+/// Create: a run just created by [`Store::create_run`](super::Store::create_run):
+/// ready, never claimed, no checkpoint yet. Returns it with its `Started`
+/// event.
+pub(crate) fn create(run: NewRun, now: SystemTime) -> (RunRecord, Event) {
+    let started = Event::Started {
+        workflow: run.workflow.clone(),
+    };
+    let rec = started_run(run.id, run.workflow, run.input, RunState::Ready, 0, now);
+    (rec, started)
+}
+
+/// Fork: the run `new_id` that [`Store::fork`](super::Store::fork) creates
+/// from checkpoint `cp` of run `from` (workflow and input as given): never
+/// claimed, its one checkpoint a copy of `cp` as seq 1, in the state that
+/// checkpoint carries. Returns the run, the copy and the `Forked` event both
+/// histories record.
+pub(crate) fn fork(
+    from: &str,
+    cp: &CheckpointRecord,
+    new_id: &str,
+    workflow: String,
+    input: Arc<[u8]>,
+    now: SystemTime,
+) -> (RunRecord, CheckpointRecord, Event) {
+    let event = Event::Forked {
+        from: from.to_owned(),
+        seq: cp.seq,
+        to: new_id.to_owned(),
+    };
+    let mut copy = cp.clone();
+    copy.run = Arc::from(new_id);
+    copy.seq = 1;
+    copy.created_at = now;
+    let rec = started_run(new_id.to_owned(), workflow, input, copy.state(), 1, now);
+    (rec, copy, event)
+}
+
+fn started_run(
+    id: String,
+    workflow: String,
+    input: Arc<[u8]>,
+    state: RunState,
+    latest_seq: u64,
+    now: SystemTime,
+) -> RunRecord {
+    RunRecord {
+        id,
+        workflow,
+        input,
+        state,
+        lease: None,
+        epoch: 0,
+        attempt: 0,
+        latest_seq,
+        wake: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// Whether a claim by `worker`/`instance` may take a run holding `lease`:
+/// there is none, it expired, or it is held by the same worker id under an
+/// *older* instance (a restart; see the claim rules in [`Store`](super::Store)'s
+/// docs).
+pub(crate) fn lease_free(
+    lease: Option<&LeaseInfo>,
+    worker: &str,
+    instance: &str,
+    now: SystemTime,
+) -> bool {
+    lease.is_none_or(|l| l.expires_at <= now || (l.worker == worker && *l.instance < *instance))
+}
+
+/// Whether a run in `state` may be executed now (its lease aside): it is
+/// `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored signal
+/// of that name (`has_signal`) or a passed deadline.
+pub(crate) fn runnable(state: &RunState, has_signal: bool, now: SystemTime) -> bool {
+    match state {
+        RunState::Ready => true,
+        RunState::Sleeping { until } => *until <= now,
+        RunState::Waiting { deadline, .. } => has_signal || deadline.is_some_and(|d| d <= now),
+        _ => false,
+    }
+}
+
+/// What a claim delivers to a run in `state`: for a waiting run, the oldest
+/// stored signal it waits for (consumed by the claim), or `TimedOut` when
+/// there is none; nothing for any other run.
+pub(crate) fn claim_wake(state: &RunState, signal: Option<SignalRecord>) -> Option<WakeValue> {
+    match state {
+        RunState::Waiting { .. } => Some(match signal {
+            Some(sig) => WakeValue::Signal {
+                name: sig.name,
+                payload: sig.payload,
+            },
+            None => WakeValue::TimedOut,
+        }),
+        _ => None,
+    }
+}
+
+/// Claim: a waiting run records `wake` (see [`claim_wake`]) for its latest
+/// checkpoint; the run becomes `Ready` under a new lease with the next epoch
+/// and attempt. Returns the lease.
+pub(crate) fn claim(
+    rec: &mut RunRecord,
+    req: &ClaimRequest,
+    wake: Option<WakeValue>,
+    expires_at: SystemTime,
+    now: SystemTime,
+) -> Lease {
+    if let (RunState::Waiting { .. }, Some(value)) = (&rec.state, wake) {
+        rec.wake = Some(Wake {
+            seq: rec.latest_seq,
+            value,
+        });
+    }
+    rec.state = RunState::Ready;
+    rec.epoch += 1;
+    rec.attempt = rec.attempt.saturating_add(1);
+    rec.lease = Some(LeaseInfo {
+        worker: req.worker.to_string(),
+        instance: req.instance.to_string(),
+        expires_at,
+    });
+    rec.updated_at = now;
+    Lease {
+        worker: req.worker.clone(),
+        instance: req.instance.clone(),
+        epoch: rec.epoch,
+    }
+}
+
+/// Fencing, applied to every write that presents `lease` (see [`Store`](super::Store)'s
+/// guarantees): [`Error::Cancelled`] for a cancelled run,
+/// [`Error::LeaseLost`] when the run is finished, its epoch moved on, or its
+/// lease is held by another worker or instance.
+pub(crate) fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error> {
+    if matches!(rec.state, RunState::Cancelled) {
+        return Err(Error::Cancelled { run: id.to_owned() });
+    }
+    let holds = rec.epoch == lease.epoch
+        && !rec.state.is_terminal()
+        && rec
+            .lease
+            .as_ref()
+            .is_some_and(|l| *l.instance == *lease.instance && *l.worker == *lease.worker);
+    if !holds {
+        return Err(Error::LeaseLost {
+            run: id.to_owned(),
+            worker: lease.worker.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Renew: the lease now expires at `expires_at`.
+pub(crate) fn renew(rec: &mut RunRecord, expires_at: SystemTime) {
+    if let Some(l) = rec.lease.as_mut() {
+        l.expires_at = expires_at;
+    }
+}
+
+/// Release: the run is given back (its lease cleared). `Suspend` resets the
+/// attempt counter (the state was set by the checkpoint); `Retry` leaves the
+/// run `Ready`. Returns the history event to record, if any.
+pub(crate) fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Option<Event> {
+    rec.lease = None;
+    rec.updated_at = now;
+    match how {
+        Release::Suspend => {
+            rec.attempt = 0;
+            let on = describe_suspension(&rec.state, now);
+            Some(Event::Suspended { on })
+        }
+        Release::Retry { reason } => {
+            rec.state = RunState::Ready;
+            let attempt = rec.attempt;
+            Some(Event::Retried { attempt, reason })
+        }
+        Release::Abandon => None,
+    }
+}
+
+/// Release of a run that was cancelled under its lease: only the lease is
+/// cleared (the release is not an error, and nothing is recorded).
+pub(crate) fn release_cancelled(rec: &mut RunRecord) {
+    rec.lease = None;
+}
+
+/// The checkpoint a run may store next: seq `latest + 1`, or an internal
+/// error.
+pub(crate) fn check_next_seq(rec: &RunRecord, cp: &CheckpointRecord) -> Result<(), Error> {
+    if cp.seq != rec.latest_seq + 1 {
+        return Err(Error::internal(format!(
+            "run `{}`: checkpoint #{} stored out of order (latest is #{})",
+            cp.run, cp.seq, rec.latest_seq
+        )));
+    }
+    Ok(())
+}
+
+/// Save, and suspend: storing checkpoint `cp` moves the run to the state the
+/// checkpoint carries ([`CheckpointRecord::state`]: `Ready`, or `Waiting` /
+/// `Sleeping` for a suspension site), resets the attempt counter to 1 and
+/// clears the wake value.
+pub(crate) fn save_checkpoint(rec: &mut RunRecord, cp: &CheckpointRecord) {
+    rec.latest_seq = cp.seq;
+    rec.state = cp.state();
+    rec.attempt = 1;
+    rec.wake = None;
+    rec.updated_at = cp.created_at;
+}
+
+/// Retention: the oldest seq kept once checkpoint `seq` is stored with
+/// `keep` (the latest is always kept).
+pub(crate) fn retention_floor(seq: u64, keep: usize) -> u64 {
+    seq.saturating_sub(keep.max(1) as u64).saturating_add(1)
+}
+
+/// Consume a signal: `sig`, taken from the run's stored signals, becomes the
+/// wake value of the latest checkpoint; the run is `Ready`.
+pub(crate) fn consume_signal(rec: &mut RunRecord, sig: &SignalRecord, now: SystemTime) {
+    wake(
+        rec,
+        WakeValue::Signal {
+            name: sig.name.clone(),
+            payload: sig.payload.clone(),
+        },
+        now,
+    );
+}
+
+/// Time out: the deadline of the latest (wait) checkpoint passed: wake value
+/// `TimedOut`, state `Ready`.
+pub(crate) fn time_out(rec: &mut RunRecord, now: SystemTime) {
+    wake(rec, WakeValue::TimedOut, now);
+}
+
+fn wake(rec: &mut RunRecord, value: WakeValue, now: SystemTime) {
+    rec.wake = Some(Wake {
+        seq: rec.latest_seq,
+        value,
+    });
+    rec.state = RunState::Ready;
+    rec.updated_at = now;
+}
+
+/// Reject a signal: the consumed signal of the wake value is discarded (its
+/// payload was unusable) and the run goes back to the state of its latest
+/// checkpoint (`latest`, when there is one). Returns the `SignalRejected`
+/// event to record when there was a consumed signal.
+pub(crate) fn reject_signal(
+    rec: &mut RunRecord,
+    reason: String,
+    latest: Option<&CheckpointRecord>,
+    now: SystemTime,
+) -> Option<Event> {
+    let event = match rec.wake.take() {
+        Some(Wake {
+            value: WakeValue::Signal { name, .. },
+            ..
+        }) => Some(Event::SignalRejected { name, reason }),
+        _ => None,
+    };
+    if let Some(cp) = latest {
+        rec.state = cp.state();
+    }
+    rec.updated_at = now;
+    event
+}
+
+/// Finish and fail: the run ends with `outcome` (completed, possibly with an
+/// `Err` output, or failed by the runtime); its lease is cleared. Returns
+/// the `Completed` or `Failed` event.
+pub(crate) fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> Event {
+    let (state, event) = match outcome {
+        Outcome::Completed { output, error } => {
+            let event = match &error {
+                None => Event::Completed,
+                Some(err) => Event::Failed { error: err.clone() },
+            };
+            (RunState::Completed { output, error }, event)
+        }
+        Outcome::Failed { error } => {
+            let event = Event::Failed {
+                error: error.to_string(),
+            };
+            (RunState::Failed { error }, event)
+        }
+    };
+    rec.state = state;
+    rec.lease = None;
+    rec.updated_at = now;
+    event
+}
+
+/// Cancel: a run that is not finished becomes `Cancelled`, its lease
+/// cleared. Returns the `Cancelled` event, or `None` (nothing changed) for a
+/// finished run.
+pub(crate) fn cancel(rec: &mut RunRecord, now: SystemTime) -> Option<Event> {
+    if rec.state.is_terminal() {
+        return None;
+    }
+    rec.state = RunState::Cancelled;
+    rec.lease = None;
+    rec.updated_at = now;
+    Some(Event::Cancelled)
+}
+
+/// How a suspended run's state reads in its `Suspended` history event.
+pub(crate) fn describe_suspension(state: &RunState, now: SystemTime) -> String {
+    match state {
+        RunState::Waiting {
+            signal,
+            deadline: None,
+        } => format!("waiting for signal `{signal}`"),
+        RunState::Waiting {
+            signal,
+            deadline: Some(d),
+        } => match d.duration_since(now) {
+            Ok(left) => format!(
+                "waiting for signal `{signal}` (times out in {:.3}s)",
+                left.as_secs_f64()
+            ),
+            Err(_) => format!("waiting for signal `{signal}` (deadline passed)"),
+        },
+        RunState::Sleeping { until } => match until.duration_since(now) {
+            Ok(left) => format!("sleeping for {:.3}s", left.as_secs_f64()),
+            Err(_) => "sleeping (timer due)".to_owned(),
+        },
+        other => format!("{other:?}"),
+    }
+}

@@ -1,0 +1,383 @@
+//! The write operations of [`SqliteStore`](super::SqliteStore): each runs
+//! inside the writer's batch transaction, through a [`TxnCtx`], and applies a
+//! rule of [`rules`] to the run's head.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rusqlite::params;
+
+use super::checkpoints::chain::{load_seq, prune};
+use super::error::{Fail, R};
+use super::runs::{consume_signal, delete_signal, fetch_run, insert_run, oldest_signal, run_ord};
+use super::writer::cache::Head;
+use super::writer::deferred::HeadUpdate;
+use super::writer::txn::{checkpoint_row, TxnCtx};
+use crate::history::Event;
+use crate::store::rules;
+use crate::store::sql::run_row::{state_code, READY};
+use crate::store::sql::{from_ts, to_i64, ts, ts_after};
+use crate::store::{
+    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
+    RunState, SignalRecord,
+};
+use crate::Error;
+
+pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
+    if let Some((_, rec)) = fetch_run(cx.conn, &run.id)? {
+        return Ok(Created::Existing(Box::new(rec)));
+    }
+    cx.begin()?;
+    let now = SystemTime::now();
+    let (mut rec, started) = rules::create(run, now);
+    let ord = insert_run(cx.conn, &rec)?;
+    cx.event(ord, now, &started)?;
+    rec.input = Arc::from(&[][..]);
+    let key: Arc<str> = Arc::from(rec.id.as_str());
+    cx.put(
+        key,
+        Head {
+            ord,
+            rec,
+            stored: READY,
+            latest_id: 0,
+            floor: 1,
+            pruned: 1,
+            prev: None,
+        },
+    );
+    cx.bump = true;
+    Ok(Created::New)
+}
+
+pub(super) const CLAIMABLE: &str = "state < 3 \
+     AND (lease_worker IS NULL OR lease_expires <= ?1 \
+          OR (lease_worker = ?2 AND lease_instance < ?3)) \
+     AND (state = 0 \
+          OR (state = 2 AND due <= ?1) \
+          OR (state = 1 AND (due <= ?1 OR EXISTS \
+              (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal))))";
+
+pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult> {
+    let mut out = ClaimResult::default();
+    if req.limit == 0 {
+        return Ok(out);
+    }
+    let now = SystemTime::now();
+    let now_i = ts(now);
+    // The candidates, in creation order, up to `limit` the caller can run.
+    let mut picked: Vec<String> = Vec::new();
+    {
+        let sql = match req.only {
+            Some(_) => format!("SELECT id, workflow FROM runs WHERE {CLAIMABLE} AND id = ?4"),
+            None => format!("SELECT id, workflow FROM runs WHERE {CLAIMABLE} ORDER BY ord"),
+        };
+        let mut stmt = cx.conn.prepare_cached(&sql)?;
+        let mut rows = match &req.only {
+            Some(only) => stmt.query(params![now_i, &*req.worker, &*req.instance, only])?,
+            None => stmt.query(params![now_i, &*req.worker, &*req.instance])?,
+        };
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(0)?;
+            let workflow: String = row.get(1)?;
+            if !req.workflows.iter().any(|w| *w == workflow) {
+                out.unregistered.push((id, workflow));
+                continue;
+            }
+            picked.push(id);
+            if picked.len() >= req.limit {
+                break;
+            }
+        }
+    }
+    if picked.is_empty() {
+        return Ok(out);
+    }
+    cx.begin()?;
+    let expires = from_ts(ts_after(now, req.ttl));
+    for id in picked {
+        let mut h = cx.head(&id)?;
+        let input: Vec<u8> = cx
+            .conn
+            .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
+            .query_row([h.ord], |r| r.get(0))?;
+        // The query picked the run as the claim rules define it; a waiting
+        // run consumes the oldest signal it waits for.
+        let signal = match &h.rec.state {
+            RunState::Waiting { signal, .. } => consume_signal(cx.conn, h.ord, signal)?,
+            _ => None,
+        };
+        let wake = rules::claim_wake(&h.rec.state, signal);
+        let lease = rules::claim(&mut h.rec, &req, wake, expires, now);
+        cx.save_run(&mut h)?;
+        let checkpoint = cx.latest(&mut h)?.map(|l| l.cp.clone());
+        let mut run = h.rec.clone();
+        run.input = input.into();
+        out.claimed.push(Claimed {
+            lease,
+            run,
+            checkpoint,
+        });
+        cx.put(Arc::from(id.as_str()), h);
+    }
+    Ok(out)
+}
+
+pub(super) fn op_renew(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<()> {
+    let mut h = cx.fenced(id, lease)?;
+    rules::renew(&mut h.rec, from_ts(ts_after(SystemTime::now(), ttl)));
+    // One statement: no savepoint.
+    cx.save_run(&mut h)?;
+    cx.put(Arc::from(id), h);
+    Ok(())
+}
+
+pub(super) fn op_release(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> {
+    let mut h = match cx.fenced(id, lease) {
+        Ok(h) => h,
+        Err(Fail::Err(e)) if matches!(*e, Error::Cancelled { .. }) => {
+            let mut h = cx.head(id)?;
+            rules::release_cancelled(&mut h.rec);
+            cx.save_run(&mut h)?;
+            cx.put(Arc::from(id), h);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    cx.begin()?;
+    let now = SystemTime::now();
+    if let Some(event) = rules::release(&mut h.rec, how, now) {
+        cx.event(h.ord, now, &event)?;
+    }
+    cx.save_run(&mut h)?;
+    cx.put(Arc::from(id), h);
+    cx.bump = true;
+    Ok(())
+}
+
+pub(super) fn op_save(
+    cx: &mut TxnCtx<'_>,
+    lease: &Lease,
+    cp: Arc<CheckpointRecord>,
+    keep: Option<usize>,
+) -> R<()> {
+    let mut h = cx.fenced(&cp.run, lease)?;
+    if let Err(e) = rules::check_next_seq(&h.rec, &cp) {
+        cx.put(cp.run.clone(), h);
+        return Err(e.into());
+    }
+    // The previous checkpoint, to share the bytes of unchanged fields.
+    cx.latest(&mut h)?;
+    let state = cp.state();
+    // A plain checkpoint leaves the run row alone: its latest seq and time
+    // are read from the checkpoint.
+    let row_changes = h.rec.state != state || h.rec.attempt != 1 || h.rec.wake.is_some();
+    let floor = match keep {
+        Some(keep) => h.floor.max(rules::retention_floor(cp.seq, keep)),
+        None => h.floor,
+    };
+    // Hidden rows are cut down in steps of a quarter of `keep`, so that the
+    // chain is walked about twice per checkpoint on average.
+    let prunes = keep.is_some_and(|keep| floor - h.pruned >= (keep as u64 / 4).max(1));
+    if row_changes || prunes {
+        cx.begin()?;
+    }
+    let shape = match cx.known_shape(&cp, h.prev.as_ref()) {
+        Some((id, _)) => id,
+        None => cx.shape_id(&cp)?,
+    };
+    let (row, located) = checkpoint_row(cx, h.ord, &cp, h.prev.as_ref(), shape, floor, false)?;
+    let pruned = if prunes { floor } else { h.pruned };
+    let head = HeadUpdate {
+        run: h.ord,
+        latest: row.id,
+        pruned: to_i64(pruned, "seq")?,
+    };
+    // Nothing fails after this without a savepoint: a plain checkpoint's row
+    // and head are written with the batch's (see `deferred`).
+    cx.cache.deferred.push_row(row);
+    cx.cache.deferred.push_head(head);
+    rules::save_checkpoint(&mut h.rec, &cp);
+    if row_changes {
+        cx.save_run(&mut h)?;
+    }
+    if prunes {
+        // Pruning walks the run's rows in the table, the new one included.
+        cx.flush()?;
+        prune(cx.conn, h.ord, h.pruned, floor)?;
+    }
+    h.latest_id = to_i64(located.id, "row id")?;
+    h.floor = floor;
+    h.pruned = pruned;
+    if let Some(mut old) = h.prev.replace(located) {
+        cx.cache.recycle_locs(std::mem::take(&mut old.locs));
+        cx.cache.garbage.push(old);
+    }
+    cx.put(cp.run.clone(), h);
+    Ok(())
+}
+
+pub(super) fn op_take_signal(
+    cx: &mut TxnCtx<'_>,
+    id: &str,
+    lease: &Lease,
+    name: &str,
+) -> R<Option<SignalRecord>> {
+    let mut h = cx.fenced(id, lease)?;
+    let Some(sid) = oldest_signal(cx.conn, h.ord, name)? else {
+        cx.put(Arc::from(id), h);
+        return Ok(None);
+    };
+    cx.begin()?;
+    let sig = delete_signal(cx.conn, sid)?;
+    rules::consume_signal(&mut h.rec, &sig, SystemTime::now());
+    cx.save_run(&mut h)?;
+    cx.put(Arc::from(id), h);
+    Ok(Some(sig))
+}
+
+pub(super) fn op_time_out(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease) -> R<()> {
+    let mut h = cx.fenced(id, lease)?;
+    rules::time_out(&mut h.rec, SystemTime::now());
+    // One statement: no savepoint.
+    cx.save_run(&mut h)?;
+    cx.put(Arc::from(id), h);
+    Ok(())
+}
+
+pub(super) fn op_reject(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, reason: String) -> R<()> {
+    let mut h = cx.fenced(id, lease)?;
+    cx.begin()?;
+    let now = SystemTime::now();
+    let latest = cx.latest(&mut h)?.map(|l| l.cp.clone());
+    if let Some(event) = rules::reject_signal(&mut h.rec, reason, latest.as_deref(), now) {
+        cx.event(h.ord, now, &event)?;
+    }
+    cx.save_run(&mut h)?;
+    cx.put(Arc::from(id), h);
+    Ok(())
+}
+
+pub(super) fn op_finish(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, outcome: Outcome) -> R<()> {
+    let mut h = cx.fenced(id, lease)?;
+    cx.begin()?;
+    let now = SystemTime::now();
+    let event = rules::finish(&mut h.rec, outcome, now);
+    cx.save_run(&mut h)?;
+    cx.event(h.ord, now, &event)?;
+    // A finished run is not written again: its head is not kept.
+    cx.bump = true;
+    Ok(())
+}
+
+pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
+    let mut h = cx.head(id)?;
+    if h.rec.state.is_terminal() {
+        return Ok(false);
+    }
+    cx.begin()?;
+    let now = SystemTime::now();
+    let Some(event) = rules::cancel(&mut h.rec, now) else {
+        return Ok(false);
+    };
+    cx.save_run(&mut h)?;
+    cx.event(h.ord, now, &event)?;
+    cx.bump = true;
+    Ok(true)
+}
+
+/// The `ord` of run `id`, from the cache when it is there.
+pub(super) fn ord_of(cx: &TxnCtx<'_>, id: &str) -> R<i64> {
+    match cx.cache.heads.get(id) {
+        Some(h) => Ok(h.ord),
+        None => run_ord(cx.conn, id),
+    }
+}
+
+pub(super) fn op_put_signal(cx: &mut TxnCtx<'_>, id: &str, name: &str, payload: &[u8]) -> R<()> {
+    let ord = ord_of(cx, id)?;
+    cx.begin()?;
+    let now = SystemTime::now();
+    cx.conn
+        .prepare_cached(
+            "INSERT INTO signals (run, name, payload, received_at) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![ord, name, payload, ts(now)])?;
+    cx.event(
+        ord,
+        now,
+        &Event::SignalReceived {
+            name: name.to_owned(),
+        },
+    )?;
+    cx.bump = true;
+    Ok(())
+}
+
+pub(super) fn op_append_event(cx: &mut TxnCtx<'_>, id: &str, event: &Event) -> R<()> {
+    let ord = ord_of(cx, id)?;
+    // One statement: no savepoint.
+    cx.event(ord, SystemTime::now(), event)
+}
+
+pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -> R<()> {
+    if ord_of(cx, new_id).is_ok() {
+        return Err(Error::AlreadyExists {
+            run: new_id.to_owned(),
+        }
+        .into());
+    }
+    let mut src = cx.head(from)?;
+    // Only kept checkpoints can be forked.
+    let kept = seq >= src.floor && seq <= src.rec.latest_seq && seq > 0;
+    let found = if !kept {
+        None
+    } else if seq == src.rec.latest_seq {
+        cx.latest(&mut src)?.map(|l| l.cp.clone())
+    } else {
+        load_seq(cx.conn, src.ord, &Arc::from(from), seq)?.map(|l| l.cp)
+    };
+    let (src_ord, workflow) = (src.ord, src.rec.workflow.clone());
+    cx.put(Arc::from(from), src);
+    let cp = found.ok_or_else(|| Error::UnknownCheckpoint {
+        run: from.to_owned(),
+        seq,
+    })?;
+    cx.begin()?;
+    let now = SystemTime::now();
+    let input: Vec<u8> = cx
+        .conn
+        .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
+        .query_row([src_ord], |r| r.get(0))?;
+    let (mut rec, copy, forked) = rules::fork(from, &cp, new_id, workflow, input.into(), now);
+    cx.event(src_ord, now, &forked)?;
+    let id = copy.run.clone();
+    let ord = insert_run(cx.conn, &rec)?;
+    let copy = Arc::new(copy);
+    let shape = cx.shape_id(&copy)?;
+    let (row, located) = checkpoint_row(cx, ord, &copy, None, shape, 1, true)?;
+    let latest_id = row.id;
+    cx.cache.deferred.push_row(row);
+    cx.cache.deferred.push_head(HeadUpdate {
+        run: ord,
+        latest: latest_id,
+        pruned: 1,
+    });
+    cx.event(ord, now, &forked)?;
+    rec.input = Arc::from(&[][..]);
+    let stored = state_code(&rec.state);
+    cx.put(
+        id,
+        Head {
+            ord,
+            rec,
+            stored,
+            latest_id,
+            floor: 1,
+            pruned: 1,
+            prev: Some(located),
+        },
+    );
+    cx.bump = true;
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! Reads: each runs in one read transaction on a reader connection, on a
+//! reader thread.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::SystemTime;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::checkpoints::chain::{load_latest, load_seq, read_head, WALK};
+use super::checkpoints::refs::{Shape, Sources};
+use super::checkpoints::rows::{decode_checkpoint, CpRow, CP_COLS};
+use super::error::{corrupt, to_u64, R};
+use super::runs::{run_ord, RawRun, RUN_SELECT};
+use crate::history::{Event, HistoryEntry};
+use crate::status::RunFilter;
+use crate::store::sql::run_row::{status_code, COMPLETED, FAILED, SLEEPING, WAITING};
+use crate::store::sql::{from_ts, to_i64};
+use crate::store::{CheckpointRecord, RunRecord, SignalRecord};
+
+pub(super) type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
+
+pub(super) fn reader_loop(mut conn: Connection, rx: Arc<Mutex<mpsc::Receiver<ReadJob>>>) {
+    loop {
+        let job = {
+            let guard = rx.lock().unwrap_or_else(|e| e.into_inner());
+            match guard.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
+        job(&mut conn);
+    }
+}
+
+pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<RunRecord>> {
+    // A completed run with an `Err` output counts as failed.
+    let sql = format!(
+        "{RUN_SELECT} \
+         WHERE (?1 IS NULL OR r.workflow = ?1) \
+           AND (?2 IS NULL OR substr(r.id, 1, length(?2)) = ?2) \
+           AND (?3 IS NULL OR (CASE WHEN r.state = {COMPLETED} AND r.error IS NOT NULL \
+                                    THEN {FAILED} ELSE r.state END) = ?3) \
+         ORDER BY r.ord LIMIT ?4"
+    );
+    let limit = filter
+        .limit
+        .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let raws: Vec<RawRun> = conn
+        .prepare_cached(&sql)?
+        .query_map(
+            params![
+                filter.workflow,
+                filter.id_prefix,
+                filter.status.map(status_code),
+                limit
+            ],
+            RawRun::from_full_row,
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    raws.into_iter()
+        .map(|r| r.into_record().map(|(_, rec)| rec))
+        .collect()
+}
+
+pub(super) fn read_signals(conn: &Connection, id: &str) -> R<Vec<SignalRecord>> {
+    let ord = run_ord(conn, id)?;
+    let rows: Vec<(String, Vec<u8>, i64)> = conn
+        .prepare_cached(
+            "SELECT name, payload, received_at FROM signals WHERE run = ?1 ORDER BY id",
+        )?
+        .query_map([ord], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, payload, at)| SignalRecord {
+            name,
+            payload: payload.into(),
+            received_at: from_ts(at),
+        })
+        .collect())
+}
+
+pub(super) fn read_latest(conn: &Connection, id: &str) -> R<Option<Arc<CheckpointRecord>>> {
+    let ord = run_ord(conn, id)?;
+    Ok(load_latest(conn, ord, &Arc::from(id))?.map(|l| l.cp))
+}
+
+pub(super) fn read_checkpoint(
+    conn: &Connection,
+    id: &str,
+    seq: u64,
+) -> R<Option<Arc<CheckpointRecord>>> {
+    let ord = run_ord(conn, id)?;
+    let kept = match read_head(conn, ord)? {
+        Some((_, latest, floor)) => (floor..=latest).contains(&seq),
+        None => false,
+    };
+    if !kept {
+        return Ok(None);
+    }
+    Ok(load_seq(conn, ord, &Arc::from(id), seq)?.map(|l| l.cp))
+}
+
+pub(super) fn read_checkpoints(conn: &Connection, id: &str) -> R<Vec<Arc<CheckpointRecord>>> {
+    let ord = run_ord(conn, id)?;
+    let Some((latest, _, floor)) = read_head(conn, ord)? else {
+        return Ok(Vec::new());
+    };
+    let run: Arc<str> = Arc::from(id);
+    let rows: Vec<CpRow> = conn
+        .prepare_cached(&format!(
+            "{WALK} SELECT {CP_COLS} FROM walk w JOIN checkpoints c ON c.id = w.id \
+             JOIN shapes s ON s.id = c.shape WHERE c.seq >= ?2 ORDER BY c.seq"
+        ))?
+        .query_map(params![latest, to_i64(floor, "seq")?], CpRow::from_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut sources = Sources::default();
+    rows.into_iter()
+        .map(|row| decode_checkpoint(conn, ord, &run, row, &mut sources).map(|l| l.cp))
+        .collect()
+}
+
+/// `(at, event JSON)` of a `history` row, or `(at, seq, shape)` of a
+/// checkpoint row.
+pub(super) type HistoryRow = (i64, Option<String>, Option<i64>, Option<i64>);
+
+pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> {
+    let ord = run_ord(conn, id)?;
+    // `CheckpointSaved` events are the checkpoint rows (kept, hidden or stubs).
+    let latest: Option<i64> = conn
+        .prepare_cached("SELECT latest FROM heads WHERE run = ?1")?
+        .query_row([ord], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let rows: Vec<HistoryRow> = conn
+        .prepare_cached(&format!(
+            "{WALK} SELECT id, at, event, NULL, NULL FROM history WHERE run = ?3 \
+             UNION ALL \
+             SELECT c.id, c.created_at, NULL, c.seq, c.shape \
+             FROM walk w JOIN checkpoints c ON c.id = w.id WHERE c.quiet IS NULL \
+             ORDER BY 1"
+        ))?
+        .query_map(params![latest, 0, ord], |r| {
+            Ok((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut labels: HashMap<i64, Option<String>> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for (at, event, seq, shape) in rows {
+        let event = match (event, seq, shape) {
+            (Some(event), _, _) => serde_json::from_str(&event)
+                .map_err(|e| corrupt(format_args!("run `{id}`: undecodable history event: {e}")))?,
+            (None, Some(seq), Some(shape)) => {
+                let label = match labels.get(&shape) {
+                    Some(label) => label.clone(),
+                    None => {
+                        let body: Vec<u8> = conn
+                            .prepare_cached("SELECT body FROM shapes WHERE id = ?1")?
+                            .query_row([shape], |r| r.get(0))?;
+                        let s: Shape<'_> = postcard::from_bytes(&body)
+                            .map_err(|_| corrupt(format_args!("shape {shape} is undecodable")))?;
+                        let label = s.label.map(Cow::into_owned);
+                        labels.insert(shape, label.clone());
+                        label
+                    }
+                };
+                Event::CheckpointSaved {
+                    seq: to_u64(seq, "seq")?,
+                    label,
+                }
+            }
+            _ => return Err(corrupt(format_args!("run `{id}`: bad history row"))),
+        };
+        out.push(HistoryEntry {
+            at: from_ts(at),
+            event,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn read_next_wakeup(conn: &Connection) -> R<Option<SystemTime>> {
+    let t: Option<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT min(CASE WHEN lease_worker IS NOT NULL THEN lease_expires \
+                             WHEN state IN ({WAITING}, {SLEEPING}) THEN due END) \
+             FROM runs WHERE state < 3"
+        ))?
+        .query_row([], |r| r.get(0))?;
+    Ok(t.map(from_ts))
+}

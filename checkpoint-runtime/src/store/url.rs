@@ -1,0 +1,138 @@
+//! Store URLs, parsed in one place: [`StoreUrl`] names the backend a URL
+//! picks, [`redact_url`] hides its password for messages.
+
+use std::path::PathBuf;
+
+use crate::Error;
+
+/// The spellings of the in-memory store.
+const MEMORY: &[&str] = &[":memory:", "memory:", "memory://", "mem:"];
+
+/// A store URL, parsed: which backend it names and where.
+///
+/// ```
+/// use checkpoint_runtime::store::StoreUrl;
+///
+/// assert_eq!(StoreUrl::parse(":memory:").unwrap(), StoreUrl::Memory);
+/// assert_eq!(
+///     StoreUrl::parse("sqlite://runs.db").unwrap(),
+///     StoreUrl::Sqlite("runs.db".into())
+/// );
+/// assert_eq!(
+///     StoreUrl::parse("postgres://app@db/prod").unwrap(),
+///     StoreUrl::Postgres("postgres://app@db/prod".into())
+/// );
+/// assert!(StoreUrl::parse("sqlite://").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreUrl {
+    /// `":memory:"`, `"memory:"`, `"memory://"` or `"mem:"`: a fresh
+    /// in-memory store.
+    Memory,
+    /// Anything else: an SQLite file path, optionally written
+    /// `sqlite://path` or `sqlite:path`.
+    Sqlite(PathBuf),
+    /// `postgres://...` or `postgresql://...`, kept whole (the backend reads
+    /// its own options from it).
+    Postgres(String),
+}
+
+impl StoreUrl {
+    /// Parses a store URL; [`Error::UnsupportedStore`] for an empty SQLite
+    /// path.
+    pub fn parse(url: &str) -> Result<StoreUrl, Error> {
+        if MEMORY.contains(&url.trim()) {
+            return Ok(StoreUrl::Memory);
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres(url.to_owned()));
+        }
+        // Anything else is an SQLite file: `path.db` or `sqlite://path.db`.
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        if path.is_empty() {
+            return Err(Error::UnsupportedStore {
+                url: url.to_owned(),
+                reason: "empty SQLite file path".to_owned(),
+            });
+        }
+        Ok(StoreUrl::Sqlite(PathBuf::from(path)))
+    }
+}
+
+/// A store URL fit for messages and logs: every password in it is replaced
+/// by `***`: the one of `scheme://user:password@host/...` (up to the first
+/// `@`, as tokio-postgres reads it, so a password holding `/` or `?` is
+/// hidden whole), a `password=...` query parameter, and a
+/// `password=...` pair of a `key=value` connection string. Anything else is
+/// returned as it is.
+///
+/// ```
+/// use checkpoint_runtime::store::redact_url;
+///
+/// assert_eq!(
+///     redact_url("postgres://app:s3cret@db.internal/prod"),
+///     "postgres://app:***@db.internal/prod"
+/// );
+/// assert_eq!(
+///     redact_url("postgres://app@db/prod?sslmode=disable&password=s3cret"),
+///     "postgres://app@db/prod?sslmode=disable&password=***"
+/// );
+/// assert_eq!(
+///     redact_url("host=db user=app password='s3 cret' dbname=prod"),
+///     "host=db user=app password=*** dbname=prod"
+/// );
+/// assert_eq!(
+///     redact_url("postgres://app:pa/ss?w@db/prod"),
+///     "postgres://app:***@db/prod"
+/// );
+/// assert_eq!(redact_url("runs.db"), "runs.db");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let shown = match url.find("://") {
+        Some(scheme_end) => redact_userinfo(url, scheme_end + 3),
+        None => url.to_owned(),
+    };
+    redact_password_pairs(&shown)
+}
+
+/// Hides the password of the `user:password@` part that starts at `from`.
+fn redact_userinfo(url: &str, from: usize) -> String {
+    let rest = &url[from..];
+    // The user info ends at the first `@` (tokio-postgres reads it so), not
+    // at the first `/` or `?`: a password may hold those unencoded.
+    let Some(at) = rest.find('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..from], &rest[..colon], &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Hides the value of every `password=` pair, in a query string (up to `&`)
+/// or a `key=value` string (up to a space, or a quoted value).
+fn redact_password_pairs(text: &str) -> String {
+    const KEY: &str = "password=";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(KEY) {
+        let starts_pair = i == 0 || matches!(rest.as_bytes()[i - 1], b'?' | b'&' | b' ');
+        out.push_str(&rest[..i + KEY.len()]);
+        rest = &rest[i + KEY.len()..];
+        if !starts_pair {
+            continue;
+        }
+        let end = match rest.strip_prefix('\'') {
+            Some(quoted) => quoted.find('\'').map_or(rest.len(), |q| q + 2),
+            None => rest.find(['&', ' ']).unwrap_or(rest.len()),
+        };
+        out.push_str("***");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
