@@ -10,7 +10,7 @@ async fn fifty(ctx: &Ctx, n: u64) -> u64 {
         let mut j = 0u64;
         while j < i {
             j += 1;
-            total += j * 1;
+            total += j;
             checkpoint!("g0_c0");
             checkpoint!("g0_c1");
             checkpoint!("g0_c2");

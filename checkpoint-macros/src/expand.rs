@@ -87,8 +87,8 @@ fn generate(
         .iter()
         .enumerate()
         .filter(|(_, b)| !b.transient && !b.saved_at.is_empty())
-        .map(|(id, _)| {
-            let slot = Lowerer::slot_ident(id);
+        .map(|(_, b)| {
+            let slot = &b.slot;
             quote!(let mut #slot = #rt::Slot::new();)
         });
     let wait_slots = sites
@@ -139,7 +139,8 @@ fn generate(
 
         impl #ty {
             #[doc(hidden)]
-            #[allow(unused_mut, unused_variables, unreachable_code, clippy::all)]
+            // No blanket `allow` here: the user's own code keeps its lints;
+            // the generated statements carry the `allow`s they need.
             async fn #body_fn(
                 mut #frame: #rt::Frame,
                 #input: ::core::option::Option<#input_ty>,
@@ -199,18 +200,33 @@ fn field_names(bindings: &[Binding], layout: &SiteLayout) -> Vec<String> {
     out
 }
 
-/// One trait per saved local, implemented for every serializable type: a local
-/// that cannot be saved fails this bound and the error names it and its sites.
+/// One marker trait per saved local, implemented for every type that can be
+/// saved: a local that cannot be saved fails this bound, with the message
+/// that names it and its sites (see the runtime's `save` module).
 fn save_traits<'a>(
     sites: &'a [Site],
     bindings: &'a [Binding],
 ) -> impl Iterator<Item = TokenStream> + 'a {
     let rt = quote!(::checkpoint_runtime::__private);
-    bindings.iter().enumerate().filter(|(_, b)| !b.transient && !b.saved_at.is_empty()).map(move |(id, b)| {
-        let trait_ident = Lowerer::save_trait_ident(id);
-        let name = b.ident.to_string();
+    // One trait per name, listing the sites of every local of that name.
+    let mut by_trait: Vec<(&Binding, Vec<u32>)> = Vec::new();
+    for b in bindings
+        .iter()
+        .filter(|b| !b.transient && !b.saved_at.is_empty())
+    {
+        match by_trait
+            .iter_mut()
+            .find(|(first, _)| first.save_trait == b.save_trait)
+        {
+            Some((_, at)) => at.extend(&b.saved_at),
+            None => by_trait.push((b, b.saved_at.clone())),
+        }
+    }
+    by_trait.into_iter().map(move |(b, saved_at)| {
+        let trait_ident = &b.save_trait;
+        let name = b.field_name();
         let mut where_saved: Vec<String> = Vec::new();
-        for s in &b.saved_at {
+        for s in &saved_at {
             let d = sites[*s as usize].describe();
             if !where_saved.contains(&d) {
                 where_saved.push(d);
@@ -221,25 +237,18 @@ fn save_traits<'a>(
             "local `{name}` is live across {where_saved}, but `{{Self}}` cannot be saved in a checkpoint"
         );
         let label = format!("`{name}` is saved here");
+        let local = b.ident.to_string();
         let note = format!(
-            "locals used after a checkpoint are saved with serde: derive `Serialize` and `Deserialize` for its type, or declare it `#[transient] let {name} = ...;` so it is re-created on resume; a reference cannot be saved: own the value, or borrow again after the checkpoint"
+            "locals used after a checkpoint are saved with serde: derive `Serialize` and `Deserialize` for its type, or declare it `#[transient] let {local} = ...;` so it is re-created on resume; a reference cannot be saved: own the value, or borrow again after the checkpoint"
         );
         quote! {
             #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
             trait #trait_ident: ::core::marker::Sized {
-                fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error>;
-                fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error>;
-                fn __cp_snapshot(&self) -> ::core::result::Result<#rt::Encoded, ::checkpoint_runtime::Error>;
+                fn __cp_ops(_: #rt::TypeOf<Self>) -> #rt::SaveOps<Self>;
             }
-            impl<T: #rt::serde::Serialize + #rt::serde::de::DeserializeOwned> #trait_ident for T {
-                fn __cp_encode(&self, enc: &mut #rt::Encoder) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
-                    enc.typed_field(self)
-                }
-                fn __cp_snapshot(&self) -> ::core::result::Result<#rt::Encoded, ::checkpoint_runtime::Error> {
-                    #rt::encode_typed(self)
-                }
-                fn __cp_load(slot: &mut #rt::Slot<Self>, frame: &#rt::Frame, field: usize) -> ::core::result::Result<(), ::checkpoint_runtime::Error> {
-                    #rt::load(slot, frame, field)
+            impl<T: #rt::Save> #trait_ident for T {
+                fn __cp_ops(_: #rt::TypeOf<Self>) -> #rt::SaveOps<Self> {
+                    #rt::SaveOps::new()
                 }
             }
         }
@@ -255,14 +264,15 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout])
         let index = site.index;
         let names = field_names(bindings, layout);
         let checks = layout.fields.iter().zip(&names).map(|(&b, name)| {
-            let slot = Lowerer::slot_ident(b);
+            let slot = &bindings[b].slot;
             quote!((#name, #rt::Slot::type_name(&#slot)))
         });
         let loads = layout.fields.iter().enumerate().map(|(i, &b)| {
-            let slot = Lowerer::slot_ident(b);
-            let trait_ident = Lowerer::save_trait_ident(b);
+            let (slot, trait_ident) = (&bindings[b].slot, &bindings[b].save_trait);
             let span = bindings[b].ident.span();
-            quote_spanned!(span=> <_ as #trait_ident>::__cp_load(&mut #slot, &#frame, #i)?;)
+            quote_spanned! {span=>
+                <_ as #trait_ident>::__cp_ops(#rt::type_of_slot(&#slot)).load(&mut #slot, &#frame, #i)?;
+            }
         });
         let signal = match site.kind {
             SiteKind::WaitFor => {

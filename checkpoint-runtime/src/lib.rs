@@ -119,6 +119,7 @@ mod handle;
 mod history;
 mod iteration;
 mod runtime;
+mod save;
 pub mod schema;
 mod status;
 pub mod store;
@@ -163,6 +164,7 @@ pub mod __private {
         advance_writing_back, bind_through, order_probe, restore_through, save_through,
         HashOrdered, ItemPart, Reborrow, SourceOrdered, WrittenItems,
     };
+    pub use crate::save::{type_of, type_of_slot, Save, SaveOps, TypeOf};
     pub use crate::workflow::WorkflowToken;
     pub use futures;
     pub use futures::future::BoxFuture;

@@ -107,7 +107,7 @@ impl Lowerer<'_> {
                 source: Source::Live,
                 hidden_by: NameSet::new(),
             });
-            let slot = Self::slot_ident(id);
+            let slot = self.slot_ident(id);
             let ident = &b.ident;
             code.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
         }
@@ -158,26 +158,28 @@ impl Lowerer<'_> {
             quote!(let mut #iter = ::core::iter::IntoIterator::into_iter(#expr);)
         } else {
             let snaps: Vec<&Ident> = entries.iter().map(|e| &e.snap).collect();
-            let normal = entries.iter().map(|e| {
-                let (local, snap, slot, save) = (&e.local, &e.snap, &e.slot, &e.save_trait);
-                quote! {
-                    let #snap = match <_ as #save>::__cp_snapshot(&#local) {
-                        ::core::result::Result::Ok(e) => e,
-                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
-                    };
-                    #rt::Slot::bind(&#slot, &#local);
-                }
-            });
-            let resumed = entries.iter().map(|e| {
-                let (local, snap, slot, save) = (&e.local, &e.snap, &e.slot, &e.save_trait);
-                quote! {
-                    let #local = #rt::Slot::take(&mut #slot);
-                    let #snap = match <_ as #save>::__cp_snapshot(&#local) {
-                        ::core::result::Result::Ok(e) => e,
-                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
-                    };
-                }
-            });
+            let normal: Vec<TokenStream> = entries
+                .iter()
+                .map(|e| {
+                    let (local, slot) = (&e.local, self.slot_ident(e.binding));
+                    let snapshot = self.snapshot_stmt(e.binding, &e.snap, local);
+                    quote! {
+                        #snapshot
+                        #rt::Slot::bind(&#slot, &#local);
+                    }
+                })
+                .collect();
+            let resumed: Vec<TokenStream> = entries
+                .iter()
+                .map(|e| {
+                    let (local, slot) = (&e.local, self.slot_ident(e.binding));
+                    let snapshot = self.snapshot_stmt(e.binding, &e.snap, local);
+                    quote! {
+                        let #local = #rt::Slot::take(&mut #slot);
+                        #snapshot
+                    }
+                })
+                .collect();
             quote! {
                 let (#(#snaps,)* mut #iter) = if !#resuming {
                     #(#normal)*
@@ -302,7 +304,6 @@ impl Lowerer<'_> {
         body_names: &NameSet,
         body_scope: &mut Scope,
     ) -> TokenStream {
-        let frame = frame_ident();
         let mut snapshots = TokenStream::new();
         for i in 0..body_scope.saved.len() {
             let binding = body_scope.saved[i].binding;
@@ -312,14 +313,8 @@ impl Lowerer<'_> {
                 && !body_names.contains(&name)
             {
                 let snap = self.fresh("snap");
-                let ident = &self.bindings[binding].ident;
-                let save_trait = Self::save_trait_ident(binding);
-                snapshots.extend(quote! {
-                    let #snap = match <_ as #save_trait>::__cp_snapshot(&#ident) {
-                        ::core::result::Result::Ok(e) => e,
-                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
-                    };
-                });
+                let ident = self.bindings[binding].ident.clone();
+                snapshots.extend(self.snapshot_stmt(binding, &snap, &ident));
                 body_scope.saved[i].source = Source::Snapshot(snap);
             }
         }
@@ -365,8 +360,7 @@ impl Lowerer<'_> {
             out.push(EntryCopy {
                 local,
                 snap,
-                slot: Self::slot_ident(id),
-                save_trait: Self::save_trait_ident(id),
+                binding: id,
             });
         }
         out
@@ -394,11 +388,11 @@ impl Lowerer<'_> {
                 source: Source::Through,
                 hidden_by: NameSet::new(),
             });
-            bindings.push((b.ident.clone(), Self::slot_ident(id)));
+            bindings.push((b.ident.clone(), self.slot_ident(id)));
         }
         WrittenLog {
             log,
-            log_slot: Self::slot_ident(log_id),
+            log_slot: self.slot_ident(log_id),
             cur: self.fresh("item"),
             bindings,
         }
@@ -409,8 +403,8 @@ impl Lowerer<'_> {
 struct EntryCopy {
     local: Ident,
     snap: Ident,
-    slot: Ident,
-    save_trait: Ident,
+    /// The copy's binding (its slot and save trait).
+    binding: usize,
 }
 
 /// What a loop that writes through its items keeps (see `written_items`).

@@ -67,6 +67,11 @@ pub struct Binding {
     pub field_name: Option<String>,
     /// The sites that save it, in order.
     pub saved_at: Vec<u32>,
+    /// The slot its value is restored into: `__cp_slot_<name>`.
+    pub slot: Ident,
+    /// The marker trait carrying the message for a type that cannot be
+    /// saved: `__cp_save_<name>`, shared by the locals of one name.
+    pub save_trait: Ident,
 }
 
 impl Binding {
@@ -182,10 +187,9 @@ fn binding_pat(b: &PatBinding) -> TokenStream {
     }
 }
 
-/// `let x = <restored value of binding id>;`
-fn restore_stmt(ident: &Ident, id: usize) -> TokenStream {
+/// `let x = <the value restored into slot>;`
+fn restore_stmt(ident: &Ident, slot: &Ident) -> TokenStream {
     let rt = rt();
-    let slot = Lowerer::slot_ident(id);
     quote!(let #ident = #rt::Slot::take(&mut #slot);)
 }
 
@@ -219,26 +223,54 @@ impl<'a> Lowerer<'a> {
         Ident::new(&format!("__cp_{what}_{}", self.counter), Span::mixed_site())
     }
 
-    pub fn slot_ident(binding: usize) -> Ident {
-        Ident::new(&format!("__cp_slot_{binding}"), Span::mixed_site())
+    fn slot_ident(&self, binding: usize) -> Ident {
+        self.bindings[binding].slot.clone()
+    }
+
+    /// `let snap = <the encoding of `of` now>;`, halting the run if it fails.
+    fn snapshot_stmt(&self, binding: usize, snap: &Ident, of: &Ident) -> TokenStream {
+        let frame = frame_ident();
+        let ops = self.save_ops(binding, &quote!(&#of));
+        quote! {
+            let #snap = match #ops.snapshot(&#of) {
+                ::core::result::Result::Ok(e) => e,
+                ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+            };
+        }
+    }
+
+    /// `<_ as __cp_save_x>::__cp_ops(..)`: the saving operations of a local
+    /// (or of what its slot holds), through its marker trait.
+    fn save_ops(&self, binding: usize, of: &TokenStream) -> TokenStream {
+        let save_trait = &self.bindings[binding].save_trait;
+        let rt = rt();
+        quote!(<_ as #save_trait>::__cp_ops(#rt::type_of(#of)))
     }
 
     pub fn wait_slot_ident(site: u32) -> Ident {
         Ident::new(&format!("__cp_wait_{site}"), Span::mixed_site())
     }
 
-    pub fn save_trait_ident(binding: usize) -> Ident {
-        Ident::new(&format!("__CpSave{binding}"), Span::mixed_site())
-    }
-
     /// Registers a local that sites may save; returns its id (and slot).
     fn new_binding(&mut self, ident: &Ident, transient: bool, mutable: bool) -> usize {
+        // Generated names say which local they belong to; a second local of
+        // the same name gets a suffix.
+        let text = ident.to_string();
+        let base = text.trim_start_matches("__cp_").trim_start_matches("r#");
+        let same = self.bindings.iter().filter(|b| b.ident == text).count();
+        let name = match same {
+            0 => base.to_owned(),
+            n => format!("{base}_{}", n + 1),
+        };
         self.bindings.push(Binding {
             ident: ident.clone(),
             transient,
             mutable,
             field_name: None,
             saved_at: Vec::new(),
+            slot: Ident::new(&format!("__cp_slot_{name}"), Span::mixed_site()),
+            // One marker trait per name: it is generic over the type.
+            save_trait: Ident::new(&format!("__cp_save_{base}"), Span::mixed_site()),
         });
         self.bindings.len() - 1
     }
@@ -389,7 +421,7 @@ impl<'a> Lowerer<'a> {
             let ident = self.bindings[saved.binding].ident.clone();
             if deferred::definitely_assigns(&ident.to_string(), &stmts[..j]) {
                 saved.source = Source::Live;
-                let slot = Self::slot_ident(saved.binding);
+                let slot = self.slot_ident(saved.binding);
                 let rt = rt();
                 assigned_deferred.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
             }
@@ -426,18 +458,9 @@ impl<'a> Lowerer<'a> {
                 });
             }
         }
-        let frame = frame_ident();
         let snapshots: TokenStream = placeholders
             .iter()
-            .map(|(ident, id, snap)| {
-                let save_trait = Self::save_trait_ident(*id);
-                quote! {
-                    let #snap = match <_ as #save_trait>::__cp_snapshot(&#ident) {
-                        ::core::result::Result::Ok(e) => e,
-                        ::core::result::Result::Err(e) => match #frame.halt(e).await {},
-                    };
-                }
-            })
+            .map(|(ident, id, snap)| self.snapshot_stmt(*id, snap, ident))
             .collect();
         let snaps: Vec<&Ident> = placeholders.iter().map(|(_, _, s)| s).collect();
 
@@ -470,7 +493,7 @@ impl<'a> Lowerer<'a> {
             .zip(&exported_ids)
             .filter(|(v, _)| v.transient_init.is_none())
             .map(|(v, id)| {
-                let slot = Self::slot_ident(*id);
+                let slot = self.slot_ident(*id);
                 let ident = &v.binding.ident;
                 let rt = rt();
                 quote!(#rt::Slot::bind(&#slot, &#ident);)
@@ -510,7 +533,7 @@ impl<'a> Lowerer<'a> {
             .zip(ids)
             .map(|(v, &id)| match (&v.transient_init, &v.transient_pat) {
                 (Some(init), Some(pat)) => quote!(let #pat = #init;),
-                _ => restore_stmt(&v.binding.ident, id),
+                _ => restore_stmt(&v.binding.ident, &self.bindings[id].slot),
             })
             .collect()
     }
@@ -719,10 +742,10 @@ impl<'a> Lowerer<'a> {
                         );
                         continue;
                     }
-                    let trait_ident = Self::save_trait_ident(saved.binding);
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
+                    let save_trait = &binding.save_trait;
                     code.extend(quote_spanned! {span=>
-                        <_ as #trait_ident>::__cp_encode(&#ident, #enc)?;
+                        <_ as #save_trait>::__cp_ops(#rt::type_of(&#ident)).encode(&#ident, #enc)?;
                     });
                 }
             }
