@@ -9,16 +9,6 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::testing::{Harness, SideEffects};
 
-async fn exact<W: Workflow>(harness: Harness<W>) -> W::Output {
-    let report = harness.run().await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(report.checkpoints > 0, "took no checkpoint: {report}");
-    assert!(
-        report.duplicated_effects().is_empty(),
-        "effects ran twice or never: {report}"
-    );
-    serde_json::from_value(report.output.clone()).expect("output decodes")
-}
-
 fn fx(ctx: &Ctx) -> &SideEffects {
     ctx.resource::<SideEffects>()
 }
@@ -39,7 +29,10 @@ async fn invoice_totals(ctx: &Ctx, prices: HashMap<String, u64>) -> Vec<String> 
 #[tokio::test]
 async fn hash_map_loop_takes_every_key_once() {
     let prices: HashMap<String, u64> = (0..12).map(|i| (format!("sku-{i}"), i * 10)).collect();
-    let out = exact(Harness::new(invoice_totals).input(prices.clone())).await;
+    let out = Harness::new(invoice_totals)
+        .input(prices.clone())
+        .assert_exact()
+        .await;
     let mut keys: Vec<_> = out
         .iter()
         .map(|s| s.split('=').next().unwrap().to_owned())
@@ -65,7 +58,10 @@ async fn notify_subscribers(ctx: &Ctx, users: HashSet<String>) -> (u32, Vec<Stri
 #[tokio::test]
 async fn hash_set_loop_with_enumerate_takes_every_item_once() {
     let users: HashSet<String> = (0..9).map(|i| format!("user{i}")).collect();
-    let (sent, order) = exact(Harness::new(notify_subscribers).input(users)).await;
+    let (sent, order) = Harness::new(notify_subscribers)
+        .input(users)
+        .assert_exact()
+        .await;
     assert_eq!(sent, 9);
     assert_eq!(order.len(), 9);
 }
@@ -86,7 +82,10 @@ async fn drain_queue_map(ctx: &Ctx, mut pending: HashMap<u32, String>) -> BTreeM
 #[tokio::test]
 async fn keys_collected_from_a_hash_map_keep_their_order() {
     let pending: HashMap<u32, String> = (0..10).map(|i| (i, format!("job{i}"))).collect();
-    let done = exact(Harness::new(drain_queue_map).input(pending)).await;
+    let done = Harness::new(drain_queue_map)
+        .input(pending)
+        .assert_exact()
+        .await;
     assert_eq!(done.len(), 10);
 }
 
@@ -102,7 +101,10 @@ async fn bump_all(ctx: &Ctx, mut v: Vec<u32>) -> Vec<u32> {
 
 #[tokio::test]
 async fn iter_mut_writes_survive_a_resume() {
-    let out = exact(Harness::new(bump_all).input(vec![1, 2, 3])).await;
+    let out = Harness::new(bump_all)
+        .input(vec![1, 2, 3])
+        .assert_exact()
+        .await;
     assert_eq!(out, vec![101, 102, 103]);
 }
 
@@ -138,7 +140,7 @@ async fn iter_mut_enumerate_keeps_writes_before_and_after_checkpoints() {
             notes: vec![],
         })
         .collect();
-    let out = exact(Harness::new(triage).input(tickets)).await;
+    let out = Harness::new(triage).input(tickets).assert_exact().await;
     assert_eq!(out[1].status, "urgent");
     assert_eq!(out[2].notes, vec!["seen as #2".to_owned()]);
 }
@@ -156,7 +158,7 @@ async fn scores(ctx: &Ctx, mut by_team: BTreeMap<String, u32>) -> BTreeMap<Strin
 #[tokio::test]
 async fn values_mut_writes_survive_a_resume() {
     let teams: BTreeMap<String, u32> = [("a".to_owned(), 1), ("b".to_owned(), 2)].into();
-    let out = exact(Harness::new(scores).input(teams)).await;
+    let out = Harness::new(scores).input(teams).assert_exact().await;
     assert_eq!(out["a"], 3);
     assert_eq!(out["b"], 5);
 }
@@ -182,7 +184,7 @@ async fn bfs(ctx: &Ctx, start: u32) -> Vec<u32> {
 
 #[tokio::test]
 async fn range_over_a_changing_length_keeps_its_bounds() {
-    let out = exact(Harness::new(bfs).input(1)).await;
+    let out = Harness::new(bfs).input(1).assert_exact().await;
     assert_eq!(out, (1..16).collect::<Vec<_>>());
 }
 
@@ -201,7 +203,10 @@ async fn pop_front_batch(ctx: &Ctx, mut q: Vec<String>) -> (Vec<String>, Vec<Str
 #[tokio::test]
 async fn range_over_a_queue_the_body_pops() {
     let q: Vec<String> = (0..5).map(|i| format!("j{i}")).collect();
-    let (handled, rest) = exact(Harness::new(pop_front_batch).input(q.clone())).await;
+    let (handled, rest) = Harness::new(pop_front_batch)
+        .input(q.clone())
+        .assert_exact()
+        .await;
     assert_eq!(handled, q);
     assert!(rest.is_empty());
 }

@@ -11,16 +11,6 @@ use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::testing::{Harness, SideEffects};
 use serde::{Deserialize, Serialize};
 
-async fn exact<W: Workflow>(harness: Harness<W>) -> W::Output {
-    let report = harness.run().await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(report.checkpoints > 0, "took no checkpoint: {report}");
-    assert!(
-        report.duplicated_effects().is_empty(),
-        "effects ran twice or never: {report}"
-    );
-    serde_json::from_value(report.output.clone()).expect("output decodes")
-}
-
 fn fx(ctx: &Ctx) -> &SideEffects {
     ctx.resource::<SideEffects>()
 }
@@ -87,7 +77,10 @@ async fn agent(ctx: &Ctx, goal: String) -> String {
 
 #[tokio::test]
 async fn state_machine_assigned_from_a_match_with_checkpoints_in_arms() {
-    let out = exact(Harness::new(agent).input("find book flight".into())).await;
+    let out = Harness::new(agent)
+        .input("find book flight".into())
+        .assert_exact()
+        .await;
     assert_eq!(out, "FLIGHT+BOOK+FIND in 9 turns");
 }
 
@@ -124,7 +117,10 @@ async fn order_saga(ctx: &Ctx, items: Vec<String>) -> String {
 
 #[tokio::test]
 async fn state_machine_through_a_next_local() {
-    let out = exact(Harness::new(order_saga).input(vec!["a".into(), "b".into()])).await;
+    let out = Harness::new(order_saga)
+        .input(vec!["a".into(), "b".into()])
+        .assert_exact()
+        .await;
     assert_eq!(out, "2 items for 200");
 }
 
@@ -148,9 +144,12 @@ async fn settle(ctx: &Ctx, paid: bool) -> String {
 
 #[tokio::test]
 async fn deferred_initialisation_in_branches() {
-    assert_eq!(exact(Harness::new(settle).input(true)).await, "paid fee=3");
     assert_eq!(
-        exact(Harness::new(settle).input(false)).await,
+        Harness::new(settle).input(true).assert_exact().await,
+        "paid fee=3"
+    );
+    assert_eq!(
+        Harness::new(settle).input(false).assert_exact().await,
         "cancelled fee=0"
     );
 }
@@ -177,8 +176,10 @@ async fn summarise(ctx: &Ctx, replies: Vec<String>) -> (usize, Vec<String>) {
 
 #[tokio::test]
 async fn match_on_a_borrow_then_move() {
-    let (total, kept) =
-        exact(Harness::new(summarise).input(vec!["ab".into(), "".into(), "cde".into()])).await;
+    let (total, kept) = Harness::new(summarise)
+        .input(vec!["ab".into(), "".into(), "cde".into()])
+        .assert_exact()
+        .await;
     assert_eq!(total, 5);
     assert_eq!(kept.len(), 3);
 }
@@ -200,9 +201,8 @@ async fn maybe_tool(ctx: &Ctx, calls: Vec<Option<String>>) -> Vec<String> {
 
 #[tokio::test]
 async fn if_let_on_a_borrow_then_move() {
-    let out =
-        exact(Harness::new(maybe_tool).input(vec![Some("a".into()), None, Some("bb".into())]))
-            .await;
+    let calls = vec![Some("a".into()), None, Some("bb".into())];
+    let out = Harness::new(maybe_tool).input(calls).assert_exact().await;
     assert_eq!(out, vec!["11", "result of a", "", "12", "result of bb"]);
 }
 
@@ -243,7 +243,7 @@ async fn suspension_calls_as_scrutinees() {
     let h = Harness::new(approval)
         .input(120)
         .signal("decision", &decision);
-    assert_eq!(exact(h).await, "approved by ana");
+    assert_eq!(h.assert_exact().await, "approved by ana");
     let h = Harness::new(approval)
         .input(120)
         .signal(
@@ -254,7 +254,7 @@ async fn suspension_calls_as_scrutinees() {
             },
         )
         .signal("note", &"too much".to_owned());
-    assert_eq!(exact(h).await, "rejected by bo: too much");
+    assert_eq!(h.assert_exact().await, "rejected by bo: too much");
 }
 
 #[workflow]
@@ -282,7 +282,7 @@ async fn wait_in_if_let(ctx: &Ctx, n: u32) -> u32 {
 #[tokio::test]
 async fn wait_as_if_let_and_while_let_scrutinee() {
     let h = Harness::new(wait_in_if_let).input(1).signal("extra", &5u32);
-    assert_eq!(exact(h).await, 6);
+    assert_eq!(h.assert_exact().await, 6);
 }
 
 // 8. Transient closures, and a transient local borrowing another local.
@@ -320,7 +320,10 @@ async fn rank(ctx: &Ctx, docs: Vec<String>, keywords: Vec<String>) -> BTreeMap<S
 #[tokio::test]
 async fn transient_closure_and_borrowing_transient() {
     let docs = vec!["rust async".to_owned(), "python".to_owned()];
-    let out = exact(Harness::new(rank).input((docs, vec!["rust".into(), "async".into()]))).await;
+    let out = Harness::new(rank)
+        .input((docs, vec!["rust".into(), "async".into()]))
+        .assert_exact()
+        .await;
     assert_eq!(out["rust async"], 21);
     assert_eq!(out["python"], 0);
 }

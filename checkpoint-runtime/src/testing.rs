@@ -454,6 +454,51 @@ impl<W: Workflow> Harness<W> {
         }
     }
 
+    /// Runs the check and returns the uninterrupted output, panicking (with
+    /// the report) unless every crash point resumed to the same output with
+    /// every side effect run exactly as often, and the workflow took at least
+    /// one checkpoint (a check without one checks nothing): the one line a
+    /// test needs.
+    ///
+    /// ```
+    /// use checkpoint_runtime::prelude::*;
+    /// use checkpoint_runtime::testing::Harness;
+    ///
+    /// #[workflow]
+    /// async fn double_all(ctx: &Ctx, mut v: Vec<u32>) -> Vec<u32> {
+    ///     for x in v.iter_mut() {
+    ///         *x *= 2;
+    ///         checkpoint!("doubled");
+    ///     }
+    ///     v
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let out = Harness::new(double_all).input(vec![1, 2, 3]).assert_exact().await;
+    /// assert_eq!(out, vec![2, 4, 6]);
+    /// # }
+    /// ```
+    pub async fn assert_exact(self) -> W::Output {
+        let report = self.run().await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            report.checkpoints > 0,
+            "workflow `{}` took no checkpoint: {report}",
+            W::NAME
+        );
+        assert!(
+            report.duplicated_effects().is_empty(),
+            "side effects of workflow `{}` ran more or less often after a crash: {report}",
+            W::NAME
+        );
+        serde_json::from_value(report.output.clone()).unwrap_or_else(|e| {
+            panic!(
+                "the output of workflow `{}` does not decode from its JSON: {e}",
+                W::NAME
+            )
+        })
+    }
+
     /// Runs the check.
     pub async fn run(self) -> Result<Report, Error> {
         let input = match &self.input {
