@@ -23,6 +23,12 @@
 //!   branches (one with a checkpoint), then `match
 //!   ctx.wait_for_timeout(..).await { Some(d) if d.approved => .., Some(_) =>
 //!   .., None => .. }` (signals sent by the test, one wait left to time out).
+//!
+//! Against the macro of 8c4e113 (before the exactness and shapes fixes),
+//! `invoices`, `tickets` and `crawl` fail here (resumed at another map
+//! entry; the status written through `iter_mut()` lost; level widths
+//! recomputed from the changed queue) and `agent` and `settle` do not
+//! compile.
 
 mod common;
 
