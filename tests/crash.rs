@@ -27,22 +27,17 @@
 //! The tests run one at a time (they measure lease timings; the machine may
 //! have two cores only).
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
+mod common;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use checkpoint_runtime::store::{RunRecord, RunState};
-use checkpoint_runtime::{CheckpointInfo, Event, HistoryEntry, Runtime, Status};
+use checkpoint_runtime::{Event, Status};
+use common::{effects_of, labels, now_nanos, read_log, Proc, Snapshot, TempDir, LINE_TIMEOUT};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-test-worker");
 const RUN: &str = "story-1";
 const APPROVAL: &str = r#"{"approved":true,"by":"ada"}"#;
-/// How long the test waits for one line from a child before failing.
-const LINE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The lease TTL of the two-worker tests.
 const TTL: Duration = Duration::from_millis(1000);
 
@@ -51,13 +46,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos()
 }
 
 fn nanos(t: SystemTime) -> u128 {
@@ -70,188 +58,6 @@ fn ms(d: u128) -> f64 {
     d as f64 / 1e6
 }
 
-/// A fresh directory, removed when the test passes (kept for inspection and
-/// printed when it fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "checkpoint-crash-{name}-{}-{}",
-            std::process::id(),
-            now_nanos()
-        ));
-        std::fs::create_dir_all(&dir).expect("creating the temp dir");
-        TempDir(dir)
-    }
-
-    fn db(&self) -> String {
-        self.0.join("runs.db").to_string_lossy().into_owned()
-    }
-
-    fn log(&self) -> PathBuf {
-        self.0.join("effects.log")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("crash test files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-/// A child worker process. Dropping it SIGKILLs and reaps the child, so no
-/// process outlives a failed assertion.
-struct Proc {
-    name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    stderr: PathBuf,
-    /// Every stdout line read so far.
-    seen: Vec<String>,
-}
-
-impl Proc {
-    fn spawn(dir: &TempDir, name: &str, args: &[&str]) -> Proc {
-        let stderr = dir.0.join(format!("{name}.stderr"));
-        let mut child = Command::new(WORKER)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {WORKER}: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc {
-            name: name.to_owned(),
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            stderr,
-            seen: Vec::new(),
-        }
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-
-    fn describe(&mut self) -> String {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-        let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        format!(
-            "process `{}`: stdout so far {:?}; stderr: {err}",
-            self.name, self.seen
-        )
-    }
-
-    /// The next stdout line; `None` at end of output.
-    fn next_line(&mut self) -> Option<String> {
-        match self.lines.recv_timeout(LINE_TIMEOUT) {
-            Ok(line) => {
-                self.seen.push(line.clone());
-                Some(line)
-            }
-            Err(RecvTimeoutError::Disconnected) => None,
-            Err(RecvTimeoutError::Timeout) => {
-                panic!("no output for {LINE_TIMEOUT:?} from {}", self.describe())
-            }
-        }
-    }
-
-    /// A line already printed, if any (does not wait).
-    fn try_line(&mut self) -> Option<String> {
-        let line = self.lines.try_recv().ok()?;
-        self.seen.push(line.clone());
-        Some(line)
-    }
-
-    /// Reads lines until one starts with `prefix`, which is returned.
-    fn expect_line(&mut self, prefix: &str) -> String {
-        loop {
-            match self.next_line() {
-                Some(line) if line.starts_with(prefix) => return line,
-                Some(_) => {}
-                None => panic!("expected a line `{prefix}...` from {}", self.describe()),
-            }
-        }
-    }
-
-    /// Lets a stepping child go on past its current durable point.
-    fn go(&mut self) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin
-            .write_all(b"go\n")
-            .and_then(|_| stdin.flush())
-            .unwrap_or_else(|e| panic!("writing to {}: {e}", self.name));
-    }
-
-    /// SIGKILL (what `Child::kill` sends on Unix), then reap.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.pid()])
-            .status()
-            .expect("running kill");
-        assert!(status.success(), "kill {sig} {} failed", self.pid());
-    }
-
-    /// Waits for the child to exit on its own.
-    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "{} did not exit within {timeout:?}",
-                self.describe()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Reads the rest of the output and checks that the child exited with 0.
-    fn finish(&mut self) -> Vec<String> {
-        let mut rest = Vec::new();
-        while let Some(line) = self.next_line() {
-            rest.push(line);
-        }
-        let status = self.wait_exit(Duration::from_secs(10));
-        assert!(status.success(), "{} exited with {status}", self.describe());
-        rest
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // Also ends a SIGSTOPped child: SIGKILL needs no SIGCONT.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn worker_args<'a>(cmd: &'a str, db: &'a str, log: &'a str) -> Vec<&'a str> {
     vec![cmd, "--db", db, "--id", RUN, "--log", log]
 }
@@ -260,6 +66,7 @@ fn worker_args<'a>(cmd: &'a str, db: &'a str, log: &'a str) -> Vec<&'a str> {
 fn send_approval(dir: &TempDir) {
     let db = dir.db();
     let mut p = Proc::spawn(
+        WORKER,
         dir,
         "signal",
         &[
@@ -270,95 +77,15 @@ fn send_approval(dir: &TempDir) {
     assert_eq!(out, ["SIGNALLED"], "{}", p.describe());
 }
 
-/// One line of the side-effect log.
-#[derive(Debug, Clone, PartialEq)]
-struct Effect {
-    at: u128,
-    worker: String,
-    text: String,
-}
-
-fn read_log(path: &Path) -> Vec<Effect> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .map(|l| {
-            let mut parts = l.splitn(3, ' ');
-            let at = parts.next().and_then(|t| t.parse().ok());
-            let worker = parts.next();
-            let rest = parts.next();
-            match (at, worker, rest) {
-                (Some(at), Some(worker), Some(text)) => Effect {
-                    at,
-                    worker: worker.to_owned(),
-                    text: text.to_owned(),
-                },
-                _ => panic!("malformed side-effect line {l:?}"),
-            }
-        })
-        .collect()
-}
-
-fn effects_of(log: &[Effect]) -> Vec<(String, String)> {
-    log.iter()
-        .map(|e| (e.worker.clone(), e.text.clone()))
-        .collect()
+/// What the store holds about the story's run.
+fn snapshot(db: &str) -> Snapshot {
+    common::snapshot(db, RUN)
 }
 
 fn expected_effects(workers: &[(&str, &str)]) -> Vec<(String, String)> {
     workers
         .iter()
         .map(|(w, t)| ((*w).to_owned(), (*t).to_owned()))
-        .collect()
-}
-
-/// What the store holds about the run, read through the library.
-#[derive(Debug, Clone, PartialEq)]
-struct Snapshot {
-    status: Status,
-    record: RunRecord,
-    output: Option<serde_json::Value>,
-    checkpoints: Vec<CheckpointInfo>,
-    history: Vec<HistoryEntry>,
-}
-
-fn snapshot(db: &str) -> Snapshot {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async {
-        // A runtime that only reads: it never runs a worker, so it claims nothing.
-        let store = Runtime::builder()
-            .worker_id("inspector")
-            .open(db)
-            .await
-            .expect("opening the database");
-        let record = store
-            .store()
-            .load_run(RUN)
-            .await
-            .expect("loading the run")
-            .expect("the run exists");
-        let output = match &record.state {
-            RunState::Completed { output, .. } => {
-                Some(serde_json::from_slice(output).expect("output is JSON"))
-            }
-            _ => None,
-        };
-        Snapshot {
-            status: store.status(RUN).await.expect("status"),
-            output,
-            checkpoints: store.checkpoints(RUN).await.expect("checkpoints"),
-            history: store.history_entries(RUN).await.expect("history"),
-            record,
-        }
-    })
-}
-
-fn labels(s: &Snapshot) -> Vec<(u64, Option<String>)> {
-    s.checkpoints
-        .iter()
-        .map(|c| (c.seq, c.label.clone()))
         .collect()
 }
 
@@ -412,7 +139,7 @@ fn run_story(dir: &TempDir, kill: Kill) -> Story {
         let cmd = if processes == 1 { "start" } else { "resume" };
         let mut args = worker_args(cmd, &db, &log);
         args.extend(["--worker-id", "w", "--step"]);
-        let mut p = Proc::spawn(dir, &format!("{processes}-{cmd}"), &args);
+        let mut p = Proc::spawn(WORKER, dir, &format!("{processes}-{cmd}"), &args);
         enum End {
             Killed,
             Waiting,
@@ -469,7 +196,8 @@ fn run_story(dir: &TempDir, kill: Kill) -> Story {
                 assert_eq!(s.status, Status::Completed);
                 assert_eq!(s.output.as_ref(), Some(&output), "stored output");
                 // A fresh process reads the same output from the file.
-                let mut r = Proc::spawn(dir, "result", &["result", "--db", &db, "--id", RUN]);
+                let mut r =
+                    Proc::spawn(WORKER, dir, "result", &["result", "--db", &db, "--id", RUN]);
                 let printed = r.finish();
                 assert_eq!(printed.len(), 1, "{printed:?}");
                 let read: serde_json::Value = serde_json::from_str(
@@ -576,13 +304,13 @@ fn takeover_only_after_lease_expiry() {
     // Worker A claims the run and stops right after its first checkpoint.
     let mut a_args = worker_args("start", &db, &log);
     a_args.extend(["--worker-id", "a", "--lease-ttl-ms", &ttl_ms, "--step"]);
-    let mut a = Proc::spawn(&dir, "a", &a_args);
+    let mut a = Proc::spawn(WORKER, &dir, "a", &a_args);
     assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
 
     // Worker B, on the same file, started at once.
     let mut b_args = worker_args("resume", &db, &log);
     b_args.extend(["--worker-id", "b", "--lease-ttl-ms", &ttl_ms]);
-    let mut b = Proc::spawn(&dir, "b", &b_args);
+    let mut b = Proc::spawn(WORKER, &dir, "b", &b_args);
 
     // A stays alive (and renews its lease) for one and a half TTLs: B must
     // not touch the run all that time.
@@ -620,7 +348,7 @@ fn takeover_only_after_lease_expiry() {
     send_approval(&dir);
     let mut b2_args = worker_args("resume", &db, &log);
     b2_args.extend(["--worker-id", "b", "--lease-ttl-ms", &ttl_ms]);
-    let mut b2 = Proc::spawn(&dir, "b2", &b2_args);
+    let mut b2 = Proc::spawn(WORKER, &dir, "b2", &b2_args);
     let result = b2.expect_line("RESULT ");
     b2.finish();
 
@@ -791,7 +519,7 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
     // Worker A holds the run, right after its first checkpoint; freeze it.
     let mut a_args = worker_args("start", &db, &log);
     a_args.extend(["--worker-id", "a", "--lease-ttl-ms", &ttl_ms, step]);
-    let mut a = Proc::spawn(&dir, "a", &a_args);
+    let mut a = Proc::spawn(WORKER, &dir, "a", &a_args);
     assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
     a.signal("-STOP");
     let stopped_at = now_nanos();
@@ -805,7 +533,7 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
     if thaw == Thaw::WhileBHoldsIt {
         b_args.push("--step");
     }
-    let mut b = Proc::spawn(&dir, "b", &b_args);
+    let mut b = Proc::spawn(WORKER, &dir, "b", &b_args);
     assert_eq!(b.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
     let b_took_over = snapshot(&db);
     assert!(
@@ -835,7 +563,7 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
         // legitimately claim it itself.
         let a_rest = a.map(stop_of_a);
         send_approval(&dir);
-        let mut b2 = Proc::spawn(&dir, "b2", &b2_args);
+        let mut b2 = Proc::spawn(WORKER, &dir, "b2", &b2_args);
         b2.expect_line("RESULT ");
         b2.finish();
         let done = snapshot(&db);

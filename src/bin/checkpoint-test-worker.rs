@@ -15,7 +15,8 @@
 //! lease meanwhile. With `--step-blocking` instead, the workflow reads stdin
 //! synchronously inside its own poll: the execution is frozen mid-segment and
 //! renews nothing until the line arrives, then runs on at once (a process
-//! that paused in the middle of user code). Other lines on stdout:
+//! that paused in the middle of user code). Other lines on stdout (the
+//! plumbing is shared with `checkpoint-shapes-worker`, in `common/`):
 //!
 //! - `WAITING <signal>`: the run waits for a signal; the process exits 0;
 //! - `SLEEPING`: the run sleeps; this process waits for the timer;
@@ -31,14 +32,14 @@
 //! ```
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, Write};
+mod common;
+
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use checkpoint_runtime::prelude::*;
+use common::{drive, effect, out, print_result, step, Env, Stepping};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, Mutex};
 
 /// The workflow's input.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -62,82 +63,6 @@ struct StoryOutput {
     approved_by: String,
     /// Which worker executed the part after the sleep.
     finished_by: String,
-}
-
-/// The process's environment, shared with the workflow as a resource.
-struct Env {
-    log: PathBuf,
-    step: Stepping,
-    stdin: Option<Mutex<mpsc::UnboundedReceiver<String>>>,
-    steps: AtomicU64,
-}
-
-fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
-}
-
-fn out(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    // The parent reads these lines; if it is gone, there is nobody to talk to.
-    if writeln!(stdout, "{line}")
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
-        std::process::exit(3);
-    }
-}
-
-impl Env {
-    /// Appends one side effect to the log and makes it durable.
-    fn effect(&self, worker: &str, text: &str) {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap_or_else(|e| panic!("opening {}: {e}", self.log.display()));
-        let line = format!("{} {worker} {text}\n", now_nanos());
-        f.write_all(line.as_bytes())
-            .expect("writing the side-effect log");
-        f.sync_all().expect("syncing the side-effect log");
-    }
-
-    /// Announces a durable point and, when stepping, waits for `go`.
-    async fn step(&self, label: &str, detail: &str) {
-        let n = self.steps.fetch_add(1, Ordering::AcqRel) + 1;
-        out(&format!("CHECKPOINT {n} {label} {detail}"));
-        let line = match (&self.step, &self.stdin) {
-            (Stepping::No, _) => return,
-            (Stepping::Async, Some(stdin)) => stdin.lock().await.recv().await,
-            (Stepping::Async, None) => None,
-            (Stepping::Blocking, _) => {
-                // Deliberately blocks the executor thread that polls this run.
-                let mut line = String::new();
-                match std::io::stdin().read_line(&mut line) {
-                    Ok(n) if n > 0 => Some(line),
-                    _ => None,
-                }
-            }
-        };
-        match line.as_deref().map(str::trim) {
-            Some("go") => {}
-            // The parent closed stdin (or went away): stop here, as if killed.
-            _ => std::process::exit(4),
-        }
-    }
-}
-
-/// Records a side effect of the workflow (the resource is fetched anew each
-/// time: a reference may not live across a checkpoint).
-fn effect(ctx: &Ctx, text: &str) {
-    ctx.resource::<Env>().effect(ctx.worker_id(), text);
-}
-
-/// A durable point: announce it and, when stepping, wait for the parent.
-async fn step(ctx: &Ctx, label: &str, detail: &str) {
-    ctx.resource::<Env>().step(label, detail).await;
 }
 
 #[workflow]
@@ -166,18 +91,6 @@ async fn story(ctx: &Ctx, input: StoryInput) -> StoryOutput {
         approved_by: approval.by,
         finished_by,
     }
-}
-
-/// How a workflow waits at its durable points.
-#[derive(Default, Clone, Copy, PartialEq)]
-enum Stepping {
-    /// It does not.
-    #[default]
-    No,
-    /// For a line read by a thread on the side (leases are renewed).
-    Async,
-    /// For a line read inside the workflow's poll (nothing else of the run moves).
-    Blocking,
 }
 
 /// Parsed command line.
@@ -239,22 +152,6 @@ fn parse_args() -> Args {
     a
 }
 
-/// Reads stdin lines on a plain thread (never blocking the async runtime, and
-/// never keeping the process alive at exit).
-fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-        // Dropping `tx` closes the channel: a stepping workflow then exits.
-    });
-    rx
-}
-
 async fn open(a: &Args, env: Option<Env>) -> Result<Runtime, Error> {
     let db = a.db.as_deref().unwrap_or_else(|| usage("--db is required"));
     let mut b = Runtime::builder();
@@ -272,60 +169,12 @@ async fn open(a: &Args, env: Option<Env>) -> Result<Runtime, Error> {
     Ok(rt)
 }
 
-/// Executes the run until it completes or waits for a signal. A run held by
-/// another worker's live lease is polled until this worker may take it.
-async fn drive(rt: &Runtime, id: &str) -> Result<i32, Error> {
-    let mut said_sleeping = false;
-    loop {
-        rt.run_until_idle().await?;
-        match rt.status(id).await? {
-            Status::Completed => {
-                let output = rt.handle(story, id).result().await?;
-                let json = serde_json::to_string(&output).expect("output encodes");
-                out(&format!("RESULT {json}"));
-                return Ok(0);
-            }
-            Status::Waiting { signal } => {
-                out(&format!("WAITING {signal}"));
-                return Ok(0);
-            }
-            Status::Sleeping { until } => {
-                if !said_sleeping {
-                    out("SLEEPING");
-                    said_sleeping = true;
-                }
-                let left = until
-                    .duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO);
-                tokio::time::sleep(left.clamp(Duration::from_millis(1), Duration::from_secs(1)))
-                    .await;
-            }
-            Status::Failed { error } => {
-                out(&format!("FAILED {error}"));
-                return Ok(2);
-            }
-            Status::Cancelled => {
-                out("CANCELLED");
-                return Ok(2);
-            }
-            // Runnable but held by another worker's live lease: poll.
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
 async fn main_async(a: Args) -> Result<i32, Error> {
     let id = a.id.clone().unwrap_or_else(|| usage("--id is required"));
     match a.command.as_str() {
         "start" | "resume" => {
             let log = a.log.clone().unwrap_or_else(|| usage("--log is required"));
-            let env = Env {
-                log,
-                step: a.step,
-                stdin: (a.step == Stepping::Async).then(|| Mutex::new(stdin_lines())),
-                steps: AtomicU64::new(0),
-            };
-            let rt = open(&a, Some(env)).await?;
+            let rt = open(&a, Some(Env::new(log, a.step))).await?;
             if a.command == "start" {
                 let input = StoryInput {
                     items: (1..=a.items).map(|i| format!("item-{i}")).collect(),
@@ -334,7 +183,13 @@ async fn main_async(a: Args) -> Result<i32, Error> {
                 rt.start(story, &id, input).await?;
                 out("STARTED");
             }
-            drive(&rt, &id).await
+            match drive(&rt, &id).await? {
+                Some(code) => Ok(code),
+                None => {
+                    print_result(&rt.handle(story, &id).result().await?);
+                    Ok(0)
+                }
+            }
         }
         "signal" => {
             let name = a.name.as_deref().unwrap_or_else(|| usage("--name needed"));
@@ -350,9 +205,7 @@ async fn main_async(a: Args) -> Result<i32, Error> {
             let rt = open(&a, None).await?;
             match rt.status(&id).await? {
                 Status::Completed => {
-                    let output = rt.handle(story, &id).result().await?;
-                    let json = serde_json::to_string(&output).expect("output encodes");
-                    out(&format!("RESULT {json}"));
+                    print_result(&rt.handle(story, &id).result().await?);
                     Ok(0)
                 }
                 other => {
@@ -366,19 +219,5 @@ async fn main_async(a: Args) -> Result<i32, Error> {
 }
 
 fn main() {
-    let args = parse_args();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let code = match rt.block_on(main_async(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            out(&format!("ERROR {e}"));
-            1
-        }
-    };
-    // Exit without waiting for the stdin thread or the store's threads.
-    std::process::exit(code);
+    common::exit_with(main_async(parse_args()))
 }
