@@ -2,13 +2,17 @@
 //! `checkpoint!()`. Use them through `checkpoint_runtime`, which re-exports
 //! them and provides the runtime the generated code calls.
 //!
-//! The macro works in three passes, each in its own module:
+//! The macro works in passes, each in its own module:
 //! - [`parse`]: the attribute and the function signature;
 //! - [`sites`] and [`names`]: where the checkpoint sites are, which locals code
 //!   reads;
-//! - [`lower`] and [`expand`]: the resumable body and the workflow type.
+//! - [`analyse`]: where the body is split, what each split hands over and
+//!   how, liveness, what is refused;
+//! - [`lower`] and [`expand`]: the resumable body and the workflow type
+//!   (with [`fallback`] when an earlier pass reported an error).
 #![forbid(unsafe_code)]
 
+mod analyse;
 mod expand;
 mod fallback;
 mod lower;

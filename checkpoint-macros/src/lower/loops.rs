@@ -6,11 +6,12 @@ use quote::quote;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident};
 
-use super::branches::{carried_bindings, unpack_carried};
-use super::iterables;
-use super::liveness::ContFrame;
-use super::syntax::{strip_parens, yields_reference};
+use super::branches::unpack_carried;
 use super::{binding_pat, frame_ident, rt, Lowerer, Saved, Scope, Source, Split};
+use crate::analyse::branches::carried_bindings;
+use crate::analyse::iterables;
+use crate::analyse::liveness::ContFrame;
+use crate::analyse::syntax::{strip_parens, yields_reference};
 use crate::names::{self, free_in_expr, pat_bindings, pat_names, NameSet, PatBinding};
 use crate::sites::{self, SiteRange};
 use std::rc::Rc;
@@ -18,7 +19,7 @@ use std::rc::Rc;
 impl Lowerer<'_> {
     pub(super) fn lower_while(&mut self, w: &syn::ExprWhile, scope: &Scope) -> Split {
         let unit = quote!(());
-        if super::site_with_postfix(super::scrutinee_of_if(&w.cond)).is_some() {
+        if crate::analyse::split::site_with_postfix(super::scrutinee_of_if(&w.cond)).is_some() {
             let desugared = super::scrutinee::desugar_while(w);
             let range = sites::sites_in_expr(&desugared).unwrap_or(SiteRange { first: 0, last: 0 });
             return self.lower_ctrl(&desugared, range, scope);

@@ -29,32 +29,28 @@
 //! taken. Each statement of the original body appears once in the output, so
 //! the expansion grows linearly with the number of sites.
 
-use std::collections::BTreeMap;
-
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{Block, Expr, Ident, Pat, Stmt};
+use syn::{Block, Expr, Ident, Stmt};
 
-use crate::names::{
-    self, free_in_expr, free_in_stmts, pat_bindings, pat_names, NameSet, PatBinding,
-};
+use crate::names::{pat_names, NameSet, PatBinding};
 use crate::parse::Errors;
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 mod branches;
-mod deferred;
-mod iterables;
-mod liveness;
 mod loops;
 mod scrutinee;
-mod syntax;
 
-use branches::{carried_bindings, if_arms, if_conditions, if_rederives, match_rederives};
-use liveness::ContFrame;
+use crate::analyse::branches::{
+    carried_bindings, if_arms, if_conditions, if_rederives, match_rederives,
+};
+use crate::analyse::liveness::{self, ContFrame};
+use crate::analyse::split::{self, direct_site, site_with_postfix, Visible};
+use crate::analyse::{deferred, syntax};
 use scrutinee::scrutinee_of_if;
-use syntax::{is_constant, strip_parens};
+use syntax::strip_parens;
 
 /// A local that some checkpoint saves, or that is re-created on resume.
 pub struct Binding {
@@ -279,10 +275,6 @@ impl<'a> Lowerer<'a> {
         &self.sites[index as usize]
     }
 
-    fn is_ctx(&self, name: &str) -> bool {
-        self.ctx.is_some_and(|c| c == name)
-    }
-
     /// `matches!(frame.target(), Some(first..=last))`
     fn resuming_into(&self, range: SiteRange) -> TokenStream {
         let frame = frame_ident();
@@ -334,129 +326,40 @@ impl<'a> Lowerer<'a> {
     /// Lowers a statement list; `after` are the names read after these
     /// statements by code that can still see their locals.
     fn lower_stmts(&mut self, stmts: &[Stmt], scope: &Scope, after: &NameSet) -> TokenStream {
-        let Some(j) = stmts
-            .iter()
-            .rposition(|s| sites::sites_in_stmt(s).is_some())
+        let Some(plan) = split::plan_split(stmts, after, &scope.ref_locals, self.ctx, self.sites)
         else {
             return stmts.iter().map(clean_stmt).collect();
         };
-        let (prefix, t, suffix) = (&stmts[..j], &stmts[j], &stmts[j + 1..]);
-        let Some(range) = sites::sites_in_stmt(t) else {
-            return TokenStream::new();
-        };
-        // Items (`fn`, `use`, `struct`, `macro_rules!`) cannot read locals: keep
-        // them at this level so the code after the split still sees them.
-        let (items, prefix): (Vec<Stmt>, Vec<Stmt>) = prefix
-            .iter()
-            .cloned()
-            .partition(|s| matches!(s, Stmt::Item(_)));
-        let prefix = prefix.as_slice();
-        let hoisted: TokenStream = items.iter().map(clean_stmt).collect();
-
-        // Which locals declared before `t` does the code after the split read?
-        let mut needed = free_in_stmts(suffix);
-        needed.extend(after.iter().cloned());
-        needed.extend(post_merge_free(t, &inner_refs(scope)));
-        let visible = visible_bindings(prefix);
-        loop {
-            let before = needed.len();
-            for v in visible.values() {
-                if let Some(init) = &v.transient_init {
-                    if needed.contains(&v.binding.ident.to_string()) {
-                        needed.extend(free_in_expr(init));
-                    }
-                }
-            }
-            if needed.len() == before {
-                break;
-            }
+        for e in plan.errors.iter().cloned() {
+            self.errors.add(e);
         }
-        // Transient `let`s that nothing before the merge reads run once,
-        // right after it, on both paths: a closure then has one type, and a
-        // transient borrowing an exported local borrows it in its final place.
-        let moved = transients_after_merge(prefix, &visible, &needed, &head_free(t));
-        let moved_names: NameSet = moved
-            .iter()
-            .filter_map(|&k| match &prefix[k] {
-                Stmt::Local(l) => Some(pat_names(&l.pat)),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        let after_merge: TokenStream = moved.iter().map(|&k| clean_stmt(&prefix[k])).collect();
-        let kept_prefix: Vec<Stmt> = prefix
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| !moved.contains(k))
-            .map(|(_, s)| s.clone())
-            .collect();
-        let prefix = kept_prefix.as_slice();
-        let mut exported: Vec<&Visible> = visible
-            .values()
-            .filter(|v| {
-                let name = v.binding.ident.to_string();
-                needed.contains(&name) && !self.is_ctx(&name) && !moved_names.contains(&name)
-            })
-            .collect();
-        exported.sort_by_key(|v| v.order);
+        let (t, suffix) = (&stmts[plan.at], &stmts[plan.at + 1..]);
+        let mut inner = self.inner_scope(stmts, &plan, scope);
+        let assigned_deferred = self.assign_deferred(&stmts[..plan.at], &mut inner);
 
-        // The scope of `t` and of the statements after the split.
-        let mut inner = scope.then(ContFrame::Rest {
-            stmts: suffix.into(),
-            shadowed: match t {
-                Stmt::Local(l) => pat_names(&l.pat),
-                _ => NameSet::new(),
-            },
-        });
-        if let Some(assigned) = assigned_local(t) {
-            inner.cont.push(ContFrame::Assigns([assigned].into()));
-        }
-        // Deferred locals the prefix assigns are set from here on: saved at
-        // every site after the split, assigned on its resume path.
-        let mut assigned_deferred = TokenStream::new();
-        for saved in &mut inner.saved {
-            if !matches!(saved.source, Source::Deferred) {
+        // Handed-over locals: a binding each, saved (or a placeholder, or
+        // re-created) at the sites after the split.
+        let mut ids = Vec::new();
+        let mut placeholders = Vec::new();
+        for v in &plan.exports {
+            let transient = v.transient_init.is_some();
+            let id = self.new_binding(&v.binding.ident, transient, v.binding.mutable);
+            ids.push(id);
+            if transient {
                 continue;
             }
-            let ident = self.bindings[saved.binding].ident.clone();
-            if deferred::definitely_assigns(&ident.to_string(), &stmts[..j]) {
-                saved.source = Source::Live;
-                let slot = self.slot_ident(saved.binding);
-                let rt = rt();
-                assigned_deferred.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
-            }
-        }
-        let prefix_names: NameSet = visible.keys().cloned().collect();
-        inner.bind_inner(&prefix_names);
-        inner.ref_locals.retain(|n| !prefix_names.contains(n));
-        let first_site = self.site(range.first).describe();
-        let mut exported_ids = Vec::new();
-        let mut placeholders = Vec::new();
-        for v in &exported {
-            if let Some(err) = reference_error(v, &first_site) {
-                self.errors.add(err);
-            }
-            let id = self.new_binding(
-                &v.binding.ident,
-                v.transient_init.is_some(),
-                v.binding.mutable,
-            );
-            exported_ids.push(id);
-            if v.transient_init.is_none() {
-                let name = v.binding.ident.to_string();
-                let source = if v.binding.mutable && deferred::assigned_in(&name, &stmts[j..]) {
-                    let snap = self.fresh("placeholder");
-                    placeholders.push((v.binding.ident.clone(), id, snap.clone()));
-                    Source::Placeholder(snap)
-                } else {
-                    Source::Live
-                };
-                inner.saved.push(Saved {
-                    binding: id,
-                    source,
-                    hidden_by: NameSet::new(),
-                });
-            }
+            let source = if plan.reassigned(stmts, v) {
+                let snap = self.fresh("placeholder");
+                placeholders.push((v.binding.ident.clone(), id, snap.clone()));
+                Source::Placeholder(snap)
+            } else {
+                Source::Live
+            };
+            inner.saved.push(Saved {
+                binding: id,
+                source,
+                hidden_by: NameSet::new(),
+            });
         }
         let snapshots: TokenStream = placeholders
             .iter()
@@ -465,41 +368,37 @@ impl<'a> Lowerer<'a> {
         let snaps: Vec<&Ident> = placeholders.iter().map(|(_, _, s)| s).collect();
 
         // The statements before `t`, lowered for their own sites.
-        let mut prefix_after = names::free_in_stmts(std::slice::from_ref(t));
-        prefix_after.extend(needed.iter().cloned());
         let prefix_scope = scope.then(ContFrame::Rest {
-            stmts: stmts[j..].into(),
+            stmts: stmts[plan.at..].into(),
             shadowed: NameSet::new(),
         });
-        let prefix_code = self.lower_stmts(prefix, &prefix_scope, &prefix_after);
-
+        let prefix_code = self.lower_stmts(&plan.prefix, &prefix_scope, &plan.prefix_after);
         let Split {
             items,
             normal_head,
             resume_head,
             post,
-        } = self.lower_site_stmt(t, range, &inner);
+        } = self.lower_site_stmt(t, plan.range, &inner);
 
-        let restore = self.restore_code(&exported, &exported_ids);
-        let pats = exported.iter().map(|v| binding_pat(&v.binding));
-        let names = exported
-            .iter()
-            .map(|v| &v.binding.ident)
-            .collect::<Vec<_>>();
+        let restore = self.restore_code(&plan.exports, &ids);
+        let pats = plan.exports.iter().map(|v| binding_pat(&v.binding));
+        let names: Vec<&Ident> = plan.exports.iter().map(|v| &v.binding.ident).collect();
         // Fix each slot's type from the local on the normal path, which rustc
         // checks first, so restored values have known types on the resume path.
-        let binds = exported
+        let rt = rt();
+        let binds = plan
+            .exports
             .iter()
-            .zip(&exported_ids)
+            .zip(&ids)
             .filter(|(v, _)| v.transient_init.is_none())
             .map(|(v, id)| {
-                let slot = self.slot_ident(*id);
-                let ident = &v.binding.ident;
-                let rt = rt();
+                let (slot, ident) = (self.slot_ident(*id), &v.binding.ident);
                 quote!(#rt::Slot::bind(&#slot, &#ident);)
             });
         let head = Ident::new("__cp_head", Span::mixed_site());
-        let resuming = self.resuming_into(range);
+        let resuming = self.resuming_into(plan.range);
+        let hoisted: TokenStream = plan.items.iter().map(clean_stmt).collect();
+        let after_merge: TokenStream = plan.after_merge.iter().map(clean_stmt).collect();
         let suffix_code: TokenStream = suffix.iter().map(clean_stmt).collect();
         quote! {
             #hoisted
@@ -524,10 +423,50 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// The scope of `t` and of the statements after the split: the rest of
+    /// the block follows `t` (with what `t` declares or assigns), and what
+    /// the prefix declares hides outer locals of the same name.
+    fn inner_scope(&self, stmts: &[Stmt], plan: &split::SplitPlan, scope: &Scope) -> Scope {
+        let t = &stmts[plan.at];
+        let mut inner = scope.then(ContFrame::Rest {
+            stmts: stmts[plan.at + 1..].into(),
+            shadowed: match t {
+                Stmt::Local(l) => pat_names(&l.pat),
+                _ => NameSet::new(),
+            },
+        });
+        if let Some(assigned) = split::assigned_local(t) {
+            inner.cont.push(ContFrame::Assigns([assigned].into()));
+        }
+        inner.bind_inner(&plan.prefix_names);
+        inner.ref_locals.retain(|n| !plan.prefix_names.contains(n));
+        inner
+    }
+
+    /// Deferred locals the prefix definitely assigns are set from here on:
+    /// saved at every site after the split; returns their assignments for
+    /// the split's resume path.
+    fn assign_deferred(&self, prefix: &[Stmt], inner: &mut Scope) -> TokenStream {
+        let rt = rt();
+        let mut code = TokenStream::new();
+        for saved in &mut inner.saved {
+            if !matches!(saved.source, Source::Deferred) {
+                continue;
+            }
+            let ident = &self.bindings[saved.binding].ident;
+            if deferred::definitely_assigns(&ident.to_string(), prefix) {
+                saved.source = Source::Live;
+                let slot = &self.bindings[saved.binding].slot;
+                code.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
+            }
+        }
+        code
+    }
+
     /// Code that rebinds exported locals on the resume path, in declaration
     /// order: saved ones from their slots, transient ones by running their
     /// initialiser again.
-    fn restore_code(&self, exported: &[&Visible], ids: &[usize]) -> TokenStream {
+    fn restore_code(&self, exported: &[Visible], ids: &[usize]) -> TokenStream {
         exported
             .iter()
             .zip(ids)
@@ -842,272 +781,6 @@ impl<'a> Lowerer<'a> {
             }
             _ => self.misplaced(range, expr.span()),
         }
-    }
-}
-
-/// A `let` binding of a prefix that is still visible at its end.
-struct Visible {
-    binding: PatBinding,
-    order: usize,
-    /// The index of its `let` in the prefix.
-    stmt: usize,
-    /// `#[transient]`: the pattern and initialiser to run again on resume.
-    transient_pat: Option<Pat>,
-    transient_init: Option<Expr>,
-    /// The initialiser is `&expr` / `&mut expr`.
-    reference_init: bool,
-}
-
-/// The bindings declared by top-level `let`s of `stmts` that are visible after
-/// them (the last one of each name).
-fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
-    let mut out = BTreeMap::new();
-    let mut order = 0;
-    for (index, stmt) in stmts.iter().enumerate() {
-        let Stmt::Local(local) = stmt else { continue };
-        let init = local.init.as_ref().map(|i| &*i.expr);
-        // `let tag = "n";`: a constant is re-created on resume rather than
-        // saved (a `&'static str` could not be deserialized anyway).
-        let constant = matches!(&local.pat, Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none())
-            || matches!(&local.pat, Pat::Type(t) if matches!(&*t.pat, Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none()));
-        let constant = constant
-            && local
-                .init
-                .as_ref()
-                .is_some_and(|i| i.diverge.is_none() && is_constant(&i.expr));
-        let transient = constant || local.attrs.iter().any(|a| a.path().is_ident("transient"));
-        let reference_init = init.is_some_and(syntax::yields_borrowed_value);
-        for binding in pat_bindings(&local.pat) {
-            order += 1;
-            out.insert(
-                binding.ident.to_string(),
-                Visible {
-                    binding,
-                    order,
-                    stmt: index,
-                    transient_pat: transient.then(|| local.pat.clone()),
-                    transient_init: if transient { init.cloned() } else { None },
-                    reference_init,
-                },
-            );
-        }
-    }
-    out
-}
-
-fn reference_error(v: &Visible, site: &str) -> Option<syn::Error> {
-    if v.transient_init.is_some() {
-        return None;
-    }
-    let name = &v.binding.ident;
-    if v.binding.by_ref || v.reference_init {
-        return Some(syn::Error::new(
-            name.span(),
-            format!(
-                "`{name}` holds a reference (its value is borrowed: `&..`, a string literal, `.as_str()`) and is used after {site}; a reference cannot be saved in a checkpoint: own the value (`String` rather than `&str`: `\"..\".to_owned()`; `.clone()` / `.to_owned()`), or borrow again after the checkpoint"
-            ),
-        ));
-    }
-    None
-}
-
-/// Names a statement's code reads after its split point: everything but the
-/// head that the normal path evaluates before the split.
-fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
-    match stmt {
-        Stmt::Local(l) => {
-            let mut out = NameSet::new();
-            if let Some(init) = &l.init {
-                match site_with_postfix(&init.expr) {
-                    // The chain after the call runs after the split.
-                    Some(_) => out.extend(free_in_expr(&init.expr)),
-                    None => out.extend(post_merge_free_expr(&init.expr, refs)),
-                }
-                if let Some((_, d)) = &init.diverge {
-                    out.extend(free_in_expr(d));
-                }
-            }
-            out
-        }
-        Stmt::Expr(Expr::Assign(a), _) if sites::sites_in_expr(&a.left).is_none() => {
-            let mut out = free_in_expr(&a.left);
-            match site_with_postfix(&a.right) {
-                Some(_) => out.extend(free_in_expr(&a.right)),
-                None => out.extend(post_merge_free_expr(&a.right, refs)),
-            }
-            out
-        }
-        Stmt::Expr(e, _) if direct_site(e).is_none() => post_merge_free_expr(e, refs),
-        _ => NameSet::new(),
-    }
-}
-
-fn post_merge_free_expr(expr: &Expr, refs: &NameSet) -> NameSet {
-    match expr {
-        Expr::Paren(p) => post_merge_free_expr(&p.expr, refs),
-        Expr::Group(g) => post_merge_free_expr(&g.expr, refs),
-        Expr::If(i) => {
-            let mut out: NameSet = if_arms(i)
-                .iter()
-                .flat_map(|(.., body)| free_in_expr(body))
-                .collect();
-            if if_rederives(i, refs) {
-                out.extend(if_conditions(i).into_iter().flat_map(free_in_expr));
-            }
-            out
-        }
-        Expr::Match(m) => {
-            let mut out: NameSet = m
-                .arms
-                .iter()
-                .flat_map(|a| {
-                    let bound = pat_names(&a.pat);
-                    free_in_expr(&a.body)
-                        .into_iter()
-                        .filter(move |n| !bound.contains(n))
-                })
-                .collect();
-            if match_rederives(m, refs) {
-                out.extend(free_in_expr(&m.expr));
-                for a in &m.arms {
-                    if let Some((_, g)) = &a.guard {
-                        let bound = pat_names(&a.pat);
-                        out.extend(free_in_expr(g).into_iter().filter(|n| !bound.contains(n)));
-                    }
-                }
-            }
-            out
-        }
-        Expr::ForLoop(f) => {
-            let bound = pat_names(&f.pat);
-            let mut out: NameSet = names::free_in_stmts(&f.body.stmts)
-                .into_iter()
-                .filter(|n| !bound.contains(n))
-                .collect();
-            out.extend(free_in_expr(&f.expr));
-            out
-        }
-        other => free_in_expr(other),
-    }
-}
-
-/// The transient `let`s of `prefix` (by index) that can run after the merge
-/// instead of at their place: needed after it, and read neither by the
-/// prefix statements after them nor by the split statement's head.
-fn transients_after_merge(
-    prefix: &[Stmt],
-    visible: &BTreeMap<String, Visible>,
-    needed: &NameSet,
-    head_reads: &NameSet,
-) -> Vec<usize> {
-    let mut out = Vec::new();
-    for (k, stmt) in prefix.iter().enumerate() {
-        let Stmt::Local(local) = stmt else { continue };
-        let names = pat_names(&local.pat);
-        let all_transient_here = !names.is_empty()
-            && names.iter().all(|n| {
-                visible
-                    .get(n)
-                    .is_some_and(|v| v.stmt == k && v.transient_init.is_some())
-            });
-        if !all_transient_here || !names.iter().any(|n| needed.contains(n)) {
-            continue;
-        }
-        let later = free_in_stmts(&prefix[k + 1..]);
-        if names
-            .iter()
-            .any(|n| later.contains(n) || head_reads.contains(n))
-        {
-            continue;
-        }
-        out.push(k);
-    }
-    out
-}
-
-/// Names the head of a split statement reads: what the normal path
-/// evaluates before the merge (a condition, a scrutinee, a wait's arguments).
-fn head_free(stmt: &Stmt) -> NameSet {
-    fn expr_head(e: &Expr) -> NameSet {
-        match strip_parens(e) {
-            Expr::If(i) => if_conditions(i)
-                .into_iter()
-                .flat_map(free_in_expr)
-                .collect(),
-            Expr::Match(m) => {
-                let mut out = free_in_expr(&m.expr);
-                for a in &m.arms {
-                    if let Some((_, g)) = &a.guard {
-                        out.extend(free_in_expr(g));
-                    }
-                }
-                out
-            }
-            Expr::Block(_) | Expr::Loop(_) | Expr::While(_) | Expr::ForLoop(_) => NameSet::new(),
-            other => free_in_expr(other),
-        }
-    }
-    match stmt {
-        Stmt::Local(l) => l
-            .init
-            .as_ref()
-            .map_or_else(NameSet::new, |i| expr_head(&i.expr)),
-        Stmt::Expr(Expr::Assign(a), _) => expr_head(&a.right),
-        Stmt::Expr(e, _) => expr_head(e),
-        _ => NameSet::new(),
-    }
-}
-
-/// The local a statement assigns as a whole: `x = <construct>;`.
-fn assigned_local(stmt: &Stmt) -> Option<String> {
-    let Stmt::Expr(Expr::Assign(a), _) = stmt else {
-        return None;
-    };
-    let Expr::Path(p) = strip_parens(&a.left) else {
-        return None;
-    };
-    p.path.get_ident().map(|i| i.to_string())
-}
-
-/// The references a scope is known to hold.
-fn inner_refs(scope: &Scope) -> NameSet {
-    scope.ref_locals.clone()
-}
-
-/// `ctx.wait_for(..).await.unwrap_or(..)?`: a suspension call at the root of a
-/// chain of method calls, field accesses and `?`. Returns the site, the call
-/// itself and the chain with the call replaced by the site's value.
-fn site_with_postfix(expr: &Expr) -> Option<(u32, Expr, TokenStream)> {
-    if let Some(index) = direct_site(expr) {
-        let head = Ident::new("__cp_head", Span::mixed_site());
-        return Some((index, expr.clone(), quote!(#head)));
-    }
-    match expr {
-        Expr::MethodCall(m) if m.args.iter().all(|a| sites::sites_in_expr(a).is_none()) => {
-            let (index, site, rest) = site_with_postfix(&m.receiver)?;
-            let (dot, method, turbofish, args) = (&m.dot_token, &m.method, &m.turbofish, &m.args);
-            Some((index, site, quote!(#rest #dot #method #turbofish (#args))))
-        }
-        Expr::Field(f) => {
-            let (index, site, rest) = site_with_postfix(&f.base)?;
-            let (dot, member) = (&f.dot_token, &f.member);
-            Some((index, site, quote!(#rest #dot #member)))
-        }
-        Expr::Try(t) => {
-            let (index, site, rest) = site_with_postfix(&t.expr)?;
-            let q = &t.question_token;
-            Some((index, site, quote!(#rest #q)))
-        }
-        _ => None,
-    }
-}
-
-/// The site number of an expression that *is* a site (not one that contains one).
-fn direct_site(expr: &Expr) -> Option<u32> {
-    match strip_parens(expr) {
-        Expr::Macro(m) => sites::marker(&m.attrs),
-        Expr::Await(a) => sites::marker(&a.attrs),
-        _ => None,
     }
 }
 

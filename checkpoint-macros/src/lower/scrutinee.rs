@@ -6,7 +6,7 @@
 use proc_macro2::Span;
 use syn::{Block, Expr, Ident, Pat, Stmt};
 
-use super::syntax::strip_parens;
+use crate::analyse::syntax::strip_parens;
 
 fn scrutinee_ident() -> Ident {
     Ident::new("__cp_scrutinee", Span::mixed_site())

@@ -17,7 +17,7 @@ use syn::{Expr, Ident, Pat, Stmt, Type};
 use crate::names::{free_in_stmts, pat_names};
 
 /// A hoisted declaration.
-pub(super) struct DeferredLocal {
+pub(crate) struct DeferredLocal {
     pub ident: Ident,
     mutable: bool,
     ty: Option<Type>,
@@ -37,7 +37,7 @@ impl DeferredLocal {
 }
 
 /// A block's statements with the deferred declarations taken out.
-pub(super) struct Hoisted {
+pub(crate) struct Hoisted {
     pub locals: Vec<DeferredLocal>,
     pub stmts: Vec<Stmt>,
 }
@@ -45,7 +45,7 @@ pub(super) struct Hoisted {
 /// Finds the `let`s of `stmts` that are deferred: a plain name (`x`, `mut
 /// x`, `x: T`) without initialiser, the name neither declared nor used
 /// earlier in the block (so moving the declaration up changes nothing).
-pub(super) fn hoist(stmts: &[Stmt]) -> Hoisted {
+pub(crate) fn hoist(stmts: &[Stmt]) -> Hoisted {
     let mut locals = Vec::new();
     let mut out = Vec::with_capacity(stmts.len());
     for (i, stmt) in stmts.iter().enumerate() {
@@ -105,7 +105,7 @@ fn deferrable(stmt: &Stmt, before: &[Stmt]) -> Option<DeferredLocal> {
 /// block: moved to the block's top, where one definition serves the normal
 /// and the resume path (two definitions would be two closure types).
 /// Returns them and the remaining statements.
-pub(super) fn hoist_transient_closures(stmts: &[Stmt]) -> (Vec<Stmt>, Vec<Stmt>) {
+pub(crate) fn hoist_transient_closures(stmts: &[Stmt]) -> (Vec<Stmt>, Vec<Stmt>) {
     let mut closures = Vec::new();
     let mut rest = Vec::with_capacity(stmts.len());
     for (i, stmt) in stmts.iter().enumerate() {
@@ -154,7 +154,7 @@ pub(super) fn hoist_transient_closures(stmts: &[Stmt]) -> (Vec<Stmt>, Vec<Stmt>)
 /// Whether every path through `stmts` assigns `name` (`name = ..`) or
 /// leaves (`return`, `break`, `continue`, `panic!`). Conservative: `false`
 /// when unsure (loops, assignments inside larger expressions).
-pub(super) fn definitely_assigns(name: &str, stmts: &[Stmt]) -> bool {
+pub(crate) fn definitely_assigns(name: &str, stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| match s {
         Stmt::Expr(e, _) => expr_assigns(name, e),
         Stmt::Macro(m) => diverging_macro(&m.mac),
@@ -188,7 +188,7 @@ fn diverging_macro(mac: &syn::Macro) -> bool {
 
 /// Whether `stmts` assign `name` as a whole (`name = ..`) anywhere outside
 /// closures.
-pub(super) fn assigned_in(name: &str, stmts: &[Stmt]) -> bool {
+pub(crate) fn assigned_in(name: &str, stmts: &[Stmt]) -> bool {
     struct Finder<'a> {
         name: &'a str,
         found: bool,

@@ -24,7 +24,7 @@ use super::syntax::strip_parens;
 
 /// One level of a site's continuation, innermost first.
 #[derive(Clone)]
-pub(super) enum ContFrame {
+pub(crate) enum ContFrame {
     /// The statements after the current one in its block; `shadowed` names
     /// are bound anew by the current statement (`let x = <construct>`).
     Rest {
@@ -50,7 +50,7 @@ pub(super) enum ContFrame {
 /// whether one may read it before assigning it, and how the others leave
 /// (those that assign it first, or return, are finished and not recorded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub(super) struct Flow {
+pub(crate) struct Flow {
     /// Some path may read it before assigning it.
     pub read: bool,
     /// Some path reaches the end of the code without touching it.
@@ -122,7 +122,7 @@ impl Flow {
 
 /// Whether `name` may be read after the site whose continuation is `cont`
 /// (innermost frame last).
-pub(super) fn live_after(name: &str, cont: &[ContFrame]) -> bool {
+pub(crate) fn live_after(name: &str, cont: &[ContFrame]) -> bool {
     // The label of the loop each frame's code is directly in: that of the
     // nearest loop frame outside it.
     let enclosing_label = |i: usize| -> Label {
@@ -182,7 +182,7 @@ pub(super) fn live_after(name: &str, cont: &[ContFrame]) -> bool {
 }
 
 /// What a statement list does with `name`.
-pub(super) fn stmts_flow(name: &str, stmts: &[Stmt], label: Label) -> Flow {
+pub(crate) fn stmts_flow(name: &str, stmts: &[Stmt], label: Label) -> Flow {
     let mut flow = OPEN;
     for (i, stmt) in stmts.iter().enumerate() {
         if !flow.open || flow.read {
@@ -244,7 +244,7 @@ fn macro_reads(name: &str, mac: &syn::Macro) -> bool {
 }
 
 /// What evaluating `expr` does with `name`.
-pub(super) fn expr_flow(name: &str, expr: &Expr, label: Label) -> Flow {
+pub(crate) fn expr_flow(name: &str, expr: &Expr, label: Label) -> Flow {
     match strip_parens(expr) {
         Expr::Assign(a) => match strip_parens(&a.left) {
             Expr::Path(p) if p.path.is_ident(name) => {

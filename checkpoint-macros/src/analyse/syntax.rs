@@ -43,7 +43,7 @@ fn borrowing_method(name: &str) -> bool {
 
 /// Whether an expression evaluates to a reference (or an iterator of
 /// references) into locals, judged from its syntax.
-pub(super) fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
+pub(crate) fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
     match strip_parens(expr) {
         Expr::Reference(_) => true,
         Expr::Path(p) => p
@@ -63,7 +63,7 @@ pub(super) fn yields_reference(expr: &Expr, refs: &NameSet) -> bool {
 /// a string literal, `x.as_str()`, or an `if` / `match` / block every
 /// non-diverging branch of which is one (`if adult { "adult" } else {
 /// "junior" }`). Such a local cannot be saved.
-pub(super) fn yields_borrowed_value(expr: &Expr) -> bool {
+pub(crate) fn yields_borrowed_value(expr: &Expr) -> bool {
     fn tail(block: &syn::Block) -> Option<&Expr> {
         match block.stmts.last() {
             Some(syn::Stmt::Expr(e, None)) => Some(e),
@@ -121,7 +121,7 @@ pub(super) fn yields_borrowed_value(expr: &Expr) -> bool {
 
 /// A literal (`"n"`, `3`, `-1.5`, `b"x"`, `true`) or a path that names a
 /// constant by convention (`MAX_RETRIES`, `u32::MAX`).
-pub(super) fn is_constant(expr: &Expr) -> bool {
+pub(crate) fn is_constant(expr: &Expr) -> bool {
     match strip_parens(expr) {
         Expr::Lit(_) => true,
         Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_constant(&u.expr),
@@ -144,7 +144,7 @@ pub(super) fn is_constant(expr: &Expr) -> bool {
 /// calls (`opt.as_ref()`, `s.as_str()`), which are pure by convention.
 /// Evaluating it again on resume gives the same value and re-derives any
 /// references it makes into restored locals.
-pub(super) fn is_pure(expr: &Expr) -> bool {
+pub(crate) fn is_pure(expr: &Expr) -> bool {
     match expr {
         Expr::Path(_) | Expr::Lit(_) => true,
         Expr::Paren(p) => is_pure(&p.expr),
@@ -161,7 +161,7 @@ pub(super) fn is_pure(expr: &Expr) -> bool {
     }
 }
 
-pub(super) fn strip_parens(expr: &Expr) -> &Expr {
+pub(crate) fn strip_parens(expr: &Expr) -> &Expr {
     match expr {
         Expr::Paren(p) => strip_parens(&p.expr),
         Expr::Group(g) => strip_parens(&g.expr),

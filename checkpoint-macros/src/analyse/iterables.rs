@@ -26,7 +26,7 @@ const ITERATING_METHODS: &[&str] = &[
 /// borrows: a `&mut` or a `*_mut` method call anywhere in it
 /// (`v.iter_mut()`, `m.values_mut()`, `v.chunks_mut(2)`, `&mut v`,
 /// `a.iter_mut().zip(b.iter())`).
-pub(super) fn writes_through(expr: &Expr) -> bool {
+pub(crate) fn writes_through(expr: &Expr) -> bool {
     struct Finder(bool);
     impl<'ast> syn::visit::Visit<'ast> for Finder {
         fn visit_expr_reference(&mut self, r: &'ast syn::ExprReference) {
@@ -60,7 +60,7 @@ fn is_place(expr: &Expr) -> bool {
 /// order probe, which keeps the iterator as it is unless the place is a
 /// `HashMap`/`HashSet`, and then iterates it in a canonical order. `None`
 /// when the iterable does not start from a place (a range, a call).
-pub(super) fn in_stable_order(expr: &Expr) -> Option<Expr> {
+pub(crate) fn in_stable_order(expr: &Expr) -> Option<Expr> {
     let wrap = |base: &Expr, root: &Expr| -> Expr {
         let rt = quote!(::checkpoint_runtime::__private);
         syn::parse_quote! {{
