@@ -210,3 +210,41 @@ async fn range_over_a_queue_the_body_pops() {
     assert_eq!(handled, q);
     assert!(rest.is_empty());
 }
+
+// Where only the run can tell: a helper whose order the macro cannot see
+// (here it rotates its list on every call, as a `HashSet` built anew would
+// reorder it). The resumed loop stands at another item than it left, so the
+// resume is refused before the body runs, naming the loop.
+static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn pending_jobs() -> Vec<String> {
+    let mut jobs: Vec<String> = (0..6).map(|i| format!("job-{i}")).collect();
+    let turn = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let len = jobs.len();
+    jobs.rotate_left(turn % len);
+    jobs
+}
+
+#[workflow]
+async fn run_pending(ctx: &Ctx, batch: u32) -> Vec<String> {
+    let mut done = Vec::new();
+    for job in pending_jobs() {
+        fx(ctx).record(format!("run:{job}:{batch}"));
+        done.push(job);
+        checkpoint!("ran");
+    }
+    done
+}
+
+#[tokio::test]
+async fn a_loop_that_resumes_at_another_item_is_refused_naming_it() {
+    let err = Harness::new(run_pending)
+        .input(1)
+        .run()
+        .await
+        .expect_err("a resume at another item must be refused");
+    let msg = err.to_string();
+    assert!(msg.contains("resumed at another item"), "{msg}");
+    assert!(msg.contains("for job in pending_jobs()"), "{msg}");
+    assert!(msg.contains("ran"), "the site is named: {msg}");
+}

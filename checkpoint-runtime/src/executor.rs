@@ -204,14 +204,14 @@ impl<W: Workflow> Launcher for WorkflowLauncher<W> {
             ));
         };
         let site = &W::SITES[index];
-        if cp.loops.len() != site.loops as usize {
+        let positions = crate::iteration::loop_positions(&cp.loops).len();
+        if positions != site.loops as usize {
             return Launch::Refuse(incompatible(
                 &run,
                 site.key,
                 "-",
                 format!(
-                    "the checkpoint holds {} loop position(s), the site is now inside {} `for` loop(s)",
-                    cp.loops.len(),
+                    "the checkpoint holds {positions} loop position(s), the site is now inside {} `for` loop(s)",
                     site.loops
                 ),
             ));

@@ -21,6 +21,7 @@ use crate::codec;
 use crate::ctx::Ctx;
 use crate::executor::{Halt, RunShared};
 use crate::history::Event;
+use crate::iteration;
 use crate::schema::{self, SchemaRef};
 use crate::store::{CheckpointRecord, FieldRecord, SchemaKeys, Suspend, WakeValue};
 use crate::Error;
@@ -516,8 +517,27 @@ impl Frame {
     pub fn loop_position(&self, depth: usize) -> u64 {
         self.checkpoint
             .as_ref()
-            .and_then(|c| c.loops.get(depth).copied())
+            .and_then(|c| iteration::loop_positions(&c.loops).get(depth).copied())
             .unwrap_or(0)
+    }
+
+    /// Checks that the item a resumed `for` loop (the `depth`-th around the
+    /// target site, written `described`) now stands at has the fingerprint
+    /// of the one it left: refused otherwise, before its body runs. Items
+    /// without a fingerprint (not serializable, or an older checkpoint) are
+    /// not checked.
+    pub fn check_item(&self, depth: usize, fingerprint: u64, described: &str) -> Result<(), Error> {
+        let stored = self
+            .checkpoint
+            .as_ref()
+            .map_or(0, |c| iteration::loop_item(&c.loops, depth));
+        if stored == 0 || fingerprint == 0 || stored == fingerprint {
+            return Ok(());
+        }
+        Err(self.loop_error(format!(
+            "the loop `{described}` resumed at another item (#{}) than the one it left: its iterable yields other items, or another order, when evaluated again (a HashSet or HashMap returned by a function, an iterator over data the body changed); iterate a Vec or BTreeMap, or collect the items into a local before the loop",
+            self.loop_position(depth)
+        )))
     }
 
     /// Skips `n` items of `iter`; an error naming the workflow, run and site
@@ -601,7 +621,11 @@ impl Frame {
                 self.run.workflow
             ))
         })?;
-        if loops.len() != info.loops as usize {
+        // Positions, then (optionally) the current items' fingerprints.
+        let n = info.loops as usize;
+        let well_formed = loops.len() == n
+            || (n > 0 && loops.len() == 2 * n + 1 && loops[n] == iteration::LOOP_ITEMS);
+        if !well_formed {
             return Err(Error::internal(format!(
                 "site `{}` of workflow `{}` is inside {} loop(s) but {} position(s) were given",
                 info.key,

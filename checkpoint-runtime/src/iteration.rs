@@ -21,6 +21,12 @@
 //! - **Inputs the body changes** (`for _ in 0..q.len()` while the body pops
 //!   `q`): the macro saves the iterable's inputs as of loop entry and
 //!   evaluates the iterable from those on resume; nothing here is needed.
+//!
+//! And where only the run can tell (the order of a type the macro cannot
+//! see, such as a `HashSet` a helper returns), each item taken gets a
+//! [`fingerprint`](Fingerprinted); a checkpoint stores the current item's
+//! after the loop positions (behind [`LOOP_ITEMS`]), and a resumed loop whose
+//! next item has another fingerprint is refused before its body runs.
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
@@ -400,6 +406,62 @@ pub fn restore_through<P: ItemPart>(part: &mut P, saved: &mut crate::frame::Slot
 /// only).
 pub fn bind_through<P: ItemPart>(_slot: &crate::frame::Slot<P::Owned>, _part: &P) {}
 
+/// Separates the loop positions of a checkpoint from the fingerprints of
+/// the loops' current items that follow them. (`i64::MAX`: stored loops are
+/// `bigint`s in PostgreSQL; positions never get there.)
+pub const LOOP_ITEMS: u64 = i64::MAX as u64;
+
+/// The positions part of a checkpoint's stored loops.
+pub(crate) fn loop_positions(loops: &[u64]) -> &[u64] {
+    match loops.iter().position(|&l| l == LOOP_ITEMS) {
+        Some(end) => &loops[..end],
+        None => loops,
+    }
+}
+
+/// The fingerprint of the current item of the `depth`-th enclosing loop
+/// stored in a checkpoint's loops, if any (0: none).
+pub(crate) fn loop_item(loops: &[u64], depth: usize) -> u64 {
+    let positions = loop_positions(loops).len();
+    loops.get(positions + 1 + depth).copied().unwrap_or(0)
+}
+
+/// A loop item, for method resolution to pick [`Fingerprinted`] when it
+/// serializes and [`NotFingerprinted`] otherwise.
+pub struct ItemProbe<'a, T: ?Sized>(pub &'a T);
+
+/// The fingerprint of a serializable item: FNV-1a over its postcard bytes,
+/// kept below [`LOOP_ITEMS`] and never 0 (a stable function: it is stored).
+pub trait Fingerprinted {
+    /// The item's fingerprint.
+    fn fingerprint(&self) -> u64;
+}
+
+impl<T: Serialize + ?Sized> Fingerprinted for &ItemProbe<'_, T> {
+    fn fingerprint(&self) -> u64 {
+        let mut bytes = Vec::new();
+        if codec::append(self.0, &mut bytes).is_err() {
+            return 0;
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        (h >> 2) | 1
+    }
+}
+
+/// Items that do not serialize have no fingerprint (0), and are not checked.
+pub trait NotFingerprinted {
+    /// 0.
+    fn fingerprint(&self) -> u64 {
+        0
+    }
+}
+
+impl<T: ?Sized> NotFingerprinted for ItemProbe<'_, T> {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,6 +484,28 @@ mod tests {
         #[allow(clippy::needless_borrow)] // the generated code's autoref dispatch
         let kept: Vec<u32> = (&&probe).in_stable_order(v.iter()).copied().collect();
         assert_eq!(kept, vec![3, 1, 2], "a Vec keeps its own order");
+    }
+
+    #[test]
+    #[allow(clippy::needless_borrow)] // the generated code's autoref dispatch
+    fn serializable_items_have_stable_fingerprints() {
+        use {Fingerprinted as _, NotFingerprinted as _};
+        let a = (&&ItemProbe(&"invoice-7".to_owned())).fingerprint();
+        assert_eq!(a, (&&ItemProbe(&"invoice-7".to_owned())).fingerprint());
+        assert_ne!(a, (&&ItemProbe(&"invoice-8".to_owned())).fingerprint());
+        assert!(a != 0 && a < LOOP_ITEMS);
+        // Pinned: the fingerprint is stored, so it must not change.
+        assert_eq!(
+            (&&ItemProbe(&7u32)).fingerprint(),
+            3_159_537_454_290_070_705
+        );
+        struct Opaque;
+        assert_eq!((&&ItemProbe(&Opaque)).fingerprint(), 0);
+        let loops = [3, 1, LOOP_ITEMS, 11, 0];
+        assert_eq!(loop_positions(&loops), &[3, 1]);
+        assert_eq!(loop_item(&loops, 0), 11);
+        assert_eq!(loop_item(&loops, 1), 0);
+        assert_eq!(loop_item(&[3, 1], 0), 0, "an older checkpoint has none");
     }
 
     #[test]

@@ -162,7 +162,8 @@ pub mod __private {
     };
     pub use crate::iteration::{
         advance_writing_back, bind_through, order_probe, restore_through, save_through,
-        HashOrdered, ItemPart, Reborrow, SourceOrdered, WrittenItems,
+        Fingerprinted, HashOrdered, ItemPart, ItemProbe, NotFingerprinted, Reborrow, SourceOrdered,
+        WrittenItems, LOOP_ITEMS,
     };
     pub use crate::save::{type_of, type_of_slot, Save, SaveOps, TypeOf};
     pub use crate::workflow::WorkflowToken;

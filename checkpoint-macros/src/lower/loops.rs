@@ -2,7 +2,7 @@
 //! iterable and skips the items already taken.
 
 use proc_macro2::{Span, TokenStream};
-use quote::quote;
+use quote::{quote, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident};
 
@@ -145,6 +145,8 @@ impl Lowerer<'_> {
             body_scope.ref_locals.extend(pat_names(&f.pat));
         }
         body_scope.loop_positions.push(pos.clone());
+        let item_fp = self.fresh("item_fp");
+        body_scope.loop_items.push(item_fp.clone());
         body_scope.cont.push(ContFrame::Loop {
             body: Rc::new(f.body.clone()),
             cond: None,
@@ -193,6 +195,33 @@ impl Lowerer<'_> {
         };
 
         let (label, pat) = (&f.label, &f.pat);
+        // How errors name the loop: its first line, shortened.
+        let described = {
+            let text = quote!(#pat).to_string();
+            let iterable = f.expr.to_token_stream().to_string();
+            let mut d = format!("for {text} in {iterable}");
+            if d.len() > 80 {
+                d.truncate(d.char_indices().nth(77).map_or(d.len(), |(i, _)| i));
+                d.push_str("...");
+            }
+            d
+        };
+        let check_item = |item: TokenStream| {
+            quote! {
+                let #item_fp: u64 = {
+                    #[allow(unused_imports)]
+                    use #rt::{Fingerprinted as _, NotFingerprinted as _};
+                    (&&#rt::ItemProbe(#item)).fingerprint()
+                };
+                if #resuming {
+                    if let ::core::result::Result::Err(e) = #frame.check_item(#depth, #item_fp, #described) {
+                        match #frame.halt(e).await {}
+                    }
+                }
+            }
+        };
+        let item = Ident::new("__cp_item", Span::mixed_site());
+        let check_plain = check_item(quote!(&#item));
         let post = if iterables::writes_through(&f.expr) {
             let through = self.written_items(f, &mut body_scope);
             let body = self.lower_block(&f.body, &body_scope);
@@ -202,6 +231,10 @@ impl Lowerer<'_> {
                 cur,
                 bindings,
             } = through;
+            let check_cur = check_item(quote!(match &#cur {
+                ::core::option::Option::Some(item) => item,
+                ::core::option::Option::None => break,
+            }));
             let rebinds = bindings.iter().map(|(b, slot)| {
                 quote! {
                     #[allow(unused_mut)]
@@ -242,6 +275,7 @@ impl Lowerer<'_> {
                         ::core::option::Option::Some(item) => item,
                         ::core::option::Option::None => break,
                     });
+                    #check_cur
                     let #pat = match &mut #cur {
                         ::core::option::Option::Some(item) => #rt::Reborrow::reborrow(item),
                         ::core::option::Option::None => break,
@@ -277,10 +311,12 @@ impl Lowerer<'_> {
                     #next = skip;
                 }
                 #label loop {
-                    let #pat = match ::core::iter::Iterator::next(&mut #iter) {
+                    let #item = match ::core::iter::Iterator::next(&mut #iter) {
                         ::core::option::Option::Some(item) => item,
                         ::core::option::Option::None => break,
                     };
+                    #check_plain
+                    let #pat = #item;
                     #[allow(unused_variables)]
                     let #pos: u64 = #next;
                     #next += 1;

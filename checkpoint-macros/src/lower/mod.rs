@@ -116,6 +116,8 @@ struct Scope {
     saved: Vec<Saved>,
     /// Position variables of the enclosing `for` loops, outermost first.
     loop_positions: Vec<Ident>,
+    /// The fingerprint variables of those loops' current items.
+    loop_items: Vec<Ident>,
     /// Locals known to hold references that are re-derived on resume (items
     /// of `for` loops over borrowed collections, bindings of re-evaluated
     /// `match`es): a `match` on them is evaluated again rather than restored.
@@ -158,8 +160,9 @@ pub struct Lowerer<'a> {
 
 /// What a site saves (see `site_fields`).
 struct SiteFields {
-    /// Position variables of the enclosing `for` loops.
-    positions: Vec<Ident>,
+    /// The slice of loop positions and item fingerprints a checkpoint stores:
+    /// `&[pos.., LOOP_ITEMS, fingerprint..]` (`&[]` outside loops).
+    loops: TokenStream,
     /// Statements encoding the saved locals.
     fields: TokenStream,
 }
@@ -565,11 +568,11 @@ impl<'a> Lowerer<'a> {
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let span = self.site(index).span;
-        let SiteFields { positions, fields } = self.site_fields(index, scope);
+        let SiteFields { loops, fields } = self.site_fields(index, scope);
         Split {
             items: TokenStream::new(),
             normal_head: quote_spanned! {span=>
-                #frame.save(#index, &[#(#positions),*], |#enc| { #fields ::core::result::Result::Ok(()) }).await
+                #frame.save(#index, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }).await
             },
             resume_head: quote!(#frame.arrive()),
             post: TokenStream::new(),
@@ -607,7 +610,7 @@ impl<'a> Lowerer<'a> {
         }
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
-        let SiteFields { positions, fields } = self.site_fields(index, scope);
+        let SiteFields { loops, fields } = self.site_fields(index, scope);
         let method = &call.method;
         let turbofish = call.turbofish.as_ref().map(|t| {
             let args = &t.args;
@@ -616,7 +619,7 @@ impl<'a> Lowerer<'a> {
         let args = call.args.iter();
         let span = site.span;
         let normal_head = quote_spanned! {span=>
-            #frame.#method #turbofish(#index, &[#(#positions),*], |#enc| { #fields ::core::result::Result::Ok(()) }, #(#args),*).await
+            #frame.#method #turbofish(#index, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }, #(#args),*).await
         };
         let rt = rt();
         let resume_head = match site.kind {
@@ -690,8 +693,14 @@ impl<'a> Lowerer<'a> {
             }
         }
         self.layouts[index as usize] = layout;
+        let (positions, items) = (&scope.loop_positions, &scope.loop_items);
+        let loops = if positions.is_empty() {
+            quote!(&[])
+        } else {
+            quote!(&[#(#positions,)* #rt::LOOP_ITEMS, #(#items),*])
+        };
         SiteFields {
-            positions: scope.loop_positions.clone(),
+            loops,
             fields: code,
         }
     }

@@ -181,7 +181,8 @@ pub struct CheckpointRecord {
     pub label: Option<Cow<'static, str>>,
     /// The site's index in the workflow's site table when it was stored.
     pub site_index: u32,
-    /// Positions of the enclosing `for` loops, outermost first.
+    /// Positions of the enclosing `for` loops, outermost first; then, after
+    /// `iteration::LOOP_ITEMS`, the fingerprints of their current items.
     pub loops: Vec<u64>,
     /// The fields, in order.
     pub fields: Vec<FieldRecord>,
@@ -271,7 +272,7 @@ impl CheckpointRecord {
             site: self.site_key.to_string(),
             created_at: self.created_at,
             size: self.data.len(),
-            loops: self.loops.clone(),
+            loops: crate::iteration::loop_positions(&self.loops).to_vec(),
             fields: self
                 .fields
                 .iter()
