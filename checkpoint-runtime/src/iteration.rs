@@ -439,16 +439,29 @@ pub trait Fingerprinted {
 
 impl<T: Serialize + ?Sized> Fingerprinted for &ItemProbe<'_, T> {
     fn fingerprint(&self) -> u64 {
-        let mut bytes = Vec::new();
-        if codec::append(self.0, &mut bytes).is_err() {
-            return 0;
+        // Hashed as postcard writes it: no buffer, no allocation per item.
+        match postcard::serialize_with_flavor(self.0, Fnv(0xcbf2_9ce4_8422_2325)) {
+            Ok(h) => (h >> 2) | 1,
+            Err(_) => 0,
         }
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        (h >> 2) | 1
+    }
+}
+
+/// A postcard flavor that hashes the bytes (FNV-1a) instead of keeping them.
+struct Fnv(u64);
+
+impl postcard::ser_flavors::Flavor for Fnv {
+    type Output = u64;
+
+    #[inline]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0 ^= u64::from(data);
+        self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<u64> {
+        Ok(self.0)
     }
 }
 

@@ -46,6 +46,19 @@ pub(crate) fn writes_through(expr: &Expr) -> bool {
     f.0
 }
 
+/// A range, or adapters over one (`0..n`, `(0..n).rev()`, `(1..=n).step_by(2)`):
+/// its items are integers that depend only on their position.
+pub(crate) fn is_range(expr: &Expr) -> bool {
+    match strip_parens(expr) {
+        Expr::Range(_) => true,
+        Expr::MethodCall(m) => {
+            ["rev", "step_by", "skip", "take"].contains(&m.method.to_string().as_str())
+                && is_range(&m.receiver)
+        }
+        _ => false,
+    }
+}
+
 /// A place: a local or a field of one (`map`, `state.pending`).
 fn is_place(expr: &Expr) -> bool {
     match strip_parens(expr) {

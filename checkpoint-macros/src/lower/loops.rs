@@ -206,7 +206,12 @@ impl Lowerer<'_> {
             }
             d
         };
+        // Items of a range are their positions: nothing to fingerprint.
+        let fingerprinted = !iterables::is_range(&f.expr);
         let check_item = |item: TokenStream| {
+            if !fingerprinted {
+                return quote!(let #item_fp: u64 = 0;);
+            }
             quote! {
                 let #item_fp: u64 = {
                     #[allow(unused_imports)]
