@@ -227,7 +227,7 @@ fn save_traits<'a>(
         let name = b.field_name();
         let mut where_saved: Vec<String> = Vec::new();
         for s in &saved_at {
-            let d = sites[*s as usize].describe();
+            let d = sites[*s as usize - 1].describe();
             if !where_saved.contains(&d) {
                 where_saved.push(d);
             }

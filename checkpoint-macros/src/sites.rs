@@ -49,6 +49,9 @@ impl SiteKind {
 /// What is known about a site before lowering.
 #[derive(Clone, Debug)]
 pub struct Site {
+    /// The site's number, from 1 in source order: the `#N` of unlabelled
+    /// keys and of messages, and the number the generated code passes the
+    /// runtime.
     pub index: u32,
     pub kind: SiteKind,
     pub label: Option<String>,
@@ -61,7 +64,7 @@ impl Site {
     pub fn key(&self) -> String {
         match &self.label {
             Some(l) => l.clone(),
-            None => format!("#{}", self.index + 1),
+            None => format!("#{}", self.index),
         }
     }
 
@@ -69,7 +72,7 @@ impl Site {
     pub fn describe(&self) -> String {
         match &self.label {
             Some(l) => format!("checkpoint \"{l}\""),
-            None => format!("{} #{}", self.kind.describe(), self.index + 1),
+            None => format!("{} #{}", self.kind.describe(), self.index),
         }
     }
 }
@@ -131,7 +134,8 @@ impl SiteFinder<'_> {
             }
             value
         });
-        let index = self.sites.len() as u32;
+        // Site numbers start at 1, as `#N` in keys and messages do.
+        let index = self.sites.len() as u32 + 1;
         attrs.push(syn::parse_quote_spanned!(span=> #[__checkpoint_site = #index]));
         self.sites.push(Site {
             index,

@@ -413,7 +413,9 @@ impl Frame {
         Frame {
             run,
             sites,
-            target,
+            // The executor knows the site's index; the generated code, its
+            // number (from 1).
+            target: target.map(|index| index + 1),
             checkpoint,
             wake,
             resumed: false,
@@ -441,8 +443,9 @@ impl Frame {
         self.run.workflow
     }
 
-    /// The index (into `W::SITES`) of the site being resumed; `None` when
-    /// running forward (fresh start, or after [`Frame::arrive`]).
+    /// The number of the site being resumed (from 1: `W::SITES[n - 1]`, the
+    /// `#n` of an unlabelled site's key); `None` when running forward (fresh
+    /// start, or after [`Frame::arrive`]).
     pub fn target(&self) -> Option<u32> {
         self.target
     }
@@ -453,7 +456,7 @@ impl Frame {
             .map(|c| c.site_key.to_string())
             .or_else(|| {
                 self.target
-                    .and_then(|t| self.sites.get(t as usize))
+                    .and_then(|t| self.sites.get((t as usize).checked_sub(1)?))
                     .map(|s| s.key.to_owned())
             })
             .unwrap_or_else(|| "-".to_owned())
@@ -615,12 +618,16 @@ impl Frame {
     where
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
-        let info = self.sites.get(site as usize).ok_or_else(|| {
-            Error::internal(format!(
-                "workflow `{}` has no checkpoint site #{site}",
-                self.run.workflow
-            ))
-        })?;
+        // Site numbers start at 1; stored records keep the 0-based index.
+        let index = site.checked_sub(1);
+        let info = index
+            .and_then(|i| self.sites.get(i as usize))
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "workflow `{}` has no checkpoint site #{site}",
+                    self.run.workflow
+                ))
+            })?;
         // Positions, then (optionally) the current items' fingerprints.
         let n = info.loops as usize;
         let well_formed = loops.len() == n
@@ -664,7 +671,7 @@ impl Frame {
                 seq,
                 Cow::Borrowed(info.key),
                 info.label.map(Cow::Borrowed),
-                site,
+                index.unwrap_or(0),
                 loops.to_vec(),
                 enc.fields,
                 enc.buf,

@@ -85,7 +85,7 @@ async fn counter_body(mut frame: Frame, input: Option<u64>, forget: bool) -> u64
     let mut s_n = Slot::<u64>::new();
     let mut s_total = Slot::<u64>::new();
     let loaded = (|| -> Result<(), Error> {
-        if let Some(0) = frame.target() {
+        if let Some(1) = frame.target() {
             frame.check_fields(&[("n", s_n.type_name()), ("total", s_total.type_name())])?;
             load(&mut s_n, &frame, 0)?;
             load(&mut s_total, &frame, 1)?;
@@ -117,7 +117,7 @@ async fn counter_body(mut frame: Frame, input: Option<u64>, forget: bool) -> u64
         total += i;
         effect(&frame, format!("add:{i}"));
         frame
-            .save(0, &[i + 1], |enc| {
+            .save(1, &[i + 1], |enc| {
                 enc.field(&n)?;
                 enc.field(&total)
             })
@@ -166,7 +166,7 @@ async fn approval_body(mut frame: Frame, input: Option<String>) -> Result<String
     let mut s_vendor = Slot::<String>::new();
     let mut s_signal = Slot::<Approval>::new();
     let loaded = (|| -> Result<(), Error> {
-        if let Some(0) = frame.target() {
+        if let Some(1) = frame.target() {
             frame.check_fields(&[("vendor", s_vendor.type_name())])?;
             load(&mut s_vendor, &frame, 0)?;
             load_signal(&mut s_signal, &frame)?;
@@ -186,7 +186,7 @@ async fn approval_body(mut frame: Frame, input: Option<String>) -> Result<String
             let vendor = input.unwrap_or_default();
             effect(&frame, format!("notify:{vendor}"));
             let approval: Approval = frame
-                .wait_for(0, &[], |enc| enc.field(&vendor), "approval")
+                .wait_for(1, &[], |enc| enc.field(&vendor), "approval")
                 .await;
             (vendor, approval)
         }
@@ -243,11 +243,11 @@ async fn timers_body(mut frame: Frame, input: Option<u64>) -> (String, Option<u3
     let mut s_ping = Slot::<Option<u32>>::new();
     let loaded = (|| -> Result<(), Error> {
         match frame.target() {
-            Some(0) => {
+            Some(1) => {
                 frame.check_fields(&[("ms", s_ms.type_name())])?;
                 load(&mut s_ms, &frame, 0)?;
             }
-            Some(1) => {
+            Some(2) => {
                 frame.check_fields(&[("ms", s_ms.type_name())])?;
                 load(&mut s_ms, &frame, 0)?;
                 load_signal_timeout(&mut s_ping, &frame)?;
@@ -265,21 +265,21 @@ async fn timers_body(mut frame: Frame, input: Option<u64>) -> (String, Option<u3
         Some(_) => s_ms.take(),
         None => input.unwrap_or(0),
     };
-    if target != Some(1) {
-        if target == Some(0) {
+    if target != Some(2) {
+        if target == Some(1) {
             frame.arrive();
         } else {
             frame
-                .sleep(0, &[], |e| e.field(&ms), Duration::from_millis(ms))
+                .sleep(1, &[], |e| e.field(&ms), Duration::from_millis(ms))
                 .await;
         }
     }
-    let ping = if target == Some(1) {
+    let ping = if target == Some(2) {
         frame.arrive();
         s_ping.take()
     } else {
         frame
-            .wait_for_timeout::<u32, _>(1, &[], |e| e.field(&ms), "ping", Duration::from_millis(ms))
+            .wait_for_timeout::<u32, _>(2, &[], |e| e.field(&ms), "ping", Duration::from_millis(ms))
             .await
     };
     ("woke".to_owned(), ping)
@@ -1025,7 +1025,7 @@ async fn slow_body(mut frame: Frame, input: Option<(u64, u64)>) -> u64 {
     let mut s_n = Slot::<u64>::new();
     let mut s_ms = Slot::<u64>::new();
     let loaded = (|| -> Result<(), Error> {
-        if let Some(0) = frame.target() {
+        if let Some(1) = frame.target() {
             frame.check_fields(&[("n", s_n.type_name()), ("ms", s_ms.type_name())])?;
             load(&mut s_n, &frame, 0)?;
             load(&mut s_ms, &frame, 1)?;
@@ -1052,7 +1052,7 @@ async fn slow_body(mut frame: Frame, input: Option<(u64, u64)>) -> u64 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
         effect(&frame, format!("tick:{i}"));
         frame
-            .save(0, &[i + 1], |enc| {
+            .save(1, &[i + 1], |enc| {
                 enc.field(&n)?;
                 enc.field(&ms)
             })

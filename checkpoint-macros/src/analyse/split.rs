@@ -117,7 +117,7 @@ pub(crate) fn plan_split(
         })
         .collect();
     exports.sort_by_key(|v| v.order);
-    let first_site = sites[range.first as usize].describe();
+    let first_site = sites[range.first as usize - 1].describe();
     let errors = exports
         .iter()
         .filter_map(|v| reference_error(v, &first_site))

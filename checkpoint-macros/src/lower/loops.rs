@@ -21,7 +21,7 @@ impl Lowerer<'_> {
         let unit = quote!(());
         if crate::analyse::split::site_with_postfix(super::scrutinee_of_if(&w.cond)).is_some() {
             let desugared = super::scrutinee::desugar_while(w);
-            let range = sites::sites_in_expr(&desugared).unwrap_or(SiteRange { first: 0, last: 0 });
+            let range = sites::sites_in_expr(&desugared).unwrap_or(SiteRange { first: 1, last: 1 });
             return self.lower_ctrl(&desugared, range, scope);
         }
         if let Some(r) = sites::sites_in_expr(&w.cond) {
@@ -29,7 +29,7 @@ impl Lowerer<'_> {
         }
         let label = &w.label;
         let Some(range) = sites::sites_in_block(&w.body) else {
-            return self.misplaced(SiteRange { first: 0, last: 0 }, w.span());
+            return self.misplaced(SiteRange { first: 1, last: 1 }, w.span());
         };
         let resuming = self.resuming_into(range);
         let scope = &scope.then(ContFrame::Loop {
@@ -125,7 +125,7 @@ impl Lowerer<'_> {
             return self.misplaced(r, f.expr.span());
         }
         let Some(range) = sites::sites_in_block(&f.body) else {
-            return self.misplaced(SiteRange { first: 0, last: 0 }, f.span());
+            return self.misplaced(SiteRange { first: 1, last: 1 }, f.span());
         };
         let frame = frame_ident();
         let rt = rt();

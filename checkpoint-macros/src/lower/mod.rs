@@ -275,7 +275,8 @@ impl<'a> Lowerer<'a> {
     }
 
     fn site(&self, index: u32) -> &Site {
-        &self.sites[index as usize]
+        // Site numbers start at 1.
+        &self.sites[(index as usize).saturating_sub(1)]
     }
 
     /// `matches!(frame.target(), Some(first..=last))`
@@ -692,7 +693,7 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
-        self.layouts[index as usize] = layout;
+        self.layouts[index as usize - 1] = layout;
         let (positions, items) = (&scope.loop_positions, &scope.loop_items);
         let loops = if positions.is_empty() {
             quote!(&[])
