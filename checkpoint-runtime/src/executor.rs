@@ -672,6 +672,12 @@ async fn run_to_end(
     let period = (rt.ttl / 3).max(Duration::from_millis(10));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The renewal in flight. It is polled next to the workflow future, never
+    // instead of it: the workflow may be inside a store transaction (a
+    // checkpoint locking the run's row, holding a pooled connection), and a
+    // renewal awaited while that transaction cannot move waits for its lock
+    // or its connection for good (the PostgreSQL stall of issue 11).
+    let mut renewal: Option<BoxFuture<'_, Result<(), Error>>> = None;
     loop {
         tokio::select! {
             biased;
@@ -687,8 +693,11 @@ async fn run_to_end(
                     Err(p) => End::Panicked(panic_message(&*p)),
                 };
             }
-            _ = tick.tick() => {
-                match rt.store.renew(&run.id, &run.lease, rt.ttl).await {
+            r = async { renewal.as_mut().expect("guarded by the branch condition").await },
+                if renewal.is_some() =>
+            {
+                renewal = None;
+                match r {
                     Ok(()) => {}
                     Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. }) => {
                         return End::Halted(Halt::Stop);
@@ -696,6 +705,9 @@ async fn run_to_end(
                     // Transient: try again at the next tick; the lease outlives a few misses.
                     Err(_) => {}
                 }
+            }
+            _ = tick.tick(), if renewal.is_none() => {
+                renewal = Some(rt.store.renew(&run.id, &run.lease, rt.ttl));
             }
         }
     }
