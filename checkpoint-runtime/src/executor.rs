@@ -350,7 +350,8 @@ pub(crate) struct Inner {
 /// How often the executor re-checks the store even without notifications.
 const POLL: Duration = Duration::from_millis(500);
 
-/// Consecutive store failures after which `run_worker` gives up.
+/// Consecutive failures other than [`Error::Store`] (which is retried for
+/// as long as it lasts) after which `run_worker` gives up.
 const MAX_STORE_FAILURES: u32 = 10;
 
 fn new_instance_id() -> String {
@@ -610,7 +611,12 @@ impl Inner {
                 }
                 Err(e) => {
                     failures += 1;
-                    if failures >= MAX_STORE_FAILURES {
+                    // A store that cannot be reached (a server restart, a
+                    // dropped connection: `Error::Store`) is waited for: the
+                    // store reconnects and the worker takes up its runs again.
+                    // Only an error that retrying cannot cure ends the worker.
+                    let transient = matches!(e, Error::Store { .. });
+                    if !transient && failures >= MAX_STORE_FAILURES {
                         return Err(e);
                     }
                     Some(SystemTime::now() + Duration::from_millis(50 << failures.min(6)))

@@ -597,8 +597,11 @@ impl Runtime {
     /// runs whose lease expired) until [`shutdown`](Runtime::shutdown); at most
     /// the configured concurrency at once. On shutdown, executions in progress
     /// are stopped and their runs handed back (they resume from their latest
-    /// checkpoint elsewhere or on restart). Store errors are retried with a
-    /// growing pause; after 10 consecutive failures it returns the last one
+    /// checkpoint elsewhere or on restart). A store that cannot be reached
+    /// ([`Error::Store`]: a database restart, a dropped connection) is
+    /// retried with a growing pause (at most 3.2 s) for as long as it lasts:
+    /// the worker reconnects and takes up its runs by itself. Any other error
+    /// is retried too; after 10 consecutive ones it returns the last one
     /// (executions in progress go on; call it again to resume serving).
     ///
     /// ```

@@ -9,13 +9,13 @@ use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx};
 use super::tables::checkpoints::{self, cp_cols, decode, load_seq, load_seq_checked};
 use super::tables::runs::{
     code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, CLAIM,
-    UNREGISTERED,
+    LOAD_PLAIN, RENEW, UNREGISTERED,
 };
 use super::tables::{history, signals};
 use super::{notify, PostgresStore};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
-use crate::store::rules;
+use crate::store::rules::{self, check_lease};
 use crate::store::sql::run_row::status_code;
 use crate::store::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, GcReport, Lease, NewRun,
@@ -122,18 +122,46 @@ impl PostgresStore {
         Ok(out)
     }
 
+    /// On the side connection (never waiting for a pool slot) and without
+    /// waiting for the run's row lock: a row locked by a checkpoint of
+    /// this very run in flight is tried again shortly, for up to a quarter
+    /// of the TTL; the executor renews again at its next tick.
     pub(super) async fn do_renew(
         &self,
         id: &str,
         lease: &Lease,
         ttl: Duration,
     ) -> Result<(), Error> {
-        let mut conn = self.pool.get().await?;
-        let mut cx = conn.begin().await?;
-        let mut rec = fenced(&mut cx, id, lease).await?;
-        rules::renew(&mut rec, from_ts(ts_after(SystemTime::now(), ttl)));
-        write_run(&mut cx, &rec).await?;
-        cx.commit().await
+        let began = std::time::Instant::now();
+        let patience = (ttl / 4).max(Duration::from_millis(50));
+        let mut pause = Duration::from_millis(5);
+        let epoch = to_i64(lease.epoch, "epoch")?;
+        let (worker, instance): (&str, &str) = (&lease.worker, &lease.instance);
+        loop {
+            let expires = ts_after(SystemTime::now(), ttl);
+            let renewed = self
+                .side
+                .query(RENEW, &[&id, &epoch, &worker, &instance, &expires])
+                .await?;
+            if !renewed.is_empty() {
+                return Ok(());
+            }
+            let row = self.side.query(LOAD_PLAIN, &[&id]).await?;
+            let rec = match row.first() {
+                Some(row) => decode_run(row)?,
+                None => return Err(Error::unknown_run(id)),
+            };
+            check_lease(id, &rec, lease)?;
+            // Still ours: the row is locked by another transaction.
+            if began.elapsed() >= patience {
+                return Err(Error::store(format!(
+                    "postgres: lease of run `{id}` not renewed: its row stayed locked for {:?}",
+                    began.elapsed()
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 
     pub(super) async fn do_release(
