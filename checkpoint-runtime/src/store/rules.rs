@@ -354,3 +354,34 @@ pub(crate) fn describe_suspension(state: &RunState, now: SystemTime) -> String {
         other => format!("{other:?}"),
     }
 }
+
+/// The error a damaged run is marked failed with: a run whose row or latest
+/// checkpoint cannot be loaded or decoded. A claim that meets one sets it
+/// aside this way (state `Failed`, a `Failed` event) instead of failing,
+/// so that every other run goes on; `detail` is what went wrong. It names
+/// the run and, as far as they could be read, its workflow, the site of its
+/// latest checkpoint and that checkpoint's fields (all of them: a damaged
+/// row tells no more). Once repaired, `retry` resumes it.
+pub(crate) fn damaged(
+    run: &str,
+    workflow: Option<&str>,
+    site: Option<&str>,
+    fields: &[String],
+    detail: &str,
+) -> Error {
+    let unreadable = || "<unreadable>".to_owned();
+    Error::Decode {
+        workflow: workflow.map_or_else(unreadable, str::to_owned),
+        run: run.to_owned(),
+        site: site.map_or_else(unreadable, str::to_owned),
+        field: if fields.is_empty() {
+            "-".to_owned()
+        } else {
+            fields.join(", ")
+        },
+        detail: format!(
+            "the run cannot be loaded, so it was set aside (the other runs go on): {detail}"
+        )
+        .into(),
+    }
+}

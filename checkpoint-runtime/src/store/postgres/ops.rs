@@ -110,7 +110,9 @@ impl PostgresStore {
             let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
             for row in rows {
                 seen.push(get(&row, 0)?);
-                if let Some(claimed) = claim_row(&mut cx, &row, req, expires, now).await? {
+                if let Some(claimed) =
+                    claim_row(&mut cx, &row, req, expires, now, &self.schema).await?
+                {
                     out.claimed.push(claimed);
                 }
             }
@@ -561,12 +563,19 @@ async fn claim_row(
     req: &ClaimRequest,
     expires: SystemTime,
     now: SystemTime,
+    schema: &str,
 ) -> Result<Option<Claimed>, Error> {
-    // A run whose row or latest checkpoint this build cannot decode is left
-    // untouched (not claimed, not changed): it must not make every worker's
-    // claim fail. Loading it reports the error.
-    let Ok(mut rec) = decode_run(row) else {
-        return Ok(None);
+    // A run whose row or latest checkpoint this build cannot decode must
+    // not make every worker's claim fail: it is marked failed (see
+    // `rules::damaged`) and skipped.
+    let mut rec = match decode_run(row) {
+        Ok(rec) => rec,
+        Err(e) => {
+            let id: String = get(row, 0)?;
+            mark_damaged(cx, &id, get(row, 1).ok(), None, e, now).await?;
+            notify::notify(cx, schema).await?;
+            return Ok(None);
+        }
     };
     // The query decided under the lock; checked again here, as the other
     // backends define it (a waiting run's signal is looked at below).
@@ -575,8 +584,14 @@ async fn claim_row(
     {
         return Ok(None);
     }
-    let Ok(checkpoint) = load_seq_checked(cx, &rec.id, rec.latest_seq).await? else {
-        return Ok(None);
+    let checkpoint = match load_seq_checked(cx, &rec.id, rec.latest_seq).await? {
+        Ok(checkpoint) => checkpoint,
+        Err(e) => {
+            let (id, workflow) = (rec.id.clone(), rec.workflow.clone());
+            mark_damaged(cx, &id, Some(workflow), Some(rec), e, now).await?;
+            notify::notify(cx, schema).await?;
+            return Ok(None);
+        }
     };
     let signal = match &rec.state {
         RunState::Waiting { signal, .. } => signals::consume(cx, &rec.id, signal).await?,
@@ -594,4 +609,54 @@ async fn claim_row(
         lease,
         checkpoint,
     }))
+}
+
+/// Marks run `id` (its row locked by the claim), which cannot be loaded or
+/// decoded (`error`), failed, naming what can still be read of it: its
+/// workflow, and the site and fields of its latest checkpoint. `rec`: its
+/// record, when the row itself decoded.
+async fn mark_damaged(
+    cx: &mut Cx<'_>,
+    id: &str,
+    workflow: Option<String>,
+    rec: Option<RunRecord>,
+    error: Error,
+    now: SystemTime,
+) -> Result<(), Error> {
+    let shape = cx
+        .query_opt(
+            "SELECT c.site_key, c.field_names FROM cp_runs r \
+             JOIN cp_checkpoints c ON c.run = r.id AND c.seq = r.latest_seq WHERE r.id = $1",
+            &[&id],
+        )
+        .await?;
+    let site: Option<String> = shape.as_ref().and_then(|r| r.try_get(0).ok());
+    let fields: Vec<String> = shape
+        .as_ref()
+        .and_then(|r| r.try_get(1).ok())
+        .unwrap_or_default();
+    let detail = error.to_string();
+    let error = rules::damaged(id, workflow.as_deref(), site.as_deref(), &fields, &detail);
+    let event = match rec {
+        Some(mut rec) => {
+            let event = rules::finish(&mut rec, Outcome::Failed { error }, now);
+            write_run(cx, &rec).await?;
+            event
+        }
+        None => {
+            let event = Event::Failed {
+                error: error.to_string(),
+            };
+            let failed = code(crate::store::sql::run_row::FAILED);
+            cx.execute(
+                "UPDATE cp_runs SET state = $2, error = $3, lease_worker = NULL, \
+                 lease_instance = NULL, lease_expires = NULL, updated_at = $4 WHERE id = $1",
+                &[&id, &failed, &super::conn::to_json(&error)?, &ts(now)],
+            )
+            .await?;
+            event
+        }
+    };
+    history::insert(cx, id, now, &event).await?;
+    Ok(())
 }

@@ -952,10 +952,33 @@ fn an_undecodable_run_does_not_block_claims() {
     let got = block_on(s.claim(&req("v", "v1"))).unwrap();
     let ids: Vec<&str> = got.claimed.iter().map(|c| c.run.id.as_str()).collect();
     assert_eq!(ids, ["c"]);
-    // The unreadable runs are left as they were.
-    assert!(block_on(s.load_run("b")).is_err());
+    // The unreadable runs are marked failed, naming what can be read, and
+    // no claim takes them again.
     let d = block_on(s.load_run("d")).unwrap().unwrap();
     assert_eq!((d.epoch, d.lease.is_none()), (1, true));
+    let RunState::Failed { error } = &d.state else {
+        panic!("d: {:?}", d.state);
+    };
+    let error = error.to_string();
+    for part in [
+        "run `d`",
+        "workflow `wf`",
+        "site `task_done`",
+        "field arrays",
+    ] {
+        assert!(error.contains(part), "`{part}` missing from: {error}");
+    }
+    // `b`'s row still does not decode; its history says why.
+    assert!(block_on(s.load_run("b")).is_err());
+    let history = block_on(s.history("b")).unwrap();
+    let failed = history.iter().find_map(|h| match &h.event {
+        Event::Failed { error } => Some(error.clone()),
+        _ => None,
+    });
+    let failed = failed.expect("a failure in b's history");
+    assert!(failed.contains("run `b`"), "{failed}");
+    let again = block_on(s.claim(&req("u", "u1"))).unwrap();
+    assert!(again.claimed.is_empty(), "{:?}", again.claimed);
 }
 
 #[test]
