@@ -6,6 +6,11 @@
 //! - `two_worker_processes_finish_1000_runs_under_load`: 1,000 runs x 20
 //!   checkpoints, 3 s leases, all completed within 120 s (about 25 s here,
 //!   on two cores), each run claimed once: no lease lapsed.
+//! - `workers_take_up_every_run_after_dropped_connections_sigstop_and_sigkill`:
+//!   500 runs x 20 checkpoints, 3 s leases; every server session of both
+//!   workers is ended (twice), worker A is SIGKILLed and started again,
+//!   worker B is SIGSTOPped past its leases: every run still completes
+//!   within 120 s, no worker stops working, and both hold sessions again.
 //!
 //! Before the fix this stalled for good (0 of 300 runs completed in 90 s): a run's lease renewal was awaited
 //! in the driver's `select!` arm, so the workflow future -- holding a pooled
@@ -164,6 +169,14 @@ impl Proc {
         }
     }
 
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill {sig} {} failed", self.child.id());
+    }
+
     /// Panics if the process exited (a worker must keep working).
     fn check_alive(&mut self) {
         if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -180,18 +193,81 @@ impl Drop for Proc {
     }
 }
 
+/// Faults injected while the runs are worked off, each once, when a
+/// share of the runs has completed.
+#[derive(Clone, Copy, PartialEq)]
+enum Faults {
+    None,
+    /// At 20 % of the runs completed, drop every connection of both
+    /// workers; at 40 %, SIGKILL worker A and start it again (same worker
+    /// id); at 60 %, drop every connection again; at 80 %, SIGSTOP worker B
+    /// for two lease TTLs, then SIGCONT.
+    Chaos,
+}
+
+/// Ends every server session of application `app` (the worker processes
+/// name theirs, so that nothing else on the server is touched). Returns how
+/// many were ended.
+fn drop_connections(tokio: &tokio::runtime::Runtime, base: &str, apps: &[&str]) -> usize {
+    tokio.block_on(async {
+        let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+            .await
+            .expect("connecting to the server");
+        let task = tokio::spawn(conn);
+        let apps: Vec<String> = apps.iter().map(|a| a.to_string()).collect();
+        let rows = client
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = ANY($1)",
+                &[&apps],
+            )
+            .await
+            .expect("terminating sessions");
+        drop(client);
+        let _ = task.await;
+        rows.len()
+    })
+}
+
+/// How many server sessions application `app` holds.
+fn sessions(tokio: &tokio::runtime::Runtime, base: &str, app: &str) -> i64 {
+    tokio.block_on(async {
+        let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+            .await
+            .expect("connecting to the server");
+        let task = tokio::spawn(conn);
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .await
+            .expect("counting sessions")
+            .get(0);
+        drop(client);
+        let _ = task.await;
+        n
+    })
+}
+
 /// Starts `runs` runs of `items` checkpoints from worker A, works them off
-/// with workers A and B (leases of `ttl_ms`), and waits until all completed,
-/// at most `limit`.
-fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration) {
+/// with workers A and B (leases of `ttl_ms`), injecting `faults`, and waits
+/// until all completed, at most `limit`.
+fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration, faults: Faults) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(schema) = Schema::new(test) else {
         return;
     };
+    // Each worker names its sessions, so that the test can find them.
+    let app_a = format!("cp-load-a-{}", std::process::id());
+    let app_b = format!("cp-load-b-{}", std::process::id());
     let url = schema.url();
+    let url_a = format!("{url}&application_name={app_a}");
+    let url_b = format!("{url}&application_name={app_b}");
     let (runs_s, items_s, ttl_s) = (runs.to_string(), items.to_string(), ttl_ms.to_string());
-    let args = |worker: &'static str| {
-        vec![
+    let args = |worker: &'static str, url: &'static str| -> Vec<String> {
+        let url = if url == "a" { &url_a } else { &url_b };
+        [
             "load",
             "--db",
             url.as_str(),
@@ -204,14 +280,21 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration) {
             "--worker-id",
             worker,
         ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let spawn = |name: &str, args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut p = Proc::spawn(name, &args);
+        p.expect_line("READY", Duration::from_secs(60));
+        p
     };
     let began = Instant::now();
-    let mut a_args = args("load-a");
-    a_args.push("--start");
-    let mut a = Proc::spawn("a", &a_args);
-    a.expect_line("READY", Duration::from_secs(60));
-    let mut b = Proc::spawn("b", &args("load-b"));
-    b.expect_line("READY", Duration::from_secs(60));
+    let mut a_args = args("load-a", "a");
+    a_args.push("--start".to_owned());
+    let mut a = spawn("a", &a_args);
+    let mut b = spawn("b", &args("load-b", "b"));
     let started = began.elapsed();
 
     let tokio = tokio::runtime::Builder::new_current_thread()
@@ -223,6 +306,7 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration) {
         .block_on(PostgresStore::open(&url))
         .expect("opening the store");
     let mut last = (0usize, Instant::now());
+    let mut step = 0;
     loop {
         a.check_alive();
         b.check_alive();
@@ -236,32 +320,68 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration) {
         if done == runs {
             break;
         }
+        if faults == Faults::Chaos && done * 5 >= runs * (step + 1) && step < 4 {
+            step += 1;
+            match step {
+                1 | 3 => {
+                    let n = drop_connections(&tokio, &schema.base, &[&app_a, &app_b]);
+                    eprintln!("{test}: {done} done: dropped {n} connections of both workers");
+                    assert!(n > 0, "no connections of the workers found");
+                }
+                2 => {
+                    eprintln!("{test}: {done} done: SIGKILL worker a, start it again");
+                    drop(a);
+                    a = spawn("a2", &args("load-a", "a"));
+                }
+                _ => {
+                    eprintln!("{test}: {done} done: SIGSTOP worker b past its leases");
+                    b.signal("-STOP");
+                    std::thread::sleep(Duration::from_millis(ttl_ms * 2));
+                    b.signal("-CONT");
+                }
+            }
+        }
         let all = tokio
             .block_on(client.list_runs(&RunFilter::new()))
             .expect("listing runs");
         assert!(
             began.elapsed() < limit,
             "{done} of {runs} runs completed within {limit:?} (no run completed for the last \
-             {:?}); checkpoints stored: {}; statuses: {:?}",
+             {:?}); checkpoints stored: {}; statuses: {:?}; sessions: a {}, b {}",
             last.1.elapsed(),
             all.iter().map(|r| r.latest_seq).sum::<u64>(),
             count_statuses(&all),
+            sessions(&tokio, &schema.base, &app_a),
+            sessions(&tokio, &schema.base, &app_b),
         );
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(200));
     }
-    // No lease lapsed: each run was claimed once and never taken over or
-    // retried (a worker that took over a run records `Resumed`).
     let all = tokio
         .block_on(client.list_runs(&RunFilter::new()))
         .expect("listing runs");
     for r in &all {
-        let history = tokio.block_on(client.history(&r.id)).expect("history");
-        let odd: Vec<_> = history
-            .iter()
-            .filter(|h| matches!(h.event, Event::Resumed { .. } | Event::Retried { .. }))
-            .collect();
-        assert!(odd.is_empty(), "run {} lost its lease: {odd:?}", r.id);
         assert_eq!(r.latest_seq, items as u64, "run {}", r.id);
+        if faults == Faults::None {
+            // No lease lapsed: each run was claimed once and never taken
+            // over or retried (a worker that took over a run records
+            // `Resumed`).
+            let history = tokio.block_on(client.history(&r.id)).expect("history");
+            let odd: Vec<_> = history
+                .iter()
+                .filter(|h| matches!(h.event, Event::Resumed { .. } | Event::Retried { .. }))
+                .collect();
+            assert!(odd.is_empty(), "run {} lost its lease: {odd:?}", r.id);
+        }
+    }
+    if faults == Faults::Chaos {
+        assert_eq!(step, 4, "not every fault was injected");
+        // Both workers (the restarted A too) hold connections again.
+        for app in [&app_a, &app_b] {
+            assert!(
+                sessions(&tokio, &schema.base, app) > 0,
+                "{app} holds no session"
+            );
+        }
     }
     eprintln!(
         "{test}: {runs} runs x {items} checkpoints, 2 worker processes: started in {started:?}, \
@@ -298,5 +418,18 @@ fn two_worker_processes_finish_1000_runs_under_load() {
         20,
         3000,
         Duration::from_secs(120),
+        Faults::None,
+    );
+}
+
+#[test]
+fn workers_take_up_every_run_after_dropped_connections_sigstop_and_sigkill() {
+    load(
+        "workers_take_up_every_run_after_dropped_connections_sigstop_and_sigkill",
+        500,
+        20,
+        3000,
+        Duration::from_secs(120),
+        Faults::Chaos,
     );
 }
