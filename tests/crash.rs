@@ -946,3 +946,73 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
     );
     a_after
 }
+
+/// Two live processes with the same (default) worker id never execute the
+/// same run at once: the second one waits for the first one's lease like any
+/// other worker, and takes the run over only once the first is dead and its
+/// lease expired. A restarted process whose previous instance is dead (same
+/// worker id) resumes at once, long before that instance's lease expires.
+#[test]
+fn one_worker_id_two_live_processes_never_share_a_run() {
+    let _serial = serial();
+    let dir = TempDir::new("same-id");
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let ttl_ms = TTL.as_millis().to_string();
+
+    // A (default worker id) stops right after its first checkpoint, renewing.
+    let mut a_args = worker_args("start", &db, &log);
+    a_args.extend(["--lease-ttl-ms", &ttl_ms, "--step"]);
+    let mut a = Proc::spawn(&dir, "a", &a_args);
+    assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+
+    // B: a second live process with the same worker id, started later.
+    let mut b_args = worker_args("resume", &db, &log);
+    b_args.extend(["--lease-ttl-ms", &ttl_ms]);
+    let mut b = Proc::spawn(&dir, "b", &b_args);
+    std::thread::sleep(TTL * 5 / 2);
+    assert_eq!(b.try_line(), None, "B executed the run A holds");
+    let texts: Vec<String> = read_log(&dir.log()).into_iter().map(|e| e.text).collect();
+    assert_eq!(texts, ["begin", "process item-1"], "B ran A's run");
+    let held = snapshot(&db);
+    let lease = held.record.lease.clone().expect("A holds a lease");
+    assert_eq!(held.record.epoch, 1, "the run was claimed again");
+
+    // A dies: B takes the run over once A's lease has expired.
+    a.kill();
+    let killed = Instant::now();
+    assert_eq!(b.expect_line("WAITING"), "WAITING approval");
+    assert!(
+        killed.elapsed() + Duration::from_millis(50) >= TTL / 2,
+        "B took over before A's lease could have expired"
+    );
+    let after = snapshot(&db);
+    assert_ne!(
+        after.record.lease.as_ref().map(|l| l.instance.clone()),
+        Some(lease.instance.clone())
+    );
+    b.finish();
+
+    // A restart: a process with a long lease is killed right after a
+    // checkpoint; a new process with the same worker id does not wait for
+    // that lease (30 s) to expire.
+    let dir = TempDir::new("same-id-restart");
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let mut c_args = worker_args("start", &db, &log);
+    c_args.extend(["--lease-ttl-ms", "30000", "--step"]);
+    let mut c = Proc::spawn(&dir, "c", &c_args);
+    assert_eq!(c.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+    c.kill();
+    let restarted = Instant::now();
+    let mut d_args = worker_args("resume", &db, &log);
+    d_args.extend(["--lease-ttl-ms", "30000"]);
+    let mut d = Proc::spawn(&dir, "d", &d_args);
+    assert_eq!(d.expect_line("WAITING"), "WAITING approval");
+    assert!(
+        restarted.elapsed() < Duration::from_secs(10),
+        "the restarted process waited {:?} for its dead instance's lease",
+        restarted.elapsed()
+    );
+    d.finish();
+}

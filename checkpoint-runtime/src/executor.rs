@@ -343,6 +343,11 @@ pub(crate) struct Inner {
     crashed: AtomicBool,
     noted: Mutex<HashSet<String>>,
     pump_lock: tokio::sync::Mutex<()>,
+    /// The worker id this instance leases runs under, decided at its first
+    /// claim (see [`Inner::lease_worker`]).
+    lease_worker: tokio::sync::OnceCell<Arc<str>>,
+    /// The store's hold of [`Inner::worker`], when this instance has it.
+    hold: Mutex<Option<crate::store::WorkerHold>>,
     /// Keys of the schemas this runtime stored (or found stored).
     pub(crate) schemas_stored: Mutex<HashSet<&'static str>>,
 }
@@ -412,6 +417,8 @@ impl Inner {
             crashed: AtomicBool::new(false),
             noted: Mutex::new(HashSet::new()),
             pump_lock: tokio::sync::Mutex::new(()),
+            lease_worker: tokio::sync::OnceCell::new(),
+            hold: Mutex::new(None),
             schemas_stored: Mutex::new(HashSet::new()),
         }
     }
@@ -485,6 +492,29 @@ impl Inner {
         self.local.subscribe()
     }
 
+    /// The worker id this instance leases runs under. A worker id names a
+    /// role; two live processes never execute the same run at once,
+    /// whatever ids they were given: the instance that holds the worker id
+    /// in the store ([`Store::hold_worker`]) leases under the id itself
+    /// (and, as a newer instance, takes the runs of a dead earlier one at
+    /// once); a second live instance with the same id leases under
+    /// `<id>~<instance>`, its own, and waits for leases like any other
+    /// worker.
+    async fn lease_worker(&self) -> Result<Arc<str>, Error> {
+        self.lease_worker
+            .get_or_try_init(|| async {
+                match self.store.hold_worker(&self.worker).await? {
+                    Some(hold) => {
+                        *lock(&self.hold) = Some(hold);
+                        Ok::<_, Error>(self.worker.clone())
+                    }
+                    None => Ok(Arc::from(format!("{}~{}", self.worker, self.instance))),
+                }
+            })
+            .await
+            .cloned()
+    }
+
     /// Claims runnable runs (all, or only `only`) up to the concurrency limit
     /// and starts executing them. Returns how many were started.
     pub(crate) async fn pump(self: &Arc<Self>, only: Option<&str>) -> Result<usize, Error> {
@@ -502,7 +532,7 @@ impl Inner {
             return Ok(0);
         }
         let req = ClaimRequest {
-            worker: self.worker.clone(),
+            worker: self.lease_worker().await?,
             instance: self.instance.clone(),
             workflows: self.workflow_names(),
             ttl: self.ttl,

@@ -109,8 +109,13 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// This worker's id (default [`DEFAULT_WORKER_ID`]). Runs leased by a
-    /// previous process with the same id are taken over at once.
+    /// This worker's id (default [`DEFAULT_WORKER_ID`]): a role, not a
+    /// process. Runs leased by a previous, dead process with the same id are
+    /// taken over at once. A second live process with the same id never
+    /// takes runs from the first: it leases under an id of its own
+    /// (`<id>~<instance>`, shown as the lease holder) and waits for leases
+    /// like any other worker (the SQLite store keeps a lock file per worker
+    /// id next to the database, PostgreSQL a session advisory lock).
     ///
     /// ```
     /// let rt = checkpoint_runtime::Runtime::builder().worker_id("worker-b").in_memory();

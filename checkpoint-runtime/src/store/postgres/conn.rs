@@ -309,6 +309,11 @@ impl Pool {
         &self.target
     }
 
+    /// The runtime the connections' tasks run on.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+
     /// A connection of the pool (waits while all are in use).
     pub async fn get(&self) -> Result<Pooled<'_>, Error> {
         let permit = self

@@ -65,7 +65,7 @@ use tokio::sync::{oneshot, watch};
 use self::conn::{get, Pool, Side, Target};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store,
+    Release, RunRecord, SignalRecord, Store, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -423,6 +423,28 @@ impl Store for PostgresStore {
         new_id: &'a str,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.do_fork(from, seq, new_id))
+    }
+
+    /// A session advisory lock per worker id (and schema), on a connection
+    /// of its own that the hold keeps open: the server drops the lock with
+    /// the session, when the process dies or its connection is lost.
+    fn hold_worker<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WorkerHold>, Error>> {
+        Box::pin(async move {
+            let client = conn::connect(self.pool.handle(), self.pool.target()).await?;
+            let key = format!("checkpoint-runtime worker {} {worker}", self.schema);
+            let row = client
+                .query_one(
+                    "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                    &[&key],
+                )
+                .await
+                .map_err(conn::db_err)?;
+            let held: bool = get(&row, 0)?;
+            Ok(held.then(|| WorkerHold::new(client)))
+        })
     }
 
     fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {

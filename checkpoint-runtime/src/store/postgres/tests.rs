@@ -1025,3 +1025,28 @@ fn connection_errors_keep_the_postgres_error_as_source() {
         "{source:?}"
     );
 }
+
+#[test]
+fn a_worker_id_is_held_by_one_live_session() {
+    let Some(db) = Db::open("a_worker_id_is_held_by_one_live_session") else {
+        return;
+    };
+    let s = db.store();
+    let first = db.run(s.hold_worker("w")).unwrap();
+    assert!(first.is_some(), "a free worker id is granted");
+    assert!(db.run(s.hold_worker("w")).unwrap().is_none(), "held twice");
+    assert!(
+        db.run(s.hold_worker("v")).unwrap().is_some(),
+        "ids are apart"
+    );
+    // Gone with its session: granted again.
+    drop(first);
+    let again = std::time::Instant::now();
+    loop {
+        if db.run(s.hold_worker("w")).unwrap().is_some() {
+            break;
+        }
+        assert!(again.elapsed() < Duration::from_secs(10), "never released");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
