@@ -986,11 +986,18 @@ fn one_worker_id_two_live_processes_never_share_a_run() {
         killed.elapsed() + Duration::from_millis(50) >= TTL / 2,
         "B took over before A's lease could have expired"
     );
+    // The takeover is in the history, naming both instances: B leases
+    // under an id of its own, as a second live instance of `local`.
     let after = snapshot(&db);
-    assert_ne!(
-        after.record.lease.as_ref().map(|l| l.instance.clone()),
-        Some(lease.instance.clone())
+    let taken = takeovers(&after);
+    assert_eq!(taken.len(), 1, "{:?}", after.history);
+    let (worker, instance, from_worker, from_instance) = &taken[0];
+    assert_eq!(
+        (from_worker.as_str(), from_instance),
+        ("local", &lease.instance)
     );
+    assert!(worker.starts_with("local~"), "{worker}");
+    assert_ne!(instance, &lease.instance);
     b.finish();
 
     // A restart: a process with a long lease is killed right after a
@@ -1014,5 +1021,32 @@ fn one_worker_id_two_live_processes_never_share_a_run() {
         "the restarted process waited {:?} for its dead instance's lease",
         restarted.elapsed()
     );
+    let after = snapshot(&db);
+    let taken = takeovers(&after);
+    assert_eq!(taken.len(), 1, "{:?}", after.history);
+    let (worker, instance, from_worker, from_instance) = &taken[0];
+    assert_eq!((worker.as_str(), from_worker.as_str()), ("local", "local"));
+    assert!(instance > from_instance, "{instance} vs {from_instance}");
     d.finish();
+}
+
+/// The `TakenOver` events of a run: (worker, instance, from_worker, from_instance).
+fn takeovers(s: &Snapshot) -> Vec<(String, String, String, String)> {
+    s.history
+        .iter()
+        .filter_map(|h| match &h.event {
+            Event::TakenOver {
+                worker,
+                instance,
+                from_worker,
+                from_instance,
+            } => Some((
+                worker.clone(),
+                instance.clone(),
+                from_worker.clone(),
+                from_instance.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
 }

@@ -385,3 +385,19 @@ pub(crate) fn damaged(
         .into(),
     }
 }
+
+/// The takeover event a claim records when `prev`, the lease on the run
+/// before it, belongs to another instance than the claimer's (see
+/// [`Event::TakenOver`]); `None` for a run nobody held.
+pub(crate) fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<Event> {
+    let prev = prev?;
+    if prev.worker == *req.worker && *prev.instance == *req.instance {
+        return None;
+    }
+    Some(Event::TakenOver {
+        worker: req.worker.to_string(),
+        instance: req.instance.to_string(),
+        from_worker: prev.worker.clone(),
+        from_instance: prev.instance.clone(),
+    })
+}

@@ -602,8 +602,12 @@ async fn claim_row(
         return Ok(None);
     }
     let wake = rules::claim_wake(&rec.state, signal);
+    let taken = rules::takeover(rec.lease.as_ref(), req);
     let lease = rules::claim(&mut rec, req, wake, expires, now);
     write_run(cx, &rec).await?;
+    if let Some(event) = taken {
+        history::insert(cx, &rec.id, now, &event).await?;
+    }
     Ok(Some(Claimed {
         run: rec,
         lease,

@@ -132,8 +132,12 @@ fn claim_run(
         _ => None,
     };
     let wake = rules::claim_wake(&h.rec.state, signal);
+    let taken = rules::takeover(h.rec.lease.as_ref(), req);
     let lease = rules::claim(&mut h.rec, req, wake, expires, now);
     cx.save_run(&mut h)?;
+    if let Some(event) = taken {
+        cx.event(h.ord, now, &event)?;
+    }
     let mut run = h.rec.clone();
     run.input = input.into();
     cx.put(Arc::from(id), h);
