@@ -674,3 +674,107 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
     );
     a_after
 }
+
+/// Two live processes with the same (default) worker id never execute the
+/// same run at once: the second one waits for the first one's lease like any
+/// other worker, and takes the run over only once the first is dead and its
+/// lease expired. A restarted process whose previous instance is dead (same
+/// worker id) resumes at once, long before that instance's lease expires.
+#[test]
+fn one_worker_id_two_live_processes_never_share_a_run() {
+    let _serial = serial();
+    let dir = TempDir::new("same-id");
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let ttl_ms = TTL.as_millis().to_string();
+
+    // A (default worker id) stops right after its first checkpoint, renewing.
+    let mut a_args = worker_args("start", &db, &log);
+    a_args.extend(["--lease-ttl-ms", &ttl_ms, "--step"]);
+    let mut a = Proc::spawn(WORKER, &dir, "a", &a_args);
+    assert_eq!(a.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+
+    // B: a second live process with the same worker id, started later.
+    let mut b_args = worker_args("resume", &db, &log);
+    b_args.extend(["--lease-ttl-ms", &ttl_ms]);
+    let mut b = Proc::spawn(WORKER, &dir, "b", &b_args);
+    std::thread::sleep(TTL * 5 / 2);
+    assert_eq!(b.try_line(), None, "B executed the run A holds");
+    let texts: Vec<String> = read_log(&dir.log()).into_iter().map(|e| e.text).collect();
+    assert_eq!(texts, ["begin", "process item-1"], "B ran A's run");
+    let held = snapshot(&db);
+    let lease = held.record.lease.clone().expect("A holds a lease");
+    assert_eq!(held.record.epoch, 1, "the run was claimed again");
+
+    // A dies: B takes the run over once A's lease has expired.
+    a.kill();
+    let killed = Instant::now();
+    assert_eq!(b.expect_line("WAITING"), "WAITING approval");
+    assert!(
+        killed.elapsed() + Duration::from_millis(50) >= TTL / 2,
+        "B took over before A's lease could have expired"
+    );
+    // The takeover is in the history, naming both instances: B leases
+    // under an id of its own, as a second live instance of `local`.
+    let after = snapshot(&db);
+    let taken = takeovers(&after);
+    assert_eq!(taken.len(), 1, "{:?}", after.history);
+    let (worker, instance, from_worker, from_instance) = &taken[0];
+    assert_eq!(
+        (from_worker.as_str(), from_instance),
+        ("local", &lease.instance)
+    );
+    assert!(worker.starts_with("local~"), "{worker}");
+    assert_ne!(instance, &lease.instance);
+    b.finish();
+
+    // A restart: a process with a long lease is killed right after a
+    // checkpoint; a new process with the same worker id does not wait for
+    // that lease (30 s) to expire.
+    let dir = TempDir::new("same-id-restart");
+    let db = dir.db();
+    let log = dir.log().to_string_lossy().into_owned();
+    let mut c_args = worker_args("start", &db, &log);
+    c_args.extend(["--lease-ttl-ms", "30000", "--step"]);
+    let mut c = Proc::spawn(WORKER, &dir, "c", &c_args);
+    assert_eq!(c.expect_line("CHECKPOINT"), "CHECKPOINT 1 item item-1");
+    c.kill();
+    let restarted = Instant::now();
+    let mut d_args = worker_args("resume", &db, &log);
+    d_args.extend(["--lease-ttl-ms", "30000"]);
+    let mut d = Proc::spawn(WORKER, &dir, "d", &d_args);
+    assert_eq!(d.expect_line("WAITING"), "WAITING approval");
+    assert!(
+        restarted.elapsed() < Duration::from_secs(10),
+        "the restarted process waited {:?} for its dead instance's lease",
+        restarted.elapsed()
+    );
+    let after = snapshot(&db);
+    let taken = takeovers(&after);
+    assert_eq!(taken.len(), 1, "{:?}", after.history);
+    let (worker, instance, from_worker, from_instance) = &taken[0];
+    assert_eq!((worker.as_str(), from_worker.as_str()), ("local", "local"));
+    assert!(instance > from_instance, "{instance} vs {from_instance}");
+    d.finish();
+}
+
+/// The `TakenOver` events of a run: (worker, instance, from_worker, from_instance).
+fn takeovers(s: &Snapshot) -> Vec<(String, String, String, String)> {
+    s.history
+        .iter()
+        .filter_map(|h| match &h.event {
+            Event::TakenOver {
+                worker,
+                instance,
+                from_worker,
+                from_instance,
+            } => Some((
+                worker.clone(),
+                instance.clone(),
+                from_worker.clone(),
+                from_instance.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}

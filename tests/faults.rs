@@ -80,3 +80,106 @@ async fn undecodable_checkpoint_bytes_fail_the_run_cleanly() {
     drop(rt);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[workflow]
+async fn tally(ctx: &Ctx, n: u32) -> u32 {
+    let mut total = 0;
+    for i in 0..3 {
+        total += i + n;
+        checkpoint!("counted");
+    }
+    let extra: u32 = ctx.wait_for("more").await;
+    total + extra
+}
+
+/// One run whose checkpoint cannot be read (its `refs` column damaged) is
+/// marked failed, naming the run, its workflow and site, and every other run
+/// goes on: `run_until_idle` completes them and returns `Ok`.
+#[tokio::test]
+async fn one_damaged_run_is_marked_and_the_others_complete() {
+    let dir = std::env::temp_dir().join(format!("cp-faults-isolation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runs.db");
+    let _ = std::fs::remove_file(&path);
+    let url = path.to_string_lossy().to_string();
+    let ids: Vec<String> = (0..6).map(|i| format!("t-{i}")).collect();
+
+    let rt = Runtime::open(&url).await.unwrap();
+    rt.register(tally);
+    for (i, id) in ids.iter().enumerate() {
+        rt.start(tally, id, i as u32).await.unwrap();
+    }
+    rt.run_until_idle().await.unwrap();
+    for id in &ids {
+        assert_eq!(
+            rt.status(id).await.unwrap(),
+            Status::Waiting {
+                signal: "more".into()
+            },
+            "{id}"
+        );
+    }
+    let site = rt
+        .checkpoints("t-2")
+        .await
+        .unwrap()
+        .last()
+        .unwrap()
+        .site
+        .clone();
+    drop(rt);
+
+    // Damage where run t-2's checkpoints say their fields are.
+    {
+        let db = rusqlite::Connection::open(&path).unwrap();
+        let changed = db
+            .execute(
+                "UPDATE checkpoints SET refs = x'FFFFFFFFFFFFFFFF' \
+                 WHERE refs IS NOT NULL AND run = (SELECT ord FROM runs WHERE id = 't-2')",
+                [],
+            )
+            .unwrap();
+        assert!(changed > 0, "no refs found to damage");
+    }
+
+    let rt = Runtime::open(&url).await.unwrap();
+    rt.register(tally);
+    for id in &ids {
+        rt.signal(id, "more", &100u32).await.unwrap();
+    }
+    rt.run_until_idle()
+        .await
+        .expect("one damaged run must not stop the others");
+    for (i, id) in ids.iter().enumerate() {
+        if id == "t-2" {
+            continue;
+        }
+        assert_eq!(rt.status(id).await.unwrap(), Status::Completed, "{id}");
+        let n = i as u32;
+        let out = rt.handle(tally, id).result().await.unwrap();
+        assert_eq!(out, 3 * n + 3 + 100, "{id}");
+    }
+    let error = match rt.status("t-2").await.unwrap() {
+        Status::Failed { error } => error,
+        other => panic!("expected the damaged run to be marked failed, got {other:?}"),
+    };
+    let site = format!("site `{site}`");
+    for part in [
+        "run `t-2`",
+        "workflow `tally`",
+        &site,
+        "`total`",
+        "field references",
+    ] {
+        assert!(error.contains(part), "`{part}` missing from: {error}");
+    }
+    let history = rt.history("t-2").await.unwrap();
+    assert!(
+        history.iter().any(|h| matches!(h, Event::Failed { .. })),
+        "no failure recorded in the history: {history:?}"
+    );
+    // Marked once: nothing left to do, also for a worker that starts now.
+    rt.run_until_idle().await.unwrap();
+    drop(rt);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -343,6 +343,11 @@ pub(crate) struct Inner {
     crashed: AtomicBool,
     noted: Mutex<HashSet<String>>,
     pump_lock: tokio::sync::Mutex<()>,
+    /// The worker id this instance leases runs under, decided at its first
+    /// claim (see [`Inner::lease_worker`]).
+    lease_worker: tokio::sync::OnceCell<Arc<str>>,
+    /// The store's hold of [`Inner::worker`], when this instance has it.
+    hold: Mutex<Option<crate::store::WorkerHold>>,
     /// Keys of the schemas this runtime stored (or found stored).
     pub(crate) schemas_stored: Mutex<HashSet<&'static str>>,
 }
@@ -350,7 +355,8 @@ pub(crate) struct Inner {
 /// How often the executor re-checks the store even without notifications.
 const POLL: Duration = Duration::from_millis(500);
 
-/// Consecutive store failures after which `run_worker` gives up.
+/// Consecutive failures other than [`Error::Store`] (which is retried for
+/// as long as it lasts) after which `run_worker` gives up.
 const MAX_STORE_FAILURES: u32 = 10;
 
 fn new_instance_id() -> String {
@@ -411,6 +417,8 @@ impl Inner {
             crashed: AtomicBool::new(false),
             noted: Mutex::new(HashSet::new()),
             pump_lock: tokio::sync::Mutex::new(()),
+            lease_worker: tokio::sync::OnceCell::new(),
+            hold: Mutex::new(None),
             schemas_stored: Mutex::new(HashSet::new()),
         }
     }
@@ -484,6 +492,29 @@ impl Inner {
         self.local.subscribe()
     }
 
+    /// The worker id this instance leases runs under. A worker id names a
+    /// role; two live processes never execute the same run at once,
+    /// whatever ids they were given: the instance that holds the worker id
+    /// in the store ([`Store::hold_worker`]) leases under the id itself
+    /// (and, as a newer instance, takes the runs of a dead earlier one at
+    /// once); a second live instance with the same id leases under
+    /// `<id>~<instance>`, its own, and waits for leases like any other
+    /// worker.
+    async fn lease_worker(&self) -> Result<Arc<str>, Error> {
+        self.lease_worker
+            .get_or_try_init(|| async {
+                match self.store.hold_worker(&self.worker).await? {
+                    Some(hold) => {
+                        *lock(&self.hold) = Some(hold);
+                        Ok::<_, Error>(self.worker.clone())
+                    }
+                    None => Ok(Arc::from(format!("{}~{}", self.worker, self.instance))),
+                }
+            })
+            .await
+            .cloned()
+    }
+
     /// Claims runnable runs (all, or only `only`) up to the concurrency limit
     /// and starts executing them. Returns how many were started.
     pub(crate) async fn pump(self: &Arc<Self>, only: Option<&str>) -> Result<usize, Error> {
@@ -501,7 +532,7 @@ impl Inner {
             return Ok(0);
         }
         let req = ClaimRequest {
-            worker: self.worker.clone(),
+            worker: self.lease_worker().await?,
             instance: self.instance.clone(),
             workflows: self.workflow_names(),
             ttl: self.ttl,
@@ -610,7 +641,12 @@ impl Inner {
                 }
                 Err(e) => {
                     failures += 1;
-                    if failures >= MAX_STORE_FAILURES {
+                    // A store that cannot be reached (a server restart, a
+                    // dropped connection: `Error::Store`) is waited for: the
+                    // store reconnects and the worker takes up its runs again.
+                    // Only an error that retrying cannot cure ends the worker.
+                    let transient = matches!(e, Error::Store { .. });
+                    if !transient && failures >= MAX_STORE_FAILURES {
                         return Err(e);
                     }
                     Some(SystemTime::now() + Duration::from_millis(50 << failures.min(6)))
@@ -672,6 +708,12 @@ async fn run_to_end(
     let period = (rt.ttl / 3).max(Duration::from_millis(10));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The renewal in flight. It is polled next to the workflow future, never
+    // instead of it: the workflow may be inside a store transaction (a
+    // checkpoint locking the run's row, holding a pooled connection), and a
+    // renewal awaited while that transaction cannot move waits for its lock
+    // or its connection for good (the PostgreSQL stall of issue 11).
+    let mut renewal: Option<BoxFuture<'_, Result<(), Error>>> = None;
     loop {
         tokio::select! {
             biased;
@@ -687,8 +729,11 @@ async fn run_to_end(
                     Err(p) => End::Panicked(panic_message(&*p)),
                 };
             }
-            _ = tick.tick() => {
-                match rt.store.renew(&run.id, &run.lease, rt.ttl).await {
+            r = async { renewal.as_mut().expect("guarded by the branch condition").await },
+                if renewal.is_some() =>
+            {
+                renewal = None;
+                match r {
                     Ok(()) => {}
                     Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. }) => {
                         return End::Halted(Halt::Stop);
@@ -696,6 +741,9 @@ async fn run_to_end(
                     // Transient: try again at the next tick; the lease outlives a few misses.
                     Err(_) => {}
                 }
+            }
+            _ = tick.tick(), if renewal.is_none() => {
+                renewal = Some(rt.store.renew(&run.id, &run.lease, rt.ttl));
             }
         }
     }

@@ -64,6 +64,19 @@ pub enum Event {
         /// The checkpoint it resumed from.
         from_seq: u64,
     },
+    /// A worker instance claimed the run while another instance's lease was
+    /// still on it (that lease had expired, or belonged to a dead earlier
+    /// instance of the same worker id): a takeover, naming both instances.
+    TakenOver {
+        /// The worker id that took the run (as it leases it).
+        worker: String,
+        /// Its runtime instance.
+        instance: String,
+        /// The worker id of the lease it replaced.
+        from_worker: String,
+        /// The instance of the lease it replaced.
+        from_instance: String,
+    },
     /// Workflow code panicked; the run is retried from its latest checkpoint.
     Retried {
         /// The attempt that failed.
@@ -107,6 +120,16 @@ impl std::fmt::Display for Event {
             Event::Resumed { worker, from_seq } => {
                 write!(f, "resumed by `{worker}` from checkpoint #{from_seq}")
             }
+            Event::TakenOver {
+                worker,
+                instance,
+                from_worker,
+                from_instance,
+            } => write!(
+                f,
+                "taken over by `{worker}` (instance {instance}) from `{from_worker}` \
+                 (instance {from_instance})"
+            ),
             Event::Retried { attempt, reason } => {
                 write!(f, "attempt {attempt} failed, retrying: {reason}")
             }

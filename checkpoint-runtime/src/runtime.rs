@@ -109,8 +109,13 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// This worker's id (default [`DEFAULT_WORKER_ID`]). Runs leased by a
-    /// previous process with the same id are taken over at once.
+    /// This worker's id (default [`DEFAULT_WORKER_ID`]): a role, not a
+    /// process. Runs leased by a previous, dead process with the same id are
+    /// taken over at once. A second live process with the same id never
+    /// takes runs from the first: it leases under an id of its own
+    /// (`<id>~<instance>`, shown as the lease holder) and waits for leases
+    /// like any other worker (the SQLite store keeps a lock file per worker
+    /// id next to the database, PostgreSQL a session advisory lock).
     ///
     /// ```
     /// let rt = checkpoint_runtime::Runtime::builder().worker_id("worker-b").in_memory();
@@ -597,8 +602,11 @@ impl Runtime {
     /// runs whose lease expired) until [`shutdown`](Runtime::shutdown); at most
     /// the configured concurrency at once. On shutdown, executions in progress
     /// are stopped and their runs handed back (they resume from their latest
-    /// checkpoint elsewhere or on restart). Store errors are retried with a
-    /// growing pause; after 10 consecutive failures it returns the last one
+    /// checkpoint elsewhere or on restart). A store that cannot be reached
+    /// ([`Error::Store`]: a database restart, a dropped connection) is
+    /// retried with a growing pause (at most 3.2 s) for as long as it lasts:
+    /// the worker reconnects and takes up its runs by itself. Any other error
+    /// is retried too; after 10 consecutive ones it returns the last one
     /// (executions in progress go on; call it again to resume serving).
     ///
     /// ```

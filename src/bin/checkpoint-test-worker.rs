@@ -29,7 +29,15 @@
 //! checkpoint-test-worker resume --db F --id ID --log L [--step|--step-blocking] [--worker-id W] [--lease-ttl-ms N]
 //! checkpoint-test-worker signal --db F --id ID --name NAME --json JSON
 //! checkpoint-test-worker result --db F --id ID
+//! checkpoint-test-worker load   --db URL --runs N --items K [--start] [--worker-id W] [--lease-ttl-ms N]
 //! ```
+//!
+//! `load` is the load mode of `tests/load.rs`: it registers `load_steps` (a
+//! loop of `--items` checkpoints, no side effects), with `--start` starts
+//! runs `load-0` .. `load-{N-1}` (`--runs`), prints `READY`, and then works
+//! (`run_worker`) until killed; `--db` may be any store URL (PostgreSQL
+//! too). If `run_worker` returns, it prints `WORKER_ENDED <result>` and
+//! exits 1: a worker must only stop when shut down.
 #![forbid(unsafe_code)]
 
 mod common;
@@ -93,6 +101,45 @@ async fn story(ctx: &Ctx, input: StoryInput) -> StoryOutput {
     }
 }
 
+/// The load mode's workflow: `steps` checkpoints in a loop.
+#[workflow]
+async fn load_steps(steps: u32) -> u64 {
+    let mut sum = 0u64;
+    for i in 0..steps {
+        sum += u64::from(i);
+        checkpoint!("step");
+    }
+    sum
+}
+
+/// The load mode (see the module docs).
+async fn load_mode(a: &Args) -> Result<i32, Error> {
+    let rt = open(a, None).await?;
+    rt.register(load_steps);
+    if a.start {
+        let steps = u32::try_from(a.items).unwrap_or(u32::MAX);
+        let ids: Vec<String> = (0..a.runs).map(|i| format!("load-{i}")).collect();
+        for chunk in ids.chunks(50) {
+            let starts: Vec<_> = chunk
+                .iter()
+                .map(|id| {
+                    let (rt, id) = (rt.clone(), id.clone());
+                    tokio::spawn(async move { rt.start(load_steps, &id, steps).await.map(drop) })
+                })
+                .collect();
+            for start in starts {
+                start
+                    .await
+                    .unwrap_or_else(|e| panic!("a start task failed: {e}"))?;
+            }
+        }
+    }
+    out("READY");
+    let ended = rt.run_worker().await;
+    out(&format!("WORKER_ENDED {ended:?}"));
+    Ok(1)
+}
+
 /// Parsed command line.
 #[derive(Default)]
 struct Args {
@@ -107,6 +154,8 @@ struct Args {
     sleep_ms: u64,
     name: Option<String>,
     json: Option<String>,
+    runs: usize,
+    start: bool,
 }
 
 fn usage(msg: &str) -> ! {
@@ -146,6 +195,8 @@ fn parse_args() -> Args {
             "--sleep-ms" => a.sleep_ms = value().parse().unwrap_or_else(|_| usage("bad sleep")),
             "--name" => a.name = Some(value()),
             "--json" => a.json = Some(value()),
+            "--runs" => a.runs = value().parse().unwrap_or_else(|_| usage("bad --runs")),
+            "--start" => a.start = true,
             other => usage(&format!("unknown flag {other}")),
         }
     }
@@ -170,6 +221,9 @@ async fn open(a: &Args, env: Option<Env>) -> Result<Runtime, Error> {
 }
 
 async fn main_async(a: Args) -> Result<i32, Error> {
+    if a.command == "load" {
+        return load_mode(&a).await;
+    }
     let id = a.id.clone().unwrap_or_else(|| usage("--id is required"));
     match a.command.as_str() {
         "start" | "resume" => {

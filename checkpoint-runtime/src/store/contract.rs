@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord,
+    Release, RunRecord, SignalRecord, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -34,7 +34,10 @@ use crate::Error;
 ///   expired, or held by the same worker id under an *older* instance (a
 ///   restart: instance ids sort by start time, see [`LeaseInfo::instance`](super::LeaseInfo::instance); an
 ///   older instance never takes a run from a newer one, so two live runtimes
-///   that share a worker id cannot steal runs back and forth);
+///   that share a worker id cannot steal runs back and forth; and the
+///   runtime only leases under a worker id while it holds it, see
+///   [`Store::hold_worker`], so that the newer instance's rule only ever
+///   meets the runs of a dead one);
 ///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored
 ///   signal of that name or a passed deadline. A claim increments the epoch and
 ///   the attempt counter, sets the state to `Ready`, and for a waiting run
@@ -185,6 +188,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// A counter that changes whenever a run may have become runnable or finished.
     fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// Holds worker id `worker` for the calling runtime instance while the
+    /// returned [`WorkerHold`] lives (and never longer than its process):
+    /// `None` when another live instance holds it. The runtime executes
+    /// runs under the worker id itself only while it holds it; a second
+    /// live instance with the same id leases under an id of its own (so
+    /// that the claim rule "a newer instance of the same worker id takes
+    /// over at once" only ever applies to the runs of a dead instance).
+    /// The default (a store in one process) always grants it.
+    fn hold_worker<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WorkerHold>, Error>> {
+        let _ = worker;
+        Box::pin(std::future::ready(Ok(Some(WorkerHold::unchecked()))))
+    }
 
     /// Reclaims space that retention ([`Store::save_checkpoint`]'s `keep`)
     /// freed but the backend still holds. Nothing visible changes. The

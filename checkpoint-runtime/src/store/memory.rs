@@ -204,7 +204,11 @@ impl MemoryStore {
             }
             let signal = signal.and_then(|pos| e.signals.remove(pos));
             let wake = rules::claim_wake(&e.rec.state, signal);
+            let taken = rules::takeover(e.rec.lease.as_ref(), req);
             let lease = rules::claim(&mut e.rec, req, wake, later(now, req.ttl), now);
+            if let Some(event) = taken {
+                e.event(now, event);
+            }
             out.claimed.push(Claimed {
                 lease,
                 run: e.rec.clone(),

@@ -60,7 +60,7 @@ pub use memory::MemoryStore;
 pub use records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
     LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SchemaKeys, SignalRecord, Suspend,
-    Wake, WakeValue,
+    Wake, WakeValue, WorkerHold,
 };
 pub use url::{redact_url, StoreUrl};
 

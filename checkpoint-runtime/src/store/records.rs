@@ -432,3 +432,31 @@ pub struct GcReport {
     /// Size of the store's files after, in bytes.
     pub bytes_after: u64,
 }
+
+/// A worker id held by one live runtime instance (see
+/// [`Store::hold_worker`](super::Store::hold_worker)): the store keeps it
+/// held for as long as this value lives, and no later than the process.
+pub struct WorkerHold(#[allow(dead_code)] Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl WorkerHold {
+    /// A hold kept by `guard` (a lock, a connection) until it is dropped.
+    pub fn new(guard: impl std::any::Any + Send + Sync) -> WorkerHold {
+        WorkerHold(Some(Box::new(guard)))
+    }
+
+    /// A hold of a store that cannot tell live processes apart (in memory:
+    /// one process).
+    pub fn unchecked() -> WorkerHold {
+        WorkerHold(None)
+    }
+}
+
+impl std::fmt::Debug for WorkerHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "WorkerHold"
+        } else {
+            "WorkerHold(unchecked)"
+        })
+    }
+}

@@ -354,3 +354,50 @@ pub(crate) fn describe_suspension(state: &RunState, now: SystemTime) -> String {
         other => format!("{other:?}"),
     }
 }
+
+/// The error a damaged run is marked failed with: a run whose row or latest
+/// checkpoint cannot be loaded or decoded. A claim that meets one sets it
+/// aside this way (state `Failed`, a `Failed` event) instead of failing,
+/// so that every other run goes on; `detail` is what went wrong. It names
+/// the run and, as far as they could be read, its workflow, the site of its
+/// latest checkpoint and that checkpoint's fields (all of them: a damaged
+/// row tells no more). Once repaired, `retry` resumes it.
+pub(crate) fn damaged(
+    run: &str,
+    workflow: Option<&str>,
+    site: Option<&str>,
+    fields: &[String],
+    detail: &str,
+) -> Error {
+    let unreadable = || "<unreadable>".to_owned();
+    Error::Decode {
+        workflow: workflow.map_or_else(unreadable, str::to_owned),
+        run: run.to_owned(),
+        site: site.map_or_else(unreadable, str::to_owned),
+        field: if fields.is_empty() {
+            "-".to_owned()
+        } else {
+            fields.join(", ")
+        },
+        detail: format!(
+            "the run cannot be loaded, so it was set aside (the other runs go on): {detail}"
+        )
+        .into(),
+    }
+}
+
+/// The takeover event a claim records when `prev`, the lease on the run
+/// before it, belongs to another instance than the claimer's (see
+/// [`Event::TakenOver`]); `None` for a run nobody held.
+pub(crate) fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<Event> {
+    let prev = prev?;
+    if prev.worker == *req.worker && *prev.instance == *req.instance {
+        return None;
+    }
+    Some(Event::TakenOver {
+        worker: req.worker.to_string(),
+        instance: req.instance.to_string(),
+        from_worker: prev.worker.clone(),
+        from_instance: prev.instance.clone(),
+    })
+}

@@ -6,7 +6,15 @@
 //! - **Connections** (`conn`): a pool of at most `pool_size` connections
 //!   (default 8), opened on demand; each prepares its statements once. The
 //!   connections' I/O runs in tasks on the tokio runtime that opened the
-//!   store. Every method is one transaction (or one statement).
+//!   store. Every method is one transaction (or one statement). No
+//!   transaction waits for anything but the database while it is open: a
+//!   method takes its connection before it begins, and its future is
+//!   polled by the task that awaits it (the executor never leaves a
+//!   workflow's checkpoint unpolled while it renews a lease). Lease
+//!   renewals do not use the pool: they go over one connection of their own
+//!   (`conn::Side`), one statement each, skipping a locked row instead of
+//!   waiting for it, so that no load of checkpoints and claims can hold
+//!   them up.
 //! - **Tables** (`schema`): `cp_runs`, `cp_checkpoints`, `cp_signals`,
 //!   `cp_history`, `cp_schemas`, and `cp_schema_version` with the version of
 //!   the others, created or migrated forward on open. They live in the
@@ -54,10 +62,10 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
-use self::conn::{get, Pool, Target};
+use self::conn::{get, Pool, Side, Target};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store,
+    Release, RunRecord, SignalRecord, Store, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -76,7 +84,7 @@ pub use self::schema::SCHEMA_VERSION;
 ///   letters, digits and `_`), created if missing; by default they go to the
 ///   connection's current schema (normally `public`);
 /// - `pool_size=N`: open at most `N` connections (1 to 1024, default 8),
-///   plus one that listens for notifications.
+///   plus one that listens for notifications and one for lease renewals.
 ///
 /// TLS is not supported: connect over a trusted network, a local socket or
 /// a tunnel.
@@ -94,6 +102,8 @@ pub use self::schema::SCHEMA_VERSION;
 /// ```
 pub struct PostgresStore {
     pool: Pool,
+    /// A connection of its own for lease renewals (see [`Side`]).
+    side: Side,
     /// The PostgreSQL schema holding the tables (the payload of this store's
     /// notifications).
     schema: String,
@@ -157,6 +167,7 @@ impl PostgresStore {
             })?;
         let first = conn::connect(&handle, &target).await?;
         let pool = Pool::new(target.clone(), handle.clone(), first);
+        let side = Side::new(target.clone(), handle.clone());
         let schema = {
             let mut c = pool.get().await?;
             schema::migrate(&mut c, target.schema.as_deref(), &target.shown)
@@ -186,6 +197,7 @@ impl PostgresStore {
         .await?;
         Ok(PostgresStore {
             pool,
+            side,
             schema,
             changes,
             _stop: stop,
@@ -411,6 +423,28 @@ impl Store for PostgresStore {
         new_id: &'a str,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.do_fork(from, seq, new_id))
+    }
+
+    /// A session advisory lock per worker id (and schema), on a connection
+    /// of its own that the hold keeps open: the server drops the lock with
+    /// the session, when the process dies or its connection is lost.
+    fn hold_worker<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WorkerHold>, Error>> {
+        Box::pin(async move {
+            let client = conn::connect(self.pool.handle(), self.pool.target()).await?;
+            let key = format!("checkpoint-runtime worker {} {worker}", self.schema);
+            let row = client
+                .query_one(
+                    "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                    &[&key],
+                )
+                .await
+                .map_err(conn::db_err)?;
+            let held: bool = get(&row, 0)?;
+            Ok(held.then(|| WorkerHold::new(client)))
+        })
     }
 
     fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {

@@ -9,13 +9,13 @@ use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx};
 use super::tables::checkpoints::{self, cp_cols, decode, load_seq, load_seq_checked};
 use super::tables::runs::{
     code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, CLAIM,
-    UNREGISTERED,
+    LOAD_PLAIN, RENEW, UNREGISTERED,
 };
 use super::tables::{history, signals};
 use super::{notify, PostgresStore};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
-use crate::store::rules;
+use crate::store::rules::{self, check_lease};
 use crate::store::sql::run_row::status_code;
 use crate::store::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, GcReport, Lease, NewRun,
@@ -110,7 +110,9 @@ impl PostgresStore {
             let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
             for row in rows {
                 seen.push(get(&row, 0)?);
-                if let Some(claimed) = claim_row(&mut cx, &row, req, expires, now).await? {
+                if let Some(claimed) =
+                    claim_row(&mut cx, &row, req, expires, now, &self.schema).await?
+                {
                     out.claimed.push(claimed);
                 }
             }
@@ -122,18 +124,46 @@ impl PostgresStore {
         Ok(out)
     }
 
+    /// On the side connection (never waiting for a pool slot) and without
+    /// waiting for the run's row lock: a row locked by a checkpoint of
+    /// this very run in flight is tried again shortly, for up to a quarter
+    /// of the TTL; the executor renews again at its next tick.
     pub(super) async fn do_renew(
         &self,
         id: &str,
         lease: &Lease,
         ttl: Duration,
     ) -> Result<(), Error> {
-        let mut conn = self.pool.get().await?;
-        let mut cx = conn.begin().await?;
-        let mut rec = fenced(&mut cx, id, lease).await?;
-        rules::renew(&mut rec, from_ts(ts_after(SystemTime::now(), ttl)));
-        write_run(&mut cx, &rec).await?;
-        cx.commit().await
+        let began = std::time::Instant::now();
+        let patience = (ttl / 4).max(Duration::from_millis(50));
+        let mut pause = Duration::from_millis(5);
+        let epoch = to_i64(lease.epoch, "epoch")?;
+        let (worker, instance): (&str, &str) = (&lease.worker, &lease.instance);
+        loop {
+            let expires = ts_after(SystemTime::now(), ttl);
+            let renewed = self
+                .side
+                .query(RENEW, &[&id, &epoch, &worker, &instance, &expires])
+                .await?;
+            if !renewed.is_empty() {
+                return Ok(());
+            }
+            let row = self.side.query(LOAD_PLAIN, &[&id]).await?;
+            let rec = match row.first() {
+                Some(row) => decode_run(row)?,
+                None => return Err(Error::unknown_run(id)),
+            };
+            check_lease(id, &rec, lease)?;
+            // Still ours: the row is locked by another transaction.
+            if began.elapsed() >= patience {
+                return Err(Error::store(format!(
+                    "postgres: lease of run `{id}` not renewed: its row stayed locked for {:?}",
+                    began.elapsed()
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 
     pub(super) async fn do_release(
@@ -533,12 +563,19 @@ async fn claim_row(
     req: &ClaimRequest,
     expires: SystemTime,
     now: SystemTime,
+    schema: &str,
 ) -> Result<Option<Claimed>, Error> {
-    // A run whose row or latest checkpoint this build cannot decode is left
-    // untouched (not claimed, not changed): it must not make every worker's
-    // claim fail. Loading it reports the error.
-    let Ok(mut rec) = decode_run(row) else {
-        return Ok(None);
+    // A run whose row or latest checkpoint this build cannot decode must
+    // not make every worker's claim fail: it is marked failed (see
+    // `rules::damaged`) and skipped.
+    let mut rec = match decode_run(row) {
+        Ok(rec) => rec,
+        Err(e) => {
+            let id: String = get(row, 0)?;
+            mark_damaged(cx, &id, get(row, 1).ok(), None, e, now).await?;
+            notify::notify(cx, schema).await?;
+            return Ok(None);
+        }
     };
     // The query decided under the lock; checked again here, as the other
     // backends define it (a waiting run's signal is looked at below).
@@ -547,8 +584,14 @@ async fn claim_row(
     {
         return Ok(None);
     }
-    let Ok(checkpoint) = load_seq_checked(cx, &rec.id, rec.latest_seq).await? else {
-        return Ok(None);
+    let checkpoint = match load_seq_checked(cx, &rec.id, rec.latest_seq).await? {
+        Ok(checkpoint) => checkpoint,
+        Err(e) => {
+            let (id, workflow) = (rec.id.clone(), rec.workflow.clone());
+            mark_damaged(cx, &id, Some(workflow), Some(rec), e, now).await?;
+            notify::notify(cx, schema).await?;
+            return Ok(None);
+        }
     };
     let signal = match &rec.state {
         RunState::Waiting { signal, .. } => signals::consume(cx, &rec.id, signal).await?,
@@ -559,11 +602,65 @@ async fn claim_row(
         return Ok(None);
     }
     let wake = rules::claim_wake(&rec.state, signal);
+    let taken = rules::takeover(rec.lease.as_ref(), req);
     let lease = rules::claim(&mut rec, req, wake, expires, now);
     write_run(cx, &rec).await?;
+    if let Some(event) = taken {
+        history::insert(cx, &rec.id, now, &event).await?;
+    }
     Ok(Some(Claimed {
         run: rec,
         lease,
         checkpoint,
     }))
+}
+
+/// Marks run `id` (its row locked by the claim), which cannot be loaded or
+/// decoded (`error`), failed, naming what can still be read of it: its
+/// workflow, and the site and fields of its latest checkpoint. `rec`: its
+/// record, when the row itself decoded.
+async fn mark_damaged(
+    cx: &mut Cx<'_>,
+    id: &str,
+    workflow: Option<String>,
+    rec: Option<RunRecord>,
+    error: Error,
+    now: SystemTime,
+) -> Result<(), Error> {
+    let shape = cx
+        .query_opt(
+            "SELECT c.site_key, c.field_names FROM cp_runs r \
+             JOIN cp_checkpoints c ON c.run = r.id AND c.seq = r.latest_seq WHERE r.id = $1",
+            &[&id],
+        )
+        .await?;
+    let site: Option<String> = shape.as_ref().and_then(|r| r.try_get(0).ok());
+    let fields: Vec<String> = shape
+        .as_ref()
+        .and_then(|r| r.try_get(1).ok())
+        .unwrap_or_default();
+    let detail = error.to_string();
+    let error = rules::damaged(id, workflow.as_deref(), site.as_deref(), &fields, &detail);
+    let event = match rec {
+        Some(mut rec) => {
+            let event = rules::finish(&mut rec, Outcome::Failed { error }, now);
+            write_run(cx, &rec).await?;
+            event
+        }
+        None => {
+            let event = Event::Failed {
+                error: error.to_string(),
+            };
+            let failed = code(crate::store::sql::run_row::FAILED);
+            cx.execute(
+                "UPDATE cp_runs SET state = $2, error = $3, lease_worker = NULL, \
+                 lease_instance = NULL, lease_expires = NULL, updated_at = $4 WHERE id = $1",
+                &[&id, &failed, &super::conn::to_json(&error)?, &ts(now)],
+            )
+            .await?;
+            event
+        }
+    };
+    history::insert(cx, id, now, &event).await?;
+    Ok(())
 }

@@ -952,10 +952,33 @@ fn an_undecodable_run_does_not_block_claims() {
     let got = block_on(s.claim(&req("v", "v1"))).unwrap();
     let ids: Vec<&str> = got.claimed.iter().map(|c| c.run.id.as_str()).collect();
     assert_eq!(ids, ["c"]);
-    // The unreadable runs are left as they were.
-    assert!(block_on(s.load_run("b")).is_err());
+    // The unreadable runs are marked failed, naming what can be read, and
+    // no claim takes them again.
     let d = block_on(s.load_run("d")).unwrap().unwrap();
     assert_eq!((d.epoch, d.lease.is_none()), (1, true));
+    let RunState::Failed { error } = &d.state else {
+        panic!("d: {:?}", d.state);
+    };
+    let error = error.to_string();
+    for part in [
+        "run `d`",
+        "workflow `wf`",
+        "site `task_done`",
+        "field arrays",
+    ] {
+        assert!(error.contains(part), "`{part}` missing from: {error}");
+    }
+    // `b`'s row still does not decode; its history says why.
+    assert!(block_on(s.load_run("b")).is_err());
+    let history = block_on(s.history("b")).unwrap();
+    let failed = history.iter().find_map(|h| match &h.event {
+        Event::Failed { error } => Some(error.clone()),
+        _ => None,
+    });
+    let failed = failed.expect("a failure in b's history");
+    assert!(failed.contains("run `b`"), "{failed}");
+    let again = block_on(s.claim(&req("u", "u1"))).unwrap();
+    assert!(again.claimed.is_empty(), "{:?}", again.claimed);
 }
 
 #[test]
@@ -1001,4 +1024,29 @@ fn connection_errors_keep_the_postgres_error_as_source() {
         source.downcast_ref::<tokio_postgres::Error>().is_some(),
         "{source:?}"
     );
+}
+
+#[test]
+fn a_worker_id_is_held_by_one_live_session() {
+    let Some(db) = Db::open("a_worker_id_is_held_by_one_live_session") else {
+        return;
+    };
+    let s = db.store();
+    let first = db.run(s.hold_worker("w")).unwrap();
+    assert!(first.is_some(), "a free worker id is granted");
+    assert!(db.run(s.hold_worker("w")).unwrap().is_none(), "held twice");
+    assert!(
+        db.run(s.hold_worker("v")).unwrap().is_some(),
+        "ids are apart"
+    );
+    // Gone with its session: granted again.
+    drop(first);
+    let again = std::time::Instant::now();
+    loop {
+        if db.run(s.hold_worker("w")).unwrap().is_some() {
+            break;
+        }
+        assert!(again.elapsed() < Duration::from_secs(10), "never released");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

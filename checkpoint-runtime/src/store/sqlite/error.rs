@@ -37,6 +37,23 @@ impl Fail {
         matches!(self, Fail::Sql(e) if is_busy(e))
     }
 
+    /// Whether this is damaged stored data (a row or checkpoint that does
+    /// not decode), as opposed to a failure of the database itself.
+    pub(super) fn is_damage(&self) -> bool {
+        match self {
+            Fail::Sql(e) => matches!(
+                e,
+                rusqlite::Error::FromSqlConversionFailure(..)
+                    | rusqlite::Error::InvalidColumnType(..)
+                    | rusqlite::Error::IntegralValueOutOfRange(..)
+                    | rusqlite::Error::Utf8Error(..)
+            ),
+            Fail::Err(e) => {
+                matches!(&**e, Error::Store { message, .. } if message.starts_with(CORRUPT))
+            }
+        }
+    }
+
     pub(super) fn into_error(self) -> Error {
         match self {
             Fail::Sql(e) => sql_error(e),
@@ -58,8 +75,11 @@ pub(super) fn sql_error(e: rusqlite::Error) -> Error {
     Error::store_caused_by(format!("sqlite: {e}"), e)
 }
 
+/// How the message of a [`corrupt`] error starts.
+const CORRUPT: &str = "sqlite: corrupt database: ";
+
 pub(super) fn corrupt(what: impl std::fmt::Display) -> Fail {
-    Fail::from(Error::store(format!("sqlite: corrupt database: {what}")))
+    Fail::from(Error::store(format!("{CORRUPT}{what}")))
 }
 
 pub(super) type R<T> = Result<T, Fail>;

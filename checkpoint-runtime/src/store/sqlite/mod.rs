@@ -102,7 +102,7 @@ use self::writer::txn::TxnCtx;
 use self::writer::{answer_loop, Answers, Job, Msg, Pending, Writer};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store,
+    Release, RunRecord, SignalRecord, Store, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -573,6 +573,46 @@ impl Store for SqliteStore {
     fn gc(&self) -> BoxFuture<'_, Result<GcReport, Error>> {
         let path = self.path.clone();
         self.alone(move |w| w.gc(&path))
+    }
+
+    /// A lock file per worker id next to the database
+    /// (`<file>.worker-<hex of the id>.lock`), an SQLite file of its own
+    /// held in an exclusive transaction: the operating system drops the
+    /// lock with the process, however it ends.
+    fn hold_worker<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WorkerHold>, Error>> {
+        let hex: String = worker.bytes().map(|b| format!("{b:02x}")).collect();
+        let mut name = self.path.clone().into_os_string();
+        name.push(format!(".worker-{hex}.lock"));
+        let path = PathBuf::from(name);
+        Box::pin(async move {
+            let task = tokio::task::spawn_blocking(move || hold_lock_file(&path));
+            task.await
+                .map_err(|e| Error::internal(format!("sqlite worker lock task: {e}")))?
+        })
+    }
+}
+
+/// Takes the lock file at `path` (see [`SqliteStore::hold_worker`]);
+/// `None` if another live connection holds it.
+fn hold_lock_file(path: &Path) -> Result<Option<WorkerHold>, Error> {
+    let held = || -> Result<Option<Connection>, rusqlite::Error> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_millis(100))?;
+        match conn.execute_batch("CREATE TABLE IF NOT EXISTS held (x); BEGIN EXCLUSIVE") {
+            Ok(()) => Ok(Some(conn)),
+            Err(e) if error::is_busy(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    match held() {
+        Ok(conn) => Ok(conn.map(|c| WorkerHold::new(Mutex::new(c)))),
+        Err(e) => Err(Error::store(format!(
+            "sqlite: cannot take the worker lock file `{}`: {e}",
+            path.display()
+        ))),
     }
 }
 

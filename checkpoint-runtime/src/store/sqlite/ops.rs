@@ -8,14 +8,17 @@ use std::time::{Duration, SystemTime};
 use rusqlite::params;
 
 use super::checkpoints::chain::{load_seq, prune};
+use super::checkpoints::refs::Shape;
 use super::error::{Fail, R};
-use super::runs::{consume_signal, delete_signal, fetch_run, insert_run, oldest_signal, run_ord};
+use super::runs::{
+    consume_signal, delete_signal, error_text, fetch_run, insert_run, oldest_signal, run_ord,
+};
 use super::writer::cache::Head;
 use super::writer::deferred::HeadUpdate;
 use super::writer::txn::{checkpoint_row, TxnCtx};
 use crate::history::Event;
 use crate::store::rules;
-use crate::store::sql::run_row::{state_code, READY};
+use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, READY};
 use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 use crate::store::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
@@ -96,31 +99,95 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     cx.begin()?;
     let expires = from_ts(ts_after(now, req.ttl));
     for id in picked {
-        let mut h = cx.head(&id)?;
-        let input: Vec<u8> = cx
-            .conn
-            .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
-            .query_row([h.ord], |r| r.get(0))?;
-        // The query picked the run as the claim rules define it; a waiting
-        // run consumes the oldest signal it waits for.
-        let signal = match &h.rec.state {
-            RunState::Waiting { signal, .. } => consume_signal(cx.conn, h.ord, signal)?,
-            _ => None,
-        };
-        let wake = rules::claim_wake(&h.rec.state, signal);
-        let lease = rules::claim(&mut h.rec, &req, wake, expires, now);
-        cx.save_run(&mut h)?;
-        let checkpoint = cx.latest(&mut h)?.map(|l| l.cp.clone());
-        let mut run = h.rec.clone();
-        run.input = input.into();
-        out.claimed.push(Claimed {
-            lease,
-            run,
-            checkpoint,
-        });
-        cx.put(Arc::from(id.as_str()), h);
+        // A run that cannot be loaded or decoded is marked and skipped: it
+        // must not make every claim (and every worker) fail.
+        match claim_run(cx, &req, &id, expires, now) {
+            Ok(claimed) => out.claimed.push(claimed),
+            Err(fail) if fail.is_damage() => mark_damaged(cx, &id, fail, now)?,
+            Err(fail) => return Err(fail),
+        }
     }
     Ok(out)
+}
+
+/// Claims run `id`, which the claim query picked. Everything is read (and
+/// decoded) before anything is written.
+fn claim_run(
+    cx: &mut TxnCtx<'_>,
+    req: &ClaimRequest,
+    id: &str,
+    expires: SystemTime,
+    now: SystemTime,
+) -> R<Claimed> {
+    let mut h = cx.head(id)?;
+    let input: Vec<u8> = cx
+        .conn
+        .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
+        .query_row([h.ord], |r| r.get(0))?;
+    let checkpoint = cx.latest(&mut h)?.map(|l| l.cp.clone());
+    // The query picked the run as the claim rules define it; a waiting
+    // run consumes the oldest signal it waits for.
+    let signal = match &h.rec.state {
+        RunState::Waiting { signal, .. } => consume_signal(cx.conn, h.ord, signal)?,
+        _ => None,
+    };
+    let wake = rules::claim_wake(&h.rec.state, signal);
+    let taken = rules::takeover(h.rec.lease.as_ref(), req);
+    let lease = rules::claim(&mut h.rec, req, wake, expires, now);
+    cx.save_run(&mut h)?;
+    if let Some(event) = taken {
+        cx.event(h.ord, now, &event)?;
+    }
+    let mut run = h.rec.clone();
+    run.input = input.into();
+    cx.put(Arc::from(id), h);
+    Ok(Claimed {
+        lease,
+        run,
+        checkpoint,
+    })
+}
+
+/// Marks run `id`, which cannot be loaded or decoded (`fail`), failed (see
+/// [`rules::damaged`]), naming what can still be read of it.
+fn mark_damaged(cx: &mut TxnCtx<'_>, id: &str, fail: Fail, now: SystemTime) -> R<()> {
+    let detail = fail.into_error().to_string();
+    let (ord, workflow): (i64, Option<String>) = cx
+        .conn
+        .prepare_cached("SELECT ord, CAST(workflow AS TEXT) FROM runs WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1).ok())))?;
+    let (site, fields) = readable_site(cx, ord).unwrap_or_default();
+    let error = rules::damaged(id, workflow.as_deref(), site.as_deref(), &fields, &detail);
+    let event = Event::Failed {
+        error: error.to_string(),
+    };
+    let error = error_text(Some(ErrorCol::Json(&error)))?;
+    cx.conn
+        .prepare_cached(
+            "UPDATE runs SET state = ?2, error = ?3, lease_worker = NULL, \
+             lease_instance = NULL, lease_expires = NULL, updated_at = ?4 WHERE ord = ?1",
+        )?
+        .execute(params![ord, FAILED, error, ts(now)])?;
+    cx.event(ord, now, &event)?;
+    cx.bump = true;
+    Ok(())
+}
+
+/// The site and field names of run `ord`'s latest checkpoint, if its shape
+/// can be read.
+fn readable_site(cx: &TxnCtx<'_>, ord: i64) -> Option<(Option<String>, Vec<String>)> {
+    let body: Vec<u8> = cx
+        .conn
+        .prepare_cached(
+            "SELECT s.body FROM heads h JOIN checkpoints c ON c.id = h.latest \
+             JOIN shapes s ON s.id = c.shape WHERE h.run = ?1",
+        )
+        .ok()?
+        .query_row([ord], |r| r.get(0))
+        .ok()?;
+    let shape: Shape<'_> = postcard::from_bytes(&body).ok()?;
+    let fields = shape.fields.iter().map(|(n, _)| n.to_string()).collect();
+    Some((Some(shape.site_key.into_owned()), fields))
 }
 
 pub(super) fn op_renew(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<()> {

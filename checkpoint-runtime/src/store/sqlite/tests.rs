@@ -2144,3 +2144,27 @@ fn sqlite_errors_keep_the_sqlite_error_as_source() {
         Some(rusqlite::ErrorCode::NotADatabase)
     );
 }
+
+#[test]
+fn a_worker_id_is_held_by_one_live_instance() {
+    let (_dir, store) = open();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let block_on = |f| rt.block_on(f);
+    let first = block_on(store.hold_worker("w")).unwrap();
+    assert!(first.is_some(), "a free worker id is granted");
+    assert!(
+        block_on(store.hold_worker("w")).unwrap().is_none(),
+        "held twice"
+    );
+    assert!(
+        block_on(store.hold_worker("v")).unwrap().is_some(),
+        "ids are apart"
+    );
+    drop(first);
+    assert!(
+        block_on(store.hold_worker("w")).unwrap().is_some(),
+        "released"
+    );
+}

@@ -249,3 +249,20 @@ pub(in crate::store::postgres) const UNREGISTERED: &str = "SELECT r.id, r.workfl
           OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
               (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
      ORDER BY r.ord LIMIT $6";
+
+/// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`
+/// worker, `$4` instance, `$5` the new expiry. Returns the run's id when it
+/// renewed; no row when the lease is not held (lost, cancelled, finished) or
+/// the row is locked by another transaction (see [`LOAD_PLAIN`] to tell
+/// them apart). One statement, so no transaction stays open around it.
+pub(in crate::store::postgres) const RENEW: &str = "UPDATE cp_runs SET lease_expires = $5 \
+     WHERE id = (SELECT id FROM cp_runs WHERE id = $1 AND epoch = $2 AND lease_worker = $3 \
+                 AND lease_instance = $4 AND state < 3 FOR NO KEY UPDATE SKIP LOCKED) \
+     RETURNING id";
+
+/// A run's row without its input and without a lock (`$1` the run).
+pub(in crate::store::postgres) const LOAD_PLAIN: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    ", ''::bytea FROM cp_runs r WHERE r.id = $1"
+);
