@@ -22,72 +22,25 @@
 //! the tests print that they were skipped and pass. Each test keeps its
 //! tables in a PostgreSQL schema of its own, dropped at the end.
 
+mod common;
+
+use common::pg::Schema;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use checkpoint_runtime::store::postgres::PostgresStore;
 use checkpoint_runtime::store::{RunRecord, Store};
 use checkpoint_runtime::{Event, RunFilter, StatusKind};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-test-worker");
-const URL_VAR: &str = "CHECKPOINT_TEST_POSTGRES_URL";
 
 /// One test at a time: each loads the machine.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// A PostgreSQL schema for one test, dropped on drop.
-struct Schema {
-    base: String,
-    name: String,
-}
-
-impl Schema {
-    fn new(test: &str) -> Option<Schema> {
-        let Ok(base) = std::env::var(URL_VAR) else {
-            eprintln!("skipped {test}: {URL_VAR} is not set");
-            return None;
-        };
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() % 1_000_000_000_000)
-            .unwrap_or(0);
-        let name = format!(
-            "cp_load_{}_{nanos}_{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        Some(Schema { base, name })
-    }
-
-    fn url(&self) -> String {
-        let sep = if self.base.contains('?') { '&' } else { '?' };
-        format!("{}{sep}schema={}", self.base, self.name)
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (base, name) = (self.base.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime")
-                .block_on(PostgresStore::drop_schema(&base, &name))
-        })
-        .join();
-        if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("could not drop schema {}: {dropped:?}", self.name);
-        }
-    }
-}
 
 /// A worker process; SIGKILLed and reaped on drop.
 struct Proc {
@@ -255,7 +208,7 @@ fn sessions(tokio: &tokio::runtime::Runtime, base: &str, app: &str) -> i64 {
 /// until all completed, at most `limit`.
 fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration, faults: Faults) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(schema) = Schema::new(test) else {
+    let Some(schema) = Schema::new(test, "cp_load") else {
         return;
     };
     // Each worker names its sessions, so that the test can find them.

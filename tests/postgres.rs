@@ -16,68 +16,16 @@
 //! without it each test prints that it was skipped and passes. Each test
 //! keeps its tables in a PostgreSQL schema of its own, dropped at the end.
 
+mod common;
+
+use common::pg::Schema;
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use checkpoint_runtime::prelude::*;
-use checkpoint_runtime::store::postgres::PostgresStore;
 use checkpoint_runtime::store::{CheckpointRecord, ClaimRequest, NewRun, RunState, Suspend};
 use serde::{Deserialize, Serialize};
-
-const URL_VAR: &str = "CHECKPOINT_TEST_POSTGRES_URL";
-
-/// A PostgreSQL schema for one test; dropped (with its tables) on drop,
-/// also when the test fails.
-struct Schema {
-    base: String,
-    name: String,
-}
-
-impl Schema {
-    fn new(test: &str) -> Option<Schema> {
-        let Ok(base) = std::env::var(URL_VAR) else {
-            eprintln!("skipped {test}: {URL_VAR} is not set");
-            return None;
-        };
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() % 1_000_000_000_000)
-            .unwrap_or(0);
-        let name = format!(
-            "cp_e2e_{}_{nanos}_{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        Some(Schema { base, name })
-    }
-
-    /// The store URL with this schema.
-    fn url(&self) -> String {
-        let sep = if self.base.contains('?') { '&' } else { '?' };
-        format!("{}{sep}schema={}", self.base, self.name)
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (base, name) = (self.base.clone(), self.name.clone());
-        // Its own thread and runtime: this may run inside a test's runtime.
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime")
-                .block_on(PostgresStore::drop_schema(&base, &name))
-        })
-        .join();
-        if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("could not drop schema {}: {dropped:?}", self.name);
-        }
-    }
-}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 struct Approval {
@@ -124,7 +72,10 @@ async fn within<F: std::future::Future>(f: F) -> F::Output {
 
 #[tokio::test]
 async fn two_workers_finish_a_run_across_a_signal_and_a_timer() {
-    let Some(schema) = Schema::new("two_workers_finish_a_run_across_a_signal_and_a_timer") else {
+    let Some(schema) = Schema::new(
+        "two_workers_finish_a_run_across_a_signal_and_a_timer",
+        "cp_e2e",
+    ) else {
         return;
     };
     let url = schema.url();
@@ -213,7 +164,7 @@ async fn two_workers_finish_a_run_across_a_signal_and_a_timer() {
 
 #[tokio::test]
 async fn takeover_only_after_lease_expiry() {
-    let Some(schema) = Schema::new("takeover_only_after_lease_expiry") else {
+    let Some(schema) = Schema::new("takeover_only_after_lease_expiry", "cp_e2e") else {
         return;
     };
     let url = schema.url();
@@ -318,7 +269,7 @@ fn claim_req(worker: &str, ttl: Duration) -> ClaimRequest {
 
 #[tokio::test]
 async fn stale_owner_is_fenced() {
-    let Some(schema) = Schema::new("stale_owner_is_fenced") else {
+    let Some(schema) = Schema::new("stale_owner_is_fenced", "cp_e2e") else {
         return;
     };
     let url = schema.url();

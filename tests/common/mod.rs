@@ -4,6 +4,8 @@
 // Each test crate uses its own part of these helpers.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
