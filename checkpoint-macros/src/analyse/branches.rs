@@ -10,11 +10,38 @@ use super::syntax::{is_pure, strip_parens, yields_reference};
 use crate::names::{free_in_expr, pat_bindings, NameSet, PatBinding};
 use crate::sites::{self, SiteRange};
 
-/// The arms of an `if` / `else if` / `else` chain: (condition tokens or empty
-/// for `else`, carried bindings, sites, body).
-pub(crate) fn if_arms(
-    i: &syn::ExprIf,
-) -> Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)> {
+/// One arm of an `if` chain or a `match`.
+pub(crate) struct Arm {
+    /// What selects it: `pattern if guard` of a `match` arm, the condition
+    /// of an `if` (empty for `else`).
+    pub head: TokenStream,
+    /// The bindings of its pattern that its body reads.
+    pub carried: Vec<PatBinding>,
+    /// The sites its body holds.
+    pub sites: Option<SiteRange>,
+    pub body: Expr,
+}
+
+/// The arms of a `match`.
+pub(crate) fn match_arms(m: &syn::ExprMatch, ctx: Option<&Ident>) -> Vec<Arm> {
+    m.arms
+        .iter()
+        .map(|a| {
+            let pat = &a.pat;
+            let guard = a.guard.as_ref().map(|(i, g)| quote!(#i #g));
+            Arm {
+                head: quote!(#pat #guard),
+                carried: carried_bindings(&[&a.pat], &a.body, ctx),
+                sites: sites::sites_in_expr(&a.body),
+                body: (*a.body).clone(),
+            }
+        })
+        .collect()
+}
+
+/// The arms of an `if` / `else if` / `else` chain (a synthetic empty `else`
+/// when there is none).
+pub(crate) fn if_arms(i: &syn::ExprIf) -> Vec<Arm> {
     let mut out = Vec::new();
     let mut cur = i;
     loop {
@@ -26,27 +53,32 @@ pub(crate) fn if_arms(
         let lets = let_patterns(&cur.cond);
         let carried = carried_bindings(&lets, &body, None);
         let cond = &cur.cond;
-        out.push((
-            quote!(#cond),
+        out.push(Arm {
+            head: quote!(#cond),
             carried,
-            sites::sites_in_block(&cur.then_branch),
+            sites: sites::sites_in_block(&cur.then_branch),
             body,
-        ));
+        });
         match &cur.else_branch {
             Some((_, e)) => match &**e {
                 Expr::If(next) => cur = next,
                 other => {
-                    out.push((
-                        TokenStream::new(),
-                        Vec::new(),
-                        sites::sites_in_expr(other),
-                        other.clone(),
-                    ));
+                    out.push(Arm {
+                        head: TokenStream::new(),
+                        carried: Vec::new(),
+                        sites: sites::sites_in_expr(other),
+                        body: other.clone(),
+                    });
                     break;
                 }
             },
             None => {
-                out.push((TokenStream::new(), Vec::new(), None, syn::parse_quote!({})));
+                out.push(Arm {
+                    head: TokenStream::new(),
+                    carried: Vec::new(),
+                    sites: None,
+                    body: syn::parse_quote!({}),
+                });
                 break;
             }
         }

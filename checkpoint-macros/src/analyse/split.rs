@@ -247,7 +247,7 @@ fn post_merge_free_expr(expr: &Expr, refs: &NameSet) -> NameSet {
         Expr::If(i) => {
             let mut out: NameSet = if_arms(i)
                 .iter()
-                .flat_map(|(.., body)| free_in_expr(body))
+                .flat_map(|arm| free_in_expr(&arm.body))
                 .collect();
             if if_rederives(i, refs) {
                 out.extend(if_conditions(i).into_iter().flat_map(free_in_expr));

@@ -7,8 +7,39 @@ use quote::{format_ident, quote};
 use syn::{Block, Expr, Ident};
 
 use super::{binding_pat, clean_expr, frame_ident, rt, Lowerer, Scope, Split};
-use crate::names::{free_in_expr, NameSet, PatBinding};
-use crate::sites::SiteRange;
+use crate::analyse::branches::Arm;
+use crate::names::{free_in_expr, NameSet};
+
+/// The enum a lowered `if` / `match` carries its chosen arm's bindings in,
+/// from the head to the post: one variant per arm.
+struct ArmsEnum {
+    ident: Ident,
+    variants: Vec<Ident>,
+    /// Its definition.
+    item: TokenStream,
+}
+
+impl ArmsEnum {
+    fn new(ident: Ident, arms: usize) -> Self {
+        let params: Vec<Ident> = (0..arms).map(|i| format_ident!("T{}", i)).collect();
+        let variants: Vec<Ident> = (0..arms).map(|i| format_ident!("A{}", i)).collect();
+        let item = quote! {
+            #[allow(non_camel_case_types, dead_code)]
+            enum #ident<#(#params),*> { #(#variants(#params)),* }
+        };
+        ArmsEnum {
+            ident,
+            variants,
+            item,
+        }
+    }
+
+    /// `Enum::Ai`
+    fn variant(&self, i: usize) -> TokenStream {
+        let (ident, v) = (&self.ident, &self.variants[i]);
+        quote!(#ident::#v)
+    }
+}
 
 impl Lowerer<'_> {
     /// `if` chains and `match`: the head picks an arm and carries the arm's
@@ -21,101 +52,80 @@ impl Lowerer<'_> {
     pub(super) fn lower_arms(
         &mut self,
         scrutinee: Option<&Expr>,
-        arms: Vec<(TokenStream, Vec<PatBinding>, Option<SiteRange>, Expr)>,
+        arms: Vec<Arm>,
         rederive: bool,
         scope: &Scope,
     ) -> Split {
         let frame = frame_ident();
-        let rt = rt();
-        let enum_ident = Ident::new(
+        let ident = Ident::new(
             &format!("__CpArms{}", self.fresh("arms")),
             Span::mixed_site(),
         );
-        let n = arms.len();
-        let params: Vec<Ident> = (0..n).map(|i| format_ident!("T{}", i)).collect();
-        let variants: Vec<Ident> = (0..n).map(|i| format_ident!("A{}", i)).collect();
-        let items = quote! {
-            #[allow(non_camel_case_types, dead_code)]
-            enum #enum_ident<#(#params),*> { #(#variants(#params)),* }
-        };
+        let arms_enum = ArmsEnum::new(ident, arms.len());
+        let normal_head = arms_head(scrutinee, &arms, &arms_enum, rederive);
+        let (resume_arms, post_arms) = self.arm_bodies(&arms, &arms_enum, rederive, scope);
+        let items = arms_enum.item.clone();
+        if rederive {
+            let post = rederived_post(&arms, &arms_enum, normal_head, post_arms);
+            Split {
+                items,
+                normal_head: quote!(()),
+                resume_head: quote!(()),
+                post,
+            }
+        } else {
+            let head = Ident::new("__cp_head", Span::mixed_site());
+            Split {
+                items,
+                normal_head,
+                resume_head: quote!(match #frame.target() { #(#resume_arms)* }),
+                post: quote!(match #head { #(#post_arms)* }),
+            }
+        }
+    }
 
-        // In restore mode an arm holding a site carries its bindings as
-        // `Some(tuple)` on the normal path and `None` on resume; its body
-        // starts by binding them as ordinary locals, so the body's own split
-        // saves only those still needed after its checkpoints (a binding moved
-        // before the checkpoint is not saved).
-        let wraps = |i: usize| !rederive && arms[i].2.is_some();
-        let carry = |i: usize| {
-            let names = arms[i].1.iter().map(|b| &b.ident);
-            let v = &variants[i];
-            if wraps(i) {
-                quote!(#enum_ident::#v(::core::option::Option::Some((#(#names,)*))))
-            } else {
-                quote!(#enum_ident::#v((#(#names,)*)))
-            }
-        };
-        let normal_head = match scrutinee {
-            Some(scrutinee) => {
-                let arms_code = arms.iter().enumerate().map(|(i, (pat, ..))| {
-                    let c = carry(i);
-                    quote!(#pat => #c,)
-                });
-                quote!(match #scrutinee { #(#arms_code)* })
-            }
-            None => {
-                // `if` chain: the arm tokens are the conditions; the last arm is
-                // the `else` (synthetic when the user wrote none).
-                let mut code = TokenStream::new();
-                for (i, (cond, ..)) in arms.iter().enumerate() {
-                    let c = carry(i);
-                    if i + 1 < n {
-                        code.extend(quote!(if #cond { #c } else));
-                    } else {
-                        code.extend(quote!({ #c }));
-                    }
-                }
-                code
-            }
-        };
-
-        // Resume head (restore mode) and the arms' bodies.
-        let site_arms: Vec<usize> = arms
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.2.is_some())
-            .map(|(i, _)| i)
-            .collect();
+    /// The arms of the resume head (restore mode: which arm holds the target
+    /// site) and of the post (each arm's body, lowered).
+    fn arm_bodies(
+        &mut self,
+        arms: &[Arm],
+        arms_enum: &ArmsEnum,
+        rederive: bool,
+        scope: &Scope,
+    ) -> (Vec<TokenStream>, Vec<TokenStream>) {
+        let last_site_arm = arms.iter().rposition(|a| a.sites.is_some());
         let carried_ident = Ident::new("__cp_carried", Span::mixed_site());
         let mut resume_arms = Vec::new();
         let mut post_arms = Vec::new();
-        for (i, (_, carried, sites, body)) in arms.iter().enumerate() {
-            let v = &variants[i];
-            let pats: Vec<TokenStream> = carried.iter().map(binding_pat).collect();
-            let Some(range) = sites else {
-                let body = clean_expr(body);
-                post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => #body,));
+        for (i, arm) in arms.iter().enumerate() {
+            let v = arms_enum.variant(i);
+            let pats: Vec<TokenStream> = arm.carried.iter().map(binding_pat).collect();
+            let Some(range) = arm.sites else {
+                let body = clean_expr(&arm.body);
+                post_arms.push(quote!(#v((#(#pats,)*)) => #body,));
                 continue;
             };
-            let mut body_block: Block = match body {
+            let mut body_block: Block = match &arm.body {
                 Expr::Block(b) if b.label.is_none() => b.block.clone(),
                 other => syn::parse_quote!({ #other }),
             };
             let mut arm_scope = scope.clone();
             if rederive {
-                let carried_names: NameSet = carried.iter().map(|b| b.ident.to_string()).collect();
+                let carried_names: NameSet =
+                    arm.carried.iter().map(|b| b.ident.to_string()).collect();
                 arm_scope.bind_inner(&carried_names);
                 arm_scope.ref_locals.extend(carried_names.iter().cloned());
                 let overwrite = self.restore_mutable_bindings(
-                    carried,
-                    &free_in_expr(body),
-                    *range,
+                    &arm.carried,
+                    &free_in_expr(&arm.body),
+                    range,
                     &mut arm_scope,
                 );
                 let body = self.lower_block(&body_block, &arm_scope);
-                post_arms.push(quote!(#enum_ident::#v((#(#pats,)*)) => { #overwrite #body }));
+                post_arms.push(quote!(#v((#(#pats,)*)) => { #overwrite #body }));
                 continue;
             }
-            for b in carried.iter().filter(|b| b.by_ref) {
+            for b in arm.carried.iter().filter(|b| b.by_ref) {
                 let describe = self.site(range.first).describe();
                 self.errors.push(
                     b.ident.span(),
@@ -123,12 +133,12 @@ impl Lowerer<'_> {
                 );
             }
             let (first, last) = (range.first, range.last);
-            let pattern = if Some(&i) == site_arms.last() {
+            let pattern = if Some(i) == last_site_arm {
                 quote!(_)
             } else {
                 quote!(::core::option::Option::Some(#first..=#last))
             };
-            resume_arms.push(quote!(#pattern => #enum_ident::#v(::core::option::Option::None),));
+            resume_arms.push(quote!(#pattern => #v(::core::option::Option::None),));
             let unpack = unpack_carried(&carried_ident, &pats);
             match syn::parse2::<syn::Stmt>(unpack) {
                 Ok(stmt) => body_block.stmts.insert(0, stmt),
@@ -138,49 +148,86 @@ impl Lowerer<'_> {
                 }
             }
             let body = self.lower_block(&body_block, &arm_scope);
-            post_arms.push(quote!(#enum_ident::#v(#carried_ident) => #body,));
+            post_arms.push(quote!(#v(#carried_ident) => #body,));
         }
+        (resume_arms, post_arms)
+    }
+}
 
-        let head = Ident::new("__cp_head", Span::mixed_site());
-        if rederive {
-            // The condition / scrutinee reads only restored locals and makes no
-            // calls: evaluate it again after the merge, when the restored locals
-            // have their types, and check it picks the arm that holds the site.
-            let checks = arms.iter().zip(&variants).filter_map(|((_, _, sites, _), v)| {
-                let range = (*sites)?;
-                let (first, last) = (range.first, range.last);
-                Some(quote!((::core::option::Option::Some(#first..=#last), #enum_ident::#v(..)) => true,))
-            });
-            // Evaluated after the merge on both paths: on the normal path the
-            // arms' borrows must not cross the merge, where the locals they
-            // borrow are moved into place.
-            let h = Ident::new("__cp_rederived", Span::mixed_site());
-            let post = quote! {{
-                let #h = #normal_head;
-                if #frame.target().is_some() {
-                    let ok = match (#frame.target(), &#h) { #(#checks)* _ => false };
-                    if !ok {
-                        match #frame.halt(#rt::diverged(&#frame, "the `if`/`match` around the site took another branch when evaluated again on resume")).await {}
-                    }
-                }
-                match #h { #(#post_arms)* }
-            }};
-            let _ = head;
-            Split {
-                items,
-                normal_head: quote!(()),
-                resume_head: quote!(()),
-                post,
-            }
+/// The normal path's head: the original `match` / `if` chain, each arm
+/// producing its variant with the bindings it carries. In restore mode an arm
+/// holding a site carries them as `Some(tuple)` on the normal path and `None`
+/// on resume; its body starts by binding them as ordinary locals, so the
+/// body's own split saves only those still needed after its checkpoints (a
+/// binding moved before the checkpoint is not saved).
+fn arms_head(
+    scrutinee: Option<&Expr>,
+    arms: &[Arm],
+    arms_enum: &ArmsEnum,
+    rederive: bool,
+) -> TokenStream {
+    let carry = |i: usize| {
+        let names = arms[i].carried.iter().map(|b| &b.ident);
+        let v = arms_enum.variant(i);
+        if !rederive && arms[i].sites.is_some() {
+            quote!(#v(::core::option::Option::Some((#(#names,)*))))
         } else {
-            Split {
-                items,
-                normal_head,
-                resume_head: quote!(match #frame.target() { #(#resume_arms)* }),
-                post: quote!(match #head { #(#post_arms)* }),
+            quote!(#v((#(#names,)*)))
+        }
+    };
+    match scrutinee {
+        Some(scrutinee) => {
+            let arms_code = arms.iter().enumerate().map(|(i, arm)| {
+                let (head, c) = (&arm.head, carry(i));
+                quote!(#head => #c,)
+            });
+            quote!(match #scrutinee { #(#arms_code)* })
+        }
+        None => {
+            // `if` chain: the heads are the conditions; the last arm is the
+            // `else` (synthetic when the user wrote none).
+            let mut code = TokenStream::new();
+            for (i, arm) in arms.iter().enumerate() {
+                let (cond, c) = (&arm.head, carry(i));
+                if i + 1 < arms.len() {
+                    code.extend(quote!(if #cond { #c } else));
+                } else {
+                    code.extend(quote!({ #c }));
+                }
             }
+            code
         }
     }
+}
+
+/// Re-derive mode: the condition / scrutinee reads only restored locals and
+/// makes no calls, so it is evaluated after the merge, on both paths (on the
+/// normal path the arms' borrows must not cross the merge, where the locals
+/// they borrow are moved into place), and on resume checked to pick the arm
+/// that holds the site.
+fn rederived_post(
+    arms: &[Arm],
+    arms_enum: &ArmsEnum,
+    head: TokenStream,
+    post_arms: Vec<TokenStream>,
+) -> TokenStream {
+    let (frame, rt) = (frame_ident(), rt());
+    let checks = arms.iter().enumerate().filter_map(|(i, arm)| {
+        let range = arm.sites?;
+        let (first, last, v) = (range.first, range.last, arms_enum.variant(i));
+        Some(quote!((::core::option::Option::Some(#first..=#last), #v(..)) => true,))
+    });
+    let h = Ident::new("__cp_rederived", Span::mixed_site());
+    quote! {{
+        let #h = #head;
+        if #frame.target().is_some() {
+            let ok = match (#frame.target(), &#h) { #(#checks)* _ => false };
+            if !ok {
+                match #frame.halt(#rt::diverged(&#frame, "the `if`/`match` around the site took another branch when evaluated again on resume")).await {}
+            }
+        }
+        match #h { #(#post_arms)* }
+    }}
 }
 
 /// `let (a, mut b) = <carried bindings>;`: the first statement of a branch

@@ -120,20 +120,22 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn lower_for(&mut self, f: &syn::ExprForLoop, scope: &Scope) -> Split {
-        let unit = quote!(());
         if let Some(r) = sites::sites_in_expr(&f.expr) {
             return self.misplaced(r, f.expr.span());
         }
         let Some(range) = sites::sites_in_block(&f.body) else {
             return self.misplaced(SiteRange { first: 1, last: 1 }, f.span());
         };
-        let frame = frame_ident();
-        let rt = rt();
-        let iter = self.fresh("iter");
-        let next = self.fresh("next");
-        let pos = self.fresh("pos");
-        let depth = scope.loop_positions.len();
-        let resuming = self.resuming_into(range);
+        let parts = ForParts {
+            iter: self.fresh("iter"),
+            next: self.fresh("next"),
+            pos: self.fresh("pos"),
+            item_fp: self.fresh("item_fp"),
+            depth: scope.loop_positions.len(),
+            resuming: self.resuming_into(range),
+            described: loop_described(f),
+            fingerprinted: !iterables::is_range(&f.expr),
+        };
 
         let iter_names = free_in_expr(&f.expr);
         let body_names = names::free_in_stmts(&f.body.stmts);
@@ -144,157 +146,17 @@ impl Lowerer<'_> {
         if yields_reference(&f.expr, &scope.ref_locals) {
             body_scope.ref_locals.extend(pat_names(&f.pat));
         }
-        body_scope.loop_positions.push(pos.clone());
-        let item_fp = self.fresh("item_fp");
-        body_scope.loop_items.push(item_fp.clone());
+        body_scope.loop_positions.push(parts.pos.clone());
+        body_scope.loop_items.push(parts.item_fp.clone());
         body_scope.cont.push(ContFrame::Loop {
             body: Rc::new(f.body.clone()),
             cond: None,
             endless: false,
             label: f.label.as_ref().map(|l| l.name.ident.to_string()),
         });
-
-        // The iterable, its base iterator in a stable order; evaluated on
-        // resume from the inputs it had at loop entry.
-        let expr = iterables::in_stable_order(&f.expr).unwrap_or_else(|| (*f.expr).clone());
-        let make_iter = if entries.is_empty() {
-            quote!(let mut #iter = ::core::iter::IntoIterator::into_iter(#expr);)
-        } else {
-            let snaps: Vec<&Ident> = entries.iter().map(|e| &e.snap).collect();
-            let normal: Vec<TokenStream> = entries
-                .iter()
-                .map(|e| {
-                    let (local, slot) = (&e.local, self.slot_ident(e.binding));
-                    let snapshot = self.snapshot_stmt(e.binding, &e.snap, local);
-                    quote! {
-                        #snapshot
-                        #rt::Slot::bind(&#slot, &#local);
-                    }
-                })
-                .collect();
-            let resumed: Vec<TokenStream> = entries
-                .iter()
-                .map(|e| {
-                    let (local, slot) = (&e.local, self.slot_ident(e.binding));
-                    let snapshot = self.snapshot_stmt(e.binding, &e.snap, local);
-                    quote! {
-                        let #local = #rt::Slot::take(&mut #slot);
-                        #snapshot
-                    }
-                })
-                .collect();
-            quote! {
-                let (#(#snaps,)* mut #iter) = if !#resuming {
-                    #(#normal)*
-                    (#(#snaps,)* ::core::iter::IntoIterator::into_iter(#expr))
-                } else {
-                    #(#resumed)*
-                    (#(#snaps,)* ::core::iter::IntoIterator::into_iter(#expr))
-                };
-            }
-        };
-
-        let (label, pat) = (&f.label, &f.pat);
-        // How errors name the loop: its first line, shortened.
-        let described = {
-            let text = quote!(#pat).to_string();
-            let iterable = f.expr.to_token_stream().to_string();
-            let mut d = format!("for {text} in {iterable}");
-            if d.len() > 80 {
-                d.truncate(d.char_indices().nth(77).map_or(d.len(), |(i, _)| i));
-                d.push_str("...");
-            }
-            d
-        };
-        // Items of a range are their positions: nothing to fingerprint.
-        let fingerprinted = !iterables::is_range(&f.expr);
-        let check_item = |item: TokenStream| {
-            if !fingerprinted {
-                return quote!(let #item_fp: u64 = 0;);
-            }
-            quote! {
-                let #item_fp: u64 = {
-                    #[allow(unused_imports)]
-                    use #rt::{Fingerprinted as _, NotFingerprinted as _};
-                    (&&#rt::ItemProbe(#item)).fingerprint()
-                };
-                if #resuming {
-                    if let ::core::result::Result::Err(e) = #frame.check_item(#depth, #item_fp, #described) {
-                        match #frame.halt(e).await {}
-                    }
-                }
-            }
-        };
-        let item = Ident::new("__cp_item", Span::mixed_site());
-        let check_plain = check_item(quote!(&#item));
+        let make_iter = self.for_iterator(f, &entries, &parts);
         let post = if iterables::writes_through(&f.expr) {
-            let through = self.written_items(f, &mut body_scope);
-            let body = self.lower_block(&f.body, &body_scope);
-            let WrittenLog {
-                log,
-                log_slot,
-                cur,
-                bindings,
-            } = through;
-            let check_cur = check_item(quote!(match &#cur {
-                ::core::option::Option::Some(item) => item,
-                ::core::option::Option::None => break,
-            }));
-            let rebinds = bindings.iter().map(|(b, slot)| {
-                quote! {
-                    #[allow(unused_mut)]
-                    let mut #b = #b;
-                    #rt::bind_through(&#slot, &#b);
-                }
-            });
-            let restores = bindings
-                .iter()
-                .map(|(b, slot)| quote!(#rt::restore_through(&mut #b, &mut #slot);));
-            quote! {{
-                #snapshots
-                let mut #log = if #resuming {
-                    #rt::Slot::take(&mut #log_slot)
-                } else {
-                    #rt::WrittenItems::new()
-                };
-                #make_iter
-                #[allow(unused_assignments)]
-                let mut #next: u64 = 0;
-                if #resuming {
-                    let skip = #frame.loop_position(#depth);
-                    if let ::core::result::Result::Err(e) =
-                        #rt::advance_writing_back(&#frame, &mut #iter, skip, &#log)
-                    {
-                        match #frame.halt(e).await {}
-                    }
-                    #next = skip;
-                }
-                let mut #cur = ::core::option::Option::None;
-                #label loop {
-                    if let ::core::option::Option::Some(prev) = &#cur {
-                        if let ::core::result::Result::Err(e) = #log.push(prev, &#frame) {
-                            match #frame.halt(e).await {}
-                        }
-                    }
-                    #cur = ::core::option::Option::Some(match ::core::iter::Iterator::next(&mut #iter) {
-                        ::core::option::Option::Some(item) => item,
-                        ::core::option::Option::None => break,
-                    });
-                    #check_cur
-                    let #pat = match &mut #cur {
-                        ::core::option::Option::Some(item) => #rt::Reborrow::reborrow(item),
-                        ::core::option::Option::None => break,
-                    };
-                    #(#rebinds)*
-                    if #resuming {
-                        #(#restores)*
-                    }
-                    #[allow(unused_variables)]
-                    let #pos: u64 = #next;
-                    #next += 1;
-                    #body
-                }
-            }}
+            self.for_writing_back(f, &parts, snapshots, make_iter, &mut body_scope)
         } else {
             let overwrite = self.restore_mutable_bindings(
                 &pat_bindings(&f.pat),
@@ -303,6 +165,17 @@ impl Lowerer<'_> {
                 &mut body_scope,
             );
             let body = self.lower_block(&f.body, &body_scope);
+            let (frame, item) = (frame_ident(), Ident::new("__cp_item", Span::mixed_site()));
+            let check = parts.check_item(quote!(&#item));
+            let ForParts {
+                iter,
+                next,
+                pos,
+                depth,
+                resuming,
+                ..
+            } = &parts;
+            let (label, pat) = (&f.label, &f.pat);
             quote! {{
                 #snapshots
                 #make_iter
@@ -320,7 +193,7 @@ impl Lowerer<'_> {
                         ::core::option::Option::Some(item) => item,
                         ::core::option::Option::None => break,
                     };
-                    #check_plain
+                    #check
                     let #pat = #item;
                     #[allow(unused_variables)]
                     let #pos: u64 = #next;
@@ -332,10 +205,147 @@ impl Lowerer<'_> {
         };
         Split {
             items: TokenStream::new(),
-            normal_head: unit.clone(),
-            resume_head: unit,
+            normal_head: quote!(()),
+            resume_head: quote!(()),
             post,
         }
+    }
+
+    /// `let mut iter = ..;`: the iterable, its base iterator in a stable
+    /// order; evaluated on resume from the inputs it had at loop entry.
+    fn for_iterator(
+        &self,
+        f: &syn::ExprForLoop,
+        entries: &[EntryCopy],
+        parts: &ForParts,
+    ) -> TokenStream {
+        let (rt, iter, resuming) = (rt(), &parts.iter, &parts.resuming);
+        let expr = iterables::in_stable_order(&f.expr).unwrap_or_else(|| (*f.expr).clone());
+        if entries.is_empty() {
+            return quote!(let mut #iter = ::core::iter::IntoIterator::into_iter(#expr););
+        }
+        let snaps: Vec<&Ident> = entries.iter().map(|e| &e.snap).collect();
+        let normal: Vec<TokenStream> = entries
+            .iter()
+            .map(|e| {
+                let (local, slot) = (&e.local, self.slot_ident(e.binding));
+                let snapshot = self.snapshot_stmt(e.binding, &e.snap, local);
+                quote! {
+                    #snapshot
+                    #rt::Slot::bind(&#slot, &#local);
+                }
+            })
+            .collect();
+        let resumed: Vec<TokenStream> = entries
+            .iter()
+            .map(|e| {
+                let (local, slot) = (&e.local, self.slot_ident(e.binding));
+                let snapshot = self.snapshot_stmt(e.binding, &e.snap, local);
+                quote! {
+                    let #local = #rt::Slot::take(&mut #slot);
+                    #snapshot
+                }
+            })
+            .collect();
+        quote! {
+            let (#(#snaps,)* mut #iter) = if !#resuming {
+                #(#normal)*
+                (#(#snaps,)* ::core::iter::IntoIterator::into_iter(#expr))
+            } else {
+                #(#resumed)*
+                (#(#snaps,)* ::core::iter::IntoIterator::into_iter(#expr))
+            };
+        }
+    }
+
+    /// The loop of a `for` that writes through its items: each item is kept
+    /// (reborrowed for the body) so that its final value can be logged when
+    /// the next one is taken; on resume the log and the bindings saved
+    /// through (`*x`) are written back into the rebuilt items.
+    fn for_writing_back(
+        &mut self,
+        f: &syn::ExprForLoop,
+        parts: &ForParts,
+        snapshots: TokenStream,
+        make_iter: TokenStream,
+        body_scope: &mut Scope,
+    ) -> TokenStream {
+        let (frame, rt) = (frame_ident(), rt());
+        let WrittenLog {
+            log,
+            log_slot,
+            cur,
+            bindings,
+        } = self.written_items(f, body_scope);
+        let body = self.lower_block(&f.body, body_scope);
+        let check = parts.check_item(quote!(match &#cur {
+            ::core::option::Option::Some(item) => item,
+            ::core::option::Option::None => break,
+        }));
+        let rebinds = bindings.iter().map(|(b, slot)| {
+            quote! {
+                #[allow(unused_mut)]
+                let mut #b = #b;
+                #rt::bind_through(&#slot, &#b);
+            }
+        });
+        let restores = bindings
+            .iter()
+            .map(|(b, slot)| quote!(#rt::restore_through(&mut #b, &mut #slot);));
+        let ForParts {
+            iter,
+            next,
+            pos,
+            depth,
+            resuming,
+            ..
+        } = parts;
+        let (label, pat) = (&f.label, &f.pat);
+        quote! {{
+            #snapshots
+            let mut #log = if #resuming {
+                #rt::Slot::take(&mut #log_slot)
+            } else {
+                #rt::WrittenItems::new()
+            };
+            #make_iter
+            #[allow(unused_assignments)]
+            let mut #next: u64 = 0;
+            if #resuming {
+                let skip = #frame.loop_position(#depth);
+                if let ::core::result::Result::Err(e) =
+                    #rt::advance_writing_back(&#frame, &mut #iter, skip, &#log)
+                {
+                    match #frame.halt(e).await {}
+                }
+                #next = skip;
+            }
+            let mut #cur = ::core::option::Option::None;
+            #label loop {
+                if let ::core::option::Option::Some(prev) = &#cur {
+                    if let ::core::result::Result::Err(e) = #log.push(prev, &#frame) {
+                        match #frame.halt(e).await {}
+                    }
+                }
+                #cur = ::core::option::Option::Some(match ::core::iter::Iterator::next(&mut #iter) {
+                    ::core::option::Option::Some(item) => item,
+                    ::core::option::Option::None => break,
+                });
+                #check
+                let #pat = match &mut #cur {
+                    ::core::option::Option::Some(item) => #rt::Reborrow::reborrow(item),
+                    ::core::option::Option::None => break,
+                };
+                #(#rebinds)*
+                if #resuming {
+                    #(#restores)*
+                }
+                #[allow(unused_variables)]
+                let #pos: u64 = #next;
+                #next += 1;
+                #body
+            }
+        }}
     }
 
     /// Locals only the iterable reads were moved into (or are borrowed by)
@@ -439,6 +449,61 @@ impl Lowerer<'_> {
             bindings,
         }
     }
+}
+
+/// What the parts of a lowered `for` loop share.
+struct ForParts {
+    iter: Ident,
+    /// Items taken so far.
+    next: Ident,
+    /// The current item's position, saved by the sites in the body.
+    pos: Ident,
+    /// The current item's fingerprint, saved with it.
+    item_fp: Ident,
+    /// How many `for` loops enclose this one.
+    depth: usize,
+    /// Whether the run is resuming into this loop's body.
+    resuming: TokenStream,
+    /// The loop as errors name it.
+    described: String,
+    /// Whether items get a fingerprint (not a range's).
+    fingerprinted: bool,
+}
+
+impl ForParts {
+    /// `let fp = <fingerprint of item>;` and, on resume, the check that the
+    /// loop stands at the item it left.
+    fn check_item(&self, item: TokenStream) -> TokenStream {
+        let item_fp = &self.item_fp;
+        if !self.fingerprinted {
+            return quote!(let #item_fp: u64 = 0;);
+        }
+        let (frame, rt) = (frame_ident(), rt());
+        let (depth, resuming, described) = (self.depth, &self.resuming, &self.described);
+        quote! {
+            let #item_fp: u64 = {
+                #[allow(unused_imports)]
+                use #rt::{Fingerprinted as _, NotFingerprinted as _};
+                (&&#rt::ItemProbe(#item)).fingerprint()
+            };
+            if #resuming {
+                if let ::core::result::Result::Err(e) = #frame.check_item(#depth, #item_fp, #described) {
+                    match #frame.halt(e).await {}
+                }
+            }
+        }
+    }
+}
+
+/// How errors name a loop: its first line, shortened.
+fn loop_described(f: &syn::ExprForLoop) -> String {
+    let pat = &f.pat;
+    let mut d = format!("for {} in {}", quote!(#pat), f.expr.to_token_stream());
+    if d.len() > 80 {
+        d.truncate(d.char_indices().nth(77).map_or(d.len(), |(i, _)| i));
+        d.push_str("...");
+    }
+    d
 }
 
 /// A copy of an iterable's input saved at loop entry (see `entry_copies`).

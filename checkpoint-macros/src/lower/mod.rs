@@ -43,9 +43,7 @@ mod branches;
 mod loops;
 mod scrutinee;
 
-use crate::analyse::branches::{
-    carried_bindings, if_arms, if_conditions, if_rederives, match_rederives,
-};
+use crate::analyse::branches::{if_arms, if_conditions, if_rederives, match_arms, match_rederives};
 use crate::analyse::liveness::{self, ContFrame};
 use crate::analyse::split::{self, direct_site, site_with_postfix, Visible};
 use crate::analyse::{deferred, syntax};
@@ -767,21 +765,7 @@ impl<'a> Lowerer<'a> {
                 {
                     return self.misplaced(r, m.span());
                 }
-                let arms = m
-                    .arms
-                    .iter()
-                    .map(|a| {
-                        let carried = carried_bindings(&[&a.pat], &a.body, self.ctx);
-                        let pat = &a.pat;
-                        let guard = a.guard.as_ref().map(|(i, g)| quote!(#i #g));
-                        (
-                            quote!(#pat #guard),
-                            carried,
-                            sites::sites_in_expr(&a.body),
-                            (*a.body).clone(),
-                        )
-                    })
-                    .collect();
+                let arms = match_arms(m, self.ctx);
                 self.lower_arms(
                     Some(&m.expr),
                     arms,
