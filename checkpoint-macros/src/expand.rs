@@ -55,6 +55,10 @@ fn input_stmt(wf: &WorkflowFn) -> syn::Result<Stmt> {
     })
 }
 
+/// The workflow's items: its type, the function that names it, its
+/// `Workflow` impl and the resumable body. Long because it is one `quote!`
+/// template of those items, kept in one piece so it reads as the expansion
+/// does.
 fn generate(
     wf: &WorkflowFn,
     sites: &[Site],

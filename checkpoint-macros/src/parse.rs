@@ -56,6 +56,38 @@ pub fn parse_args(args: TokenStream) -> syn::Result<WorkflowArgs> {
 pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
     let mut errors = Errors::default();
     let sig = &item.sig;
+    check_signature(sig, &mut errors);
+    let (ctx, inputs) = split_params(sig, &mut errors);
+    let output = match &sig.output {
+        ReturnType::Default => syn::parse_quote!(()),
+        ReturnType::Type(_, ty) => {
+            if let Type::ImplTrait(it) = &**ty {
+                errors.push(
+                    it.span(),
+                    "a workflow's output is stored and must be a concrete serializable type, not `impl Trait`",
+                );
+            }
+            (**ty).clone()
+        }
+    };
+    errors.finish()?;
+
+    let name = args
+        .name
+        .map(|l| l.value())
+        .unwrap_or_else(|| sig.ident.to_string());
+    Ok(WorkflowFn {
+        item,
+        ctx,
+        inputs,
+        output,
+        name,
+    })
+}
+
+/// What the signature of a workflow cannot be: not `async`, `const`,
+/// `unsafe`, `extern`, generic or variadic.
+fn check_signature(sig: &syn::Signature, errors: &mut Errors) {
     if sig.asyncness.is_none() {
         errors.push(
             sig.fn_token.span(),
@@ -83,7 +115,10 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
     if let Some(v) = &sig.variadic {
         errors.push(v.span(), "#[workflow] functions cannot be variadic");
     }
+}
 
+/// The `ctx: &Ctx` parameter, if any, and the input parameters.
+fn split_params(sig: &syn::Signature, errors: &mut Errors) -> (Option<Ident>, Vec<InputParam>) {
     let mut ctx = None;
     let mut inputs = Vec::new();
     for (i, arg) in sig.inputs.iter().enumerate() {
@@ -140,31 +175,7 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
         }
     }
 
-    let output = match &sig.output {
-        ReturnType::Default => syn::parse_quote!(()),
-        ReturnType::Type(_, ty) => {
-            if let Type::ImplTrait(it) = &**ty {
-                errors.push(
-                    it.span(),
-                    "a workflow's output is stored and must be a concrete serializable type, not `impl Trait`",
-                );
-            }
-            (**ty).clone()
-        }
-    };
-    errors.finish()?;
-
-    let name = args
-        .name
-        .map(|l| l.value())
-        .unwrap_or_else(|| sig.ident.to_string());
-    Ok(WorkflowFn {
-        item,
-        ctx,
-        inputs,
-        output,
-        name,
-    })
+    (ctx, inputs)
 }
 
 /// `&Ctx`, `&checkpoint_runtime::Ctx`, ... : a shared reference to a path whose

@@ -253,47 +253,8 @@ pub(crate) fn expr_flow(name: &str, expr: &Expr, label: Label) -> Flow {
             _ => expr_flow(name, &a.right, label).then(|| expr_flow(name, &a.left, label)),
         },
         Expr::Block(b) if b.label.is_none() => stmts_flow(name, &b.block.stmts, label),
-        Expr::If(i) => {
-            let (cond, binds) = match strip_parens(&i.cond) {
-                Expr::Let(l) => (
-                    expr_flow(name, &l.expr, label),
-                    pat_names(&l.pat).contains(name),
-                ),
-                c => (expr_flow(name, c, label), false),
-            };
-            cond.then(|| {
-                let then = if binds {
-                    shadowed_exits(&Expr::Block(syn::ExprBlock {
-                        attrs: Vec::new(),
-                        label: None,
-                        block: i.then_branch.clone(),
-                    }))
-                } else {
-                    stmts_flow(name, &i.then_branch.stmts, label)
-                };
-                let els = i
-                    .else_branch
-                    .as_ref()
-                    .map_or(OPEN, |(_, e)| expr_flow(name, e, label));
-                then.or(els)
-            })
-        }
-        Expr::Match(m) => expr_flow(name, &m.expr, label).then(|| {
-            let mut out: Option<Flow> = None;
-            for arm in &m.arms {
-                let flow = if pat_names(&arm.pat).contains(name) {
-                    shadowed_exits(&arm.body)
-                } else {
-                    let guard = arm
-                        .guard
-                        .as_ref()
-                        .map_or(OPEN, |(_, g)| expr_flow(name, g, label));
-                    guard.then(|| expr_flow(name, &arm.body, label))
-                };
-                out = Some(out.map_or(flow, |prev| prev.or(flow)));
-            }
-            out.unwrap_or(DEAD)
-        }),
+        Expr::If(i) => if_flow(name, i, label),
+        Expr::Match(m) => match_flow(name, m, label),
         Expr::Return(r) => match &r.expr {
             Some(e) => expr_flow(name, e, label).then(|| DEAD),
             None => DEAD,
@@ -364,6 +325,55 @@ fn same_loop(target: Option<&syn::Lifetime>, label: Label) -> bool {
         None => true,
         Some(t) => label == Some(t.ident.to_string().as_str()),
     }
+}
+
+/// What an `if` (or `if let`) chain does with `name`: its condition, then
+/// either branch.
+fn if_flow(name: &str, i: &syn::ExprIf, label: Label) -> Flow {
+    let (cond, binds) = match strip_parens(&i.cond) {
+        Expr::Let(l) => (
+            expr_flow(name, &l.expr, label),
+            pat_names(&l.pat).contains(name),
+        ),
+        c => (expr_flow(name, c, label), false),
+    };
+    cond.then(|| {
+        let then = if binds {
+            shadowed_exits(&Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block: i.then_branch.clone(),
+            }))
+        } else {
+            stmts_flow(name, &i.then_branch.stmts, label)
+        };
+        let els = i
+            .else_branch
+            .as_ref()
+            .map_or(OPEN, |(_, e)| expr_flow(name, e, label));
+        then.or(els)
+    })
+}
+
+/// What a `match` does with `name`: its scrutinee, then any arm (guard,
+/// then body); an arm that binds `name` cannot touch the local.
+fn match_flow(name: &str, m: &syn::ExprMatch, label: Label) -> Flow {
+    expr_flow(name, &m.expr, label).then(|| {
+        let mut out: Option<Flow> = None;
+        for arm in &m.arms {
+            let flow = if pat_names(&arm.pat).contains(name) {
+                shadowed_exits(&arm.body)
+            } else {
+                let guard = arm
+                    .guard
+                    .as_ref()
+                    .map_or(OPEN, |(_, g)| expr_flow(name, g, label));
+                guard.then(|| expr_flow(name, &arm.body, label))
+            };
+            out = Some(out.map_or(flow, |prev| prev.or(flow)));
+        }
+        out.unwrap_or(DEAD)
+    })
 }
 
 /// Code in which `name` is shadowed: it cannot touch the local, but its

@@ -158,50 +158,14 @@ impl Lowerer<'_> {
         let post = if iterables::writes_through(&f.expr) {
             self.for_writing_back(f, &parts, snapshots, make_iter, &mut body_scope)
         } else {
-            let overwrite = self.restore_mutable_bindings(
-                &pat_bindings(&f.pat),
-                &body_names,
+            self.for_plain(
+                f,
+                &parts,
                 range,
+                (snapshots, make_iter),
+                &body_names,
                 &mut body_scope,
-            );
-            let body = self.lower_block(&f.body, &body_scope);
-            let (frame, item) = (frame_ident(), Ident::new("__cp_item", Span::mixed_site()));
-            let check = parts.check_item(quote!(&#item));
-            let ForParts {
-                iter,
-                next,
-                pos,
-                depth,
-                resuming,
-                ..
-            } = &parts;
-            let (label, pat) = (&f.label, &f.pat);
-            quote! {{
-                #snapshots
-                #make_iter
-                #[allow(unused_assignments)]
-                let mut #next: u64 = 0;
-                if #resuming {
-                    let skip = #frame.loop_position(#depth);
-                    if let ::core::result::Result::Err(e) = #frame.advance(&mut #iter, skip) {
-                        match #frame.halt(e).await {}
-                    }
-                    #next = skip;
-                }
-                #label loop {
-                    let #item = match ::core::iter::Iterator::next(&mut #iter) {
-                        ::core::option::Option::Some(item) => item,
-                        ::core::option::Option::None => break,
-                    };
-                    #check
-                    let #pat = #item;
-                    #[allow(unused_variables)]
-                    let #pos: u64 = #next;
-                    #next += 1;
-                    #overwrite
-                    #body
-                }
-            }}
+            )
         };
         Split {
             items: TokenStream::new(),
@@ -209,6 +173,60 @@ impl Lowerer<'_> {
             resume_head: quote!(()),
             post,
         }
+    }
+
+    /// The loop of a `for` whose items are not written through: on resume
+    /// the rebuilt iterator skips the items already taken, and `mut`
+    /// bindings get their saved values back.
+    fn for_plain(
+        &mut self,
+        f: &syn::ExprForLoop,
+        parts: &ForParts,
+        range: SiteRange,
+        (snapshots, make_iter): (TokenStream, TokenStream),
+        body_names: &NameSet,
+        body_scope: &mut Scope,
+    ) -> TokenStream {
+        let overwrite =
+            self.restore_mutable_bindings(&pat_bindings(&f.pat), body_names, range, body_scope);
+        let body = self.lower_block(&f.body, body_scope);
+        let (frame, item) = (frame_ident(), Ident::new("__cp_item", Span::mixed_site()));
+        let check = parts.check_item(quote!(&#item));
+        let ForParts {
+            iter,
+            next,
+            pos,
+            depth,
+            resuming,
+            ..
+        } = &parts;
+        let (label, pat) = (&f.label, &f.pat);
+        quote! {{
+            #snapshots
+            #make_iter
+            #[allow(unused_assignments)]
+            let mut #next: u64 = 0;
+            if #resuming {
+                let skip = #frame.loop_position(#depth);
+                if let ::core::result::Result::Err(e) = #frame.advance(&mut #iter, skip) {
+                    match #frame.halt(e).await {}
+                }
+                #next = skip;
+            }
+            #label loop {
+                let #item = match ::core::iter::Iterator::next(&mut #iter) {
+                    ::core::option::Option::Some(item) => item,
+                    ::core::option::Option::None => break,
+                };
+                #check
+                let #pat = #item;
+                #[allow(unused_variables)]
+                let #pos: u64 = #next;
+                #next += 1;
+                #overwrite
+                #body
+            }
+        }}
     }
 
     /// `let mut iter = ..;`: the iterable, its base iterator in a stable
@@ -261,7 +279,8 @@ impl Lowerer<'_> {
     /// The loop of a `for` that writes through its items: each item is kept
     /// (reborrowed for the body) so that its final value can be logged when
     /// the next one is taken; on resume the log and the bindings saved
-    /// through (`*x`) are written back into the rebuilt items.
+    /// through (`*x`) are written back into the rebuilt items. (Long because
+    /// it is the loop's one template.)
     fn for_writing_back(
         &mut self,
         f: &syn::ExprForLoop,

@@ -326,7 +326,8 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Lowers a statement list; `after` are the names read after these
-    /// statements by code that can still see their locals.
+    /// statements by code that can still see their locals. (The decisions
+    /// are `analyse::split`'s; the length is the split's one template.)
     fn lower_stmts(&mut self, stmts: &[Stmt], scope: &Scope, after: &NameSet) -> TokenStream {
         let Some(plan) = split::plan_split(stmts, after, &scope.ref_locals, self.ctx, self.sites)
         else {
