@@ -869,6 +869,14 @@ async fn idempotency_keys_are_stable_per_position() {
 async fn open_picks_the_store_from_the_url() {
     assert!(Runtime::open(":memory:").await.is_ok());
     assert!(Runtime::builder().open("memory:").await.is_ok());
+    // Another scheme is refused, and no SQLite file of that name appears.
+    let err = Runtime::open("mysql://app@127.0.0.1/db").await.unwrap_err();
+    assert!(matches!(err, Error::UnsupportedStore { .. }), "{err}");
+    assert!(
+        err.to_string().contains("unknown store scheme `mysql://`"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new("mysql:").exists());
     // PostgreSQL: an unreachable server (port 1 on the loopback refuses at
     // once) is an error naming the URL; a build without the backend says
     // which feature it lacks.

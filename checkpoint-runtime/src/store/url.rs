@@ -23,6 +23,9 @@ const MEMORY: &[&str] = &[":memory:", "memory:", "memory://", "mem:"];
 ///     StoreUrl::Postgres("postgres://app@db/prod".into())
 /// );
 /// assert!(StoreUrl::parse("sqlite://").is_err());
+/// // Another scheme is refused, not opened as a file of that name.
+/// let err = StoreUrl::parse("mysql://app@db/prod").unwrap_err();
+/// assert!(err.to_string().contains("unknown store scheme `mysql://`"), "{err}");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -40,13 +43,30 @@ pub enum StoreUrl {
 
 impl StoreUrl {
     /// Parses a store URL; [`Error::UnsupportedStore`] for an empty SQLite
-    /// path.
+    /// path or a URL of another scheme.
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
         if MEMORY.contains(&url.trim()) {
             return Ok(StoreUrl::Memory);
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(StoreUrl::Postgres(url.to_owned()));
+        }
+        // A URL of another scheme (`mysql://..`, a typo such as
+        // `postgress://..`) is refused, rather than opened as an SQLite file
+        // of that odd name.
+        if let Some((scheme, _)) = url.split_once("://") {
+            let url_like = !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            if url_like && scheme != "sqlite" && scheme != "memory" {
+                return Err(Error::UnsupportedStore {
+                    url: redact_url(url),
+                    reason: format!(
+                        "unknown store scheme `{scheme}://`: expected an SQLite file path (or `sqlite://path`), `postgres://..` or `:memory:`"
+                    ),
+                });
+            }
         }
         // Anything else is an SQLite file: `path.db` or `sqlite://path.db`.
         let path = url

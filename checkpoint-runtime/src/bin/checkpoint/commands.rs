@@ -50,9 +50,9 @@ pub fn store_url(flag: Option<String>) -> Result<String, CliError> {
 /// line inspects stores, it does not create them (a mistyped path would
 /// otherwise show an empty store).
 pub async fn open(url: &str) -> Result<Runtime, CliError> {
-    // An unknown `scheme://` is left for opening to report.
-    let other_scheme = url.contains("://") && !url.starts_with("sqlite://");
-    if let (Ok(StoreUrl::Sqlite(path)), false) = (StoreUrl::parse(url), other_scheme) {
+    // A URL that does not parse (an unknown `scheme://`) is left for
+    // opening to report.
+    if let Ok(StoreUrl::Sqlite(path)) = StoreUrl::parse(url) {
         if !path.exists() {
             return Err(CliError(format!(
                 "cannot open store `{url}`: the SQLite file `{}` does not exist",
