@@ -138,7 +138,11 @@ pub(crate) fn hoist_transient_closures(stmts: &[Stmt]) -> (Vec<Stmt>, Vec<Stmt>)
                     && is_closure
                     && !declared_again
                     && !free_in_stmts(&stmts[..i]).iter().any(|n| names.contains(n))
+                    // What it captures is neither declared nor touched
+                    // before it in the block: built earlier, it captures the
+                    // same values.
                     && !reads.iter().any(|n| declared_before.contains(n))
+                    && !reads.iter().any(|n| free_in_stmts(&stmts[..i]).contains(n))
             }
             _ => false,
         };
@@ -276,6 +280,29 @@ mod tests {
             !definitely_assigns("d", &b.stmts),
             "loops are not looked into"
         );
+    }
+
+    #[test]
+    fn a_transient_closure_is_hoisted_only_if_what_it_captures_is_untouched_before_it() {
+        let b: syn::Block = syn::parse2(quote!({
+            x += 1;
+            #[transient]
+            let late = move || x * 2;
+            #[transient]
+            let pure = |a: u32| a * 3;
+            checkpoint!();
+        }))
+        .unwrap();
+        let (hoisted, _) = hoist_transient_closures(&b.stmts);
+        let names: Vec<String> = hoisted
+            .iter()
+            .map(|s| match s {
+                Stmt::Local(l) => quote!(#l).to_string(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].contains("pure"), "{names:?}");
     }
 
     #[test]

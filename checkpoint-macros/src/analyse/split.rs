@@ -290,8 +290,9 @@ fn post_merge_free_expr(expr: &Expr, refs: &NameSet) -> NameSet {
 }
 
 /// The transient `let`s of `prefix` (by index) that can run after the merge
-/// instead of at their place: needed after it, and read neither by the
-/// prefix statements after them nor by the split statement's head.
+/// instead of at their place: needed after it, and neither they nor what
+/// their initialisers read is touched by the prefix statements after them or
+/// by the split statement's head (moved, they build the same value).
 fn transients_after_merge(
     prefix: &[Stmt],
     visible: &BTreeMap<String, Visible>,
@@ -311,9 +312,18 @@ fn transients_after_merge(
         if !all_transient_here || !names.iter().any(|n| needed.contains(n)) {
             continue;
         }
+        // Moving it later must not change what it is built from either: the
+        // statements it would move past (and the head) must not touch what
+        // its initialiser reads.
         let later = free_in_stmts(&prefix[k + 1..]);
+        let inputs = local
+            .init
+            .as_ref()
+            .map(|i| free_in_expr(&i.expr))
+            .unwrap_or_default();
         if names
             .iter()
+            .chain(&inputs)
             .any(|n| later.contains(n) || head_reads.contains(n))
         {
             continue;
@@ -480,6 +490,21 @@ mod tests {
         });
         assert_eq!(exports, vec!["client (transient)", "data"]);
         assert_eq!(after_merge, 0);
+    }
+
+    #[test]
+    fn a_transient_whose_inputs_change_before_the_split_stays_in_place() {
+        // Moved after the merge, `limit` would read the changed `cfg`.
+        let (exports, after_merge) = plan(quote! {
+            let mut cfg = load();
+            #[transient]
+            let limit = cfg.limit;
+            cfg.limit += 1;
+            checkpoint!("c");
+            use_it(limit, cfg)
+        });
+        assert_eq!(after_merge, 0);
+        assert_eq!(exports, vec!["cfg", "limit (transient)"]);
     }
 
     #[test]

@@ -669,6 +669,17 @@ impl<'a> Lowerer<'a> {
                 Source::Deferred => unreachable!("skipped above"),
                 Source::Snapshot(snap) => code.extend(quote!(#enc.encoded(&#snap)?;)),
                 Source::Through => {
+                    // Saving an inner local of the same name instead would
+                    // write its value into the item on resume.
+                    if saved.hidden_by.contains(&name) {
+                        self.errors.push(
+                            span,
+                            format!(
+                                "the loop item `{name}` must be saved at {describe} because the loop writes through its items, but an inner `{name}` hides it here; rename one of them"
+                            ),
+                        );
+                        continue;
+                    }
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
                     code.extend(quote_spanned! {span=>
                         #rt::save_through(#enc, &#ident)?;
