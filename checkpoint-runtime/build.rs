@@ -1,6 +1,7 @@
 //! Sets `cfg(checkpoint_test_postgres)` when `CHECKPOINT_TEST_POSTGRES_URL`
 //! is set, so that the PostgreSQL instances of the store's conformance
-//! tests are ignored (not passed) without a server. Nothing else depends on it.
+//! tests and the other tests of `store/postgres/tests.rs` that need a server
+//! are ignored (not passed) without one. Nothing else depends on it.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(checkpoint_test_postgres)");

@@ -41,7 +41,8 @@ async fn main() -> Result<(), Error> {
     let url = path.to_string_lossy().to_string();
     let _ = std::fs::remove_file(&path);
 
-    // 1. Start the run; it works until it waits for the approval.
+    // 1. Start the run: it executes in the background until it waits for
+    // the approval (`run_until_idle` waits for that).
     let rt = Runtime::open(&url).await?;
     rt.register(review);
     let docs = vec![
@@ -54,7 +55,8 @@ async fn main() -> Result<(), Error> {
     println!("status after the first run: {:?}", h.status().await?);
     drop(rt); // the process could exit here
 
-    // 2. Later, anywhere: a person approves, and a fresh runtime finishes the run.
+    // 2. Later, anywhere: a person approves, and a fresh runtime that
+    // registers the workflow resumes the run by itself; `result` waits.
     let rt = Runtime::open(&url).await?;
     rt.register(review);
     rt.signal(

@@ -288,14 +288,20 @@ fn full_story(db: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn open(db: &Path) -> Result<Runtime, Error> {
-    let rt = Runtime::open(&db.to_string_lossy()).await?;
+/// The store as a worker (it executes the runs of `vendor_approval` in the
+/// background from now on), or as a client that only signals and inspects.
+async fn open(db: &Path, executes: bool) -> Result<Runtime, Error> {
+    let url = db.to_string_lossy();
+    if !executes {
+        return Runtime::builder().client_only().open(&url).await;
+    }
+    let rt = Runtime::open(&url).await?;
     rt.register(vendor_approval);
     Ok(rt)
 }
 
 async fn run_stage(db: &Path, stage: Stage) -> Result<(), Box<dyn std::error::Error>> {
-    let rt = open(db).await?;
+    let rt = open(db, matches!(stage, Stage::Start | Stage::Resume)).await?;
     if !matches!(stage, Stage::Start) {
         if let Err(Error::UnknownRun { .. }) = rt.status(RUN_ID).await {
             return Err(format!(
@@ -325,6 +331,7 @@ async fn run_stage(db: &Path, stage: Stage) -> Result<(), Box<dyn std::error::Er
             } else {
                 say(&format!("started run `{}`", h.id()));
             }
+            // It executes in the background; wait until it waits for finance.
             rt.run_until_idle().await?;
             say(&format!("status: {}", h.status().await?));
             say("exiting; nothing about this run is left in memory anywhere");
@@ -352,12 +359,13 @@ async fn run_stage(db: &Path, stage: Stage) -> Result<(), Box<dyn std::error::Er
                 "sent `finance_approval` to `{RUN_ID}`: {}",
                 serde_json::to_string(&approval)?
             ));
-            say("exiting without running the workflow (no worker in this process)");
+            say("exiting without running the workflow (a client-only runtime executes nothing)");
         }
         Stage::Resume => {
             say(&format!("status before: {}", rt.status(RUN_ID).await?));
-            // The runtime claims every run it may take (here: the signalled one)
-            // and resumes it from its latest checkpoint.
+            // Opening the store and registering the workflow resumed the
+            // signalled run in the background, from its latest checkpoint;
+            // wait until nothing is left to do.
             rt.run_until_idle().await?;
             let status = rt.status(RUN_ID).await?;
             say(&format!("status after: {status}"));

@@ -379,7 +379,7 @@ fn takeover_only_after_lease_expiry() {
     let resumed_by_b = s
         .history
         .iter()
-        .find(|e| matches!(&e.event, Event::Resumed { worker, from_seq: 1 } if worker == "b"))
+        .find(|e| matches!(&e.event, Event::Resumed { worker, from_seq: 1, .. } if worker == "b"))
         .expect("history: resumed by b from checkpoint #1");
     assert!(nanos(resumed_by_b.at) >= expiry, "B resumed before expiry");
     // Nothing happened to the run between A's first checkpoint and B's takeover.

@@ -487,6 +487,59 @@ async fn w17_question_mark() {
     );
 }
 
+/// The run of a workflow returning `Err` is `Failed` with the error as
+/// text, whatever the output type is spelled as (an alias too); an output
+/// that merely serializes like a `Result` is not an error.
+type Outcome<T> = Result<T, Rejection>;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Rejection {
+    code: u32,
+}
+
+#[workflow]
+async fn aliased_result(ctx: &Ctx, n: u32) -> Outcome<u32> {
+    checkpoint!("checked");
+    if n > 10 {
+        return Err(Rejection { code: n });
+    }
+    Ok(n)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum LooksLikeResult {
+    Ok(u32),
+    Err(String),
+}
+
+#[workflow]
+async fn result_lookalike(ctx: &Ctx) -> LooksLikeResult {
+    checkpoint!("made");
+    LooksLikeResult::Err("a value, not a failure".into())
+}
+
+#[tokio::test]
+async fn w17b_result_outputs_are_decided_by_type() {
+    let rt = Runtime::in_memory();
+    let h = rt.start(aliased_result, "bad", 12).await.unwrap();
+    assert_eq!(h.result().await.unwrap(), Err(Rejection { code: 12 }));
+    assert_eq!(
+        h.status().await.unwrap(),
+        Status::Failed {
+            error: r#"{"code":12}"#.into()
+        }
+    );
+    let h = rt.start(aliased_result, "good", 3).await.unwrap();
+    assert_eq!(h.result().await.unwrap(), Ok(3));
+    assert_eq!(h.status().await.unwrap(), Status::Completed);
+    let h = rt.start(result_lookalike, "lookalike", ()).await.unwrap();
+    assert_eq!(
+        h.result().await.unwrap(),
+        LooksLikeResult::Err("a value, not a failure".into())
+    );
+    assert_eq!(h.status().await.unwrap(), Status::Completed);
+}
+
 // 18. Early return from inside a loop.
 #[workflow]
 async fn early_return(ctx: &Ctx, items: Vec<u32>, needle: u32) -> Option<usize> {

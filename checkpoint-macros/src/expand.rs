@@ -4,10 +4,12 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, Stmt};
 
 use crate::lower::{frame_ident, Binding, Lowerer, SiteLayout};
-use crate::parse::{self, WorkflowFn};
+use crate::migrate::Missing;
+use crate::parse::{self, Errors, RenamedSite, WorkflowFn};
 use crate::sites::{self, Site, SiteKind};
 
 pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
@@ -15,6 +17,7 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream
     let item: ItemFn = syn::parse2(item)?;
     let mut wf = parse::parse_fn(args, item)?;
     let sites = sites::number_sites(&mut wf.item.block, wf.ctx.as_ref())?;
+    check_renamed_sites(&wf.renamed_sites, &sites)?;
 
     let mut stmts = vec![input_stmt(&wf)?];
     stmts.extend(wf.item.block.stmts.iter().cloned());
@@ -72,6 +75,7 @@ fn generate(
     let ident = &item.sig.ident;
     let attrs = &item.attrs;
     let name = &wf.name;
+    let version = wf.version;
     let output = &wf.output;
     let input_types: Vec<_> = wf.inputs.iter().map(|p| &p.ty).collect();
     let input_ty = match input_types.len() {
@@ -85,7 +89,7 @@ fn generate(
         |c| quote!(#[allow(unused_variables)] let #c: &::checkpoint_runtime::Ctx = &#ctx_owned;),
     );
 
-    let site_table = site_table(sites, bindings, layouts);
+    let site_table = site_table(sites, bindings, layouts, &wf.renamed_sites);
     let save_traits = save_traits(sites, bindings);
     let slots = bindings
         .iter()
@@ -130,6 +134,7 @@ fn generate(
             type Input = #input_ty;
             type Output = #output;
             const NAME: &'static str = #name;
+            const VERSION: u32 = #version;
             const SITES: &'static [#rt::SiteInfo] = &[#(#site_table),*];
 
             fn run(
@@ -138,6 +143,16 @@ fn generate(
                 #input: ::core::option::Option<Self::Input>,
             ) -> #rt::BoxFuture<'static, Self::Output> {
                 ::std::boxed::Box::pin(Self::#body_fn(#frame, #input))
+            }
+
+            // Decided here from the output type (an alias of `Result` too),
+            // by method resolution: `ErrOutput` applies to `Result`s only.
+            fn output_error(
+                output: &Self::Output,
+            ) -> ::core::option::Option<::std::string::String> {
+                #[allow(unused_imports)]
+                use #rt::{ErrOutput as _, PlainOutput as _};
+                (&#rt::OutputProbe(output)).output_error()
             }
         }
 
@@ -161,14 +176,61 @@ fn generate(
     }
 }
 
+/// Each `renamed_site(from, to)` names a site of the body as `to`, and
+/// as `from` none (else checkpoints at `from` would have two sites).
+fn check_renamed_sites(renames: &[RenamedSite], sites: &[Site]) -> syn::Result<()> {
+    let mut errors = Errors::default();
+    let keys: Vec<&str> = sites.iter().map(|s| s.key()).collect();
+    for (i, r) in renames.iter().enumerate() {
+        let (from, to) = (r.from.value(), r.to.value());
+        if !keys.contains(&to.as_str()) {
+            errors.push(
+                r.to.span(),
+                format!(
+                    "no site of this workflow is named \"{to}\" (its sites: {})",
+                    keys.iter()
+                        .map(|k| format!("\"{k}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        if keys.contains(&from.as_str()) {
+            errors.push(
+                r.from.span(),
+                format!("\"{from}\" is the name of a site of this workflow: a checkpoint taken there resumes there, not at \"{to}\""),
+            );
+        }
+        if renames[..i].iter().any(|o| o.from.value() == from) {
+            errors.push(r.from.span(), format!("site \"{from}\" is renamed twice"));
+        }
+    }
+    errors.finish()
+}
+
+/// The older keys site `site` takes on resume: its key before readable
+/// names (`#N`) and the `from` of the renames to it.
+fn renamed_from(site: &Site, renames: &[RenamedSite]) -> Vec<String> {
+    let mut out: Vec<String> = site.legacy_key().into_iter().collect();
+    out.extend(
+        renames
+            .iter()
+            .filter(|r| r.to.value() == site.key())
+            .map(|r| r.from.value()),
+    );
+    out
+}
+
 fn site_table<'a>(
     sites: &'a [Site],
     bindings: &'a [Binding],
     layouts: &'a [SiteLayout],
+    renames: &'a [RenamedSite],
 ) -> impl Iterator<Item = TokenStream> + 'a {
     let rt = quote!(::checkpoint_runtime::__private);
     sites.iter().zip(layouts).map(move |(site, layout)| {
         let key = site.key();
+        let renamed_from = renamed_from(site, renames);
         let label = match &site.label {
             Some(l) => quote!(::core::option::Option::Some(#l)),
             None => quote!(::core::option::Option::None),
@@ -181,10 +243,25 @@ fn site_table<'a>(
         };
         let fields = field_names(bindings, layout);
         let loops = layout.loops;
+        let signal = match &site.signal {
+            Some(s) => quote!(::core::option::Option::Some(#s)),
+            None => quote!(::core::option::Option::None),
+        };
+        let migrated = migrated(bindings, layout);
+        let before = sites[..site.index as usize - 1].iter().map(|s| s.key());
         quote! {
-            #rt::SiteInfo { key: #key, label: #label, kind: #rt::SiteKind::#kind, fields: &[#(#fields),*], loops: #loops }
+            #rt::SiteInfo { key: #key, label: #label, kind: #rt::SiteKind::#kind, fields: &[#(#fields),*], loops: #loops, signal: #signal, renamed_from: &[#(#renamed_from),*], sites_before: &[#(#before),*], migrated: #migrated }
         }
     })
+}
+
+/// Whether a field of the site has a migration (its fields are then
+/// matched by name, not position).
+fn migrated(bindings: &[Binding], layout: &SiteLayout) -> bool {
+    layout
+        .fields
+        .iter()
+        .any(|&b| bindings[b].migration.is_some())
 }
 
 /// Field names of a site: the locals' names, made unique with `#n` when an
@@ -259,6 +336,86 @@ fn save_traits<'a>(
     })
 }
 
+/// The loads of a site with migrated fields: fields found by name (or old
+/// name), converted from an old type, or given a value when missing; the
+/// migrations' own tokens carry their spans, so a migration that does not
+/// fit its local is a type error on the attribute.
+fn migrated_loads(bindings: &[Binding], layout: &SiteLayout, names: &[String]) -> TokenStream {
+    let rt = quote!(::checkpoint_runtime::__private);
+    let frame = frame_ident();
+    let none = quote!(::core::option::Option::None);
+    let (old_slot, at) = (
+        Ident::new("__cp_old", Span::mixed_site()),
+        Ident::new("__cp_at", Span::mixed_site()),
+    );
+    let mut plans = Vec::new();
+    let mut loads = Vec::new();
+    for (&b, name) in layout.fields.iter().zip(names) {
+        let binding = &bindings[b];
+        let (slot, trait_ident) = (&binding.slot, &binding.save_trait);
+        let m = binding.migration.as_ref();
+        let old_name = match m.and_then(|m| m.renamed_from.as_ref()) {
+            Some(l) => quote!(::core::option::Option::Some(#l)),
+            None => none.clone(),
+        };
+        let convert = m.and_then(|m| m.convert.as_ref());
+        let from_type = match convert {
+            Some((ty, _)) => quote!(::core::option::Option::Some(::core::any::type_name::<#ty>())),
+            None => none.clone(),
+        };
+        let missing = m.and_then(|m| m.missing.as_ref());
+        let may_be_missing = missing.is_some();
+        plans.push(quote! {
+            #rt::FieldPlan { name: #name, type_name: #rt::Slot::type_name(&#slot), renamed_from: #old_name, from_type: #from_type, may_be_missing: #may_be_missing }
+        });
+        // `let v: T = <migration>;`: the local's type checks the migration,
+        // with the error on the migration's own tokens.
+        let declared = |value: TokenStream, span: Span| match m.and_then(|m| m.ty.as_ref()) {
+            Some(ty) => quote_spanned!(span=> { let __cp_value: #ty = #value; __cp_value }),
+            None => value,
+        };
+        let convert_arm = convert.map(|(ty, with)| {
+            let span = with.span();
+            let value = declared(
+                quote_spanned!(span=> #with(#rt::Slot::take(&mut #old_slot))),
+                span,
+            );
+            let put = quote!(#rt::Slot::put(&mut #slot, #value));
+            quote! {
+                ::core::option::Option::Some(#at) if #frame.stored_type(#at) == ::core::option::Option::Some(::core::any::type_name::<#ty>()) => {
+                    let mut #old_slot = #rt::Slot::<#ty>::new();
+                    #rt::load(&mut #old_slot, &#frame, #at)?;
+                    #put;
+                }
+            }
+        });
+        let missing_arm = match missing {
+            Some(Missing::Default(span)) => {
+                quote_spanned!(*span=> #rt::Slot::put(&mut #slot, ::core::default::Default::default()))
+            }
+            Some(Missing::Value(e)) => {
+                let span = e.span();
+                let value = declared(quote_spanned!(span=> #e), span);
+                quote!(#rt::Slot::put(&mut #slot, #value))
+            }
+            None => quote!(return ::core::result::Result::Err(#frame.field_missing(#name))),
+        };
+        let span = binding.ident.span();
+        let ops = quote_spanned!(span=> <_ as #trait_ident>::__cp_ops(#rt::type_of_slot(&#slot)));
+        loads.push(quote! {
+            match #frame.stored_field(#name, #old_name) {
+                #convert_arm
+                ::core::option::Option::Some(#at) => #ops.load(&mut #slot, &#frame, #at)?,
+                ::core::option::Option::None => { #missing_arm; }
+            }
+        });
+    }
+    quote! {
+        #frame.check_migrated_fields(&[#(#plans),*])?;
+        #(#loads)*
+    }
+}
+
 /// Before any user code: check the target site's fields against the code and
 /// decode them into their slots; any mismatch or bad byte halts the run.
 fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout]) -> TokenStream {
@@ -267,17 +424,25 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout])
     let arms = sites.iter().zip(layouts).map(|(site, layout)| {
         let index = site.index;
         let names = field_names(bindings, layout);
-        let checks = layout.fields.iter().zip(&names).map(|(&b, name)| {
-            let slot = &bindings[b].slot;
-            quote!((#name, #rt::Slot::type_name(&#slot)))
-        });
-        let loads = layout.fields.iter().enumerate().map(|(i, &b)| {
-            let (slot, trait_ident) = (&bindings[b].slot, &bindings[b].save_trait);
-            let span = bindings[b].ident.span();
-            quote_spanned! {span=>
-                <_ as #trait_ident>::__cp_ops(#rt::type_of_slot(&#slot)).load(&mut #slot, &#frame, #i)?;
+        let fields = if migrated(bindings, layout) {
+            migrated_loads(bindings, layout, &names)
+        } else {
+            let checks = layout.fields.iter().zip(&names).map(|(&b, name)| {
+                let slot = &bindings[b].slot;
+                quote!((#name, #rt::Slot::type_name(&#slot)))
+            });
+            let loads = layout.fields.iter().enumerate().map(|(i, &b)| {
+                let (slot, trait_ident) = (&bindings[b].slot, &bindings[b].save_trait);
+                let span = bindings[b].ident.span();
+                quote_spanned! {span=>
+                    <_ as #trait_ident>::__cp_ops(#rt::type_of_slot(&#slot)).load(&mut #slot, &#frame, #i)?;
+                }
+            });
+            quote! {
+                #frame.check_fields(&[#(#checks),*])?;
+                #(#loads)*
             }
-        });
+        };
         let signal = match site.kind {
             SiteKind::WaitFor => {
                 let slot = Lowerer::wait_slot_ident(index);
@@ -291,8 +456,7 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout])
         };
         quote! {
             ::core::option::Option::Some(#index) => {
-                #frame.check_fields(&[#(#checks),*])?;
-                #(#loads)*
+                #fields
                 #signal
             }
         }

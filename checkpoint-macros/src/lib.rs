@@ -16,6 +16,7 @@ mod analyse;
 mod expand;
 mod fallback;
 mod lower;
+mod migrate;
 mod names;
 mod parse;
 mod sites;
@@ -50,6 +51,49 @@ use proc_macro::TokenStream;
 /// let h = rt.start(count, "count-1", 4).await?;
 /// assert_eq!(h.result().await?, 6);
 /// assert_eq!(rt.checkpoints("count-1").await?.len(), 4);
+/// # Ok(()) }
+/// ```
+///
+/// # Versions, renamed sites and migrations
+///
+/// `#[workflow(version = N)]` (1 by default) lets several versions of one
+/// name be registered side by side. When the code changes under runs that
+/// are under way, `#[migrate(..)]` on a local's `let` says how the new code
+/// takes the checkpoints older code stored: `default` or `value = <expr>`
+/// for a field they lack, `renamed_from = "old"` for a field stored under
+/// another name, `from = OldType, with = <fn>` for a field stored as another
+/// type. `value` and `with` are checked against the local's declared type.
+/// `#[workflow(renamed_site(from = "old site", to = "site"))]` resumes the
+/// checkpoints of a site that changed its name (a label, say).
+///
+/// ```
+/// use checkpoint_runtime::prelude::*;
+///
+/// fn widen(old: u32) -> u64 {
+///     u64::from(old)
+/// }
+///
+/// #[workflow(name = "tally", renamed_site(from = "counted", to = "item"))]
+/// async fn tally(ctx: &Ctx, items: Vec<String>) -> String {
+///     #[migrate(from = u32, with = widen)] // older versions counted in a u32
+///     let mut count: u64 = 0;
+///     #[migrate(renamed_from = "seen")]    // and called this `seen`
+///     let mut kept: Vec<String> = Vec::new();
+///     #[migrate(value = "unit".to_owned())] // which they did not have
+///     let unit: String = "item".to_owned();
+///     for item in items {
+///         count += 1;
+///         kept.push(item);
+///         checkpoint!("item");
+///     }
+///     format!("{count} {unit}(s): {}", kept.join(", "))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let rt = Runtime::in_memory();
+/// let out = rt.start(tally, "t-1", vec!["a".into(), "b".into()]).await?.result().await?;
+/// assert_eq!(out, "2 item(s): a, b");
 /// # Ok(()) }
 /// ```
 #[proc_macro_attribute]

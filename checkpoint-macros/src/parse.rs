@@ -6,10 +6,20 @@ use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
 
-/// `#[workflow(name = "...")]` arguments.
+/// `#[workflow(name = "...", version = N, renamed_site(from = "..", to = ".."))]`
+/// arguments.
 #[derive(Default)]
 pub struct WorkflowArgs {
     pub name: Option<LitStr>,
+    pub version: Option<u32>,
+    pub renamed_sites: Vec<RenamedSite>,
+}
+
+/// `renamed_site(from = "old key", to = "key")`: checkpoints older code
+/// took at site `from` resume at site `to`.
+pub struct RenamedSite {
+    pub from: LitStr,
+    pub to: LitStr,
 }
 
 /// A parameter that is part of the workflow's input.
@@ -28,6 +38,9 @@ pub struct WorkflowFn {
     pub output: Type,
     /// The name runs are stored under.
     pub name: String,
+    /// `version = N`, 1 by default.
+    pub version: u32,
+    pub renamed_sites: Vec<RenamedSite>,
 }
 
 pub fn parse_args(args: TokenStream) -> syn::Result<WorkflowArgs> {
@@ -43,8 +56,45 @@ pub fn parse_args(args: TokenStream) -> syn::Result<WorkflowArgs> {
             }
             out.name = Some(lit);
             Ok(())
+        } else if meta.path.is_ident("version") {
+            let lit: syn::LitInt = meta.value()?.parse()?;
+            let version: u32 = lit.base10_parse()?;
+            if version == 0 {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "workflow versions start at 1 (the default)",
+                ));
+            }
+            out.version = Some(version);
+            Ok(())
+        } else if meta.path.is_ident("renamed_site") {
+            let (mut from, mut to) = (None, None);
+            let at = meta.path.span();
+            meta.parse_nested_meta(|inner| {
+                let slot = if inner.path.is_ident("from") {
+                    &mut from
+                } else if inner.path.is_ident("to") {
+                    &mut to
+                } else {
+                    return Err(inner.error("expected `from = \"old site\"` or `to = \"site\"`"));
+                };
+                *slot = Some(inner.value()?.parse::<LitStr>()?);
+                Ok(())
+            })?;
+            match (from, to) {
+                (Some(from), Some(to)) => {
+                    out.renamed_sites.push(RenamedSite { from, to });
+                    Ok(())
+                }
+                _ => Err(syn::Error::new(
+                    at,
+                    "`renamed_site` needs both keys: `renamed_site(from = \"old site\", to = \"site\")`",
+                )),
+            }
         } else {
-            Err(meta.error("unknown #[workflow] argument; expected `name = \"...\"`"))
+            Err(meta.error(
+                "unknown #[workflow] argument; expected `name = \"...\"`, `version = N` or `renamed_site(from = \"..\", to = \"..\")`",
+            ))
         }
     });
     parser.parse2(args)?;
@@ -70,8 +120,10 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
             (**ty).clone()
         }
     };
-    errors.finish()?;
 
+    crate::migrate::check_body(&item.block, &mut errors);
+    errors.finish()?;
+    let version = args.version.unwrap_or(1);
     let name = args
         .name
         .map(|l| l.value())
@@ -82,6 +134,8 @@ pub fn parse_fn(args: WorkflowArgs, item: ItemFn) -> syn::Result<WorkflowFn> {
         inputs,
         output,
         name,
+        version,
+        renamed_sites: args.renamed_sites,
     })
 }
 

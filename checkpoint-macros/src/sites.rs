@@ -49,23 +49,35 @@ impl SiteKind {
 /// What is known about a site before lowering.
 #[derive(Clone, Debug)]
 pub struct Site {
-    /// The site's number, from 1 in source order: the `#N` of unlabelled
-    /// keys and of messages, and the number the generated code passes the
-    /// runtime.
+    /// The site's number, from 1 in source order: the `#N` of messages, of
+    /// the keys older versions gave unlabelled sites, and the number the
+    /// generated code passes the runtime.
     pub index: u32,
     pub kind: SiteKind,
     pub label: Option<String>,
+    /// A wait's signal name, when it is a string literal.
+    pub signal: Option<String>,
     pub span: Span,
+    /// See [`Site::key`]; set once every site is known ([`assign_keys`]).
+    key: String,
 }
 
 impl Site {
-    /// The key stored with each checkpoint and matched on resume: the label, or
-    /// the site's position in the body.
-    pub fn key(&self) -> String {
-        match &self.label {
-            Some(l) => l.clone(),
-            None => format!("#{}", self.index),
-        }
+    /// The key stored with each checkpoint and matched on resume: the
+    /// label; for an unlabelled site, a readable name that an edit elsewhere
+    /// in the body does not change: `wait_for("approval")` for a wait on a
+    /// literal signal name, otherwise the kind and its number among the
+    /// unlabelled sites of that kind (`checkpoint 2`, `sleep 1`,
+    /// `wait_for 1`); a second wait on the same literal is
+    /// `wait_for("approval") 2`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The key versions before readable names gave an unlabelled site
+    /// (`#N`, its number among all sites), which it still takes on resume.
+    pub fn legacy_key(&self) -> Option<String> {
+        self.label.is_none().then(|| format!("#{}", self.index))
     }
 
     /// How errors and messages name this site.
@@ -74,6 +86,33 @@ impl Site {
             Some(l) => format!("checkpoint \"{l}\""),
             None => format!("{} #{}", self.kind.describe(), self.index),
         }
+    }
+}
+
+/// Gives each site its key (see [`Site::key`]).
+fn assign_keys(sites: &mut [Site]) {
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    for site in sites.iter_mut() {
+        if let Some(label) = &site.label {
+            site.key = label.clone();
+            continue;
+        }
+        let call = match site.kind {
+            SiteKind::Checkpoint => "checkpoint",
+            SiteKind::WaitFor => "wait_for",
+            SiteKind::WaitForTimeout => "wait_for_timeout",
+            SiteKind::Sleep => "sleep",
+        };
+        let base = match &site.signal {
+            Some(signal) => format!("{call}({signal:?})"),
+            None => call.to_owned(),
+        };
+        let n = seen.entry(base.clone()).or_insert(0);
+        *n += 1;
+        site.key = match (&site.signal, *n) {
+            (Some(_), 1) => base,
+            (_, n) => format!("{base} {n}"),
+        };
     }
 }
 
@@ -88,6 +127,31 @@ pub fn number_sites(block: &mut syn::Block, ctx: Option<&Ident>) -> syn::Result<
     };
     finder.visit_block_mut(block);
     finder.errors.finish()?;
+    assign_keys(&mut finder.sites);
+    let mut errors = Errors::default();
+    for (i, site) in finder.sites.iter().enumerate() {
+        let legacy = site
+            .key
+            .strip_prefix('#')
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        if site.label.is_some() && legacy {
+            errors.push(
+                site.span,
+                format!("checkpoint label \"{}\" is reserved: `#N` names the unlabelled sites of older versions", site.key),
+            );
+        }
+        if let Some(other) = finder.sites[..i].iter().find(|o| o.key == site.key) {
+            let labelled = if site.label.is_some() { site } else { other };
+            errors.push(
+                labelled.span,
+                format!(
+                    "checkpoint label \"{}\" is also the name of an unlabelled site; choose another label",
+                    site.key
+                ),
+            );
+        }
+    }
+    errors.finish()?;
     Ok(finder.sites)
 }
 
@@ -105,6 +169,7 @@ impl SiteFinder<'_> {
         &mut self,
         kind: SiteKind,
         label: Option<LitStr>,
+        signal: Option<String>,
         span: Span,
         attrs: &mut Vec<Attribute>,
     ) {
@@ -141,7 +206,9 @@ impl SiteFinder<'_> {
             index,
             kind,
             label,
+            signal,
             span,
+            key: String::new(),
         });
     }
 
@@ -160,7 +227,7 @@ impl SiteFinder<'_> {
             })
         };
         match label {
-            Ok(label) => self.add(SiteKind::Checkpoint, label, mac.path.span(), attrs),
+            Ok(label) => self.add(SiteKind::Checkpoint, label, None, mac.path.span(), attrs),
             Err(e) => self.errors.add(e),
         }
         true
@@ -188,7 +255,8 @@ impl VisitMut for SiteFinder<'_> {
                     // Visit the call's arguments first: they run before the site.
                     visit_mut::visit_expr_mut(self, &mut a.base);
                     let span = a.base.span();
-                    self.add(kind, None, span, &mut a.attrs);
+                    let signal = literal_signal(&a.base);
+                    self.add(kind, None, signal, span, &mut a.attrs);
                 }
                 return;
             }
@@ -217,6 +285,27 @@ fn is_checkpoint_macro(mac: &Macro) -> bool {
 }
 
 /// `ctx.wait_for(..)` etc. on the workflow's own `ctx` parameter.
+/// The signal name of `ctx.wait_for("name")` / `ctx.wait_for_timeout("name", ..)`
+/// when it is a string literal.
+fn literal_signal(base: &Expr) -> Option<String> {
+    let Expr::MethodCall(call) = base else {
+        return None;
+    };
+    if !matches!(
+        SiteKind::from_method(&call.method.to_string()),
+        Some(SiteKind::WaitFor | SiteKind::WaitForTimeout)
+    ) {
+        return None;
+    }
+    match call.args.first()? {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        }) => Some(s.value()),
+        _ => None,
+    }
+}
+
 pub fn suspension_kind(base: &Expr, ctx: Option<&Ident>) -> Option<SiteKind> {
     let ctx = ctx?;
     let Expr::MethodCall(call) = base else {
@@ -308,13 +397,14 @@ pub fn sites_in_block(block: &syn::Block) -> Option<SiteRange> {
     f.range
 }
 
-/// Removes `#[transient]` markers the user put on `let` statements outside
-/// the places lowering handles them (statements that need no lowering).
-pub struct StripTransient;
+/// Removes the `#[transient]` and `#[migrate(..)]` markers the user put on
+/// `let` statements (the macro has read them; rustc knows neither).
+pub struct StripMarkers;
 
-impl VisitMut for StripTransient {
+impl VisitMut for StripMarkers {
     fn visit_local_mut(&mut self, l: &mut syn::Local) {
-        l.attrs.retain(|a| !a.path().is_ident("transient"));
+        l.attrs
+            .retain(|a| !a.path().is_ident("transient") && !crate::migrate::is_migrate(a));
         visit_mut::visit_local_mut(self, l);
     }
     fn visit_item_mut(&mut self, _: &mut syn::Item) {}

@@ -1,6 +1,8 @@
 //! Criterion benchmarks of durable checkpoints on the SQLite store (a file in
-//! a temp dir; WAL, `synchronous=FULL`), each next to its raw rusqlite floor
-//! on the same disk with the store's pragmas:
+//! a temp dir; WAL, `synchronous=FULL`), each next to its raw rusqlite floors
+//! on the same disk: SQLite's defaults plus WAL mode (the main floor, `raw_*`;
+//! see `Floor` in `examples/bench.rs` for why WAL) and the store's own
+//! settings (`raw_*_store_settings`):
 //!
 //! - `sqlite/latency`: one run taking checkpoints of a ~1 KB state one after
 //!   the other (time per checkpoint) vs one `INSERT` + `COMMIT` of as many
@@ -44,30 +46,38 @@ async fn save_loop(ctx: &Ctx, args: (u32, u32)) -> u64 {
     sum
 }
 
-/// A connection with the SQLite store's settings and one table of blobs:
-/// `file` is the page size and auto-vacuum mode of a file the store created
-/// (see [`store_file_settings`]); the other pragmas are the writer
-/// connection's (`prepare_writer` in `src/store/sqlite.rs`).
-fn raw_conn(path: &Path, file: (i64, i64)) -> Connection {
+/// A connection with one table of blobs: with `store` `None`, SQLite's
+/// defaults (4 KiB pages, `synchronous` FULL) plus WAL mode; with the page
+/// size and auto-vacuum mode of a file the store created (see
+/// [`store_file_settings`]), those and the writer connection's pragmas
+/// (`prepare_writer` in `src/store/sqlite/migrations.rs`).
+fn raw_conn(path: &Path, store: Option<(i64, i64)>) -> Connection {
     let conn = Connection::open(path).expect("open raw db");
-    conn.pragma_update(None, "page_size", file.0)
-        .expect("page_size");
-    conn.pragma_update(None, "auto_vacuum", file.1)
-        .expect("auto_vacuum");
+    if let Some(file) = store {
+        conn.pragma_update(None, "page_size", file.0)
+            .expect("page_size");
+        conn.pragma_update(None, "auto_vacuum", file.1)
+            .expect("auto_vacuum");
+    }
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
         .expect("WAL");
     assert!(mode.eq_ignore_ascii_case("wal"));
-    for (name, value) in [
+    let pragmas = [
         ("synchronous", "FULL"),
         ("foreign_keys", "ON"),
         ("temp_store", "MEMORY"),
-        ("cache_size", "-8192"),
-        ("wal_autocheckpoint", "16384"),
-        ("journal_size_limit", "67108864"),
-    ] {
+        ("cache_size", "-4096"),
+        ("wal_autocheckpoint", "256"),
+        ("journal_size_limit", "4194304"),
+    ];
+    for (name, value) in pragmas.iter().filter(|_| store.is_some()) {
         conn.pragma_update(None, name, value).expect("pragma");
     }
+    let sync: i64 = conn
+        .query_row("PRAGMA synchronous", [], |r| r.get(0))
+        .expect("synchronous");
+    assert_eq!(sync, 2, "synchronous=FULL");
     conn.execute_batch("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, data BLOB NOT NULL)")
         .expect("schema");
     conn
@@ -150,22 +160,23 @@ fn bench_sqlite(c: &mut Criterion) {
     });
     drop(rt);
 
-    let raw = raw_conn(&dir.path().join("raw-latency.db"), file);
-    group.bench_function("latency/raw_insert_commit_1KB", |b| {
-        b.iter_custom(|iters| {
-            let mut stmt = raw
-                .prepare_cached("INSERT INTO t (data) VALUES (?1)")
-                .expect("prepare");
-            let start = Instant::now();
-            for _ in 0..iters {
-                raw.execute_batch("BEGIN IMMEDIATE").expect("begin");
-                stmt.execute([&bytes]).expect("insert");
-                raw.execute_batch("COMMIT").expect("commit");
-            }
-            start.elapsed()
+    for (name, store) in [("", None), ("_store_settings", Some(file))] {
+        let raw = raw_conn(&dir.path().join(format!("raw-latency{name}.db")), store);
+        group.bench_function(format!("latency/raw_insert_commit_1KB{name}"), |b| {
+            b.iter_custom(|iters| {
+                let mut stmt = raw
+                    .prepare_cached("INSERT INTO t (data) VALUES (?1)")
+                    .expect("prepare");
+                let start = Instant::now();
+                for _ in 0..iters {
+                    raw.execute_batch("BEGIN IMMEDIATE").expect("begin");
+                    stmt.execute([&bytes]).expect("insert");
+                    raw.execute_batch("COMMIT").expect("commit");
+                }
+                start.elapsed()
+            });
         });
-    });
-    drop(raw);
+    }
 
     // Throughput: `runs` concurrent runs of ceil(iters / runs) checkpoints
     // each, scaled back to `iters` checkpoints.
@@ -200,28 +211,33 @@ fn bench_sqlite(c: &mut Criterion) {
         drop(rt);
     }
 
-    let raw = raw_conn(&dir.path().join("raw-batched.db"), file);
-    group.bench_function("throughput/raw_batched_1000_rows_per_tx", |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            let mut left = iters;
-            while left > 0 {
-                let rows = left.min(1000);
-                raw.execute_batch("BEGIN IMMEDIATE").expect("begin");
-                {
-                    let mut stmt = raw
-                        .prepare_cached("INSERT INTO t (data) VALUES (?1)")
-                        .expect("prepare");
-                    for _ in 0..rows {
-                        stmt.execute([&bytes]).expect("insert");
+    for (name, store) in [("", None), ("_store_settings", Some(file))] {
+        let raw = raw_conn(&dir.path().join(format!("raw-batched{name}.db")), store);
+        group.bench_function(
+            format!("throughput/raw_batched_1000_rows_per_tx{name}"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    let mut left = iters;
+                    while left > 0 {
+                        let rows = left.min(1000);
+                        raw.execute_batch("BEGIN IMMEDIATE").expect("begin");
+                        {
+                            let mut stmt = raw
+                                .prepare_cached("INSERT INTO t (data) VALUES (?1)")
+                                .expect("prepare");
+                            for _ in 0..rows {
+                                stmt.execute([&bytes]).expect("insert");
+                            }
+                        }
+                        raw.execute_batch("COMMIT").expect("commit");
+                        left -= rows;
                     }
-                }
-                raw.execute_batch("COMMIT").expect("commit");
-                left -= rows;
-            }
-            start.elapsed()
-        });
-    });
+                    start.elapsed()
+                });
+            },
+        );
+    }
     group.finish();
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::executor::RunShared;
+use crate::run::RunShared;
 
 /// The context of a running workflow: its run id, attempt, idempotency keys,
 /// shared resources, and the suspension points `wait_for`, `wait_for_timeout`
@@ -53,7 +53,7 @@ use crate::executor::RunShared;
 /// let rt = Runtime::builder().resource(Payments).in_memory();
 /// let h = rt.start(charge, "order-7", 1250).await?;
 /// rt.run_until_idle().await?;
-/// assert_eq!(h.status().await?, Status::Waiting { signal: "manager_approval".into() });
+/// assert_eq!(h.status().await?, Status::Waiting { signal: "manager_approval".into(), deadline: None });
 /// rt.signal("order-7", "manager_approval", &Approval { approved: true }).await?;
 /// assert_eq!(h.result().await?.as_deref(), Some("receipt for 1250 (order-7:1:0)"));
 /// # Ok(()) }
@@ -132,7 +132,7 @@ impl Ctx {
     /// # Ok(()) }
     /// ```
     pub fn worker_id(&self) -> &str {
-        &self.run.rt.worker
+        &self.run.env.worker
     }
 
     /// How many times the code since the latest checkpoint has been started:
@@ -236,7 +236,7 @@ impl Ctx {
     /// # Ok(()) }
     /// ```
     pub fn try_resource<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.run.rt.resources.get::<T>()
+        self.run.env.resources.get::<T>()
     }
 
     /// Suspends the run until a signal named `name` arrives and returns its

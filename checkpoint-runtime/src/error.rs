@@ -71,6 +71,16 @@ pub enum Error {
         run: String,
     },
 
+    /// [`Runtime::retry`](crate::Runtime::retry) of a run that is neither
+    /// failed nor parked.
+    #[error("run `{run}` is {status}: only a failed or parked run can be retried")]
+    NotRetryable {
+        /// The run id.
+        run: String,
+        /// Its status, as text.
+        status: String,
+    },
+
     /// A run id (or signal name) was rejected.
     #[error("invalid id `{id}`: {reason}")]
     InvalidId {
@@ -251,6 +261,14 @@ pub enum Error {
         reason: String,
     },
 
+    /// A client-only runtime ([`RuntimeBuilder::client_only`](crate::RuntimeBuilder::client_only))
+    /// was asked to execute runs.
+    #[error("`{operation}` on a client-only runtime: it starts, signals and inspects runs but never executes them; build the runtime without `client_only()` to execute")]
+    ClientOnly {
+        /// The method called.
+        operation: String,
+    },
+
     /// A crash-resume check of the test harness failed.
     #[error("checkpoint check failed: {message}")]
     CheckFailed {
@@ -267,6 +285,27 @@ pub enum Error {
 }
 
 impl Error {
+    /// The site, field and detail a refusal to resume names
+    /// ([`Error::Incompatible`], [`Error::Decode`]); `-` for what another
+    /// error does not name, its text as the detail.
+    pub(crate) fn refused_at(&self) -> (String, String, String) {
+        match self {
+            Error::Incompatible {
+                site,
+                field,
+                detail,
+                ..
+            }
+            | Error::Decode {
+                site,
+                field,
+                detail,
+                ..
+            } => (site.clone(), field.clone(), detail.to_string()),
+            other => ("-".to_owned(), "-".to_owned(), other.to_string()),
+        }
+    }
+
     /// An [`Error::Store`] without a backend error behind it.
     pub fn store(message: impl Into<String>) -> Error {
         Error::Store {

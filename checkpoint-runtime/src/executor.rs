@@ -6,341 +6,44 @@
 //! a [`Halt`] on the run's [`RunShared`], wakes the driver and pends forever;
 //! the driver notices, drops the future and acts on the halt.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use serde::Serialize;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
+use tracing::Instrument;
 
-use crate::frame::{Frame, SiteKind};
+use crate::conclude::{Conclusion, Troubles};
 use crate::history::Event;
-use crate::store::{ClaimRequest, Claimed, Lease, Outcome, Release, Store, Suspend, WakeValue};
+use crate::launch::{Finished, Launch};
+use crate::lease_keeper::{ActiveRuns, LeaseKeeper};
+use crate::observe;
+use crate::registry::Registry;
+use crate::run::{lock, Halt, Resources, RunEnv, RunShared};
+use crate::store::{ClaimRequest, Claimed, Outcome, Release, Store};
+use crate::testing::crash::SaveHook;
 use crate::workflow::Workflow;
 use crate::Error;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Shared, non-serialized dependencies registered on a runtime.
-#[derive(Clone, Default)]
-pub(crate) struct Resources(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
-
-impl Resources {
-    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        self.0.insert(TypeId::of::<T>(), Arc::new(value));
-    }
-
-    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.0
-            .get(&TypeId::of::<T>())
-            .and_then(|r| r.downcast_ref::<T>())
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-}
-
-/// Why an execution stopped before its workflow returned.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Halt {
-    /// Suspended durably (waiting, sleeping): release the lease.
-    Suspended,
-    /// The run cannot go on: record the failure.
-    Failed(Error),
-    /// The delivered signal's payload was unusable: reject it, keep waiting.
-    RejectSignal(String),
-    /// Simulated crash: leave everything in the store as it is.
-    Crash,
-    /// Cancelled, or the lease was lost: nothing to write.
-    Stop,
-    /// Transient failure (store error): give the run back for a retry.
-    Retry(String),
-    /// The worker shuts down: give the run back untouched.
-    Shutdown,
-}
-
-impl Halt {
-    pub(crate) fn from_error(err: Error, at_wait_site_with_signal: bool) -> Halt {
-        match err {
-            Error::Cancelled { .. } | Error::LeaseLost { .. } => Halt::Stop,
-            Error::Store { message, .. } => Halt::Retry(format!("store error: {message}")),
-            Error::SignalPayload { detail, .. } if at_wait_site_with_signal => {
-                Halt::RejectSignal(detail)
-            }
-            other => Halt::Failed(other),
-        }
-    }
-}
-
-/// State shared by one execution of a run: its frame, its `Ctx` clones and
-/// the driver.
-pub(crate) struct RunShared {
-    pub(crate) id: Arc<str>,
-    pub(crate) workflow: &'static str,
-    pub(crate) rt: Arc<Inner>,
-    pub(crate) lease: Lease,
-    pub(crate) attempt: AtomicU32,
-    /// The latest checkpoint's sequence number.
-    pub(crate) seq: AtomicU64,
-    /// Idempotency keys handed out since the latest checkpoint.
-    pub(crate) calls: AtomicU64,
-    halt: Mutex<Option<Halt>>,
-    halted: AtomicBool,
-    halt_notify: Notify,
-}
-
-impl RunShared {
-    /// Records why the execution stops (the first reason wins) and wakes the driver.
-    pub(crate) fn halt(&self, h: Halt) {
-        {
-            let mut g = lock(&self.halt);
-            if g.is_none() {
-                *g = Some(h);
-            }
-        }
-        self.halted.store(true, Ordering::Release);
-        self.halt_notify.notify_one();
-    }
-
-    pub(crate) fn is_halted(&self) -> bool {
-        self.halted.load(Ordering::Acquire)
-    }
-
-    fn take_halt(&self) -> Option<Halt> {
-        lock(&self.halt).take()
-    }
-}
-
-impl std::fmt::Debug for RunShared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunShared")
-            .field("id", &self.id)
-            .field("workflow", &self.workflow)
-            .field("epoch", &self.lease.epoch)
-            .finish()
-    }
-}
-
-/// What a launcher makes of a claimed run.
-pub(crate) enum Launch {
-    Run(BoxFuture<'static, Result<Finished, Error>>),
-    Refuse(Halt),
-}
-
-/// A finished execution's output, encoded.
-pub(crate) struct Finished {
-    output: Arc<[u8]>,
-    error: Option<String>,
-}
-
-/// Type-erased constructor of workflow executions, registered by name.
-pub(crate) trait Launcher: Send + Sync {
-    fn launch(&self, run: Arc<RunShared>, claimed: &Claimed) -> Launch;
-}
-
-pub(crate) struct WorkflowLauncher<W: Workflow>(pub(crate) W, PhantomData<fn() -> W>);
-
-impl<W: Workflow> WorkflowLauncher<W> {
-    pub(crate) fn new(wf: W) -> Self {
-        WorkflowLauncher(wf, PhantomData)
-    }
-}
-
-fn incompatible(run: &RunShared, site: &str, field: &str, detail: String) -> Halt {
-    Halt::Failed(Error::Incompatible {
-        workflow: run.workflow.to_owned(),
-        run: run.id.to_string(),
-        site: site.to_owned(),
-        field: field.to_owned(),
-        detail: detail.into(),
-    })
-}
-
-impl<W: Workflow> Launcher for WorkflowLauncher<W> {
-    fn launch(&self, run: Arc<RunShared>, claimed: &Claimed) -> Launch {
-        let wf = self.0;
-        let Some(cp) = claimed.checkpoint.clone() else {
-            // Fresh start (or a restart before the first checkpoint).
-            let input: W::Input = match serde_json::from_slice(&claimed.run.input) {
-                Ok(i) => i,
-                Err(e) => {
-                    return Launch::Refuse(Halt::Failed(Error::Decode {
-                        workflow: W::NAME.to_owned(),
-                        run: run.id.to_string(),
-                        site: "<input>".to_owned(),
-                        field: "input".to_owned(),
-                        detail: e.to_string().into(),
-                    }))
-                }
-            };
-            let frame = Frame::new(run.clone(), W::SITES, None, None, None);
-            let fut = wf.run(frame, Some(input));
-            return Launch::Run(finish_future::<W>(run, fut));
-        };
-        // Resume: match the stored site against the code before any user code runs.
-        let Some(index) = W::SITES.iter().position(|s| s.key == cp.site_key) else {
-            let known: Vec<&str> = W::SITES.iter().map(|s| s.key).collect();
-            return Launch::Refuse(incompatible(
-                &run,
-                &cp.site_key,
-                "-",
-                format!(
-                    "no checkpoint site with this key exists in the code any more (sites now: {})",
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            ));
-        };
-        let site = &W::SITES[index];
-        let positions = crate::iteration::loop_positions(&cp.loops).len();
-        if positions != site.loops as usize {
-            return Launch::Refuse(incompatible(
-                &run,
-                site.key,
-                "-",
-                format!(
-                    "the checkpoint holds {positions} loop position(s), the site is now inside {} `for` loop(s)",
-                    site.loops
-                ),
-            ));
-        }
-        let stored: Vec<&str> = cp.fields.iter().map(|f| &*f.name).collect();
-        if stored.as_slice() != site.fields {
-            let field = stored
-                .iter()
-                .zip(site.fields)
-                .find(|(a, b)| **a != **b)
-                .map(|(a, _)| (*a).to_owned())
-                .or_else(|| site.fields.get(stored.len()).map(|f| (*f).to_owned()))
-                .or_else(|| stored.get(site.fields.len()).map(|f| (*f).to_owned()))
-                .unwrap_or_else(|| "-".to_owned());
-            return Launch::Refuse(incompatible(
-                &run,
-                site.key,
-                &field,
-                format!(
-                    "the checkpoint saved fields [{}], the code now saves [{}]",
-                    stored.join(", "),
-                    site.fields.join(", ")
-                ),
-            ));
-        }
-        let kind_ok = matches!(
-            (site.kind, &cp.suspend),
-            (SiteKind::Checkpoint, None)
-                | (SiteKind::WaitFor, Some(Suspend::Waiting { .. }))
-                | (SiteKind::WaitForTimeout, Some(Suspend::Waiting { .. }))
-                | (SiteKind::Sleep, Some(Suspend::Sleeping { .. }))
-        );
-        if !kind_ok {
-            return Launch::Refuse(incompatible(
-                &run,
-                site.key,
-                "-",
-                format!(
-                    "the site is now a {:?} site but the checkpoint was taken at a different kind of site",
-                    site.kind
-                ),
-            ));
-        }
-        let wake = match site.kind {
-            SiteKind::WaitFor | SiteKind::WaitForTimeout => {
-                let wake = claimed
-                    .run
-                    .wake
-                    .as_ref()
-                    .filter(|w| w.seq == cp.seq)
-                    .map(|w| w.value.clone());
-                match (site.kind, wake) {
-                    (SiteKind::WaitFor, Some(WakeValue::TimedOut)) | (_, None) => {
-                        // Nothing to resume with: go back to waiting.
-                        return Launch::Refuse(Halt::RejectSignal(
-                            "no signal was delivered to this wait site".to_owned(),
-                        ));
-                    }
-                    (_, wake) => wake,
-                }
-            }
-            _ => None,
-        };
-        let frame = Frame::new(run.clone(), W::SITES, Some(index as u32), Some(cp), wake);
-        let fut = wf.run(frame, None);
-        Launch::Run(finish_future::<W>(run, fut))
-    }
-}
-
-fn finish_future<W: Workflow>(
-    run: Arc<RunShared>,
-    fut: BoxFuture<'static, W::Output>,
-) -> BoxFuture<'static, Result<Finished, Error>> {
-    Box::pin(async move {
-        let out = fut.await;
-        encode_output(&out, W::NAME, &run.id)
-    })
-}
-
-fn is_result_type<T>() -> bool {
-    let name = std::any::type_name::<T>();
-    name.starts_with("core::result::Result<") || name.starts_with("std::result::Result<")
-}
-
-/// Encodes an output as JSON; for a `Result::Err` output also renders the error.
-fn encode_output<O: Serialize>(out: &O, workflow: &str, run: &str) -> Result<Finished, Error> {
-    let enc_err = |e: serde_json::Error| Error::Encode {
-        workflow: workflow.to_owned(),
-        run: run.to_owned(),
-        site: "<output>".to_owned(),
-        field: "output".to_owned(),
-        detail: e.to_string().into(),
-    };
-    let value = serde_json::to_value(out).map_err(enc_err)?;
-    let error = if is_result_type::<O>() {
-        match &value {
-            serde_json::Value::Object(m) if m.len() == 1 => m.get("Err").map(|e| match e {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            }),
-            _ => None,
-        }
-    } else {
-        None
-    };
-    let bytes = serde_json::to_vec(&value).map_err(enc_err)?;
-    Ok(Finished {
-        output: bytes.into(),
-        error,
-    })
-}
-
 /// The runtime's shared state.
 pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) worker: Arc<str>,
+    /// What executions may use (the store, the worker id, resources).
+    pub(crate) env: Arc<RunEnv>,
     pub(crate) instance: Arc<str>,
     pub(crate) ttl: Duration,
-    pub(crate) keep: Option<usize>,
     pub(crate) concurrency: usize,
     pub(crate) max_attempts: u32,
-    pub(crate) resources: Resources,
-    pub(crate) registry: RwLock<HashMap<&'static str, Arc<dyn Launcher>>>,
-    pub(crate) active: Mutex<HashMap<Arc<str>, Arc<RunShared>>>,
+    pub(crate) registry: Registry,
+    active: Arc<ActiveRuns>,
+    /// Renews the leases of [`Inner::active`].
+    keeper: LeaseKeeper,
     local: watch::Sender<u64>,
     shutdown: watch::Sender<bool>,
-    crash: Option<CrashPlan>,
-    saves: AtomicU64,
-    crashed: AtomicBool,
     noted: Mutex<HashSet<String>>,
     pump_lock: tokio::sync::Mutex<()>,
     /// The worker id this instance leases runs under, decided at its first
@@ -348,15 +51,63 @@ pub(crate) struct Inner {
     lease_worker: tokio::sync::OnceCell<Arc<str>>,
     /// The store's hold of [`Inner::worker`], when this instance has it.
     hold: Mutex<Option<crate::store::WorkerHold>>,
-    /// Keys of the schemas this runtime stored (or found stored).
-    pub(crate) schemas_stored: Mutex<HashSet<&'static str>>,
+    /// Starts, signals and inspects runs, never executes them.
+    pub(crate) client_only: bool,
+    /// Whether the background worker loop was started.
+    background: AtomicBool,
+    /// The latest error the worker loop could not get past (`run_worker`
+    /// returns it); the loop itself goes on.
+    fatal: watch::Sender<Option<Error>>,
+    /// Set once the worker loop ended (shutdown).
+    worker_ended: watch::Sender<bool>,
+    /// Store failures of executions not resolved yet.
+    troubles: Troubles,
+    /// Parked runs this runtime's code tried (or parked itself), by id,
+    /// with the checkpoint it was tried at (see [`Inner::revisit_parked`]).
+    parked_tried: Mutex<HashMap<String, u64>>,
+    /// When parked runs were last looked for; held for a whole sweep, so
+    /// that `run_until_idle` does not find the runtime idle while the worker
+    /// loop is between taking a parked run up and starting it.
+    parked_swept: tokio::sync::Mutex<Option<std::time::Instant>>,
+    /// Set when a registration changed the code this runtime runs.
+    code_changed: AtomicBool,
+}
+
+/// The owner of a runtime: every [`Runtime`](crate::Runtime) clone and
+/// [`WorkflowHandle`](crate::WorkflowHandle) holds it, and when the last one
+/// is dropped the runtime shuts down (its executions stop and hand their
+/// runs back), so a background worker loop never outlives its runtime.
+pub(crate) struct Engine(Arc<Inner>);
+
+impl Engine {
+    pub(crate) fn new(inner: Inner) -> Self {
+        Engine(Arc::new(inner))
+    }
+}
+
+impl std::ops::Deref for Engine {
+    type Target = Arc<Inner>;
+
+    fn deref(&self) -> &Arc<Inner> {
+        &self.0
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
 }
 
 /// How often the executor re-checks the store even without notifications.
 const POLL: Duration = Duration::from_millis(500);
 
+/// How often a worker looks for parked runs its code has not tried.
+const PARKED_SWEEP: Duration = Duration::from_secs(2);
+
 /// Consecutive failures other than [`Error::Store`] (which is retried for
-/// as long as it lasts) after which `run_worker` gives up.
+/// as long as it lasts) after which `run_worker` reports the error (the
+/// worker loop goes on).
 const MAX_STORE_FAILURES: u32 = 10;
 
 fn new_instance_id() -> String {
@@ -381,70 +132,77 @@ pub(crate) struct InnerConfig {
     pub(crate) concurrency: usize,
     pub(crate) max_attempts: u32,
     pub(crate) resources: Resources,
-    pub(crate) crash: Option<CrashPlan>,
-}
-
-/// Test hook: where the runtime simulates a crash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CrashPlan {
-    /// The checkpoint (counted over all runs of this runtime, from 1).
-    pub(crate) at: u64,
-    /// Crash right before storing it instead of right after.
-    pub(crate) before: bool,
+    pub(crate) save_hook: Option<Arc<dyn SaveHook>>,
+    pub(crate) client_only: bool,
+    pub(crate) trace: Option<Arc<dyn crate::observe::TracePropagation>>,
 }
 
 impl Inner {
     pub(crate) fn new(cfg: InnerConfig) -> Self {
+        let worker: Arc<str> = Arc::from(cfg.worker);
         Inner {
-            store: cfg.store,
-            worker: Arc::from(cfg.worker),
+            env: Arc::new(RunEnv {
+                store: cfg.store,
+                worker,
+                keep: cfg.keep,
+                resources: cfg.resources,
+                schemas_stored: Mutex::new(HashSet::new()),
+                save_hook: cfg.save_hook,
+                trace: cfg.trace,
+            }),
             instance: Arc::from(new_instance_id()),
             // Bounded so that lease arithmetic on times never overflows.
             ttl: cfg.ttl.clamp(
                 Duration::from_millis(30),
                 Duration::from_secs(365 * 24 * 3600),
             ),
-            keep: cfg.keep,
             concurrency: cfg.concurrency.max(1),
             max_attempts: cfg.max_attempts.max(1),
-            resources: cfg.resources,
-            registry: RwLock::new(HashMap::new()),
-            active: Mutex::new(HashMap::new()),
+            registry: Registry::default(),
+            active: Arc::new(ActiveRuns::default()),
+            keeper: LeaseKeeper::new(),
             local: watch::channel(0).0,
             shutdown: watch::channel(false).0,
-            crash: cfg.crash,
-            saves: AtomicU64::new(0),
-            crashed: AtomicBool::new(false),
             noted: Mutex::new(HashSet::new()),
             pump_lock: tokio::sync::Mutex::new(()),
             lease_worker: tokio::sync::OnceCell::new(),
             hold: Mutex::new(None),
-            schemas_stored: Mutex::new(HashSet::new()),
+            client_only: cfg.client_only,
+            background: AtomicBool::new(false),
+            fatal: watch::channel(None).0,
+            worker_ended: watch::channel(false).0,
+            troubles: Troubles::default(),
+            parked_tried: Mutex::new(HashMap::new()),
+            parked_swept: tokio::sync::Mutex::new(None),
+            code_changed: AtomicBool::new(false),
         }
     }
 
     pub(crate) fn register<W: Workflow>(&self, wf: W) {
-        let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
-        reg.insert(W::NAME, Arc::new(WorkflowLauncher::new(wf)));
+        if self.registry.register(wf) {
+            // Other code for this name: parked runs may fit it.
+            self.code_changed.store(true, Ordering::Release);
+            self.bump_local();
+        }
+    }
+
+    /// Whether this runtime's code tried parked run `id` at checkpoint
+    /// `seq` already (so it stays parked as far as this code goes).
+    pub(crate) fn tried_parked(&self, id: &str, seq: u64) -> bool {
+        lock(&self.parked_tried).get(id) == Some(&seq)
     }
 
     pub(crate) fn is_registered(&self, name: &str) -> bool {
-        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
-        reg.contains_key(name)
-    }
-
-    fn launcher(&self, name: &str) -> Option<Arc<dyn Launcher>> {
-        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
-        reg.get(name).cloned()
+        self.registry.contains(name)
     }
 
     fn workflow_names(&self) -> Vec<&'static str> {
-        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
-        reg.keys().copied().collect()
+        self.registry.names()
     }
 
+    /// Whether a simulated crash fired (tests): the runtime then stops.
     pub(crate) fn crashed(&self) -> bool {
-        self.crashed.load(Ordering::Acquire)
+        self.env.crashed()
     }
 
     pub(crate) fn is_shut_down(&self) -> bool {
@@ -457,31 +215,15 @@ impl Inner {
 
     pub(crate) fn shutdown(&self) {
         self.shutdown.send_replace(true);
-        for run in lock(&self.active).values() {
-            run.halt(Halt::Shutdown);
-        }
-    }
-
-    /// Numbers a checkpoint about to be stored (from 1).
-    pub(crate) fn next_save(&self) -> u64 {
-        self.saves.fetch_add(1, Ordering::AcqRel) + 1
-    }
-
-    /// Whether the runtime must crash now, before (`before`) or after storing
-    /// checkpoint number `n` (test hook). Once crashed, it stays crashed.
-    pub(crate) fn crash_point(&self, n: u64, before: bool) -> bool {
-        if self.crash == Some(CrashPlan { at: n, before }) {
-            self.crashed.store(true, Ordering::Release);
-        }
-        self.crashed()
+        self.active.halt_all(|| Halt::Shutdown);
     }
 
     pub(crate) fn active_count(&self) -> usize {
-        lock(&self.active).len()
+        self.active.len()
     }
 
     pub(crate) fn active_run(&self, id: &str) -> Option<Arc<RunShared>> {
-        lock(&self.active).get(id).cloned()
+        self.active.get(id)
     }
 
     fn bump_local(&self) {
@@ -503,12 +245,12 @@ impl Inner {
     async fn lease_worker(&self) -> Result<Arc<str>, Error> {
         self.lease_worker
             .get_or_try_init(|| async {
-                match self.store.hold_worker(&self.worker).await? {
+                match self.env.store.hold_worker(&self.env.worker).await? {
                     Some(hold) => {
                         *lock(&self.hold) = Some(hold);
-                        Ok::<_, Error>(self.worker.clone())
+                        Ok::<_, Error>(self.env.worker.clone())
                     }
-                    None => Ok(Arc::from(format!("{}~{}", self.worker, self.instance))),
+                    None => Ok(Arc::from(format!("{}~{}", self.env.worker, self.instance))),
                 }
             })
             .await
@@ -517,8 +259,13 @@ impl Inner {
 
     /// Claims runnable runs (all, or only `only`) up to the concurrency limit
     /// and starts executing them. Returns how many were started.
-    pub(crate) async fn pump(self: &Arc<Self>, only: Option<&str>) -> Result<usize, Error> {
-        if self.stopped() {
+    /// With `revisit_parked`, `only` is taken also when it is parked.
+    pub(crate) async fn pump(
+        self: &Arc<Self>,
+        only: Option<&str>,
+        revisit_parked: bool,
+    ) -> Result<usize, Error> {
+        if self.stopped() || self.client_only {
             return Ok(0);
         }
         let _guard = self.pump_lock.lock().await;
@@ -538,47 +285,83 @@ impl Inner {
             ttl: self.ttl,
             limit: capacity,
             only: only.map(str::to_owned),
+            revisit_parked,
         };
-        let res = self.store.claim(&req).await?;
+        let res = self.env.store.claim(&req).await?;
         for (id, workflow) in res.unregistered {
             let first = lock(&self.noted).insert(id.clone());
             if first {
                 let on = format!(
                     "workflow `{workflow}` is not registered on worker `{}`",
-                    self.worker
+                    self.env.worker
                 );
                 // History is informational; a failure to record it changes nothing.
-                let _ = self.store.append_event(&id, Event::Suspended { on }).await;
+                let _ = self
+                    .env
+                    .store
+                    .append_event(&id, Event::Suspended { on })
+                    .await;
             }
         }
         let n = res.claimed.len();
         for claimed in res.claimed {
-            let shared = Arc::new(RunShared {
-                id: Arc::from(claimed.run.id.as_str()),
-                workflow: self
-                    .registry
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_key_value(claimed.run.workflow.as_str())
-                    .map(|(k, _)| *k)
-                    .unwrap_or("<unregistered>"),
-                rt: self.clone(),
-                lease: claimed.lease.clone(),
-                attempt: AtomicU32::new(claimed.run.attempt.max(1)),
-                seq: AtomicU64::new(claimed.run.latest_seq),
-                calls: AtomicU64::new(0),
-                halt: Mutex::new(None),
-                halted: AtomicBool::new(false),
-                halt_notify: Notify::new(),
-            });
-            let replaced = lock(&self.active).insert(shared.id.clone(), shared.clone());
+            let workflow = self
+                .registry
+                .name(&claimed.run.workflow)
+                .unwrap_or("<unregistered>");
+            let shared = Arc::new(RunShared::new(
+                &claimed.run.id,
+                workflow,
+                self.env.clone(),
+                claimed.lease.clone(),
+                claimed.run.attempt,
+                claimed.run.latest_seq,
+            ));
+            let replaced = self.active.insert(shared.clone());
             if let Some(old) = replaced {
                 // Our own earlier execution whose lease lapsed: it is fenced off now.
                 old.halt(Halt::Stop);
             }
             tokio::spawn(drive(self.clone(), shared, claimed));
         }
+        if n > 0 {
+            self.keeper.ensure_started(
+                &self.active,
+                self.env.store.clone(),
+                self.ttl,
+                self.shutdown.subscribe(),
+            );
+        }
         Ok(n)
+    }
+
+    /// Tries each parked run of a workflow registered here once with this
+    /// runtime's code: a run parked by other code (another version, before
+    /// a rollback or a fix) resumes here if this code fits it, and is parked
+    /// again, untouched, if not. A run is tried again only once its latest
+    /// checkpoint changed or this runtime's code did (a registration), so
+    /// workers whose code does not fit never pass a run back and forth.
+    /// Looked for at most every [`PARKED_SWEEP`], and at once after a
+    /// registration.
+    async fn revisit_parked(self: &Arc<Self>) -> Result<(), Error> {
+        let mut swept = self.parked_swept.lock().await;
+        let changed = self.code_changed.swap(false, Ordering::AcqRel);
+        if changed {
+            lock(&self.parked_tried).clear();
+        } else if swept.is_some_and(|t| t.elapsed() < PARKED_SWEEP) {
+            return Ok(());
+        }
+        *swept = Some(std::time::Instant::now());
+        for run in self.env.store.parked_runs().await? {
+            if !self.is_registered(&run.workflow) || self.stopped() {
+                continue;
+            }
+            let tried = lock(&self.parked_tried).insert(run.id.clone(), run.latest_seq);
+            if tried != Some(run.latest_seq) {
+                self.pump(Some(&run.id), true).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Waits until something may have changed: a store notification, an
@@ -597,8 +380,15 @@ impl Inner {
     }
 
     pub(crate) async fn run_until_idle(self: &Arc<Self>) -> Result<(), Error> {
-        let mut store_rx = self.store.subscribe();
+        if self.client_only {
+            return Err(Error::ClientOnly {
+                operation: "run_until_idle".to_owned(),
+            });
+        }
+        let mut store_rx = self.env.store.subscribe();
         let mut local_rx = self.subscribe_local();
+        // Failures before this call were reported to whoever waited then.
+        self.troubles.recount();
         loop {
             store_rx.borrow_and_update();
             local_rx.borrow_and_update();
@@ -608,7 +398,12 @@ impl Inner {
                     return Ok(());
                 }
             } else {
-                let started = self.pump(None).await?;
+                self.troubles.retry(&*self.env.store).await;
+                if let Some(stuck) = self.troubles.stuck() {
+                    return Err(stuck);
+                }
+                self.revisit_parked().await?;
+                let started = self.pump(None, false).await?;
                 if started == 0 && self.active_count() == 0 {
                     return Ok(());
                 }
@@ -617,37 +412,157 @@ impl Inner {
         }
     }
 
+    /// Starts the worker loop in the background, once: on a runtime that
+    /// executes, inside a tokio runtime (a call outside one starts nothing;
+    /// the next call inside one does).
+    pub(crate) fn ensure_background(self: &Arc<Self>) {
+        if self.client_only || self.stopped() || self.background.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(tokio) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.background.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tokio.spawn(self.clone().worker_loop());
+    }
+
+    /// Waits until the worker loop ends (shutdown: `Ok`) or reports an
+    /// error it cannot get past (`Err`; the loop goes on).
     pub(crate) async fn run_worker(self: &Arc<Self>) -> Result<(), Error> {
-        let mut store_rx = self.store.subscribe();
+        if self.client_only {
+            return Err(Error::ClientOnly {
+                operation: "run_worker".to_owned(),
+            });
+        }
+        let mut fatal_rx = self.fatal.subscribe();
+        fatal_rx.borrow_and_update();
+        let mut ended_rx = self.worker_ended.subscribe();
+        self.ensure_background();
+        loop {
+            if *ended_rx.borrow_and_update()
+                || (self.stopped() && !self.background.load(Ordering::Acquire))
+            {
+                return Ok(());
+            }
+            tokio::select! {
+                r = fatal_rx.changed() => {
+                    if r.is_err() {
+                        return Ok(());
+                    }
+                    if let Some(e) = fatal_rx.borrow_and_update().clone() {
+                        return Err(e);
+                    }
+                }
+                r = ended_rx.changed() => {
+                    if r.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Shuts down and waits until the worker loop ended and no execution
+    /// of this runtime is left.
+    pub(crate) async fn close(self: &Arc<Self>) {
+        self.shutdown();
+        let mut ended_rx = self.worker_ended.subscribe();
+        let mut local_rx = self.subscribe_local();
+        while self.background.load(Ordering::Acquire) && !*ended_rx.borrow_and_update() {
+            let _ = tokio::time::timeout(POLL, ended_rx.changed()).await;
+        }
+        self.wind_down(&mut local_rx).await;
+    }
+
+    /// Reports an error the worker loop cannot get past to `run_worker`.
+    fn report(&self, e: Error) {
+        self.fatal.send_replace(Some(e));
+    }
+
+    /// Tells about a run that store errors keep from progressing (a full
+    /// disk, a read-only file): on stderr, once per distinct error, and
+    /// again when it is resolved. A store error is not `run_worker`'s end
+    /// (it returns only on shutdown or an error retrying cannot cure: the
+    /// store may come back), so only another kind is reported to it.
+    fn note_stuck(&self, said: &mut Option<String>) {
+        match self.troubles.stuck() {
+            Some(e @ Error::Store { .. }) => {
+                let text = e.to_string();
+                if said.as_deref() != Some(text.as_str()) {
+                    eprintln!("checkpoint-runtime: worker `{}`: {text}", self.env.worker);
+                    *said = Some(text);
+                }
+            }
+            Some(other) => self.report(other),
+            None => {
+                if said.take().is_some() {
+                    eprintln!(
+                        "checkpoint-runtime: worker `{}`: the store takes this runtime's writes again",
+                        self.env.worker
+                    );
+                }
+            }
+        }
+    }
+
+    /// The worker loop: claims runnable runs, executes them, hands back
+    /// what the store did not take, until shutdown.
+    async fn worker_loop(self: Arc<Self>) {
+        let mut store_rx = self.env.store.subscribe();
         let mut local_rx = self.subscribe_local();
         let mut shutdown_rx = self.shutdown.subscribe();
         let mut failures = 0u32;
+        let mut stuck_said = None;
         loop {
             store_rx.borrow_and_update();
             local_rx.borrow_and_update();
             if self.stopped() {
                 break;
             }
-            // A store error is retried with a growing pause; only a store that
-            // keeps failing ends the worker (with that error).
+            self.troubles.retry(&*self.env.store).await;
+            self.note_stuck(&mut stuck_said);
+            // A store error is retried with a growing pause.
             let step = async {
-                self.pump(None).await?;
-                self.store.next_wakeup().await
+                self.revisit_parked().await?;
+                self.pump(None, false).await?;
+                self.env.store.next_wakeup().await
             };
+            // Failures are reported on stderr (the 1st, 2nd, 4th, 8th ... in
+            // a row), and so is the first success after them:
+            // `checkpoint-runtime: worker `ID`: the store failed (N times in
+            // a row), trying again: ERROR` / `... the store works again`.
             let next = match step.await {
                 Ok(next) => {
+                    if failures > 0 {
+                        eprintln!(
+                            "checkpoint-runtime: worker `{}`: the store works again (after \
+                             {failures} failures in a row)",
+                            self.env.worker
+                        );
+                    }
                     failures = 0;
                     next
                 }
                 Err(e) => {
                     failures += 1;
+                    if failures.is_power_of_two() {
+                        eprintln!(
+                            "checkpoint-runtime: worker `{}`: the store failed ({failures} \
+                             times in a row), trying again: {e}",
+                            self.env.worker
+                        );
+                    }
                     // A store that cannot be reached (a server restart, a
                     // dropped connection: `Error::Store`) is waited for: the
                     // store reconnects and the worker takes up its runs again.
-                    // Only an error that retrying cannot cure ends the worker.
+                    // Another error that keeps coming is reported to
+                    // `run_worker`, and retried still.
                     let transient = matches!(e, Error::Store { .. });
                     if !transient && failures >= MAX_STORE_FAILURES {
-                        return Err(e);
+                        self.report(e);
+                        failures = 0;
                     }
                     Some(SystemTime::now() + Duration::from_millis(50 << failures.min(6)))
                 }
@@ -668,7 +583,8 @@ impl Inner {
             }
         }
         self.wind_down(&mut local_rx).await;
-        Ok(())
+        self.background.store(false, Ordering::Release);
+        self.worker_ended.send_replace(true);
     }
 
     /// Waits for the (halted) executions to hand their runs back.
@@ -699,25 +615,14 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
     }
 }
 
-async fn run_to_end(
-    rt: &Inner,
-    run: &RunShared,
-    fut: BoxFuture<'static, Result<Finished, Error>>,
-) -> End {
+/// Polls the workflow future until it ends or the run is halted (its lease
+/// is renewed meanwhile by the [`LeaseKeeper`]).
+async fn run_to_end(run: &RunShared, fut: BoxFuture<'static, Result<Finished, Error>>) -> End {
     let mut fut = AssertUnwindSafe(fut).catch_unwind();
-    let period = (rt.ttl / 3).max(Duration::from_millis(10));
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The renewal in flight. It is polled next to the workflow future, never
-    // instead of it: the workflow may be inside a store transaction (a
-    // checkpoint locking the run's row, holding a pooled connection), and a
-    // renewal awaited while that transaction cannot move waits for its lock
-    // or its connection for good (the PostgreSQL stall of issue 11).
-    let mut renewal: Option<BoxFuture<'_, Result<(), Error>>> = None;
     loop {
         tokio::select! {
             biased;
-            _ = run.halt_notify.notified() => {
+            _ = run.halted() => {
                 if let Some(h) = run.take_halt() {
                     return End::Halted(h);
                 }
@@ -729,45 +634,65 @@ async fn run_to_end(
                     Err(p) => End::Panicked(panic_message(&*p)),
                 };
             }
-            r = async { renewal.as_mut().expect("guarded by the branch condition").await },
-                if renewal.is_some() =>
-            {
-                renewal = None;
-                match r {
-                    Ok(()) => {}
-                    Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. }) => {
-                        return End::Halted(Halt::Stop);
-                    }
-                    // Transient: try again at the next tick; the lease outlives a few misses.
-                    Err(_) => {}
-                }
-            }
-            _ = tick.tick(), if renewal.is_none() => {
-                renewal = Some(rt.store.renew(&run.id, &run.lease, rt.ttl));
-            }
         }
     }
 }
 
+/// Executes a claimed run, in its `checkpoint.run` span (see
+/// [`crate::observe`]), joined to the trace the run was started in.
 async fn drive(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
-    let end = match rt.launcher(&claimed.run.workflow) {
+    let span = observe::run_span(
+        run.workflow,
+        &run.id,
+        claimed.run.attempt,
+        &rt.env.worker,
+        claimed.run.version,
+        claimed.checkpoint.as_ref().map_or(0, |cp| cp.seq),
+    );
+    if let Some(propagation) = &rt.env.trace {
+        if let Some(context) = started_trace(&*rt.env.store, &run.id).await {
+            propagation.attach(&span, &context);
+        }
+    }
+    drive_in_span(rt, run, claimed).instrument(span).await
+}
+
+/// The trace context run `id` was started in (its `Started` event's).
+async fn started_trace(store: &dyn crate::store::Store, id: &str) -> Option<String> {
+    let history = store.history(id).await.ok()?;
+    match history.into_iter().next()?.event {
+        Event::Started { trace, .. } => trace,
+        _ => None,
+    }
+}
+
+async fn drive_in_span(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
+    let picked = rt
+        .registry
+        .pick(&rt.env, &claimed.run, claimed.checkpoint.clone(), false)
+        .await;
+    let end = match picked {
         None => End::Halted(Halt::Shutdown),
-        Some(launcher) => {
+        Some(Err(refusal)) => End::Halted(Halt::Park(refusal)),
+        Some(Ok(launcher)) => {
+            tracing::Span::current().record("version", launcher.version());
             if claimed.checkpoint.is_none() && claimed.run.attempt > 1 {
                 let _ = rt
+                    .env
                     .store
                     .append_event(
                         &run.id,
                         Event::Resumed {
-                            worker: rt.worker.to_string(),
+                            worker: rt.env.worker.to_string(),
                             from_seq: 0,
+                            version: claimed.run.version,
                         },
                     )
                     .await;
             }
             match launcher.launch(run.clone(), &claimed) {
                 Launch::Refuse(h) => End::Halted(h),
-                Launch::Run(fut) => run_to_end(&rt, &run, fut).await,
+                Launch::Run(fut) => run_to_end(&run, fut).await,
             }
         }
     };
@@ -776,71 +701,73 @@ async fn drive(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
         Some(Halt::Crash) => End::Halted(Halt::Crash),
         _ => end,
     };
-    conclude(&rt, &run, end).await;
-    {
-        // Only our own entry: if the run was claimed again meanwhile (our lease
-        // lapsed), the newer execution's entry stays.
-        let mut active = lock(&rt.active);
-        if active.get(&run.id).is_some_and(|a| Arc::ptr_eq(a, &run)) {
-            active.remove(&run.id);
-        }
+    if let End::Halted(Halt::Park(_)) = end {
+        // Parked by this very code: not worth a try of its own.
+        let seq = run.seq.load(Ordering::Acquire);
+        lock(&rt.parked_tried).insert(run.id.to_string(), seq);
     }
+    conclude(&rt, &run, end).await;
+    rt.active.remove(&run);
     rt.bump_local();
 }
 
-async fn conclude(rt: &Inner, run: &RunShared, end: End) {
-    let store = &rt.store;
-    let id: &str = &run.id;
-    let lease = &run.lease;
-    // Failures below are deliberately not propagated: when the store refuses
-    // (lease lost, cancelled) there is nothing left to do, and when it is down
-    // the lease expires and the run is resumed from its latest checkpoint.
+/// What an execution's end is, for the events and metrics.
+fn outcome_of(end: &End) -> (observe::Outcome, Option<String>) {
+    use observe::Outcome as O;
     match end {
-        End::Finished(fin) => {
-            let _ = store
-                .finish(
-                    id,
-                    lease,
-                    Outcome::Completed {
-                        output: fin.output,
-                        error: fin.error,
-                    },
-                )
-                .await;
-        }
+        End::Finished(fin) => match &fin.error {
+            Some(e) => (O::Failed, Some(e.clone())),
+            None => (O::Completed, None),
+        },
+        End::Panicked(message) => (O::Panicked, Some(message.clone())),
+        End::Halted(h) => match h {
+            Halt::Suspended | Halt::RejectSignal(_) => (O::Suspended, None),
+            Halt::Failed(e) => (O::Failed, Some(e.to_string())),
+            Halt::Park(e) => (O::Parked, Some(e.to_string())),
+            Halt::Retry(e) => (O::Retried, Some(e.to_string())),
+            Halt::Shutdown => (O::Shutdown, None),
+            Halt::Crash | Halt::Stop | Halt::Fits => (O::Stopped, None),
+        },
+    }
+}
+
+async fn conclude(rt: &Inner, run: &RunShared, end: End) {
+    let (outcome, detail) = outcome_of(&end);
+    observe::ended(run.workflow, outcome, detail.as_deref());
+    let store_error = match &end {
+        End::Halted(Halt::Retry(e)) => Some(e),
+        _ => None,
+    };
+    let pause = rt.troubles.note_end(run, store_error);
+    if !pause.is_zero() {
+        // Not at once: a store that keeps failing is not hammered. (Below a
+        // third of the lease, which would lapse otherwise.)
+        tokio::time::sleep(pause.min(rt.ttl / 3)).await;
+    }
+    let conclusion = match end {
+        End::Finished(fin) => Some(Conclusion::of_output(fin)),
         End::Panicked(message) => {
             let attempt = run.attempt.load(Ordering::Acquire);
-            if attempt >= rt.max_attempts {
-                let error = Error::Panicked {
-                    workflow: run.workflow.to_owned(),
-                    run: id.to_owned(),
-                    message: format!("{message} (attempt {attempt} of {})", rt.max_attempts),
-                };
-                let _ = store.finish(id, lease, Outcome::Failed { error }).await;
+            Some(if attempt >= rt.max_attempts {
+                Conclusion::Finish(Outcome::Failed {
+                    error: Error::Panicked {
+                        workflow: run.workflow.to_owned(),
+                        run: run.id.to_string(),
+                        message: format!("{message} (attempt {attempt} of {})", rt.max_attempts),
+                    },
+                })
             } else {
-                let reason = format!("panicked: {message}");
-                let _ = store.release(id, lease, Release::Retry { reason }).await;
-            }
+                Conclusion::Release(Release::Retry {
+                    reason: format!("panicked: {message}"),
+                })
+            })
         }
-        End::Halted(h) => match h {
-            Halt::Suspended => {
-                let _ = store.release(id, lease, Release::Suspend).await;
-            }
-            Halt::Failed(error) => {
-                let _ = store.finish(id, lease, Outcome::Failed { error }).await;
-            }
-            Halt::RejectSignal(reason) => {
-                if store.reject_signal(id, lease, reason).await.is_ok() {
-                    let _ = store.release(id, lease, Release::Suspend).await;
-                }
-            }
-            Halt::Crash | Halt::Stop => {}
-            Halt::Retry(reason) => {
-                let _ = store.release(id, lease, Release::Retry { reason }).await;
-            }
-            Halt::Shutdown => {
-                let _ = store.release(id, lease, Release::Abandon).await;
-            }
-        },
+        End::Halted(h) => Conclusion::of_halt(h),
+    };
+    let Some(conclusion) = conclusion else { return };
+    if let Err(e) = conclusion.write(&*rt.env.store, &run.id, &run.lease).await {
+        // Kept and written again by the worker loop: the run is handed back
+        // the moment the store takes writes again, not when its lease lapses.
+        rt.troubles.keep(run, conclusion, e);
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::Runtime;
+use crate::executor::Engine;
 use crate::status::Status;
 use crate::store::{RunRecord, RunState};
 use crate::workflow::Workflow;
@@ -38,14 +38,14 @@ use crate::Error;
 /// let h = rt.start(review, "r-1", 500).await?;
 /// assert_eq!(h.id(), "r-1");
 /// rt.run_until_idle().await?;
-/// assert_eq!(h.status().await?, Status::Waiting { signal: "approval".into() });
+/// assert_eq!(h.status().await?, Status::Waiting { signal: "approval".into(), deadline: None });
 /// rt.signal("r-1", "approval", &true).await?;
 /// let out: Result<Decision, String> = h.result().await?;
 /// assert_eq!(out, Ok(Decision::Approved));
 /// # Ok(()) }
 /// ```
 pub struct WorkflowHandle<W: Workflow> {
-    rt: Runtime,
+    rt: Arc<Engine>,
     id: Arc<str>,
     workflow: W,
 }
@@ -73,7 +73,7 @@ impl<W: Workflow> std::fmt::Debug for WorkflowHandle<W> {
 const RESULT_POLL: Duration = Duration::from_millis(250);
 
 impl<W: Workflow> WorkflowHandle<W> {
-    pub(crate) fn new(rt: Runtime, workflow: W, id: &str) -> Self {
+    pub(crate) fn new(rt: Arc<Engine>, workflow: W, id: &str) -> Self {
         WorkflowHandle {
             rt,
             id: Arc::from(id),
@@ -95,7 +95,13 @@ impl<W: Workflow> WorkflowHandle<W> {
     }
 
     async fn load(&self) -> Result<RunRecord, Error> {
-        let run = self.rt.load(&self.id).await?;
+        let run = self
+            .rt
+            .env
+            .store
+            .load_run(&self.id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(&self.id))?;
         if run.workflow != W::NAME {
             return Err(Error::WorkflowMismatch {
                 run: self.id.to_string(),
@@ -119,7 +125,7 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// # async fn main() -> Result<(), Error> {
     /// let rt = Runtime::in_memory();
     /// let h = rt.start(check, "neg", -1).await?;
-    /// assert_eq!(h.status().await?, Status::Running); // started, not executed yet
+    /// // Executing in the background from now on: queued, then running.
     /// h.result().await?;
     /// assert_eq!(h.status().await?, Status::Failed { error: "-1 is negative".into() });
     /// # Ok(()) }
@@ -130,9 +136,9 @@ impl<W: Workflow> WorkflowHandle<W> {
 
     /// Waits for the run to end and returns the workflow's output.
     ///
-    /// While waiting, it drives the run on this runtime when nobody else does
-    /// (so no worker loop is needed in tests), waits for signals and timers,
-    /// and lets another worker holding the run finish it. If the run waits
+    /// It only waits: the run executes in the background, on this runtime
+    /// (which registers the workflow if it was not) or on another worker of
+    /// the store, through its signals and timers. If the run waits
     /// for a signal that never comes, this keeps waiting: wrap it in
     /// `tokio::time::timeout` where that matters.
     ///
@@ -140,7 +146,13 @@ impl<W: Workflow> WorkflowHandle<W> {
     ///   `Ok(Err(e))` here (its status is `Failed`);
     /// - a cancelled run gives [`Error::Cancelled`];
     /// - a run the runtime failed gives that error (for example
-    ///   [`Error::Incompatible`], [`Error::Decode`], [`Error::Panicked`]).
+    ///   [`Error::Panicked`]);
+    /// - a run parked because this runtime's code cannot resume its latest
+    ///   checkpoint ([`Status::Incompatible`](crate::Status::Incompatible))
+    ///   gives the refusal ([`Error::Incompatible`], [`Error::Decode`]) once
+    ///   this code was tried on it (at once on a client-only runtime). The
+    ///   run is not finished: it resumes by itself where matching code is
+    ///   registered, and `result()` called after that waits for it.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -160,8 +172,8 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// # Ok(()) }
     /// ```
     pub async fn result(&self) -> Result<W::Output, Error> {
-        let inner = &self.rt.inner;
-        let mut store_rx = inner.store.subscribe();
+        let inner = &self.rt;
+        let mut store_rx = inner.env.store.subscribe();
         let mut local_rx = inner.subscribe_local();
         loop {
             store_rx.borrow_and_update();
@@ -178,6 +190,16 @@ impl<W: Workflow> WorkflowHandle<W> {
                     });
                 }
                 RunState::Failed { error } => return Err(error.clone()),
+                // Not finished: it resumes once code that matches is
+                // registered. Once this runtime's code was tried on it (or
+                // it cannot try: client-only), what keeps it is reported
+                // rather than waited out.
+                RunState::Parked { error }
+                    if inner.client_only || inner.tried_parked(&run.id, run.latest_seq) =>
+                {
+                    return Err(error.clone())
+                }
+                RunState::Parked { .. } => None,
                 RunState::Cancelled => {
                     return Err(Error::Cancelled {
                         run: self.id.to_string(),
@@ -187,11 +209,12 @@ impl<W: Workflow> WorkflowHandle<W> {
                 RunState::Waiting { deadline, .. } => *deadline,
                 RunState::Ready => run.lease.as_ref().map(|l| l.expires_at),
             };
-            if !inner.is_registered(W::NAME) {
+            if !inner.client_only && !inner.is_registered(W::NAME) {
                 // The handle knows the workflow: make it executable here.
                 inner.register(self.workflow);
             }
-            inner.pump(Some(&self.id)).await?;
+            // Executions happen in the background; this only waits.
+            inner.ensure_background();
             let wait = wait_until
                 .map(|t| {
                     t.duration_since(SystemTime::now())

@@ -30,6 +30,10 @@ pub enum Event {
     Started {
         /// The workflow name.
         workflow: String,
+        /// The trace context the run was started in, when the runtime
+        /// carries one (see [`crate::observe::TracePropagation`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
     },
     /// A checkpoint was stored.
     CheckpointSaved {
@@ -44,8 +48,14 @@ pub enum Event {
         /// the workflow registered).
         on: String,
     },
-    /// A signal was stored for the run.
+    /// A signal was stored for the run (not consumed yet: see
+    /// [`Event::SignalConsumed`]).
     SignalReceived {
+        /// The signal name.
+        name: String,
+    },
+    /// The run took a stored signal at its wait site and goes on with it.
+    SignalConsumed {
         /// The signal name.
         name: String,
     },
@@ -63,6 +73,10 @@ pub enum Event {
         worker: String,
         /// The checkpoint it resumed from.
         from_seq: u64,
+        /// The workflow version that runs from there
+        /// (`#[workflow(version = N)]`; 1 in histories from before versions).
+        #[serde(default = "first_version")]
+        version: u32,
     },
     /// A worker instance claimed the run while another instance's lease was
     /// still on it (that lease had expired, or belonged to a dead earlier
@@ -102,24 +116,48 @@ pub enum Event {
         /// The new run.
         to: String,
     },
+    /// The code that claimed the run could not resume its latest
+    /// checkpoint: the run is parked until code that matches is registered.
+    Parked {
+        /// The worker whose code refused it.
+        worker: String,
+        /// Why (the refusal, naming the site and field).
+        reason: String,
+    },
+}
+
+fn first_version() -> u32 {
+    1
 }
 
 impl std::fmt::Display for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Event::Started { workflow } => write!(f, "started (workflow `{workflow}`)"),
+            Event::Started { workflow, .. } => write!(f, "started (workflow `{workflow}`)"),
             Event::CheckpointSaved { seq, label } => match label {
                 Some(l) => write!(f, "checkpoint #{seq} saved ({l})"),
                 None => write!(f, "checkpoint #{seq} saved"),
             },
             Event::Suspended { on } => write!(f, "suspended: {on}"),
-            Event::SignalReceived { name } => write!(f, "signal `{name}` received"),
+            Event::Parked { worker, reason } => {
+                write!(
+                    f,
+                    "parked by worker `{worker}` (its code cannot resume it): {reason}"
+                )
+            }
+            Event::SignalReceived { name } => write!(f, "signal `{name}` stored"),
+            Event::SignalConsumed { name } => write!(f, "signal `{name}` consumed"),
             Event::SignalRejected { name, reason } => {
                 write!(f, "signal `{name}` rejected: {reason}")
             }
-            Event::Resumed { worker, from_seq } => {
-                write!(f, "resumed by `{worker}` from checkpoint #{from_seq}")
-            }
+            Event::Resumed {
+                worker,
+                from_seq,
+                version,
+            } => write!(
+                f,
+                "resumed by `{worker}` from checkpoint #{from_seq} (version {version})"
+            ),
             Event::TakenOver {
                 worker,
                 instance,
@@ -199,6 +237,12 @@ pub struct CheckpointInfo {
     pub loops: Vec<u64>,
     /// The saved fields (live locals), in order.
     pub fields: Vec<FieldInfo>,
+    /// Set when the stored version is damaged (its bytes, or what locates
+    /// them, do not match their checksum, or cannot be read): what is wrong.
+    /// It is listed so the intact versions around it can still be inspected
+    /// and forked; resuming or forking this one is refused.
+    #[serde(default)]
+    pub damaged: Option<String>,
 }
 
 /// One saved field of a checkpoint.

@@ -34,8 +34,9 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::abi::Encoder;
 use crate::codec;
-use crate::frame::{Encoder, Frame};
+use crate::frame::Frame;
 use crate::Error;
 
 /// A zero-sized stand-in for the type of the collection a loop starts from,
@@ -398,33 +399,15 @@ pub fn save_through<P: ItemPart>(enc: &mut Encoder, part: &P) -> Result<(), Erro
 
 /// Writes the saved value of a mutable loop's binding back into the rebuilt
 /// binding (see [`save_through`]).
-pub fn restore_through<P: ItemPart>(part: &mut P, saved: &mut crate::frame::Slot<P::Owned>) {
+pub fn restore_through<P: ItemPart>(part: &mut P, saved: &mut crate::abi::Slot<P::Owned>) {
     part.restore(saved.take());
 }
 
 /// Ties a slot's type to the saved form of a loop binding (type inference
 /// only).
-pub fn bind_through<P: ItemPart>(_slot: &crate::frame::Slot<P::Owned>, _part: &P) {}
+pub fn bind_through<P: ItemPart>(_slot: &crate::abi::Slot<P::Owned>, _part: &P) {}
 
-/// Separates the loop positions of a checkpoint from the fingerprints of
-/// the loops' current items that follow them. (`i64::MAX`: stored loops are
-/// `bigint`s in PostgreSQL; positions never get there.)
-pub const LOOP_ITEMS: u64 = i64::MAX as u64;
-
-/// The positions part of a checkpoint's stored loops.
-pub(crate) fn loop_positions(loops: &[u64]) -> &[u64] {
-    match loops.iter().position(|&l| l == LOOP_ITEMS) {
-        Some(end) => &loops[..end],
-        None => loops,
-    }
-}
-
-/// The fingerprint of the current item of the `depth`-th enclosing loop
-/// stored in a checkpoint's loops, if any (0: none).
-pub(crate) fn loop_item(loops: &[u64], depth: usize) -> u64 {
-    let positions = loop_positions(loops).len();
-    loops.get(positions + 1 + depth).copied().unwrap_or(0)
-}
+pub use crate::store::LOOP_ITEMS;
 
 /// A loop item, for method resolution to pick [`Fingerprinted`] when it
 /// serializes and [`NotFingerprinted`] otherwise.
@@ -514,11 +497,6 @@ mod tests {
         );
         struct Opaque;
         assert_eq!((&&ItemProbe(&Opaque)).fingerprint(), 0);
-        let loops = [3, 1, LOOP_ITEMS, 11, 0];
-        assert_eq!(loop_positions(&loops), &[3, 1]);
-        assert_eq!(loop_item(&loops, 0), 11);
-        assert_eq!(loop_item(&loops, 1), 0);
-        assert_eq!(loop_item(&[3, 1], 0), 0, "an older checkpoint has none");
     }
 
     #[test]

@@ -45,7 +45,7 @@
 //! let vendor = Vendor { name: "acme".into(), tasks: vec!["contract".into(), "bank details".into()] };
 //! let h = rt.start(vendor_approval, "vendor-42", vendor).await?;
 //! rt.run_until_idle().await?; // runs until it waits for the approval
-//! assert_eq!(h.status().await?, Status::Waiting { signal: "finance_approval".into() });
+//! assert_eq!(h.status().await?, Status::Waiting { signal: "finance_approval".into(), deadline: None });
 //!
 //! // Later, perhaps in another process: a fresh runtime over the same store.
 //! let rt = Runtime::builder().store(rt.store()).in_memory();
@@ -101,38 +101,61 @@
 //! a PostgreSQL database (feature `postgres`, off by default), `":memory:"`
 //! the in-memory store (always built). A URL whose backend this build leaves
 //! out is an [`Error::UnsupportedStore`] naming the feature. The `cli`
-//! feature (on by default) builds the `checkpoint` command.
+//! feature (on by default) builds the `checkpoint` command; the `http`
+//! feature (off by default) the module `http`: a JSON API and a web page
+//! over a store as one axum router, which `checkpoint serve` serves.
 //!
 //! Modules: [`store`] (the storage boundary and its backends), [`testing`]
 //! (a harness that crashes a workflow after every checkpoint and checks that
-//! it resumes to the same result); the rest is re-exported at the crate root
-//! and in [`prelude`].
+//! it resumes to the same result), `http` (feature `http`) and `json` (the
+//! JSON shapes the command line and the HTTP API share; features `cli` or
+//! `http`); the rest is re-exported at the crate root and in [`prelude`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod abi;
+mod builder;
 mod codec;
+mod compatibility;
+mod conclude;
 mod ctx;
 mod error;
 mod executor;
 mod frame;
 mod handle;
 mod history;
+#[cfg(feature = "http")]
+pub mod http;
 mod iteration;
+#[cfg(any(feature = "cli", feature = "http"))]
+pub mod json;
+mod launch;
+mod lease_keeper;
+pub mod observe;
+#[cfg(feature = "otel")]
+pub mod otel;
+mod registry;
+mod run;
 mod runtime;
 mod save;
 pub mod schema;
+mod signal_types;
 mod status;
 pub mod store;
 pub mod testing;
+mod type_names;
 mod workflow;
 
+pub use builder::{RuntimeBuilder, DEFAULT_CONCURRENCY, DEFAULT_WORKER_ID};
+pub use compatibility::Incompatibility;
 pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
 pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
-pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_WORKER_ID};
+pub use runtime::Runtime;
 pub use schema::FieldJson;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
+pub use type_names::readable_type_name;
 pub use workflow::{IntoWorkflow, Workflow};
 
 pub use checkpoint_macros::{checkpoint, workflow};
@@ -156,17 +179,18 @@ pub mod prelude {
 /// release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::frame::{
-        diverged, encode, encode_typed, load, load_signal, load_signal_timeout, missing_input,
-        Encoded, Encoder, Frame, SiteInfo, SiteKind, Slot,
+    pub use crate::abi::{
+        encode, encode_typed, Encoded, Encoder, FieldPlan, SiteInfo, SiteKind, Slot,
     };
+    pub use crate::frame::resume::{load, load_signal, load_signal_timeout};
+    pub use crate::frame::{diverged, missing_input, Frame};
     pub use crate::iteration::{
         advance_writing_back, bind_through, order_probe, restore_through, save_through,
         Fingerprinted, HashOrdered, ItemPart, ItemProbe, NotFingerprinted, Reborrow, SourceOrdered,
         WrittenItems, LOOP_ITEMS,
     };
     pub use crate::save::{type_of, type_of_slot, Save, SaveOps, TypeOf};
-    pub use crate::workflow::WorkflowToken;
+    pub use crate::workflow::{ErrOutput, OutputProbe, PlainOutput, WorkflowToken};
     pub use futures;
     pub use futures::future::BoxFuture;
     pub use serde;

@@ -1,31 +1,37 @@
-//! [`Runtime`] and [`RuntimeBuilder`]: the entry points.
+//! [`Runtime`]: the entry point (its builder is in `builder.rs`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::error::validate_id;
-use crate::executor::{CrashPlan, Halt, Inner, InnerConfig, Resources};
+use crate::executor::Engine;
 use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
+use crate::run::Halt;
 use crate::schema::FieldJson;
-use crate::status::{RunFilter, RunInfo, Status};
-use crate::store::{Created, GcReport, MemoryStore, NewRun, RunRecord, Store};
+use crate::signal_types;
+use crate::status::{RunFilter, RunInfo, Status, StatusKind};
+use crate::store::{Created, GcReport, NewRun, RunRecord, RunState, Store, Suspend};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
-
-/// The worker id used when none is set: a restarted process with the default
-/// id resumes its own unfinished runs at once.
-pub const DEFAULT_WORKER_ID: &str = "local";
 
 /// Runs workflows: starts them, executes and resumes them, delivers signals,
 /// and answers questions about runs.
 ///
 /// A `Runtime` is a cheap handle (an `Arc`): clone it into tasks freely. All
-/// methods take `&self`. Executions happen in tokio tasks spawned by
-/// [`run_until_idle`](Runtime::run_until_idle), [`run_worker`](Runtime::run_worker)
-/// or [`WorkflowHandle::result`], so those must be called inside a tokio runtime.
+/// methods take `&self`.
+///
+/// A runtime executes the runnable runs of every workflow registered on it
+/// (or started through it) in the background, in tokio tasks, from the first
+/// [`register`](Runtime::register) or [`start`](Runtime::start) inside a
+/// tokio runtime until it is [shut down](Runtime::shutdown) or its last clone
+/// (and the last [`WorkflowHandle`]) is dropped: at most
+/// [`concurrency`](RuntimeBuilder::concurrency) at once. Opening a store and
+/// registering its workflows resumes their unfinished runs with no further
+/// call. [`run_until_idle`](Runtime::run_until_idle) waits until nothing it
+/// may take is runnable, [`run_worker`](Runtime::run_worker) until shutdown;
+/// a [`client_only`](RuntimeBuilder::client_only) runtime never executes.
 ///
 /// ```
 /// use checkpoint_runtime::{Runtime, RunFilter};
@@ -39,322 +45,21 @@ pub const DEFAULT_WORKER_ID: &str = "local";
 /// ```
 #[derive(Clone)]
 pub struct Runtime {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Engine>,
 }
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("worker_id", &&*self.inner.worker)
-            .field("store", &self.inner.store.kind())
+            .field("worker_id", &&*self.inner.env.worker)
+            .field("store", &self.inner.env.store.kind())
             .field("lease_ttl", &self.inner.ttl)
             .field("active", &self.inner.active_count())
             .finish()
     }
 }
 
-/// Configures a [`Runtime`].
-///
-/// ```
-/// use std::time::Duration;
-/// use checkpoint_runtime::Runtime;
-///
-/// struct HttpClient;
-///
-/// let rt = Runtime::builder()
-///     .worker_id("worker-b")
-///     .lease_ttl(Duration::from_secs(30))
-///     .resource(HttpClient)
-///     .keep_checkpoints(100)
-///     .in_memory();
-/// # let _ = rt;
-/// ```
-pub struct RuntimeBuilder {
-    worker: String,
-    ttl: Duration,
-    keep: Option<usize>,
-    concurrency: usize,
-    max_attempts: u32,
-    resources: Resources,
-    store: Option<Arc<dyn Store>>,
-    crash: Option<CrashPlan>,
-}
-
-impl std::fmt::Debug for RuntimeBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeBuilder")
-            .field("worker_id", &self.worker)
-            .field("lease_ttl", &self.ttl)
-            .field("keep_checkpoints", &self.keep)
-            .field("concurrency", &self.concurrency)
-            .field("max_attempts", &self.max_attempts)
-            .field("resources", &self.resources.len())
-            .finish()
-    }
-}
-
-impl Default for RuntimeBuilder {
-    fn default() -> Self {
-        RuntimeBuilder {
-            worker: DEFAULT_WORKER_ID.to_owned(),
-            ttl: Duration::from_secs(30),
-            keep: None,
-            concurrency: 64,
-            max_attempts: 3,
-            resources: Resources::default(),
-            store: None,
-            crash: None,
-        }
-    }
-}
-
-impl RuntimeBuilder {
-    /// This worker's id (default [`DEFAULT_WORKER_ID`]): a role, not a
-    /// process. Runs leased by a previous, dead process with the same id are
-    /// taken over at once. A second live process with the same id never
-    /// takes runs from the first: it leases under an id of its own
-    /// (`<id>~<instance>`, shown as the lease holder) and waits for leases
-    /// like any other worker (the SQLite store keeps a lock file per worker
-    /// id next to the database, PostgreSQL a session advisory lock).
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::builder().worker_id("worker-b").in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn worker_id(mut self, id: &str) -> Self {
-        self.worker = id.to_owned();
-        self
-    }
-
-    /// How long a claimed run stays leased without renewal (default 30 s;
-    /// leases are renewed every third of it while a run executes). Another
-    /// worker takes a run over once its lease expires. Clamped to between
-    /// 30 ms and one year.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let rt = checkpoint_runtime::Runtime::builder().lease_ttl(Duration::from_secs(5)).in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Registers a shared, non-serialized dependency, available to workflows as
-    /// [`Ctx::resource::<T>()`](crate::Ctx::resource). One value per type; a
-    /// later one replaces an earlier one.
-    ///
-    /// ```
-    /// struct Db { url: String }
-    /// let rt = checkpoint_runtime::Runtime::builder()
-    ///     .resource(Db { url: "postgres://...".into() })
-    ///     .in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn resource<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.resources.insert(value);
-        self
-    }
-
-    /// Keeps at most `n` checkpoint versions per run (the latest is always
-    /// kept). By default every version is kept.
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::builder().keep_checkpoints(10).in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn keep_checkpoints(mut self, n: usize) -> Self {
-        self.keep = Some(n.max(1));
-        self
-    }
-
-    /// At most `n` runs execute at once on this runtime (default 64).
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::builder().concurrency(8).in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
-        self
-    }
-
-    /// How many times workflow code may panic, counting from its latest
-    /// checkpoint, before the run is failed with [`Error::Panicked`]
-    /// (default 3). Each panic is followed by a retry from the latest checkpoint.
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::builder().max_attempts(1).in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n.max(1);
-        self
-    }
-
-    /// Uses this store (for a custom backend, or to share one store between
-    /// runtimes). [`in_memory`](RuntimeBuilder::in_memory) then builds over it.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use checkpoint_runtime::{store::MemoryStore, Runtime};
-    /// let store = Arc::new(MemoryStore::new());
-    /// let rt = Runtime::builder().store(store).in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// Test hook: the runtime "crashes" right after its `k`-th stored
-    /// checkpoint (the execution is dropped, its lease is left behind and the
-    /// runtime stops executing). Used by [`crate::testing`].
-    #[doc(hidden)]
-    pub fn crash_after_checkpoints(mut self, k: u64) -> Self {
-        self.crash = Some(CrashPlan {
-            at: k,
-            before: false,
-        });
-        self
-    }
-
-    /// Test hook: the runtime "crashes" right before storing its `k`-th
-    /// checkpoint (the code since the previous one then runs again on resume).
-    #[doc(hidden)]
-    pub fn crash_before_checkpoint(mut self, k: u64) -> Self {
-        self.crash = Some(CrashPlan {
-            at: k,
-            before: true,
-        });
-        self
-    }
-
-    #[doc(hidden)]
-    pub fn resources_from(mut self, other: &Runtime) -> Self {
-        self.resources = other.inner.resources.clone();
-        self
-    }
-
-    pub(crate) fn with_resources(mut self, resources: Resources) -> Self {
-        self.resources = resources;
-        self
-    }
-
-    fn build(self, store: Arc<dyn Store>) -> Runtime {
-        Runtime {
-            inner: Arc::new(Inner::new(InnerConfig {
-                store,
-                worker: self.worker,
-                ttl: self.ttl,
-                keep: self.keep,
-                concurrency: self.concurrency,
-                max_attempts: self.max_attempts,
-                resources: self.resources,
-                crash: self.crash,
-            })),
-        }
-    }
-
-    /// Builds a runtime over a fresh in-memory store (or the store given with
-    /// [`store`](RuntimeBuilder::store)).
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::builder().in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn in_memory(mut self) -> Runtime {
-        let store = self
-            .store
-            .take()
-            .unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        self.build(store)
-    }
-
-    /// Builds a runtime over the store named by `url`.
-    ///
-    /// - `":memory:"`, `"memory:"` or `"memory://"`: a fresh in-memory store;
-    /// - `postgres://...` or `postgresql://...`: a PostgreSQL database shared
-    ///   by many workers on many machines (see
-    ///   [`PostgresStore`](crate::store::postgres::PostgresStore) for the
-    ///   URL's options, such as `?schema=NAME`); the tables are created or
-    ///   upgraded on open. A server that cannot be reached is an
-    ///   [`Error::Store`] naming the URL (its password hidden);
-    /// - anything else is an SQLite file path, optionally written
-    ///   `sqlite://path` (created if missing; several processes may share it).
-    ///
-    /// A store set with [`store`](RuntimeBuilder::store) takes precedence over
-    /// the URL.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
-    /// let rt = checkpoint_runtime::Runtime::builder()
-    ///     .worker_id("worker-a")
-    ///     .open(":memory:")
-    ///     .await?;
-    /// # let _ = rt; Ok(()) }
-    /// ```
-    pub async fn open(mut self, url: &str) -> Result<Runtime, Error> {
-        if let Some(store) = self.store.take() {
-            return Ok(self.build(store));
-        }
-        let store = crate::store::open(url).await?;
-        Ok(self.build(store))
-    }
-}
-
 impl Runtime {
-    /// A runtime over a fresh in-memory store, with default settings. Not
-    /// async; for tests and examples.
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn in_memory() -> Runtime {
-        RuntimeBuilder::default().in_memory()
-    }
-
-    /// A builder for a configured runtime.
-    ///
-    /// ```
-    /// let rt = checkpoint_runtime::Runtime::builder().worker_id("a").in_memory();
-    /// # let _ = rt;
-    /// ```
-    pub fn builder() -> RuntimeBuilder {
-        RuntimeBuilder::default()
-    }
-
-    /// A runtime with default settings over the store named by `url` (see
-    /// [`RuntimeBuilder::open`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
-    /// let path = std::env::temp_dir().join(format!("checkpoint-doc-{}.db", std::process::id()));
-    /// let rt = checkpoint_runtime::Runtime::open(&path.to_string_lossy()).await?; // SQLite file
-    /// let mem = checkpoint_runtime::Runtime::open(":memory:").await?;
-    /// # drop((rt, mem));
-    /// # for ext in ["", "-wal", "-shm"] {
-    /// #     let _ = std::fs::remove_file(format!("{}{ext}", path.to_string_lossy()));
-    /// # }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// A PostgreSQL database, shared by workers on several machines:
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
-    /// let rt = checkpoint_runtime::Runtime::open("postgres://app@db.internal/workflows").await?;
-    /// # let _ = rt; Ok(()) }
-    /// ```
-    pub async fn open(url: &str) -> Result<Runtime, Error> {
-        RuntimeBuilder::default().open(url).await
-    }
-
     /// This runtime's worker id.
     ///
     /// ```
@@ -362,7 +67,7 @@ impl Runtime {
     /// assert_eq!(rt.worker_id(), checkpoint_runtime::DEFAULT_WORKER_ID);
     /// ```
     pub fn worker_id(&self) -> &str {
-        &self.inner.worker
+        &self.inner.env.worker
     }
 
     /// The store this runtime uses (to share it with another runtime).
@@ -374,12 +79,16 @@ impl Runtime {
     /// # let _ = b;
     /// ```
     pub fn store(&self) -> Arc<dyn Store> {
-        self.inner.store.clone()
+        self.inner.env.store.clone()
     }
 
     /// Registers a workflow so this runtime can execute and resume its runs
-    /// by name. [`start`](Runtime::start) registers too. Registering another
-    /// workflow under the same name replaces the earlier one.
+    /// by name: its unfinished runs in the store resume in the background
+    /// from now on, with no further call. [`start`](Runtime::start)
+    /// registers too. Several versions of one name
+    /// (`#[workflow(name = .., version = N)]`) are registered side by side;
+    /// another function with the same name and version replaces the earlier
+    /// one.
     ///
     /// ```
     /// # use checkpoint_runtime::prelude::*;
@@ -402,19 +111,20 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub fn register<I: IntoWorkflow>(&self, workflow: I) {
-        self.inner.register(workflow.into_workflow());
+        self.register_workflow(workflow.into_workflow());
     }
 
     /// [`register`](Runtime::register) for a workflow value.
     pub(crate) fn register_workflow<W: Workflow>(&self, workflow: W) {
         self.inner.register(workflow);
+        self.inner.ensure_background();
     }
 
     /// Starts a run of `workflow` under `id` with `input` (its parameters
     /// after `ctx`: one bare, several as a tuple) and returns a handle. The run
-    /// executes when this runtime (or another worker on the same store) runs:
-    /// [`run_until_idle`](Runtime::run_until_idle), [`run_worker`](Runtime::run_worker)
-    /// or [`WorkflowHandle::result`].
+    /// begins executing at once, in the background (see [`Runtime`]), on this
+    /// runtime or on another worker of the same store; a
+    /// [`client_only`](RuntimeBuilder::client_only) runtime leaves it to them.
     ///
     /// Idempotent per id: if a run `id` of the same workflow exists (running or
     /// finished), this returns a handle to it and `input` is ignored. A run of
@@ -466,11 +176,14 @@ impl Runtime {
         self.inner.register(workflow);
         let created = self
             .inner
+            .env
             .store
             .create_run(NewRun {
                 id: id.to_owned(),
                 workflow: W::NAME.to_owned(),
                 input: input_json.into(),
+                version: W::VERSION,
+                trace: self.inner.env.trace.as_ref().and_then(|p| p.current()),
             })
             .await?;
         if let Created::Existing(run) = created {
@@ -482,7 +195,9 @@ impl Runtime {
                 });
             }
         }
-        Ok(WorkflowHandle::new(self.clone(), workflow, id))
+        // Executes in the background from now on (unless client-only).
+        self.inner.ensure_background();
+        Ok(WorkflowHandle::new(self.inner.clone(), workflow, id))
     }
 
     /// A handle to run `id` of `workflow` (which need not exist yet: the
@@ -507,13 +222,21 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub fn handle<I: IntoWorkflow>(&self, workflow: I, id: &str) -> WorkflowHandle<I::Workflow> {
-        WorkflowHandle::new(self.clone(), workflow.into_workflow(), id)
+        WorkflowHandle::new(self.inner.clone(), workflow.into_workflow(), id)
     }
 
     /// Stores a signal for run `id`; its payload is stored as JSON. A run
     /// waiting for `name` is resumed (by whichever worker runs); a signal that
     /// arrives before the run waits for it is kept until it does. Signals of
     /// one name are consumed in arrival order, each exactly once.
+    ///
+    /// When the run is waiting for `name`, a payload its wait site could not
+    /// decode is refused with [`Error::SignalPayload`] and nothing is stored:
+    /// checked with the site's own type when this process ran the site, and
+    /// otherwise against the schema of that type the site stored with the
+    /// wait (a one-sided check: it refuses a value of the wrong kind, an
+    /// integer out of range or a tuple of the wrong length, and leaves to the
+    /// site what serde attributes may allow, such as a missing field).
     ///
     /// ```
     /// # use checkpoint_runtime::prelude::*;
@@ -550,7 +273,63 @@ impl Runtime {
             signal: name.to_owned(),
             detail: e.to_string(),
         })?;
-        self.inner.store.put_signal(id, name, json).await
+        self.check_payload(id, name, &json).await?;
+        self.inner.env.store.put_signal(id, name, json).await
+    }
+
+    /// Refuses a payload that the run, waiting for `name`, could not decode:
+    /// with the site's own decoder if this process ran the site, else with
+    /// the payload type's schema that the site stored with the wait (a
+    /// one-sided check: see [`crate::schema`]'s `check` for what it cannot
+    /// see, which the site then decides).
+    async fn check_payload(&self, id: &str, name: &str, json: &[u8]) -> Result<(), Error> {
+        let store = &self.inner.env.store;
+        let Some(run) = store.load_run(id).await? else {
+            return Ok(()); // `put_signal` names the unknown run
+        };
+        let RunState::Waiting { signal, .. } = &run.state else {
+            return Ok(());
+        };
+        if signal != name {
+            return Ok(());
+        }
+        // A checkpoint that cannot be read (damaged) is not checked against:
+        // the signal is stored, as for a site whose type is unknown.
+        let Ok(Some(cp)) = store.latest_checkpoint(id).await else {
+            return Ok(());
+        };
+        let refused = |detail: String, expected: &str| {
+            Error::SignalPayload {
+            run: id.to_owned(),
+            signal: name.to_owned(),
+            detail: format!(
+                "{detail}{expected}; run `{id}` of workflow `{}` waits for it at site `{}`, and the signal was not stored",
+                run.workflow, cp.site_key
+            ),
+        }
+        };
+        if let Some(check) = signal_types::check_for(&run.workflow, &cp.site_key) {
+            return check(json).map_err(|detail| refused(detail, ""));
+        }
+        let Some(Suspend::Waiting {
+            payload_schema: Some(key),
+            ..
+        }) = &cp.suspend
+        else {
+            return Ok(());
+        };
+        let docs = store.schemas(std::slice::from_ref(key)).await?;
+        let Some(doc) = docs.get(key) else {
+            return Ok(()); // not stored (its write failed): the site decides
+        };
+        let value: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| refused(format!("the payload is not JSON: {e}"), ""))?;
+        crate::schema::check_json(doc, &value).map_err(|detail| {
+            refused(
+                detail,
+                " (checked against the payload type's stored schema)",
+            )
+        })
     }
 
     /// Cancels run `id`: it will not run again, and an execution in progress
@@ -575,10 +354,38 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn cancel(&self, id: &str) -> Result<(), Error> {
-        self.inner.store.cancel(id).await?;
+        self.inner.env.store.cancel(id).await?;
         if let Some(run) = self.inner.active_run(id) {
             run.halt(Halt::Stop);
         }
+        Ok(())
+    }
+
+    /// Retries run `id` after a fix: a failed run (stopped by the runtime,
+    /// or whose workflow returned `Err`) resumes from its latest checkpoint
+    /// as a new attempt, with a signal it had consumed; a parked run
+    /// ([`Status::Incompatible`]) is made runnable by any worker at once.
+    /// Recorded as `Retried` in the history. [`Error::NotRetryable`] for a
+    /// run in another state, [`Error::UnknownRun`] for an unknown id.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn flaky(ctx: &Ctx) -> u32 {
+    ///     7
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(flaky, "f-1", ()).await?;
+    /// assert_eq!(h.result().await?, 7);
+    /// // A completed run has nothing to retry.
+    /// assert!(matches!(rt.retry("f-1").await, Err(Error::NotRetryable { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn retry(&self, id: &str) -> Result<(), Error> {
+        self.inner.env.store.retry(id).await?;
+        self.inner.ensure_background();
         Ok(())
     }
 
@@ -586,6 +393,11 @@ impl Runtime {
     /// none it may take is runnable: each is finished, waiting for a signal,
     /// sleeping with a timer not yet due, held by another worker's live
     /// lease, or of a workflow not registered here.
+    ///
+    /// A store that keeps refusing this runtime's writes (disk full, a
+    /// read-only file) is an [`Error::Store`] naming the run that cannot
+    /// progress, not a quiet `Ok`: the run is retried and resumes as soon as
+    /// writes succeed again. [`Error::ClientOnly`] on a client-only runtime.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -605,9 +417,14 @@ impl Runtime {
     /// checkpoint elsewhere or on restart). A store that cannot be reached
     /// ([`Error::Store`]: a database restart, a dropped connection) is
     /// retried with a growing pause (at most 3.2 s) for as long as it lasts:
-    /// the worker reconnects and takes up its runs by itself. Any other error
-    /// is retried too; after 10 consecutive ones it returns the last one
-    /// (executions in progress go on; call it again to resume serving).
+    /// the worker reconnects and takes up its runs by itself. Store failures
+    /// are told on stderr (`checkpoint-runtime: worker `ID`: ...`): the 1st,
+    /// 2nd, 4th, 8th... in a row and the recovery, and a run that a store
+    /// refusing writes (a full disk) keeps from progressing, naming it; the
+    /// runtime resumes it at once when writes succeed again. It returns an
+    /// error of another kind that keeps coming (10 in a row); the runtime
+    /// keeps working meanwhile; call `run_worker` again to go on waiting.
+    /// [`Error::ClientOnly`] on a client-only runtime.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -636,10 +453,56 @@ impl Runtime {
         self.inner.shutdown();
     }
 
-    /// `true` once the crash hook fired (test support).
-    #[doc(hidden)]
-    pub fn crashed(&self) -> bool {
-        self.inner.crashed()
+    /// [`shutdown`](Runtime::shutdown), then waits until this runtime's
+    /// background work has ended: its executions have handed their runs
+    /// back and its worker loop has stopped. Dropping the last clone of the
+    /// runtime afterwards closes the store at once (an SQLite file is then
+    /// whole by itself, its write-ahead log folded back).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let rt = checkpoint_runtime::Runtime::in_memory();
+    /// rt.close().await;
+    /// assert!(rt.run_until_idle().await.is_ok()); // nothing runs any more
+    /// # }
+    /// ```
+    pub async fn close(&self) {
+        self.inner.close().await;
+    }
+
+    /// Sets the `checkpoint_runs` gauge (label `status`: `queued`,
+    /// `running`, `waiting`, `sleeping`, `completed`, `failed`,
+    /// `cancelled`, `incompatible`) of the installed `metrics` recorder
+    /// from the store, and returns the counts. It lists every run, so call
+    /// it every so often (a scrape, a timer), not per request.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn once(ctx: &Ctx) -> u8 { 1 }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(once, "a", ()).await?.result().await?;
+    /// let counts = rt.record_run_metrics().await?;
+    /// assert_eq!(counts.get(&StatusKind::Completed), Some(&1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn record_run_metrics(
+        &self,
+    ) -> Result<std::collections::BTreeMap<StatusKind, usize>, Error> {
+        let mut counts = std::collections::BTreeMap::new();
+        for kind in StatusKind::ALL {
+            counts.insert(kind, 0);
+        }
+        for run in self.runs(RunFilter::new()).await? {
+            *counts.entry(run.status.kind()).or_insert(0) += 1;
+        }
+        for (kind, n) in &counts {
+            metrics::gauge!("checkpoint_runs", "status" => kind.label()).set(*n as f64);
+        }
+        Ok(counts)
     }
 
     /// Lists runs, oldest first.
@@ -654,8 +517,24 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn runs(&self, filter: RunFilter) -> Result<Vec<RunInfo>, Error> {
-        let runs = self.inner.store.list_runs(&filter).await?;
-        Ok(runs.into_iter().map(run_info).collect())
+        // Stores keep `Queued` and `Running` as one state (runnable); the
+        // lease tells them apart now, so those filters are applied here.
+        let Some(kind @ (StatusKind::Queued | StatusKind::Running)) = filter.status else {
+            let runs = self.inner.env.store.list_runs(&filter).await?;
+            return Ok(runs.into_iter().map(run_info).collect());
+        };
+        let limit = filter.limit;
+        let runnable = RunFilter {
+            limit: None,
+            ..filter
+        };
+        let runs = self.inner.env.store.list_runs(&runnable).await?;
+        Ok(runs
+            .into_iter()
+            .map(run_info)
+            .filter(|r| r.status.kind() == kind)
+            .take(limit.unwrap_or(usize::MAX))
+            .collect())
     }
 
     /// The status of run `id`.
@@ -673,6 +552,7 @@ impl Runtime {
 
     pub(crate) async fn load(&self, id: &str) -> Result<RunRecord, Error> {
         self.inner
+            .env
             .store
             .load_run(id)
             .await?
@@ -703,7 +583,7 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn checkpoints(&self, id: &str) -> Result<Vec<CheckpointInfo>, Error> {
-        let cps = self.inner.store.list_checkpoints(id).await?;
+        let cps = self.inner.env.store.list_checkpoints(id).await?;
         Ok(cps.iter().map(|c| c.info()).collect())
     }
 
@@ -748,7 +628,7 @@ impl Runtime {
         id: &str,
         seq: u64,
     ) -> Result<Vec<FieldJson>, Error> {
-        let store = &self.inner.store;
+        let store = &self.inner.env.store;
         let cp = match store.checkpoint(id, seq).await? {
             Some(cp) => cp,
             None => {
@@ -786,13 +666,13 @@ impl Runtime {
     /// let rt = Runtime::in_memory();
     /// rt.start(once, "o-1", ()).await?.result().await?;
     /// let events = rt.history("o-1").await?;
-    /// assert_eq!(events.first(), Some(&Event::Started { workflow: "once".into() }));
+    /// assert_eq!(events.first(), Some(&Event::Started { workflow: "once".into(), trace: None }));
     /// assert!(events.contains(&Event::CheckpointSaved { seq: 1, label: Some("only".into()) }));
     /// assert_eq!(events.last(), Some(&Event::Completed));
     /// # Ok(()) }
     /// ```
     pub async fn history(&self, id: &str) -> Result<Vec<Event>, Error> {
-        let h = self.inner.store.history(id).await?;
+        let h = self.inner.env.store.history(id).await?;
         Ok(h.into_iter().map(|e| e.event).collect())
     }
 
@@ -812,7 +692,7 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn history_entries(&self, id: &str) -> Result<Vec<HistoryEntry>, Error> {
-        self.inner.store.history(id).await
+        self.inner.env.store.history(id).await
     }
 
     /// Creates run `new_id` from checkpoint `seq` of run `id`: same workflow
@@ -842,7 +722,7 @@ impl Runtime {
     /// ```
     pub async fn fork(&self, id: &str, seq: u64, new_id: &str) -> Result<(), Error> {
         validate_id(new_id)?;
-        self.inner.store.fork(id, seq, new_id).await
+        self.inner.env.store.fork(id, seq, new_id).await
     }
 
     /// Reclaims storage that the retention policy
@@ -878,7 +758,7 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn gc(&self) -> Result<GcReport, Error> {
-        self.inner.store.gc().await
+        self.inner.env.store.gc().await
     }
 }
 
@@ -886,6 +766,7 @@ pub(crate) fn run_info(r: RunRecord) -> RunInfo {
     RunInfo {
         status: r.status(),
         worker: r.lease.as_ref().map(|l| l.worker.clone()),
+        lease_expires_at: r.lease.as_ref().map(|l| l.expires_at),
         id: r.id,
         workflow: r.workflow,
         created_at: r.created_at,

@@ -13,7 +13,8 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::frame::{self, Encoded, Encoder, Frame, Slot};
+use crate::abi::{self, Encoded, Encoder, Slot};
+use crate::frame::{self, Frame};
 use crate::Error;
 
 /// What a saved local's type must be.
@@ -33,8 +34,8 @@ impl<T: Save> SaveOps<T> {
     pub fn new() -> Self {
         SaveOps {
             encode: |value, enc| enc.typed_field(value),
-            load: frame::load,
-            snapshot: frame::encode_typed,
+            load: frame::resume::load,
+            snapshot: abi::encode_typed,
         }
     }
 }

@@ -37,6 +37,7 @@
 //! already has, so a checkpoint only stores schemas the first time it meets
 //! them.
 
+mod check;
 mod decode;
 mod trace;
 
@@ -200,8 +201,8 @@ pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
     schema
 }
 
-/// Decodes one field's postcard `bytes` with the schema document `json`.
-pub(crate) fn decode_json(json: &str, bytes: &[u8]) -> Result<serde_json::Value, String> {
+/// Parses a stored schema document of the version this build reads.
+fn parse_doc(json: &str) -> Result<Doc, String> {
     let doc: Doc =
         serde_json::from_str(json).map_err(|e| format!("the stored schema does not parse: {e}"))?;
     if doc.v != DOC_VERSION {
@@ -210,7 +211,24 @@ pub(crate) fn decode_json(json: &str, bytes: &[u8]) -> Result<serde_json::Value,
             doc.v
         ));
     }
+    Ok(doc)
+}
+
+/// Decodes one field's postcard `bytes` with the schema document `json`.
+pub(crate) fn decode_json(json: &str, bytes: &[u8]) -> Result<serde_json::Value, String> {
+    let doc = parse_doc(json)?;
     decode::decode(&doc.root, &doc.types, bytes)
+}
+
+/// Whether `value` could be deserialized (by `serde_json`) as the type of
+/// the schema document `json`: `Err` names the first part that could not
+/// (see [`check`] for what the check can and cannot see). A document this
+/// build cannot read checks nothing.
+pub(crate) fn check_json(json: &str, value: &serde_json::Value) -> Result<(), String> {
+    match parse_doc(json) {
+        Ok(doc) => check::check(&doc.root, &doc.types, value),
+        Err(_) => Ok(()),
+    }
 }
 
 /// One field of a stored checkpoint, decoded as JSON

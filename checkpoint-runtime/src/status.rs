@@ -15,19 +15,26 @@ use serde::{Deserialize, Serialize};
 /// ```
 /// use checkpoint_runtime::Status;
 ///
-/// let s = Status::Waiting { signal: "finance_approval".into() };
+/// let s = Status::Waiting { signal: "finance_approval".into(), deadline: None };
 /// assert!(!s.is_finished());
 /// assert!(Status::Completed.is_finished());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Status {
-    /// Started and not finished: executing, runnable, or held by a worker.
+    /// Runnable, and no worker holds it: not executed yet, handed back for
+    /// a retry, or left by a worker whose lease expired (a crash). The next
+    /// worker with a free slot takes it.
+    Queued,
+    /// Executing: a worker holds its lease ([`RunInfo::worker`] and
+    /// [`RunInfo::lease_expires_at`] say which, and until when).
     Running,
-    /// Suspended until the named signal arrives (possibly with a deadline).
+    /// Suspended until the named signal arrives, or the deadline passes.
     Waiting {
         /// The signal name.
         signal: String,
+        /// When waiting ends without the signal (`wait_for_timeout`); `None`: never.
+        deadline: Option<SystemTime>,
     },
     /// Suspended on a durable timer.
     Sleeping {
@@ -44,6 +51,20 @@ pub enum Status {
     },
     /// Cancelled by [`Runtime::cancel`](crate::Runtime::cancel).
     Cancelled,
+    /// Parked: the code that claimed the run cannot resume its latest
+    /// checkpoint (a site, a field or a field's type changed). Nothing of
+    /// the run changed; it resumes by itself, on any worker, once code that
+    /// matches is registered (a rollback, or a fixed deploy).
+    Incompatible {
+        /// The workflow name.
+        workflow: String,
+        /// The checkpoint's site.
+        site: String,
+        /// The field that does not fit (`-` when the site itself does not).
+        field: String,
+        /// Why.
+        detail: String,
+    },
 }
 
 impl Status {
@@ -69,12 +90,14 @@ impl Status {
     /// ```
     pub fn kind(&self) -> StatusKind {
         match self {
+            Status::Queued => StatusKind::Queued,
             Status::Running => StatusKind::Running,
             Status::Waiting { .. } => StatusKind::Waiting,
             Status::Sleeping { .. } => StatusKind::Sleeping,
             Status::Completed => StatusKind::Completed,
             Status::Failed { .. } => StatusKind::Failed,
             Status::Cancelled => StatusKind::Cancelled,
+            Status::Incompatible { .. } => StatusKind::Incompatible,
         }
     }
 }
@@ -82,8 +105,23 @@ impl Status {
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Status::Queued => f.write_str("queued"),
             Status::Running => f.write_str("running"),
-            Status::Waiting { signal } => write!(f, "waiting for signal `{signal}`"),
+            Status::Waiting {
+                signal,
+                deadline: None,
+            } => write!(f, "waiting for signal `{signal}`"),
+            Status::Waiting {
+                signal,
+                deadline: Some(deadline),
+            } => match deadline.duration_since(SystemTime::now()) {
+                Ok(left) => write!(
+                    f,
+                    "waiting for signal `{signal}` ({:.3}s left)",
+                    left.as_secs_f64()
+                ),
+                Err(_) => write!(f, "waiting for signal `{signal}` (deadline passed)"),
+            },
             Status::Sleeping { until } => match until.duration_since(SystemTime::now()) {
                 Ok(left) => write!(f, "sleeping ({:.3}s left)", left.as_secs_f64()),
                 Err(_) => f.write_str("sleeping (due)"),
@@ -91,6 +129,15 @@ impl std::fmt::Display for Status {
             Status::Completed => f.write_str("completed"),
             Status::Failed { error } => write!(f, "failed: {error}"),
             Status::Cancelled => f.write_str("cancelled"),
+            Status::Incompatible {
+                site,
+                field,
+                detail,
+                ..
+            } => write!(
+                f,
+                "incompatible (parked): site `{site}`, field `{field}`: {detail}"
+            ),
         }
     }
 }
@@ -102,9 +149,11 @@ impl std::fmt::Display for Status {
 /// let only_waiting = RunFilter::new().status(StatusKind::Waiting);
 /// # let _ = only_waiting;
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum StatusKind {
+    /// See [`Status::Queued`].
+    Queued,
     /// See [`Status::Running`].
     Running,
     /// See [`Status::Waiting`].
@@ -117,6 +166,45 @@ pub enum StatusKind {
     Failed,
     /// See [`Status::Cancelled`].
     Cancelled,
+    /// See [`Status::Incompatible`].
+    Incompatible,
+}
+
+impl StatusKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [StatusKind; 8] = [
+        StatusKind::Queued,
+        StatusKind::Running,
+        StatusKind::Waiting,
+        StatusKind::Sleeping,
+        StatusKind::Completed,
+        StatusKind::Failed,
+        StatusKind::Cancelled,
+        StatusKind::Incompatible,
+    ];
+
+    /// The kind in lowercase, as the CLI's `--status` and the metrics name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            StatusKind::Queued => "queued",
+            StatusKind::Running => "running",
+            StatusKind::Waiting => "waiting",
+            StatusKind::Sleeping => "sleeping",
+            StatusKind::Completed => "completed",
+            StatusKind::Failed => "failed",
+            StatusKind::Cancelled => "cancelled",
+            StatusKind::Incompatible => "incompatible",
+        }
+    }
+
+    /// The kind as stores keep it: `Queued` and `Running` are one stored
+    /// state (runnable), told apart by the lease at the time of asking.
+    pub(crate) fn stored(self) -> StatusKind {
+        match self {
+            StatusKind::Queued => StatusKind::Running,
+            other => other,
+        }
+    }
 }
 
 /// Which runs [`Runtime::runs`](crate::Runtime::runs) lists. The default lists all.
@@ -203,6 +291,9 @@ pub struct RunInfo {
     pub updated_at: SystemTime,
     /// The sequence number of the latest checkpoint (0: none yet).
     pub latest_seq: u64,
-    /// The worker holding the run's lease, if any (it may have expired).
+    /// The worker holding the run's lease, if any (it may have expired:
+    /// see [`RunInfo::lease_expires_at`]).
     pub worker: Option<String>,
+    /// When that lease expires (a run whose lease expired is `Queued`).
+    pub lease_expires_at: Option<SystemTime>,
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::__private::{load, load_signal, load_signal_timeout, Frame, SiteInfo, SiteKind, Slot};
 use crate::store::MemoryStore;
-use crate::testing::{CrashMode, Harness, SideEffects};
+use crate::testing::{CrashMode, Harness, SideEffects, SimulatedCrash};
 use crate::{Error, Event, IntoWorkflow, RunFilter, Runtime, Status, StatusKind, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -38,6 +38,10 @@ const COUNTER_SITES: &[SiteInfo] = &[SiteInfo {
     kind: SiteKind::Checkpoint,
     fields: &["n", "total"],
     loops: 1,
+    signal: None,
+    renamed_from: &[],
+    migrated: false,
+    sites_before: &[],
 }];
 
 impl IntoWorkflow for Counter {
@@ -155,10 +159,18 @@ impl Workflow for ApprovalFlow {
         kind: SiteKind::WaitFor,
         fields: &["vendor"],
         loops: 0,
+        signal: None,
+        renamed_from: &[],
+        migrated: false,
+        sites_before: &[],
     }];
 
     fn run(self, frame: Frame, input: Option<String>) -> BoxFuture<'static, Self::Output> {
         Box::pin(approval_body(frame, input))
+    }
+
+    fn output_error(output: &Self::Output) -> Option<String> {
+        output.as_ref().err().cloned()
     }
 }
 
@@ -223,6 +235,10 @@ impl Workflow for Timers {
             kind: SiteKind::Sleep,
             fields: &["ms"],
             loops: 0,
+            signal: None,
+            renamed_from: &[],
+            migrated: false,
+            sites_before: &[],
         },
         SiteInfo {
             key: "1",
@@ -230,6 +246,10 @@ impl Workflow for Timers {
             kind: SiteKind::WaitForTimeout,
             fields: &["ms"],
             loops: 0,
+            signal: None,
+            renamed_from: &[],
+            migrated: false,
+            sites_before: &[],
         },
     ];
 
@@ -368,6 +388,10 @@ impl Workflow for CounterRenamed {
         kind: SiteKind::Checkpoint,
         fields: &["n", "total"],
         loops: 1,
+        signal: None,
+        renamed_from: &[],
+        migrated: false,
+        sites_before: &[],
     }];
 
     fn run(self, _frame: Frame, _input: Option<u64>) -> BoxFuture<'static, u64> {
@@ -379,20 +403,22 @@ impl Workflow for CounterRenamed {
 // tests
 
 async fn crash_counter_after(store: Arc<MemoryStore>, k: u64, n: u64) {
-    let rt = Runtime::builder()
-        .store(store)
-        .crash_after_checkpoints(k)
-        .in_memory();
+    let crash = SimulatedCrash::after_checkpoint(k);
+    let rt = crash.install(Runtime::builder().store(store)).in_memory();
     rt.start(Counter, "c", n).await.unwrap();
     within(rt.run_until_idle()).await.unwrap();
-    assert!(rt.crashed());
+    assert!(crash.fired());
 }
 
 #[tokio::test]
 async fn counter_runs_to_completion() {
     let rt = Runtime::in_memory();
     let h = rt.start(Counter, "c1", 10).await.unwrap();
-    assert_eq!(h.status().await.unwrap(), Status::Running);
+    // Executing in the background from now on.
+    assert!(matches!(
+        h.status().await.unwrap(),
+        Status::Queued | Status::Running | Status::Completed
+    ));
     assert_eq!(within(h.result()).await.unwrap(), 45);
     assert_eq!(h.status().await.unwrap(), Status::Completed);
     let cps = rt.checkpoints("c1").await.unwrap();
@@ -407,7 +433,8 @@ async fn counter_runs_to_completion() {
     assert_eq!(
         history.first(),
         Some(&Event::Started {
-            workflow: "counter".into()
+            workflow: "counter".into(),
+            trace: None,
         })
     );
     assert_eq!(history.last(), Some(&Event::Completed));
@@ -424,7 +451,8 @@ async fn restart_with_same_worker_resumes_at_once() {
     let history = rt.history("c").await.unwrap();
     assert!(history.contains(&Event::Resumed {
         worker: "local".into(),
-        from_seq: 3
+        from_seq: 3,
+        version: 1,
     }));
     let saved = history
         .iter()
@@ -436,15 +464,18 @@ async fn restart_with_same_worker_resumes_at_once() {
 #[tokio::test]
 async fn other_worker_takes_over_after_lease_expiry() {
     let store = Arc::new(MemoryStore::new());
-    let a = Runtime::builder()
-        .worker_id("a")
-        .lease_ttl(Duration::from_millis(200))
-        .store(store.clone())
-        .crash_after_checkpoints(2)
+    let crash = SimulatedCrash::after_checkpoint(2);
+    let a = crash
+        .install(
+            Runtime::builder()
+                .worker_id("a")
+                .lease_ttl(Duration::from_millis(200))
+                .store(store.clone()),
+        )
         .in_memory();
     a.start(Counter, "c", 5).await.unwrap();
     within(a.run_until_idle()).await.unwrap();
-    assert!(a.crashed());
+    assert!(crash.fired());
     let b = Runtime::builder()
         .worker_id("b")
         .store(store.clone())
@@ -461,7 +492,8 @@ async fn other_worker_takes_over_after_lease_expiry() {
     assert_eq!(b.handle(Counter, "c").result().await.unwrap(), 10);
     assert!(b.history("c").await.unwrap().contains(&Event::Resumed {
         worker: "b".into(),
-        from_seq: 2
+        from_seq: 2,
+        version: 1,
     }));
 }
 
@@ -507,7 +539,8 @@ async fn wait_for_suspends_and_resumes_with_signal() {
     assert_eq!(
         h.status().await.unwrap(),
         Status::Waiting {
-            signal: "approval".into()
+            signal: "approval".into(),
+            deadline: None,
         }
     );
     // A new runtime over the same store picks it up when the signal comes.
@@ -570,14 +603,36 @@ async fn undecodable_signal_is_rejected_and_run_keeps_waiting() {
     let rt = Runtime::in_memory();
     let h = rt.start(ApprovalFlow, "v3", "acme".into()).await.unwrap();
     within(rt.run_until_idle()).await.unwrap();
-    rt.signal("v3", "approval", &"not an approval")
+    // Sent to the waiting run from a process that ran its wait site: refused
+    // at once, with the site's own decoder, and not stored.
+    let refused = rt
+        .signal("v3", "approval", &"not an approval")
+        .await
+        .unwrap_err();
+    let Error::SignalPayload { detail, .. } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        detail.contains("waits for it at site `0`, and the signal was not stored"),
+        "{detail}"
+    );
+    assert!(rt.store().pending_signals("v3").await.unwrap().is_empty());
+    // Stored from elsewhere (a process that never ran the site): the site
+    // rejects it with a history event and keeps waiting.
+    rt.store()
+        .put_signal(
+            "v3",
+            "approval",
+            serde_json::to_vec("not an approval").unwrap(),
+        )
         .await
         .unwrap();
     within(rt.run_until_idle()).await.unwrap();
     assert_eq!(
         h.status().await.unwrap(),
         Status::Waiting {
-            signal: "approval".into()
+            signal: "approval".into(),
+            deadline: None,
         }
     );
     let history = rt.history("v3").await.unwrap();
@@ -586,7 +641,10 @@ async fn undecodable_signal_is_rejected_and_run_keeps_waiting() {
         .any(|e| matches!(e, Event::SignalRejected { name, .. } if name == "approval")));
     // Also on the forward path: a bad signal queued before the wait.
     let h4 = rt.start(ApprovalFlow, "v4", "beta".into()).await.unwrap();
-    rt.signal("v4", "approval", &42).await.unwrap();
+    rt.store()
+        .put_signal("v4", "approval", serde_json::to_vec(&42).unwrap())
+        .await
+        .unwrap();
     within(rt.run_until_idle()).await.unwrap();
     assert!(matches!(h4.status().await.unwrap(), Status::Waiting { .. }));
     // A good one completes both.
@@ -705,7 +763,38 @@ async fn incompatible_checkpoint_is_refused_before_user_code() {
         other => panic!("unexpected {other:?}"),
     }
     assert!(err.to_string().contains("u32"), "{err}");
-    assert!(matches!(h.status().await.unwrap(), Status::Failed { .. }));
+    // Parked, not failed: nothing of the run changed.
+    match h.status().await.unwrap() {
+        Status::Incompatible {
+            workflow,
+            site,
+            field,
+            ..
+        } => assert_eq!((&*workflow, &*site, &*field), ("counter", "step", "total")),
+        other => panic!("not parked: {other:?}"),
+    }
+    let parked = rt
+        .runs(RunFilter::new().status(StatusKind::Incompatible))
+        .await
+        .unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(rt.checkpoints("c").await.unwrap().len(), 2);
+    let history = rt.history("c").await.unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|e| matches!(e, Event::Parked { reason, .. } if reason.contains("total"))),
+        "{history:?}"
+    );
+    // A rollback: the matching code, registered on another runtime over
+    // the same store, resumes it by itself, to the uninterrupted result.
+    rt.shutdown();
+    let back = Runtime::builder().store(rt.store()).in_memory();
+    back.register(Counter);
+    assert_eq!(
+        within(back.handle(Counter, "c").result()).await.unwrap(),
+        10
+    );
 
     // Site renamed.
     let store = Arc::new(MemoryStore::new());
@@ -782,9 +871,16 @@ async fn retention_keeps_the_latest_checkpoints() {
 #[tokio::test]
 async fn unregistered_workflow_waits_with_a_history_event() {
     let store = Arc::new(MemoryStore::new());
-    let a = Runtime::builder().store(store.clone()).in_memory();
-    a.start(Counter, "u", 3).await.unwrap();
-    let b = Runtime::builder().worker_id("b").store(store).in_memory();
+    // A client starts the run; worker b does not know the workflow.
+    let client = Runtime::builder()
+        .store(store.clone())
+        .client_only()
+        .in_memory();
+    client.start(Counter, "u", 3).await.unwrap();
+    let b = Runtime::builder()
+        .worker_id("b")
+        .store(store.clone())
+        .in_memory();
     within(b.run_until_idle()).await.unwrap();
     within(b.run_until_idle()).await.unwrap();
     let suspended: Vec<Event> = b
@@ -795,8 +891,11 @@ async fn unregistered_workflow_waits_with_a_history_event() {
         .filter(|e| matches!(e, Event::Suspended { .. }))
         .collect();
     assert_eq!(suspended.len(), 1, "{suspended:?}");
-    assert_eq!(b.status("u").await.unwrap(), Status::Running);
-    within(a.run_until_idle()).await.unwrap();
+    assert_eq!(b.status("u").await.unwrap(), Status::Queued);
+    // A worker that registers it resumes it with no further call.
+    let a = Runtime::builder().store(store).in_memory();
+    a.register(Counter);
+    assert_eq!(within(a.handle(Counter, "u").result()).await.unwrap(), 3);
     assert_eq!(a.status("u").await.unwrap(), Status::Completed);
 }
 
@@ -1022,6 +1121,10 @@ impl Workflow for Slow {
         kind: SiteKind::Checkpoint,
         fields: &["n", "ms"],
         loops: 1,
+        signal: None,
+        renamed_from: &[],
+        migrated: false,
+        sites_before: &[],
     }];
 
     fn run(self, frame: Frame, input: Option<(u64, u64)>) -> BoxFuture<'static, u64> {
@@ -1104,11 +1207,75 @@ async fn shutdown_hands_runs_back_for_another_worker() {
     a.shutdown();
     within(worker).await.unwrap().unwrap();
     let info = &a.runs(RunFilter::new()).await.unwrap()[0];
-    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.status, Status::Queued);
     assert_eq!(info.worker, None, "the lease is released on shutdown");
     assert!(info.latest_seq > 0 && info.latest_seq < 20);
     let b = Runtime::builder().worker_id("b").store(store).in_memory();
     assert_eq!(within(b.handle(Slow, "s").result()).await.unwrap(), 20);
+}
+
+/// `Slow` after a deploy that renamed its site: checkpoints stored under
+/// the old key (`tick`, or an older build's `#1`) resume at the new one.
+#[derive(Clone, Copy, Debug)]
+struct SlowRenamed;
+
+impl IntoWorkflow for SlowRenamed {
+    type Workflow = Self;
+    fn into_workflow(self) -> Self {
+        self
+    }
+}
+
+impl Workflow for SlowRenamed {
+    type Input = (u64, u64);
+    type Output = u64;
+    const NAME: &'static str = "slow";
+    const SITES: &'static [SiteInfo] = &[SiteInfo {
+        key: "checkpoint 1",
+        label: None,
+        kind: SiteKind::Checkpoint,
+        fields: &["n", "ms"],
+        loops: 1,
+        signal: None,
+        renamed_from: &["#1", "tick"],
+        migrated: false,
+        sites_before: &[],
+    }];
+
+    fn run(self, frame: Frame, input: Option<(u64, u64)>) -> BoxFuture<'static, u64> {
+        Box::pin(slow_body(frame, input))
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_under_a_site_s_old_key_resumes_at_the_site() {
+    let store = Arc::new(MemoryStore::new());
+    let a = Runtime::builder()
+        .worker_id("a")
+        .store(store.clone())
+        .in_memory();
+    let worker = tokio::spawn({
+        let a = a.clone();
+        async move { a.run_worker().await }
+    });
+    a.start(Slow, "s", (20, 5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    a.shutdown();
+    within(worker).await.unwrap().unwrap();
+    let before = a.checkpoints("s").await.unwrap();
+    assert!(!before.is_empty() && before.len() < 20, "{}", before.len());
+    assert!(before.iter().all(|c| c.site == "tick"));
+    let b = Runtime::builder().worker_id("b").store(store).in_memory();
+    b.register(SlowRenamed);
+    assert_eq!(
+        within(b.handle(SlowRenamed, "s").result()).await.unwrap(),
+        20
+    );
+    let after = b.checkpoints("s").await.unwrap();
+    assert_eq!(after.len(), 20, "each tick checkpointed once");
+    assert!(after[before.len()..]
+        .iter()
+        .all(|c| c.site == "checkpoint 1"));
 }
 
 #[tokio::test]
@@ -1173,9 +1340,13 @@ async fn an_older_instance_does_not_take_runs_back() {
     let store = Arc::new(MemoryStore::new());
     let old = Runtime::builder().store(store.clone()).in_memory();
     let new = Runtime::builder().store(store).in_memory();
-    old.register(Slow);
     new.register(Slow);
     new.start(Slow, "s", (5, 10)).await.unwrap();
+    // The new instance holds the run; only then does the old one serve.
+    while new.status("s").await.unwrap() != Status::Running {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    old.register(Slow);
     let driver = tokio::spawn({
         let new = new.clone();
         async move { new.run_until_idle().await }

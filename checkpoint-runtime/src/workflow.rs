@@ -4,7 +4,8 @@ use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::frame::{Frame, SiteInfo};
+use crate::abi::SiteInfo;
+use crate::frame::Frame;
 
 /// A workflow: a resumable `async fn`. Implemented by the `#[workflow]` macro
 /// on a hidden zero-sized type; the function's name becomes a function item
@@ -42,6 +43,11 @@ pub trait Workflow: Copy + Send + Sync + 'static {
     type Output: Serialize + DeserializeOwned + Send + 'static;
     /// The name runs are stored under.
     const NAME: &'static str;
+    /// The version (`#[workflow(version = N)]`, 1 by default). Versions of
+    /// one name can be registered side by side: a run starts on the version
+    /// that started it and resumes on the highest registered version its
+    /// latest checkpoint fits.
+    const VERSION: u32 = 1;
     /// The checkpoint sites, in source order.
     #[doc(hidden)]
     const SITES: &'static [SiteInfo];
@@ -50,7 +56,54 @@ pub trait Workflow: Copy + Send + Sync + 'static {
     /// fresh start and `None` when resuming from a checkpoint held by `frame`.
     #[doc(hidden)]
     fn run(self, frame: Frame, input: Option<Self::Input>) -> BoxFuture<'static, Self::Output>;
+
+    /// For an output that is a `Result`, the text of its `Err` (the run's
+    /// status is then `Failed` with it), otherwise `None`. `#[workflow]`
+    /// generates it from the output type, so that aliases such as
+    /// `anyhow::Result<T>` count too; a hand-written impl of a `Result`
+    /// output may override it (the default: never an error).
+    #[doc(hidden)]
+    fn output_error(output: &Self::Output) -> Option<String> {
+        let _ = output;
+        None
+    }
 }
+
+/// An output, for method resolution to pick [`ErrOutput`] when it is a
+/// `Result` and [`PlainOutput`] otherwise (the code `#[workflow]` generates
+/// for [`Workflow::output_error`]: `(&OutputProbe(output)).output_error()`).
+#[doc(hidden)]
+pub struct OutputProbe<'a, T>(pub &'a T);
+
+/// The error text of a `Result` output: a string error as it is, any other
+/// as its JSON.
+#[doc(hidden)]
+pub trait ErrOutput {
+    /// `Some(text)` for `Err`, `None` for `Ok`.
+    fn output_error(&self) -> Option<String>;
+}
+
+impl<T, E: Serialize> ErrOutput for OutputProbe<'_, Result<T, E>> {
+    fn output_error(&self) -> Option<String> {
+        let Err(e) = self.0 else { return None };
+        Some(match serde_json::to_value(e) {
+            Ok(serde_json::Value::String(s)) => s,
+            Ok(other) => other.to_string(),
+            Err(err) => format!("<an error that does not serialize: {err}>"),
+        })
+    }
+}
+
+/// Any output that is not a `Result`: never an error.
+#[doc(hidden)]
+pub trait PlainOutput {
+    /// `None`.
+    fn output_error(&self) -> Option<String> {
+        None
+    }
+}
+
+impl<T> PlainOutput for &OutputProbe<'_, T> {}
 
 /// Something that names a workflow, as accepted by [`Runtime::start`](crate::Runtime::start),
 /// [`Runtime::register`](crate::Runtime::register), [`Runtime::handle`](crate::Runtime::handle)

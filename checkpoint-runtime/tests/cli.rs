@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use checkpoint_runtime::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -147,7 +149,9 @@ fn expect_failure(out: &Out, code: i32, args: &[&str]) -> String {
         out.stdout, out.stderr
     );
     assert!(out.stdout.is_empty(), "stdout: {}", out.stdout);
-    if code == 1 {
+    if args.contains(&"--json") {
+        json_error(&out.stderr);
+    } else if code == 1 {
         assert!(
             out.stderr.starts_with("error: "),
             "stderr: {:?}",
@@ -155,6 +159,18 @@ fn expect_failure(out: &Out, code: i32, args: &[&str]) -> String {
         );
     }
     out.stderr.clone()
+}
+
+/// A `--json` error: one line of JSON on standard error with a kind and a
+/// message.
+fn json_error(stderr: &str) -> Value {
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    let v: Value =
+        serde_json::from_str(stderr).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr:?}"));
+    assert!(v["kind"].is_string(), "{v}");
+    assert!(v["message"].is_string(), "{v}");
+    assert!(v["details"].is_object(), "{v}");
+    v
 }
 
 /// The line of `text` that starts with `first`.
@@ -351,7 +367,7 @@ async fn signal_delivers_the_payload() {
     );
     let history = f.ok(&["history", "vendor-42"]);
     assert!(
-        history.contains("signal `finance_approval` received"),
+        history.contains("signal `finance_approval` stored"),
         "{history}"
     );
 
@@ -363,7 +379,8 @@ async fn signal_delivers_the_payload() {
     assert_eq!(
         f.rt.status("vendor-43").await.unwrap(),
         Status::Waiting {
-            signal: "finance_approval".into()
+            signal: "finance_approval".into(),
+            deadline: None,
         }
     );
 
@@ -416,6 +433,42 @@ async fn cancel_cancels_a_run_and_leaves_finished_ones() {
     assert_eq!(f.rt.status("tally-1").await.unwrap(), Status::Completed);
     let again = f.ok(&["cancel", "vendor-43"]);
     assert!(again.contains("already finished"), "{again}");
+}
+
+#[workflow]
+async fn boom(ctx: &Ctx, n: u32) -> u32 {
+    let doubled = n * 2;
+    checkpoint!("doubled");
+    if doubled > 0 {
+        panic!("boom at {doubled}");
+    }
+    doubled
+}
+
+#[tokio::test]
+async fn retry_requeues_a_failed_run_and_refuses_others() {
+    let f = Fixture::new().await;
+    f.rt.start(boom, "boom-1", 2).await.unwrap();
+    f.rt.run_until_idle().await.unwrap();
+    assert!(matches!(
+        f.rt.status("boom-1").await.unwrap(),
+        Status::Failed { .. }
+    ));
+    // Stop executing here: the retried run must stay queued for the check.
+    f.rt.shutdown();
+    let out = f.json(&["retry", "boom-1"]);
+    assert_eq!(out["retried"], true, "{out}");
+    assert_eq!(out["status"]["state"], "queued", "{out}");
+    assert!(line(&f.ok(&["runs", "--status", "queued"]), "boom-1").contains("boom"));
+    let history = f.ok(&["history", "boom-1"]);
+    assert!(history.contains("retried by an operator"), "{history}");
+    let err = f.fails(1, &["retry", "tally-1"]);
+    assert!(
+        err.contains("tally-1") && err.contains("only a failed or parked run"),
+        "{err}"
+    );
+    let err = f.fails(1, &["retry", "nope"]);
+    assert!(err.contains("`nope`"), "{err}");
 }
 
 #[tokio::test]
@@ -499,7 +552,7 @@ async fn an_invalid_json_payload_is_refused() {
     let err = f.fails(1, &["signal", "vendor-42", "finance_approval", "ada"]);
     assert!(err.contains("invalid JSON payload"), "{err}");
     // Nothing was stored.
-    assert!(!f.ok(&["history", "vendor-42"]).contains("received"));
+    assert!(!f.ok(&["history", "vendor-42"]).contains("stored"));
 }
 
 #[tokio::test]
@@ -595,4 +648,462 @@ async fn fields_without_a_schema_are_shown_with_a_note() {
     let text = f.ok(&["checkpoints", "opaque-1", "1"]);
     assert!(line(&text, "doc").contains("(not shown: "), "{text}");
     assert!(line(&text, "count").ends_with('6'), "{text}");
+}
+
+/// Fails with `reason` as its error.
+#[workflow]
+async fn refuse(ctx: &Ctx, reason: String) -> Result<u32, String> {
+    checkpoint!("before");
+    Err(reason)
+}
+
+/// The CLI is a process that never ran the wait site: it checks a payload
+/// against the schema of the payload type the site stored with the wait,
+/// refuses what the site could not decode, and stores nothing.
+#[tokio::test]
+async fn signal_payload_of_the_wrong_type_is_refused_by_another_process() {
+    let f = Fixture::new().await;
+    let before = f.rt.history("vendor-42").await.unwrap().len();
+    for (payload, expected) in [
+        ("true", "payload: expected an object, found a boolean"),
+        (
+            r#"{"approved": "yes", "by": "ada"}"#,
+            "payload.approved: expected a boolean, found a string",
+        ),
+        (
+            r#"{"approved": true, "by": 7}"#,
+            "payload.by: expected a string, found an integer",
+        ),
+    ] {
+        let err = json_error(&f.fails(
+            1,
+            &["--json", "signal", "vendor-42", "finance_approval", payload],
+        ));
+        assert_eq!(err["kind"], "signal_payload", "{err}");
+        let message = err["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{payload}: {message}");
+        assert!(message.contains("was not stored"), "{message}");
+        assert!(message.contains("workflow `approval`"), "{message}");
+    }
+    // Nothing was stored: the run still waits, with no new history.
+    assert_eq!(f.rt.history("vendor-42").await.unwrap().len(), before);
+    // A signal name the run does not wait for is not checked (another
+    // site may take it later).
+    f.ok(&["signal", "vendor-42", "other_signal", "true"]);
+    // And a good payload still goes through and completes the run.
+    f.ok(&[
+        "signal",
+        "vendor-42",
+        "finance_approval",
+        r#"{"approved": true, "by": "ada"}"#,
+    ]);
+    f.rt.run_until_idle().await.unwrap();
+    assert_eq!(f.rt.status("vendor-42").await.unwrap(), Status::Completed);
+}
+
+#[tokio::test]
+async fn errors_are_json_under_json() {
+    let f = Fixture::new().await;
+    let raw = f.fails(1, &["--json", "show", "nope"]);
+    assert_eq!(
+        raw,
+        "{\"kind\":\"unknown_run\",\"message\":\"unknown run `nope`\",\"details\":{\"run\":\"nope\"}}\n",
+        "the documented line, keys in reading order"
+    );
+    let err = json_error(&raw);
+    assert_eq!(err["kind"], "unknown_run");
+    assert_eq!(err["message"], "unknown run `nope`");
+    assert_eq!(err["details"]["run"], "nope");
+
+    let err = json_error(&f.fails(1, &["--json", "checkpoints", "tally-1", "99"]));
+    assert_eq!(err["kind"], "unknown_checkpoint", "{err}");
+    let err = json_error(&f.fails(1, &["fork", "tally-1", "1", "vendor-42", "--json"]));
+    assert_eq!(err["kind"], "already_exists", "{err}");
+    assert_eq!(err["details"]["run"], "vendor-42", "{err}");
+    let err = json_error(&f.fails(
+        1,
+        &["--json", "signal", "vendor-42", "finance_approval", "{no"],
+    ));
+    assert_eq!(err["kind"], "invalid_payload", "{err}");
+    assert_eq!(err["details"]["signal"], "finance_approval", "{err}");
+
+    // Usage errors keep their exit code.
+    let err = json_error(&f.fails(2, &["--json", "checkpoints", "tally-1", "two"]));
+    assert_eq!(err["kind"], "usage", "{err}");
+    assert!(err["message"].as_str().unwrap().contains("two"), "{err}");
+
+    let out = cli(None, &["--json", "runs"]);
+    let err = json_error(&expect_failure(&out, 1, &["--json", "runs"]));
+    assert_eq!(err["kind"], "no_store", "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let out = cli(Some(missing.to_str().unwrap()), &["--json", "runs"]);
+    let err = json_error(&expect_failure(&out, 1, &["--json", "runs"]));
+    assert_eq!(err["kind"], "cannot_open_store", "{err}");
+    let url = "postgres://user:hunter2@127.0.0.1:1/workflows";
+    let out = cli(Some(url), &["--json", "runs"]);
+    let err = json_error(&expect_failure(&out, 1, &["--json", "runs"]));
+    // A build without the `postgres` feature says so instead.
+    assert!(
+        err["kind"] == "cannot_open_store" || err["kind"] == "unsupported_store",
+        "{err}"
+    );
+    assert!(!out.stderr.contains("hunter2"), "{err}");
+
+    // Without --json, still text.
+    let err = f.fails(1, &["show", "nope"]);
+    assert_eq!(err, "error: unknown run `nope`\n");
+}
+
+#[tokio::test]
+async fn the_store_flag_wins_over_the_environment_which_help_does_not_show() {
+    let f = Fixture::new().await;
+    let out = cli_env(
+        Some(f.store()),
+        Some("/nonexistent/elsewhere.db"),
+        &["runs"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("tally-1"), "{}", out.stdout);
+
+    let out = cli_env(None, Some("postgres://u:hunter2@db/x"), &["--help"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("CHECKPOINT_STORE"), "{}", out.stdout);
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+}
+
+#[tokio::test]
+async fn wide_cells_are_cut_unless_wide() {
+    let f = Fixture::new().await;
+    let reason = format!("the vendor's papers are missing: {}", "page ".repeat(40));
+    f.rt.start(refuse, "refused-1", reason.clone())
+        .await
+        .unwrap();
+    let many: Vec<String> = (0..40).map(|i| format!("item-{i:02}")).collect();
+    f.rt.start(tally, "tally-long", many).await.unwrap();
+    f.rt.run_until_idle().await.unwrap();
+
+    let text = f.ok(&["runs"]);
+    let refused = line(&text, "refused-1");
+    assert!(refused.contains("failed: the vendor's papers"), "{text}");
+    assert!(
+        refused.contains('…') && !refused.contains(reason.trim_end()),
+        "{text}"
+    );
+    assert!(refused.chars().count() < 160, "{refused}");
+    // The columns after the cut one stay aligned.
+    let col = line(&text, "ID").find("UPDATED").unwrap();
+    let refused_updated = refused.char_indices().map(|(i, _)| i).nth(col).unwrap();
+    assert!(is_rfc3339_utc(&refused[refused_updated..]), "{text}");
+
+    let wide = f.ok(&["runs", "--wide"]);
+    assert!(
+        line(&wide, "refused-1").contains(reason.trim_end()),
+        "{wide}"
+    );
+    assert!(!wide.contains('…'), "{wide}");
+    let runs = f.json(&["runs", "--prefix", "refused"]);
+    assert_eq!(runs[0]["status"]["error"], json!(reason), "{runs}");
+
+    let shown = f.ok(&["show", "tally-long"]);
+    let seen = line(&shown, "seen");
+    assert!(seen.ends_with('…') && !seen.contains("item-39"), "{shown}");
+    let shown = f.ok(&["--wide", "show", "tally-long"]);
+    assert!(line(&shown, "seen").ends_with(r#""item-39"]"#), "{shown}");
+    let fields = f.ok(&["checkpoints", "tally-long", "--fields"]);
+    assert!(line(&fields, "seen").ends_with('…'), "{fields}");
+}
+
+#[test]
+fn completions_are_printed_for_each_shell_without_a_store() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = cli(None, &["completions", shell]);
+        assert_eq!(out.code, 0, "{shell}: {}", out.stderr);
+        assert!(out.stderr.is_empty(), "{shell}: {}", out.stderr);
+        for word in ["checkpoint", "watch", "checkpoints", "store"] {
+            assert!(out.stdout.contains(word), "{shell} lacks `{word}`");
+        }
+    }
+    let out = cli(None, &["completions", "tcsh"]);
+    expect_failure(&out, 2, &["completions", "tcsh"]);
+}
+
+/// Runs the tool until it exits, at most `limit`; its output so far is
+/// handed to `on_line` line by line as it comes.
+fn follow(
+    mut cmd: Command,
+    limit: Duration,
+    mut on_line: impl FnMut(&str),
+) -> (i32, Vec<String>, String) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the checkpoint binary runs");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout).lines() {
+            if tx.send(l.expect("utf-8 output")).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut lines = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(l) => {
+                on_line(&l);
+                lines.push(l);
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            // What it printed last, after it exited.
+            lines.extend(rx.try_iter());
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            return (status.code().expect("exited"), lines, stderr);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!(
+                "still running after {limit:?}; printed:\n{}",
+                lines.join("\n")
+            );
+        }
+    }
+}
+
+fn tool(store: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_checkpoint"));
+    cmd.env_remove("CHECKPOINT_STORE")
+        .args(["--store", store])
+        .args(args);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_a_run_until_it_completes() {
+    let f = Fixture::new().await;
+    let store = f.store().to_owned();
+    let rt = f.rt.clone();
+    // The run is signalled once the watch has shown it waiting, from
+    // another thread: the watch is followed on this one.
+    let (waiting_tx, waiting_rx) = std::sync::mpsc::channel::<()>();
+    let signaller = tokio::spawn(async move {
+        tokio::task::spawn_blocking(move || waiting_rx.recv())
+            .await
+            .unwrap()
+            .expect("the watch showed the run waiting");
+        let approval = Approval {
+            approved: true,
+            by: "ada".into(),
+        };
+        rt.signal("vendor-42", "finance_approval", &approval)
+            .await
+            .unwrap();
+    });
+    let cmd = tool(&store, &["watch", "vendor-42", "--interval", "50ms"]);
+    let (code, lines, stderr) = tokio::task::spawn_blocking(move || {
+        let mut sent = false;
+        follow(cmd, Duration::from_secs(60), |l| {
+            if !sent && l.contains("status: waiting for signal `finance_approval`") {
+                sent = true;
+                let _ = waiting_tx.send(());
+            }
+        })
+    })
+    .await
+    .unwrap();
+    signaller.await.unwrap();
+    let text = lines.join("\n");
+    assert_eq!(code, 0, "{stderr}\n{text}");
+    // The history so far first, then what happened while watching.
+    assert!(
+        lines[0].ends_with("started (workflow `approval`)"),
+        "{text}"
+    );
+    assert!(text.contains("checkpoint #1 saved (reviewed)"), "{text}");
+    let waiting = lines
+        .iter()
+        .position(|l| l.contains("status: waiting"))
+        .unwrap();
+    let stored = lines
+        .iter()
+        .position(|l| l.contains("signal `finance_approval` stored"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(waiting < stored, "{text}");
+    assert!(
+        lines.last().unwrap().ends_with("status: completed"),
+        "{text}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("status: waiting"))
+            .count(),
+        1,
+        "a status is printed when it changes:\n{text}"
+    );
+    for l in &lines {
+        assert!(is_rfc3339_utc(l.split_whitespace().next().unwrap()), "{l}");
+    }
+}
+
+#[tokio::test]
+async fn watch_ends_at_once_on_a_finished_run_with_its_outcome() {
+    let f = Fixture::new().await;
+    let (code, lines, stderr) = follow(
+        tool(f.store(), &["watch", "tally-1"]),
+        Duration::from_secs(30),
+        |_| {},
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(lines.last().unwrap().ends_with("status: completed"));
+    assert_eq!(
+        lines.len(),
+        f.json(&["history", "tally-1"]).as_array().unwrap().len() + 1
+    );
+
+    f.ok(&["cancel", "vendor-43"]);
+    let (code, lines, _) = follow(
+        tool(f.store(), &["--json", "watch", "vendor-43"]),
+        Duration::from_secs(30),
+        |_| {},
+    );
+    assert_eq!(code, 3, "a cancelled run");
+    let objects: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(objects[0]["event"], "started");
+    let last = objects.last().unwrap();
+    assert_eq!(last["id"], "vendor-43");
+    assert_eq!(last["status"]["state"], "cancelled");
+    assert!(is_rfc3339_utc(last["at"].as_str().unwrap()), "{last}");
+
+    let err = f.fails(1, &["watch", "nope"]);
+    assert!(err.contains("`nope`"), "{err}");
+    let err = f.fails(2, &["watch", "tally-1", "--interval", "soon"]);
+    assert!(err.contains("soon"), "{err}");
+}
+
+/// Keeps its run executing (under a lease) until released.
+static RELEASE_BUSY: AtomicBool = AtomicBool::new(false);
+
+#[workflow]
+async fn busy(ctx: &Ctx, n: u32) -> u32 {
+    while !RELEASE_BUSY.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    n
+}
+
+#[workflow]
+async fn nap(ctx: &Ctx, n: u32) -> u32 {
+    ctx.sleep(Duration::from_secs(3600)).await;
+    n
+}
+
+#[workflow]
+async fn ask(ctx: &Ctx, n: u32) -> u32 {
+    let reply: Option<u32> = ctx
+        .wait_for_timeout("reply", Duration::from_secs(3600))
+        .await;
+    reply.unwrap_or(n)
+}
+
+/// Started by a client-only runtime and registered nowhere: it stays queued.
+#[workflow]
+async fn unclaimed(ctx: &Ctx, n: u32) -> u32 {
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_shows_queued_running_waiting_and_sleeping_honestly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("statuses.db");
+    let store = path.to_str().unwrap().to_owned();
+    let rt = Runtime::builder()
+        .worker_id("cli-test-worker")
+        .open(&store)
+        .await
+        .unwrap();
+    rt.start(busy, "busy-1", 1).await.unwrap();
+    rt.start(nap, "nap-1", 2).await.unwrap();
+    rt.start(ask, "ask-1", 3).await.unwrap();
+    let client = Runtime::builder().client_only().open(&store).await.unwrap();
+    client.start(unclaimed, "queued-1", 4).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let running = rt.status("busy-1").await.unwrap() == Status::Running;
+        let suspended = matches!(rt.status("nap-1").await.unwrap(), Status::Sleeping { .. })
+            && matches!(rt.status("ask-1").await.unwrap(), Status::Waiting { .. });
+        if running && suspended {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the runs did not get going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let out = cli(Some(&store), &["runs"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = out.stdout;
+    let busy_line = line(&text, "busy-1");
+    assert!(
+        busy_line.contains("running on `cli-test-worker") && busy_line.contains("(lease until "),
+        "{text}"
+    );
+    assert!(line(&text, "queued-1").contains("queued"), "{text}");
+    assert!(
+        line(&text, "ask-1").contains("waiting for signal `reply` until "),
+        "{text}"
+    );
+    assert!(line(&text, "nap-1").contains("sleeping until "), "{text}");
+
+    let out = cli(Some(&store), &["--json", "runs"]);
+    let runs: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let run = |id: &str| {
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {runs}"))
+            .clone()
+    };
+    let busy_run = run("busy-1");
+    assert_eq!(busy_run["status"]["state"], "running");
+    assert!(busy_run["worker"]
+        .as_str()
+        .unwrap()
+        .starts_with("cli-test-worker"));
+    assert!(is_rfc3339_utc(
+        busy_run["lease_expires_at"].as_str().unwrap()
+    ));
+    let queued = run("queued-1");
+    assert_eq!(queued["status"], json!({"state": "queued"}));
+    assert_eq!(queued["worker"], Value::Null);
+    let ask_run = run("ask-1");
+    assert_eq!(ask_run["status"]["signal"], "reply");
+    assert!(is_rfc3339_utc(
+        ask_run["status"]["deadline"].as_str().unwrap()
+    ));
+    assert!(is_rfc3339_utc(
+        run("nap-1")["status"]["until"].as_str().unwrap()
+    ));
+    for (status, id) in [("queued", "queued-1"), ("running", "busy-1")] {
+        let out = cli(Some(&store), &["runs", "--status", status]);
+        assert!(out.stdout.contains(id), "{status}: {}", out.stdout);
+        assert_eq!(out.stdout.lines().count(), 2, "{status}: {}", out.stdout);
+    }
+
+    RELEASE_BUSY.store(true, Ordering::SeqCst);
+    assert_eq!(rt.handle(busy, "busy-1").result().await.unwrap(), 1);
+    rt.close().await;
+    client.close().await;
 }

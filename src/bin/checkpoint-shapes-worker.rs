@@ -412,14 +412,25 @@ fn parse_args() -> Args {
     a
 }
 
-async fn open(a: &Args, env: Option<Env>) -> Result<Runtime, Error> {
+/// What a process opens its runtime as.
+enum Role {
+    /// Executes runs (with the side-effect log, when it has one).
+    Worker(Option<Env>),
+    /// Signals and inspects, never executes.
+    Client,
+}
+
+async fn open(a: &Args, role: Role) -> Result<Runtime, Error> {
     let db = a.db.as_deref().unwrap_or_else(|| usage("--db is required"));
     let mut b = Runtime::builder();
     if let Some(w) = &a.worker_id {
         b = b.worker_id(w);
     }
-    if let Some(env) = env {
-        b = b.resource(env);
+    match role {
+        Role::Worker(Some(env)) => b = b.resource(env),
+        Role::Worker(None) => {}
+        // A client (signal, result): it signals and inspects, never executes.
+        Role::Client => b = b.client_only(),
     }
     let rt = b.open(db).await?;
     rt.register(agent);
@@ -466,7 +477,7 @@ async fn main_async(a: Args) -> Result<i32, Error> {
     match a.command.as_str() {
         "start" | "resume" => {
             let log = a.log.clone().unwrap_or_else(|| usage("--log is required"));
-            let rt = open(&a, Some(Env::new(log, a.step))).await?;
+            let rt = open(&a, Role::Worker(Some(Env::new(log, a.step)))).await?;
             if a.command == "start" {
                 start(&rt, workflow(), &id).await?;
                 out("STARTED");
@@ -484,13 +495,13 @@ async fn main_async(a: Args) -> Result<i32, Error> {
             let json = a.json.as_deref().unwrap_or_else(|| usage("--json needed"));
             let payload: serde_json::Value =
                 serde_json::from_str(json).unwrap_or_else(|e| usage(&format!("bad --json: {e}")));
-            let rt = open(&a, None).await?;
+            let rt = open(&a, Role::Client).await?;
             rt.signal(&id, name, &payload).await?;
             out("SIGNALLED");
             Ok(0)
         }
         "result" => {
-            let rt = open(&a, None).await?;
+            let rt = open(&a, Role::Client).await?;
             match rt.status(&id).await? {
                 Status::Completed => {
                     print_output(&rt, workflow(), &id).await?;

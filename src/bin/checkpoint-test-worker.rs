@@ -29,7 +29,7 @@
 //! checkpoint-test-worker resume --db F --id ID --log L [--step|--step-blocking] [--worker-id W] [--lease-ttl-ms N]
 //! checkpoint-test-worker signal --db F --id ID --name NAME --json JSON
 //! checkpoint-test-worker result --db F --id ID
-//! checkpoint-test-worker load   --db URL --runs N --items K [--start] [--worker-id W] [--lease-ttl-ms N]
+//! checkpoint-test-worker load   --db URL --runs N --items K [--start] [--worker-id W] [--lease-ttl-ms N] [--acks FILE]
 //! ```
 //!
 //! `load` is the load mode of `tests/load.rs`: it registers `load_steps` (a
@@ -38,11 +38,20 @@
 //! (`run_worker`) until killed; `--db` may be any store URL (PostgreSQL
 //! too). If `run_worker` returns, it prints `WORKER_ENDED <result>` and
 //! exits 1: a worker must only stop when shut down.
+//!
+//! With `--acks FILE` (`tests/restart.rs`), the load mode runs `acked_steps`
+//! instead: the same loop, which appends `begin <run> <i> <pid>` to FILE
+//! before step `i` and `ack <run> <i> <pid>` right after its `checkpoint!()`
+//! returned (the checkpoint is acknowledged: durable; a resumed execution
+//! notes it again first), so that the test can tell whether an
+//! acknowledged checkpoint was ever lost: a step begun again at or before
+//! one acknowledged earlier.
 #![forbid(unsafe_code)]
 
 mod common;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_runtime::prelude::*;
@@ -112,19 +121,69 @@ async fn load_steps(steps: u32) -> u64 {
     sum
 }
 
+/// Where `acked_steps` appends its `begin` and `ack` lines (one `write` per
+/// line on a file opened for appending, so that lines of two processes do
+/// not interleave).
+#[derive(Clone)]
+struct AckLog(Arc<std::sync::Mutex<std::fs::File>>);
+
+impl AckLog {
+    fn open(path: &std::path::Path) -> AckLog {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+        AckLog(Arc::new(std::sync::Mutex::new(file)))
+    }
+
+    fn note(ctx: &Ctx, what: &str, i: u32) {
+        use std::io::Write;
+        let line = format!("{what} {} {i} {}\n", ctx.id(), std::process::id());
+        let log = ctx.resource::<AckLog>();
+        let mut file = log.0.lock().unwrap_or_else(|e| e.into_inner());
+        file.write_all(line.as_bytes())
+            .unwrap_or_else(|e| panic!("writing the ack log: {e}"));
+    }
+}
+
+/// The load mode's workflow with `--acks`: `steps` checkpoints in a loop,
+/// each step noted before it begins and once its checkpoint is durable.
+/// Returns the sum of `i * i + 1` over the steps.
+#[workflow]
+async fn acked_steps(ctx: &Ctx, steps: u32) -> u64 {
+    let mut sum = 0u64;
+    for i in 0..steps {
+        AckLog::note(ctx, "begin", i);
+        sum += u64::from(i) * u64::from(i) + 1;
+        checkpoint!("step");
+        AckLog::note(ctx, "ack", i);
+    }
+    sum
+}
+
 /// The load mode (see the module docs).
 async fn load_mode(a: &Args) -> Result<i32, Error> {
-    let rt = open(a, None).await?;
+    let acks = a.acks.as_deref().map(AckLog::open);
+    let rt = open(a, Role::Worker(None), acks.clone()).await?;
     rt.register(load_steps);
+    rt.register(acked_steps);
     if a.start {
         let steps = u32::try_from(a.items).unwrap_or(u32::MAX);
         let ids: Vec<String> = (0..a.runs).map(|i| format!("load-{i}")).collect();
+        let acked = acks.is_some();
         for chunk in ids.chunks(50) {
             let starts: Vec<_> = chunk
                 .iter()
                 .map(|id| {
                     let (rt, id) = (rt.clone(), id.clone());
-                    tokio::spawn(async move { rt.start(load_steps, &id, steps).await.map(drop) })
+                    tokio::spawn(async move {
+                        if acked {
+                            rt.start(acked_steps, &id, steps).await.map(drop)
+                        } else {
+                            rt.start(load_steps, &id, steps).await.map(drop)
+                        }
+                    })
                 })
                 .collect();
             for start in starts {
@@ -156,6 +215,7 @@ struct Args {
     json: Option<String>,
     runs: usize,
     start: bool,
+    acks: Option<PathBuf>,
 }
 
 fn usage(msg: &str) -> ! {
@@ -197,13 +257,22 @@ fn parse_args() -> Args {
             "--json" => a.json = Some(value()),
             "--runs" => a.runs = value().parse().unwrap_or_else(|_| usage("bad --runs")),
             "--start" => a.start = true,
+            "--acks" => a.acks = Some(PathBuf::from(value())),
             other => usage(&format!("unknown flag {other}")),
         }
     }
     a
 }
 
-async fn open(a: &Args, env: Option<Env>) -> Result<Runtime, Error> {
+/// What a process opens its runtime as.
+enum Role {
+    /// Executes runs (with the side-effect log, when it has one).
+    Worker(Option<Env>),
+    /// Signals and inspects, never executes.
+    Client,
+}
+
+async fn open(a: &Args, role: Role, acks: Option<AckLog>) -> Result<Runtime, Error> {
     let db = a.db.as_deref().unwrap_or_else(|| usage("--db is required"));
     let mut b = Runtime::builder();
     if let Some(w) = &a.worker_id {
@@ -212,8 +281,14 @@ async fn open(a: &Args, env: Option<Env>) -> Result<Runtime, Error> {
     if let Some(ms) = a.lease_ttl_ms {
         b = b.lease_ttl(Duration::from_millis(ms));
     }
-    if let Some(env) = env {
-        b = b.resource(env);
+    match role {
+        Role::Worker(Some(env)) => b = b.resource(env),
+        Role::Worker(None) => {}
+        // A client (signal, result): it signals and inspects, never executes.
+        Role::Client => b = b.client_only(),
+    }
+    if let Some(acks) = acks {
+        b = b.resource(acks);
     }
     let rt = b.open(db).await?;
     rt.register(story);
@@ -228,7 +303,7 @@ async fn main_async(a: Args) -> Result<i32, Error> {
     match a.command.as_str() {
         "start" | "resume" => {
             let log = a.log.clone().unwrap_or_else(|| usage("--log is required"));
-            let rt = open(&a, Some(Env::new(log, a.step))).await?;
+            let rt = open(&a, Role::Worker(Some(Env::new(log, a.step))), None).await?;
             if a.command == "start" {
                 let input = StoryInput {
                     items: (1..=a.items).map(|i| format!("item-{i}")).collect(),
@@ -250,13 +325,13 @@ async fn main_async(a: Args) -> Result<i32, Error> {
             let json = a.json.as_deref().unwrap_or_else(|| usage("--json needed"));
             let payload: serde_json::Value =
                 serde_json::from_str(json).unwrap_or_else(|e| usage(&format!("bad --json: {e}")));
-            let rt = open(&a, None).await?;
+            let rt = open(&a, Role::Client, None).await?;
             rt.signal(&id, name, &payload).await?;
             out("SIGNALLED");
             Ok(0)
         }
         "result" => {
-            let rt = open(&a, None).await?;
+            let rt = open(&a, Role::Client, None).await?;
             match rt.status(&id).await? {
                 Status::Completed => {
                     print_result(&rt.handle(story, &id).result().await?);

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub mod worker;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};

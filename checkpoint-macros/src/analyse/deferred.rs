@@ -29,10 +29,20 @@ impl DeferredLocal {
     /// assigns it, possibly inside a loop (rustc cannot tell that resuming
     /// happens once).
     pub fn declaration(&self) -> TokenStream {
-        let (ident, attrs) = (&self.ident, &self.attrs);
+        let ident = &self.ident;
+        let attrs = self.attrs.iter().filter(|a| !crate::migrate::is_migrate(a));
         let ty = self.ty.as_ref().map(|t| quote!(: #t));
         let lint = (!self.mutable).then(|| quote!(#[allow(unused_mut)]));
         quote!(#(#attrs)* #lint let mut #ident #ty;)
+    }
+}
+
+impl DeferredLocal {
+    /// Its `#[migrate(..)]`.
+    pub fn migration(&self) -> Option<crate::migrate::Migration> {
+        let mut m = crate::migrate::of_local(&self.attrs, &Pat::Verbatim(TokenStream::new()))?;
+        m.ty = self.ty.clone();
+        Some(m)
     }
 }
 

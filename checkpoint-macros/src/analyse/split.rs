@@ -16,7 +16,7 @@ use syn::{Expr, Ident, Pat, Stmt};
 
 use super::branches::{if_arms, if_conditions, if_rederives, match_rederives};
 use super::deferred;
-use super::syntax::{self, is_constant, strip_parens};
+use super::syntax::{self, strip_parens};
 use crate::names::{
     self, free_in_expr, free_in_stmts, pat_bindings, pat_names, NameSet, PatBinding,
 };
@@ -84,19 +84,7 @@ pub(crate) fn plan_split(
     needed.extend(after.iter().cloned());
     needed.extend(post_merge_free(t, refs));
     let visible = visible_bindings(&prefix);
-    loop {
-        let before = needed.len();
-        for v in visible.values() {
-            if let Some(init) = &v.transient_init {
-                if needed.contains(&v.binding.ident.to_string()) {
-                    needed.extend(free_in_expr(init));
-                }
-            }
-        }
-        if needed.len() == before {
-            break;
-        }
-    }
+    add_transient_inputs(&mut needed, &visible);
     let moved = transients_after_merge(&prefix, &visible, &needed, &head_free(t));
     let moved_names: NameSet = moved
         .iter()
@@ -143,6 +131,24 @@ pub(crate) fn plan_split(
     })
 }
 
+/// Adds to `needed` what the initialisers of needed transients read, until
+/// nothing more is added (a transient is rebuilt from those on resume).
+fn add_transient_inputs(needed: &mut NameSet, visible: &BTreeMap<String, Visible>) {
+    loop {
+        let before = needed.len();
+        for v in visible.values() {
+            if let Some(init) = &v.transient_init {
+                if needed.contains(&v.binding.ident.to_string()) {
+                    needed.extend(free_in_expr(init));
+                }
+            }
+        }
+        if needed.len() == before {
+            break;
+        }
+    }
+}
+
 /// A `let` binding of a prefix that is still visible at its end.
 pub(crate) struct Visible {
     pub binding: PatBinding,
@@ -154,6 +160,8 @@ pub(crate) struct Visible {
     pub transient_init: Option<Expr>,
     /// The initialiser is `&expr` / `&mut expr`.
     pub reference_init: bool,
+    /// Its `#[migrate(..)]`.
+    pub migration: Option<crate::migrate::Migration>,
 }
 
 /// The bindings declared by top-level `let`s of `stmts` that are visible after
@@ -164,17 +172,10 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
     for (index, stmt) in stmts.iter().enumerate() {
         let Stmt::Local(local) = stmt else { continue };
         let init = local.init.as_ref().map(|i| &*i.expr);
-        // `let tag = "n";`: a constant is re-created on resume rather than
-        // saved (a `&'static str` could not be deserialized anyway).
-        let constant = matches!(&local.pat, Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none())
-            || matches!(&local.pat, Pat::Type(t) if matches!(&*t.pat, Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none()));
-        let constant = constant
-            && local
-                .init
-                .as_ref()
-                .is_some_and(|i| i.diverge.is_none() && is_constant(&i.expr));
-        let transient = constant || local.attrs.iter().any(|a| a.path().is_ident("transient"));
+        let transient = syntax::is_constant_local(local)
+            || local.attrs.iter().any(|a| a.path().is_ident("transient"));
         let reference_init = init.is_some_and(syntax::yields_borrowed_value);
+        let migration = crate::migrate::of_local(&local.attrs, &local.pat);
         for binding in pat_bindings(&local.pat) {
             order += 1;
             out.insert(
@@ -186,6 +187,7 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
                     transient_pat: transient.then(|| local.pat.clone()),
                     transient_init: if transient { init.cloned() } else { None },
                     reference_init,
+                    migration: migration.clone(),
                 },
             );
         }

@@ -121,6 +121,23 @@ pub(crate) fn yields_borrowed_value(expr: &Expr) -> bool {
 
 /// A literal (`"n"`, `3`, `-1.5`, `b"x"`, `true`) or a path that names a
 /// constant by convention (`MAX_RETRIES`, `u32::MAX`).
+/// `let tag = "n";`, `let limit: u32 = 3;`: an immutable local initialised
+/// with a constant, re-created on resume rather than saved (a `&'static
+/// str` could not be deserialized anyway).
+pub(crate) fn is_constant_local(local: &syn::Local) -> bool {
+    let plain = |p: &syn::PatIdent| p.mutability.is_none() && p.by_ref.is_none();
+    let immutable = match &local.pat {
+        syn::Pat::Ident(p) => plain(p),
+        syn::Pat::Type(t) => matches!(&*t.pat, syn::Pat::Ident(p) if plain(p)),
+        _ => false,
+    };
+    immutable
+        && local
+            .init
+            .as_ref()
+            .is_some_and(|i| i.diverge.is_none() && is_constant(&i.expr))
+}
+
 pub(crate) fn is_constant(expr: &Expr) -> bool {
     match strip_parens(expr) {
         Expr::Lit(_) => true,

@@ -66,6 +66,8 @@ pub struct Binding {
     /// The marker trait carrying the message for a type that cannot be
     /// saved: `__cp_save_<name>`, shared by the locals of one name.
     pub save_trait: Ident,
+    /// How it is taken from checkpoints of older code (`#[migrate(..)]`).
+    pub migration: Option<crate::migrate::Migration>,
 }
 
 impl Binding {
@@ -268,6 +270,7 @@ impl<'a> Lowerer<'a> {
             slot: Ident::new(&format!("__cp_slot_{name}"), Span::mixed_site()),
             // One marker trait per name: it is generic over the type.
             save_trait: Ident::new(&format!("__cp_save_{base}"), Span::mixed_site()),
+            migration: None,
         });
         self.bindings.len() - 1
     }
@@ -313,6 +316,7 @@ impl<'a> Lowerer<'a> {
         let mut decls = TokenStream::new();
         for d in &hoisted.locals {
             let id = self.new_binding(&d.ident, false, true);
+            self.bindings[id].migration = d.migration();
             scope.saved.push(Saved {
                 binding: id,
                 source: Source::Deferred,
@@ -347,6 +351,7 @@ impl<'a> Lowerer<'a> {
         for v in &plan.exports {
             let transient = v.transient_init.is_some();
             let id = self.new_binding(&v.binding.ident, transient, v.binding.mutable);
+            self.bindings[id].migration = v.migration.clone();
             ids.push(id);
             if transient {
                 continue;
@@ -801,13 +806,13 @@ fn clean_attrs(attrs: &[syn::Attribute]) -> Vec<syn::Attribute> {
 /// A user statement emitted unchanged, minus `#[transient]` markers.
 fn clean_stmt(stmt: &Stmt) -> TokenStream {
     let mut stmt = stmt.clone();
-    sites::StripTransient.visit_stmt_mut(&mut stmt);
+    sites::StripMarkers.visit_stmt_mut(&mut stmt);
     stmt.into_token_stream()
 }
 
 fn clean_expr(expr: &Expr) -> TokenStream {
     let mut expr = expr.clone();
-    sites::StripTransient.visit_expr_mut(&mut expr);
+    sites::StripMarkers.visit_expr_mut(&mut expr);
     expr.into_token_stream()
 }
 

@@ -16,7 +16,7 @@ fn saved_per_site(body: TokenStream) -> Vec<(String, Vec<String>)> {
         .zip(layouts)
         .map(|(s, l)| {
             (
-                s.key(),
+                s.key().to_owned(),
                 l.fields
                     .iter()
                     .map(|&b| bindings[b].ident.to_string())
@@ -150,7 +150,10 @@ fn suspension_points_are_sites() {
             ctx.sleep(d).await;
             (vendor, approval)
         },
-        &[("#1", &["vendor"]), ("#2", &["vendor", "approval"])],
+        &[
+            ("wait_for(\"finance\")", &["vendor"]),
+            ("sleep 1", &["vendor", "approval"]),
+        ],
     );
 }
 
@@ -254,8 +257,65 @@ fn the_expansion_reads_like_the_workflow() {
     // The user's code keeps its lints: no blanket `allow` over the body.
     assert!(!out.contains("clippy :: all"), "{out}");
     assert!(!out.contains("unreachable_code"), "{out}");
-    // 1,610 tokens (250 lines formatted) today; 346 lines before the save
-    // traits were made small, 114 of them three near-identical traits.
+    // 1,811 tokens today (the workflow's version and each site's signal
+    // name included); 346 lines before the save traits were made small, 114
+    // of them three near-identical traits.
     let tokens = out.split_whitespace().count();
-    assert!(tokens < 1800, "{tokens} tokens");
+    assert!(tokens < 1900, "{tokens} tokens");
+}
+
+fn keys(body: TokenStream) -> syn::Result<Vec<(String, Option<String>)>> {
+    let mut block: Block = syn::parse2(quote!({ #body })).expect("body parses");
+    let ctx = Ident::new("ctx", Span::call_site());
+    let sites = sites::number_sites(&mut block, Some(&ctx))?;
+    Ok(sites
+        .iter()
+        .map(|s| (s.key().to_owned(), s.legacy_key()))
+        .collect())
+}
+
+#[test]
+fn unlabelled_sites_are_named_after_what_they_are_and_keep_their_old_keys() {
+    let got = keys(quote! {
+        checkpoint!();
+        let x: bool = ctx.wait_for("approval").await;
+        checkpoint!("named");
+        let y: bool = ctx.wait_for("approval").await;
+        ctx.sleep(d).await;
+        let z: u8 = ctx.wait_for(name).await;
+        let t: Option<u8> = ctx.wait_for_timeout("reply", d).await;
+        checkpoint!();
+        (x, y, z, t)
+    })
+    .expect("sites");
+    let want: Vec<(String, Option<String>)> = [
+        ("checkpoint 1", Some("#1")),
+        ("wait_for(\"approval\")", Some("#2")),
+        ("named", None),
+        ("wait_for(\"approval\") 2", Some("#4")),
+        ("sleep 1", Some("#5")),
+        ("wait_for 1", Some("#6")),
+        ("wait_for_timeout(\"reply\")", Some("#7")),
+        ("checkpoint 2", Some("#8")),
+    ]
+    .iter()
+    .map(|(k, l)| (k.to_string(), l.map(str::to_owned)))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_label_that_is_another_site_s_name_or_an_old_key_is_an_error() {
+    let err = keys(quote! {
+        checkpoint!();
+        checkpoint!("checkpoint 1");
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("also the name of an unlabelled site"),
+        "{err}"
+    );
+    let err = keys(quote! { checkpoint!("#3"); }).unwrap_err();
+    assert!(err.to_string().contains("reserved"), "{err}");
 }

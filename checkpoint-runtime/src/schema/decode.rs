@@ -141,6 +141,25 @@ impl Decoder<'_> {
                     .ok_or_else(|| format!("the schema does not describe type `{name}`"))?;
                 self.container(name, c, depth)?
             }
+            Format::Option(inner) => match self.byte()? {
+                0 => Value::Null,
+                1 => self.value(inner, depth + 1)?,
+                b => return Err(format!("{b} is not an Option tag")),
+            },
+            Format::Seq(inner) => {
+                let n = self.len()?;
+                self.array(inner, n, depth)?
+            }
+            Format::Map { key, value } => self.map(key, value, depth)?,
+            Format::Tuple(items) => self.tuple(items, depth)?,
+            Format::TupleArray { content, size } => self.array(content, *size, depth)?,
+            scalar => self.scalar(scalar)?,
+        })
+    }
+
+    /// A value of a format without parts (numbers, strings, bytes).
+    fn scalar(&mut self, f: &Format) -> Result<Value, String> {
+        Ok(match f {
             Format::Unit => Value::Null,
             Format::Bool => match self.byte()? {
                 0 => Value::Bool(false),
@@ -194,53 +213,44 @@ impl Decoder<'_> {
                 let b = self.take(n)?;
                 Value::Array(b.iter().map(|x| Value::from(*x)).collect())
             }
-            Format::Option(inner) => match self.byte()? {
-                0 => Value::Null,
-                1 => self.value(inner, depth + 1)?,
-                b => return Err(format!("{b} is not an Option tag")),
-            },
-            Format::Seq(inner) => {
-                let n = self.len()?;
-                let mut out = Vec::with_capacity(n.min(self.bytes.len() - self.pos));
-                for _ in 0..n {
-                    out.push(self.value(inner, depth + 1)?);
-                }
-                Value::Array(out)
-            }
-            Format::Map { key, value } => {
-                let n = self.len()?;
-                let mut pairs = Vec::with_capacity(n.min(self.bytes.len() - self.pos));
-                for _ in 0..n {
-                    let k = self.value(key, depth + 1)?;
-                    let v = self.value(value, depth + 1)?;
-                    pairs.push((k, v));
-                }
-                if pairs.iter().all(|(k, _)| k.is_string()) {
-                    let mut m = Map::new();
-                    for (k, v) in pairs {
-                        if let Value::String(k) = k {
-                            m.insert(k, v);
-                        }
-                    }
-                    Value::Object(m)
-                } else {
-                    Value::Array(
-                        pairs
-                            .into_iter()
-                            .map(|(k, v)| Value::Array(vec![k, v]))
-                            .collect(),
-                    )
-                }
-            }
-            Format::Tuple(items) => self.tuple(items, depth)?,
-            Format::TupleArray { content, size } => {
-                let mut out = Vec::with_capacity((*size).min(self.bytes.len() - self.pos));
-                for _ in 0..*size {
-                    out.push(self.value(content, depth + 1)?);
-                }
-                Value::Array(out)
-            }
+            other => return Err(format!("{other:?} is not a scalar format")),
         })
+    }
+
+    /// `n` values of format `item`, as an array.
+    fn array(&mut self, item: &Format, n: usize, depth: usize) -> Result<Value, String> {
+        let mut out = Vec::with_capacity(n.min(self.bytes.len() - self.pos));
+        for _ in 0..n {
+            out.push(self.value(item, depth + 1)?);
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// A map: an object when every key is a string, else an array of pairs.
+    fn map(&mut self, key: &Format, value: &Format, depth: usize) -> Result<Value, String> {
+        let n = self.len()?;
+        let mut pairs = Vec::with_capacity(n.min(self.bytes.len() - self.pos));
+        for _ in 0..n {
+            let k = self.value(key, depth + 1)?;
+            let v = self.value(value, depth + 1)?;
+            pairs.push((k, v));
+        }
+        if pairs.iter().all(|(k, _)| k.is_string()) {
+            let mut m = Map::new();
+            for (k, v) in pairs {
+                if let Value::String(k) = k {
+                    m.insert(k, v);
+                }
+            }
+            Ok(Value::Object(m))
+        } else {
+            Ok(Value::Array(
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| Value::Array(vec![k, v]))
+                    .collect(),
+            ))
+        }
     }
 
     fn str(&mut self) -> Result<String, String> {

@@ -539,3 +539,5 @@ fn hostile_lengths_and_depths_are_errors() {
             .contains("Nope")
     );
 }
+
+mod payload_check;

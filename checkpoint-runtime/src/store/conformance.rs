@@ -25,6 +25,7 @@ use super::{
     RunState, Store, Suspend, Wake, WakeValue,
 };
 use crate::history::Event;
+use crate::status::{RunFilter, Status, StatusKind};
 use crate::Error;
 
 /// What a conformance test runs on: a store, and whatever it needs kept
@@ -32,12 +33,10 @@ use crate::Error;
 pub(crate) trait Fixture {
     /// The store under test.
     fn store(&self) -> &dyn Store;
-}
 
-impl<S: Store> Fixture for S {
-    fn store(&self) -> &dyn Store {
-        self
-    }
+    /// Deletes checkpoint `seq` of run `run` behind the store's back, as a
+    /// damaged store or a careless operator would.
+    fn lose_checkpoint(&self, run: &str, seq: u64);
 }
 
 /// Makes a `#[test]` of every conformance test for one backend: `$open` is
@@ -65,9 +64,12 @@ macro_rules! conformance_tests {
             unregistered_runs_are_reported_not_claimed,
             cancel_blocks_fenced_writes,
             claim_takes_a_lease,
+            a_run_keeps_the_version_that_started_it,
             renew_extends_the_lease,
+            renew_many_renews_each_and_fences_each,
             release_retry_and_abandon,
             suspend_waits_for_a_signal,
+            a_parked_run_keeps_its_wake_and_is_taken_only_by_name,
             sleeping_run_is_claimed_when_due,
             take_signal_consumes_the_oldest,
             reject_signal_returns_to_waiting,
@@ -75,10 +77,26 @@ macro_rules! conformance_tests {
             claim_after_deadline_times_out,
             finish_completes_the_run,
             fail_records_the_error,
+            retry_makes_a_failed_run_runnable_from_its_latest_checkpoint,
             fork_copies_a_checkpoint,
+        );
+        $crate::store::conformance::conformance_tests!(@fixture_tests [$attr] $open;
+            reject_signal_without_its_checkpoint_changes_nothing,
+            claim_sets_aside_a_run_whose_checkpoint_is_missing,
         );
         }
     };
+    (@fixture_tests [$attr:meta] $open:expr; $($name:ident),* $(,)?) => {$(
+        #[test]
+        #[$attr]
+        fn $name() {
+            let open = $open;
+            let Some(fixture) = open(stringify!($name)) else {
+                return;
+            };
+            $crate::store::conformance::$name(&fixture);
+        }
+    )*};
     (@tests [$attr:meta] $open:expr; $($name:ident),* $(,)?) => {$(
         #[test]
         #[$attr]
@@ -103,6 +121,7 @@ pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
         ttl: Duration::from_secs(30),
         limit: 10,
         only: None,
+        revisit_parked: false,
     }
 }
 
@@ -120,6 +139,8 @@ pub(crate) fn new_run(store: &dyn Store, id: &str) {
         id: id.into(),
         workflow: "wf".into(),
         input: Arc::from(&b"null"[..]),
+        version: 1,
+        trace: None,
     }))
     .unwrap();
     assert!(matches!(r, Created::New));
@@ -237,6 +258,8 @@ fn waiting(signal: &str, deadline: Option<SystemTime>) -> Suspend {
     Suspend::Waiting {
         signal: signal.to_owned(),
         deadline,
+        payload_schema: None,
+        sites_before: None,
     }
 }
 
@@ -269,6 +292,27 @@ pub(crate) fn claim_takes_a_lease(store: &dyn Store) {
         .is_empty());
 }
 
+pub(crate) fn a_run_keeps_the_version_that_started_it(store: &dyn Store) {
+    new_run(store, "v1");
+    block_on(store.create_run(NewRun {
+        id: "v2".into(),
+        workflow: "wf".into(),
+        input: Arc::from(&b"null"[..]),
+        version: 2,
+        trace: None,
+    }))
+    .unwrap();
+    assert_eq!(load(store, "v1").version, 1);
+    assert_eq!(load(store, "v2").version, 2);
+    let listed = block_on(store.list_runs(&RunFilter::new())).unwrap();
+    let versions: Vec<(&str, u32)> = listed.iter().map(|r| (r.id.as_str(), r.version)).collect();
+    assert_eq!(versions, [("v1", 1), ("v2", 2)]);
+    let claimed = block_on(store.claim(&req("a", "a1"))).unwrap().claimed;
+    assert!(claimed
+        .iter()
+        .any(|c| c.run.id == "v2" && c.run.version == 2));
+}
+
 pub(crate) fn renew_extends_the_lease(store: &dyn Store) {
     new_run(store, "r");
     let mut short = req("a", "a1");
@@ -287,6 +331,62 @@ pub(crate) fn renew_extends_the_lease(store: &dyn Store) {
     };
     let err = block_on(store.renew("r", &stale, Duration::from_secs(30))).unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+}
+
+pub(crate) fn renew_many_renews_each_and_fences_each(store: &dyn Store) {
+    for id in ["r1", "r2", "r3", "r4"] {
+        new_run(store, id);
+    }
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(0);
+    let claimed = block_on(store.claim(&short)).unwrap().claimed;
+    assert_eq!(claimed.len(), 4);
+    let lease = |id: &str| {
+        claimed
+            .iter()
+            .find(|c| c.run.id == id)
+            .expect("claimed")
+            .lease
+            .clone()
+    };
+    let stale = Lease {
+        epoch: lease("r2").epoch + 1,
+        ..lease("r2")
+    };
+    block_on(store.cancel("r3")).unwrap();
+    let runs: Vec<(Arc<str>, Lease)> = vec![
+        (Arc::from("r1"), lease("r1")),
+        (Arc::from("r2"), stale),
+        (Arc::from("r3"), lease("r3")),
+        (Arc::from("nope"), lease("r1")),
+        (Arc::from("r4"), lease("r4")),
+    ];
+    let results = block_on(store.renew_many(&runs, Duration::from_secs(30)));
+    assert_eq!(results.len(), runs.len(), "{results:?}");
+    assert!(results[0].is_ok(), "{results:?}");
+    assert!(
+        matches!(results[1], Err(Error::LeaseLost { .. })),
+        "{results:?}"
+    );
+    assert!(
+        matches!(results[2], Err(Error::Cancelled { .. })),
+        "{results:?}"
+    );
+    assert!(results[3].is_err(), "{results:?}");
+    assert!(results[4].is_ok(), "{results:?}");
+    // The renewed ones outlive the zero TTL they were claimed with; the
+    // stale lease renewed nothing (r2 is free to take once more).
+    for id in ["r1", "r4"] {
+        let expires = load(store, id).lease.expect("a lease").expires_at;
+        assert!(
+            expires > SystemTime::now() + Duration::from_secs(20),
+            "{id}"
+        );
+    }
+    let taken = block_on(store.claim(&req("b", "b1"))).unwrap().claimed;
+    let taken: Vec<&str> = taken.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(taken, ["r2"]);
+    assert!(block_on(store.renew_many(&[], Duration::from_secs(30))).is_empty());
 }
 
 pub(crate) fn release_retry_and_abandon(store: &dyn Store) {
@@ -356,11 +456,80 @@ pub(crate) fn suspend_waits_for_a_signal(store: &dyn Store) {
     assert_eq!(left[0].name, "other");
 }
 
+pub(crate) fn a_parked_run_keeps_its_wake_and_is_taken_only_by_name(store: &dyn Store) {
+    let lease = waiting_run(store, None);
+    block_on(store.release("r", &lease, Release::Suspend)).unwrap();
+    block_on(store.put_signal("r", "go", b"2".to_vec())).unwrap();
+    let c = claim_one(store, "b", "b1");
+    let wake = c.run.wake.clone().expect("the claim consumed the signal");
+    let error = Error::Incompatible {
+        workflow: "wf".into(),
+        run: "r".into(),
+        site: "s".into(),
+        field: "total".into(),
+        detail: "stored as `u32`, the code has `u64`".into(),
+    };
+    block_on(store.release(
+        "r",
+        &c.lease,
+        Release::Park {
+            error: error.clone(),
+        },
+    ))
+    .unwrap();
+    let rec = load(store, "r");
+    assert_eq!(
+        rec.state,
+        RunState::Parked {
+            error: error.clone()
+        }
+    );
+    assert_eq!((rec.lease.as_ref(), rec.wake.as_ref()), (None, Some(&wake)));
+    assert!(matches!(
+        rec.status(),
+        Status::Incompatible { site, field, .. } if site == "s" && field == "total"
+    ));
+    assert!(events(store, "r").iter().any(
+        |e| matches!(e, Event::Parked { worker, reason } if worker == "b" && reason.contains("u64"))
+    ));
+    let listed =
+        block_on(store.list_runs(&RunFilter::new().status(StatusKind::Incompatible))).unwrap();
+    assert_eq!(listed.len(), 1);
+    let parked = block_on(store.parked_runs()).unwrap();
+    assert_eq!(
+        parked.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["r"]
+    );
+    assert!(
+        block_on(store.list_runs(&RunFilter::new().status(StatusKind::Failed)))
+            .unwrap()
+            .is_empty()
+    );
+    // No ordinary claim takes it, not even one naming it ...
+    assert!(block_on(store.claim(&req("c", "c1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+    let mut named = req("c", "c1");
+    named.only = Some("r".into());
+    assert!(block_on(store.claim(&named)).unwrap().claimed.is_empty());
+    // ... only a revisit by name, which resumes it with the wake it had.
+    named.revisit_parked = true;
+    let c = block_on(store.claim(&named)).unwrap().claimed.remove(0);
+    assert_eq!(c.run.state, RunState::Ready);
+    assert_eq!(c.run.wake.as_ref(), Some(&wake));
+    assert_eq!(c.checkpoint.as_ref().map(|cp| cp.seq), Some(1));
+    assert_eq!(load(store, "r").status(), Status::Running);
+}
+
 pub(crate) fn sleeping_run_is_claimed_when_due(store: &dyn Store) {
     new_run(store, "r");
     let c = claim_one(store, "a", "a1");
     let later = SystemTime::now() + Duration::from_secs(3600);
-    let sleep = Suspend::Sleeping { until: later };
+    let sleep = Suspend::Sleeping {
+        until: later,
+        sites_before: None,
+    };
     block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 1, sleep), None)).unwrap();
     block_on(store.release("r", &c.lease, Release::Suspend)).unwrap();
     assert_eq!(load(store, "r").state, RunState::Sleeping { until: later });
@@ -379,6 +548,7 @@ pub(crate) fn sleeping_run_is_claimed_when_due(store: &dyn Store) {
     .remove(0);
     let due = Suspend::Sleeping {
         until: SystemTime::now() - Duration::from_secs(1),
+        sites_before: None,
     };
     block_on(store.save_checkpoint(&c.lease, suspended_cp("s", 1, due), None)).unwrap();
     block_on(store.release("s", &c.lease, Release::Suspend)).unwrap();
@@ -476,6 +646,53 @@ pub(crate) fn finish_completes_the_run(store: &dyn Store) {
     assert!(!block_on(store.cancel("r")).unwrap());
 }
 
+pub(crate) fn retry_makes_a_failed_run_runnable_from_its_latest_checkpoint(store: &dyn Store) {
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    block_on(store.save_checkpoint(&c.lease, cp("r", 1), None)).unwrap();
+    block_on(store.save_checkpoint(&c.lease, cp("r", 2), None)).unwrap();
+    let error = Error::internal("boom");
+    block_on(store.finish("r", &c.lease, Outcome::Failed { error })).unwrap();
+    block_on(store.retry("r")).unwrap();
+    let rec = load(store, "r");
+    assert_eq!(
+        (rec.state, rec.lease, rec.attempt),
+        (RunState::Ready, None, 0)
+    );
+    assert!(events(store, "r")
+        .iter()
+        .any(|e| matches!(e, Event::Retried { reason, .. } if reason.contains("boom"))));
+    // Any worker takes it up from checkpoint #2, as a new attempt.
+    let c = claim_one(store, "b", "b1");
+    assert_eq!(c.checkpoint.as_ref().map(|cp| cp.seq), Some(2));
+    assert_eq!(c.run.attempt, 1);
+    // Nothing else is retried: a running, a completed, an unknown run.
+    let err = block_on(store.retry("r")).unwrap_err();
+    assert!(matches!(err, Error::NotRetryable { .. }), "{err}");
+    let done = Outcome::Completed {
+        output: Arc::from(&b"1"[..]),
+        error: None,
+    };
+    block_on(store.finish("r", &c.lease, done)).unwrap();
+    let err = block_on(store.retry("r")).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotRetryable { status, .. } if status == "completed"),
+        "{err}"
+    );
+    let err = block_on(store.retry("nope")).unwrap_err();
+    assert!(matches!(err, Error::UnknownRun { .. }), "{err}");
+    // A run whose workflow returned `Err` counts as failed: retried too.
+    new_run(store, "e");
+    let c = claim_one(store, "a", "a1");
+    let err_output = Outcome::Completed {
+        output: Arc::from(&b"{\"Err\":\"no\"}"[..]),
+        error: Some("no".into()),
+    };
+    block_on(store.finish("e", &c.lease, err_output)).unwrap();
+    block_on(store.retry("e")).unwrap();
+    assert_eq!(load(store, "e").state, RunState::Ready);
+}
+
 pub(crate) fn fail_records_the_error(store: &dyn Store) {
     new_run(store, "r");
     let c = claim_one(store, "a", "a1");
@@ -526,4 +743,68 @@ pub(crate) fn fork_copies_a_checkpoint(store: &dyn Store) {
     assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
     let err = block_on(store.fork("r", 9, "r3")).unwrap_err();
     assert!(matches!(err, Error::UnknownCheckpoint { .. }), "{err}");
+}
+
+/// The rule of `rules::reject_signal` for a run whose latest checkpoint the
+/// store no longer has: an error naming the run and that checkpoint, and
+/// nothing changes (the state, the consumed signal, the history).
+pub(crate) fn reject_signal_without_its_checkpoint_changes_nothing(fx: &dyn Fixture) {
+    let store = fx.store();
+    let lease = waiting_run(store, None);
+    block_on(store.put_signal("r", "go", b"bad".to_vec())).unwrap();
+    block_on(store.take_signal("r", &lease, "go")).unwrap();
+    fx.lose_checkpoint("r", 1);
+    // (In SQLite the checkpoint's row is its `CheckpointSaved` event.)
+    let before = events(store, "r");
+    let err = block_on(store.reject_signal("r", &lease, "unusable".into())).unwrap_err();
+    assert!(
+        matches!(&err, Error::Decode { run, workflow, .. } if run == "r" && workflow == "wf"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("its latest checkpoint")
+            && err.to_string().contains("is missing from the store"),
+        "{err}"
+    );
+    let rec = load(store, "r");
+    assert_eq!(rec.state, RunState::Ready);
+    let value = WakeValue::Signal {
+        name: "go".into(),
+        payload: Arc::from(&b"bad"[..]),
+    };
+    assert_eq!(rec.wake, Some(Wake { seq: 1, value }));
+    assert!(rec.lease.is_some());
+    assert_eq!(events(store, "r"), before, "nothing recorded");
+}
+
+/// A claim that meets a run whose latest checkpoint is missing marks it
+/// failed, naming the run (see `rules::latest_checkpoint`), instead of
+/// starting it over from its input; the other runs are claimed.
+pub(crate) fn claim_sets_aside_a_run_whose_checkpoint_is_missing(fx: &dyn Fixture) {
+    let store = fx.store();
+    new_run(store, "r");
+    let c = claim_one(store, "a", "a1");
+    block_on(store.save_checkpoint(&c.lease, cp("r", 1), None)).unwrap();
+    block_on(store.save_checkpoint(&c.lease, cp("r", 2), None)).unwrap();
+    block_on(store.release("r", &c.lease, Release::Abandon)).unwrap();
+    new_run(store, "s");
+    fx.lose_checkpoint("r", 2);
+    let got = block_on(store.claim(&req("b", "b1"))).unwrap();
+    let ids: Vec<&str> = got.claimed.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(ids, ["s"]);
+    let rec = load(store, "r");
+    let RunState::Failed { error } = &rec.state else {
+        panic!("r: {:?}", rec.state);
+    };
+    let text = error.to_string();
+    for part in ["run `r`", "workflow `wf`", "is missing from the store"] {
+        assert!(text.contains(part), "`{part}` missing from: {text}");
+    }
+    assert!(events(store, "r")
+        .iter()
+        .any(|e| matches!(e, Event::Failed { .. })));
+    assert!(block_on(store.claim(&req("b", "b1")))
+        .unwrap()
+        .claimed
+        .is_empty());
 }

@@ -48,6 +48,17 @@ use crate::Error;
 ///   whenever a run may have become runnable or finished (a backend without push
 ///   notifications may bump it from a poller).
 /// - **Durability**: a method returns `Ok` only once its effect is durable.
+/// - **Integrity.** A durable backend seals every checkpoint it stores
+///   ([`checksums`](super::checksums)) and checks the seal
+///   ([`verify_checksums`](super::verify_checksums)) wherever it rebuilds one
+///   (claims, [`latest_checkpoint`](Store::latest_checkpoint),
+///   [`checkpoint`](Store::checkpoint), [`list_checkpoints`](Store::list_checkpoints),
+///   [`fork`](Store::fork)): damaged bytes, or damaged metadata locating or
+///   naming them, are an [`Error::Decode`] naming the run, its workflow, the
+///   site and the field, never a record with other values. A claim that
+///   meets a run it cannot load (its row, or its latest checkpoint, damaged
+///   or missing) marks it failed with that error and goes on with the
+///   others; it never starts such a run over from its input.
 pub trait Store: Send + Sync + 'static {
     /// A short name of the backend (`"memory"`, `"sqlite"`, ...).
     fn kind(&self) -> &'static str;
@@ -64,6 +75,17 @@ pub trait Store: Send + Sync + 'static {
         filter: &'a RunFilter,
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>>;
 
+    /// The parked runs ([`RunState::Parked`](super::RunState::Parked)),
+    /// oldest first: every worker looks for them every few seconds, so a
+    /// backend with many finished runs answers from an index. The default
+    /// filters [`Store::list_runs`].
+    fn parked_runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, Error>> {
+        Box::pin(async move {
+            let filter = RunFilter::new().status(crate::status::StatusKind::Incompatible);
+            self.list_runs(&filter).await
+        })
+    }
+
     /// Claims runnable runs (see the trait docs for the rules).
     fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>>;
 
@@ -74,6 +96,27 @@ pub trait Store: Send + Sync + 'static {
         lease: &'a Lease,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Extends the leases of many runs by `ttl` from now, each fenced like
+    /// [`Store::renew`]: one result per entry, in order. A runtime renews
+    /// all the runs it executes with one call per renewal period, so a
+    /// backend where each call is a transaction (PostgreSQL) overrides this
+    /// with one statement for all of them. The default issues one
+    /// [`Store::renew`] per entry, all at once.
+    ///
+    /// A backend must not wait long for a run whose row another
+    /// transaction holds (that run's own checkpoint in flight): it may
+    /// answer `Err(Error::Store)` for that run, which the runtime tries
+    /// again shortly.
+    fn renew_many<'a>(
+        &'a self,
+        runs: &'a [(Arc<str>, Lease)],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Vec<Result<(), Error>>> {
+        Box::pin(futures::future::join_all(
+            runs.iter().map(|(id, lease)| self.renew(id, lease, ttl)),
+        ))
+    }
 
     /// Gives a run back (clears the lease). Fenced.
     fn release<'a>(
@@ -110,7 +153,9 @@ pub trait Store: Send + Sync + 'static {
     /// Discards the consumed signal of the wake value (its payload was
     /// unusable): records `SignalRejected`, clears the wake value and returns the
     /// run to the waiting state of its latest checkpoint. Fenced; does not
-    /// release the lease.
+    /// release the lease. A run whose latest checkpoint the store no longer
+    /// has is left as it is, with an [`Error::Decode`] naming it (see
+    /// `rules::reject_signal`).
     fn reject_signal<'a>(
         &'a self,
         id: &'a str,
@@ -129,6 +174,17 @@ pub trait Store: Send + Sync + 'static {
     /// Cancels a run unless it is finished; returns whether it was cancelled
     /// by this call. Records `Cancelled`.
     fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Makes a failed or parked run runnable again from its latest
+    /// checkpoint, as a new attempt, and records `Retried`;
+    /// [`Error::NotRetryable`] for a run in another state. A backend
+    /// written before this method existed refuses it.
+    fn retry<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(futures::future::ready(Err(Error::store(format!(
+            "this store ({}) cannot retry run `{id}`",
+            self.kind()
+        )))))
+    }
 
     /// Stores a signal for a run and records `SignalReceived`.
     fn put_signal<'a>(
@@ -158,7 +214,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Arc<CheckpointRecord>>, Error>>;
 
     /// The kept checkpoints of a run, oldest first ([`Error::UnknownRun`] if
-    /// the run does not exist).
+    /// the run does not exist). A damaged version is listed as the stand-in
+    /// [`CheckpointRecord::damaged`] (its [`damage`](CheckpointRecord::damage)
+    /// says what is wrong), so that one damaged version does not hide the
+    /// others.
     fn list_checkpoints<'a>(
         &'a self,
         id: &'a str,

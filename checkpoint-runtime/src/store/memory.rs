@@ -168,6 +168,7 @@ impl MemoryStore {
     fn do_claim(&self, req: &ClaimRequest) -> Result<ClaimResult, Error> {
         let now = SystemTime::now();
         let mut out = ClaimResult::default();
+        let mut changed = false;
         let mut st = self.lock();
         let State { runs, active, .. } = &mut *st;
         let candidates: Vec<Arc<str>> = match &req.only {
@@ -194,7 +195,7 @@ impl MemoryStore {
                 }
                 _ => None,
             };
-            if !rules::runnable(&e.rec.state, signal.is_some(), now) {
+            if !rules::claimable(&e.rec.state, signal.is_some(), now, req) {
                 continue;
             }
             if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
@@ -202,6 +203,18 @@ impl MemoryStore {
                     .push((e.rec.id.clone(), e.rec.workflow.clone()));
                 continue;
             }
+            // As in every backend, a run whose latest checkpoint is gone is
+            // set aside, never started over (see `rules::latest_checkpoint`).
+            let latest = e.checkpoints.back().filter(|c| c.seq == e.rec.latest_seq);
+            if let Err(cause) = rules::latest_checkpoint(&e.rec, latest.map(|c| &**c)) {
+                let error = rules::damaged(&id, Some(&e.rec.workflow), None, &[], &cause);
+                let event = rules::finish(&mut e.rec, Outcome::Failed { error }, now);
+                e.event(now, event);
+                active.remove(&e.order);
+                changed = true;
+                continue;
+            }
+            let checkpoint = latest.cloned();
             let signal = signal.and_then(|pos| e.signals.remove(pos));
             let wake = rules::claim_wake(&e.rec.state, signal);
             let taken = rules::takeover(e.rec.lease.as_ref(), req);
@@ -212,8 +225,12 @@ impl MemoryStore {
             out.claimed.push(Claimed {
                 lease,
                 run: e.rec.clone(),
-                checkpoint: e.checkpoints.back().cloned(),
+                checkpoint,
             });
+        }
+        drop(st);
+        if changed {
+            self.bump();
         }
         Ok(out)
     }
@@ -299,7 +316,7 @@ impl MemoryStore {
             .back()
             .filter(|cp| cp.seq == e.rec.latest_seq)
             .cloned();
-        if let Some(event) = rules::reject_signal(&mut e.rec, reason, latest.as_deref(), now) {
+        if let Some(event) = rules::reject_signal(&mut e.rec, reason, latest.as_deref(), now)? {
             e.event(now, event);
         }
         Ok(())
@@ -331,6 +348,19 @@ impl MemoryStore {
         drop(st);
         self.bump();
         Ok(true)
+    }
+
+    fn do_retry(&self, id: &str) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
+        let now = SystemTime::now();
+        let event = rules::retry(&mut e.rec, now)?;
+        e.event(now, event);
+        let (order, id) = (e.order, e.rec.id.clone());
+        st.active.insert(order, Arc::from(id.as_str()));
+        drop(st);
+        self.bump();
+        Ok(())
     }
 
     fn do_put_signal(&self, id: &str, name: &str, payload: Vec<u8>) -> Result<(), Error> {
@@ -454,7 +484,9 @@ impl Store for MemoryStore {
                         .id_prefix
                         .as_ref()
                         .is_none_or(|p| e.rec.id.starts_with(p.as_str()))
-                    && filter.status.is_none_or(|k| e.rec.status().kind() == k)
+                    && filter
+                        .status
+                        .is_none_or(|k| e.rec.status().kind().stored() == k.stored())
             })
             .map(|e| (e.order, e.rec.clone()))
             .collect();
@@ -534,6 +566,10 @@ impl Store for MemoryStore {
 
     fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
         ready(self.do_cancel(id))
+    }
+
+    fn retry<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_retry(id))
     }
 
     fn put_signal<'a>(
@@ -631,7 +667,21 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::MemoryStore;
-    use crate::store::conformance::conformance_tests;
+    use crate::store::conformance::{conformance_tests, Fixture};
+    use crate::store::Store;
+
+    impl Fixture for MemoryStore {
+        fn store(&self) -> &dyn Store {
+            self
+        }
+
+        fn lose_checkpoint(&self, run: &str, seq: u64) {
+            let mut st = self.lock();
+            if let Some(e) = st.runs.get_mut(run) {
+                e.checkpoints.retain(|c| c.seq != seq);
+            }
+        }
+    }
 
     conformance_tests!(|_test: &str| Some(MemoryStore::new()));
 }

@@ -20,12 +20,15 @@
 //! # Shape
 //!
 //! Dependencies point one way, `records ← rules ← backends ← store::open ←
-//! runtime` (`.ci/store-cycles.py` checks that no file here imports another
+//! runtime` (`.ci/import-cycles.py` checks that no file here imports another
 //! that imports it back):
 //!
 //! - `records`: the plain data the store exchanges ([`RunRecord`],
 //!   [`RunState`], [`Lease`], [`CheckpointRecord`], ...);
 //! - `contract`: the [`Store`] trait and what a backend must guarantee;
+//! - `integrity`: the checksums a durable backend seals each checkpoint
+//!   with ([`checksums`], checked by [`verify_checksums`]) and the errors
+//!   that report a damaged one;
 //! - `rules`: every run-state transition (claim, renew, release, suspend,
 //!   consume or reject a signal, time out, finish, fail, cancel, fork,
 //!   retention, fencing) as a pure function on the records; every backend
@@ -39,6 +42,7 @@
 #[cfg(test)]
 mod conformance;
 mod contract;
+mod integrity;
 mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -56,11 +60,12 @@ use crate::Error;
 
 pub use crate::error::StoreSource;
 pub use contract::Store;
+pub use integrity::{checksums, verify_checksums, ChecksumMismatch};
 pub use memory::MemoryStore;
 pub use records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
     LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SchemaKeys, SignalRecord, Suspend,
-    Wake, WakeValue, WorkerHold,
+    Wake, WakeValue, WorkerHold, LOOP_ITEMS,
 };
 pub use url::{redact_url, StoreUrl};
 

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::status::Status;
 use crate::Error;
 
+/// What the parts of a damaged record that could not be read are named
+/// in errors and listings.
+pub(crate) const UNREADABLE: &str = "<unreadable>";
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -38,15 +42,23 @@ pub struct RunRecord {
     pub created_at: SystemTime,
     /// Time of the last change.
     pub updated_at: SystemTime,
+    /// The version of the workflow that started the run
+    /// (`#[workflow(version = N)]`, 1 by default): a run without a
+    /// checkpoint starts on it. Once it has one, the checkpoint decides.
+    pub version: u32,
 }
 
 impl RunRecord {
     /// The user-facing status of this record.
     pub fn status(&self) -> Status {
         match &self.state {
-            RunState::Ready => Status::Running,
-            RunState::Waiting { signal, .. } => Status::Waiting {
+            RunState::Ready => match &self.lease {
+                Some(lease) if lease.expires_at > SystemTime::now() => Status::Running,
+                _ => Status::Queued,
+            },
+            RunState::Waiting { signal, deadline } => Status::Waiting {
                 signal: signal.clone(),
+                deadline: *deadline,
             },
             RunState::Sleeping { until } => Status::Sleeping { until: *until },
             RunState::Completed { error: None, .. } => Status::Completed,
@@ -59,6 +71,15 @@ impl RunRecord {
                 error: error.to_string(),
             },
             RunState::Cancelled => Status::Cancelled,
+            RunState::Parked { error } => {
+                let (site, field, detail) = error.refused_at();
+                Status::Incompatible {
+                    workflow: self.workflow.clone(),
+                    site,
+                    field,
+                    detail,
+                }
+            }
         }
     }
 }
@@ -97,6 +118,16 @@ pub enum RunState {
     },
     /// Cancelled.
     Cancelled,
+    /// Parked: runnable, but the code that claimed it last refused its
+    /// latest checkpoint with `error` ([`Error::Incompatible`], or an
+    /// [`Error::Decode`] of a field or of the input). Claimed only to be
+    /// tried again by a runtime whose code may differ (see
+    /// [`ClaimRequest::revisit_parked`]); a wake value it was claimed with
+    /// stays in [`RunRecord::wake`].
+    Parked {
+        /// Why the code refused it.
+        error: Error,
+    },
 }
 
 impl RunState {
@@ -145,12 +176,40 @@ pub enum Suspend {
         signal: String,
         /// The deadline, for `wait_for_timeout`.
         deadline: Option<SystemTime>,
+        /// The key of the stored schema of the payload type the site
+        /// decodes (see [`crate::schema`]), if it could be traced: another
+        /// process checks a signal's payload against it before storing it
+        /// ([`Runtime::signal`](crate::Runtime::signal)). Absent in
+        /// checkpoints stored before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload_schema: Option<String>,
+        /// See [`Suspend::Sleeping::sites_before`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sites_before: Option<Vec<String>>,
     },
     /// `ctx.sleep`.
     Sleeping {
         /// When the timer is due.
         until: SystemTime,
+        /// The keys of the code's sites before this one in source order,
+        /// when the checkpoint was taken: a resume refuses code that added
+        /// a wait or sleep before it (the run would skip it) or moved one
+        /// of these after it (the run would do it again). Absent in
+        /// checkpoints stored before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sites_before: Option<Vec<String>>,
     },
+}
+
+impl Suspend {
+    /// [`Suspend::Sleeping::sites_before`], of either kind.
+    pub fn sites_before(&self) -> Option<&[String]> {
+        match self {
+            Suspend::Waiting { sites_before, .. } | Suspend::Sleeping { sites_before, .. } => {
+                sites_before.as_deref()
+            }
+        }
+    }
 }
 
 /// One saved field of a checkpoint: its bytes are
@@ -167,6 +226,11 @@ pub struct FieldRecord {
     pub len: usize,
 }
 
+/// Separates the loop positions of a checkpoint's stored loops from the
+/// fingerprints of the loops' current items that follow them. (`i64::MAX`:
+/// stored loops are `bigint`s in PostgreSQL; positions never get there.)
+pub const LOOP_ITEMS: u64 = i64::MAX as u64;
+
 /// One checkpoint, as stored. Immutable once stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -182,7 +246,7 @@ pub struct CheckpointRecord {
     /// The site's index in the workflow's site table when it was stored.
     pub site_index: u32,
     /// Positions of the enclosing `for` loops, outermost first; then, after
-    /// `iteration::LOOP_ITEMS`, the fingerprints of their current items.
+    /// [`LOOP_ITEMS`], the fingerprints of their current items.
     pub loops: Vec<u64>,
     /// The fields, in order.
     pub fields: Vec<FieldRecord>,
@@ -197,6 +261,14 @@ pub struct CheckpointRecord {
     /// saved without a schema (its type could not be traced, it was saved by
     /// hand-written code, or by a backend or version that did not keep them).
     pub schemas: SchemaKeys,
+    /// Set on a version that [`Store::list_checkpoints`](super::Store::list_checkpoints)
+    /// found damaged (its bytes or what locates them do not match their
+    /// checksum, or do not decode): why, as an [`Error::Decode`] naming the
+    /// run, site and field. Such a record keeps its `seq`, its time and, as
+    /// far as they could be read, its site and label; it has no fields and
+    /// no bytes (see [`CheckpointRecord::damaged`]). Every other read of it
+    /// (resume, inspect, fork) fails with that error.
+    pub damage: Option<Box<Error>>,
 }
 
 /// The schema key of each field of a checkpoint (see
@@ -230,7 +302,72 @@ impl CheckpointRecord {
             suspend,
             created_at,
             schemas: SchemaKeys::default(),
+            damage: None,
         }
+    }
+
+    /// The stand-in for damaged version `seq` of run `run` in a listing:
+    /// `error` says what is wrong with it ([`CheckpointRecord::damage`]);
+    /// `site` and `label` are what could still be read (the site is
+    /// `<unreadable>` otherwise).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::SystemTime;
+    /// use checkpoint_runtime::{store::CheckpointRecord, Error};
+    ///
+    /// let error = Error::Decode {
+    ///     workflow: "tally".into(),
+    ///     run: "t-2".into(),
+    ///     site: "counted".into(),
+    ///     field: "total".into(),
+    ///     detail: "checkpoint #3 is damaged".into(),
+    /// };
+    /// let cp = CheckpointRecord::damaged(
+    ///     Arc::from("t-2"), 3, Some("counted".into()), None, SystemTime::now(), error.clone(),
+    /// );
+    /// assert!(cp.is_damaged() && cp.fields.is_empty());
+    /// assert_eq!(cp.damage.as_deref(), Some(&error));
+    /// ```
+    pub fn damaged(
+        run: Arc<str>,
+        seq: u64,
+        site: Option<String>,
+        label: Option<String>,
+        created_at: SystemTime,
+        error: Error,
+    ) -> Self {
+        let site = site.unwrap_or_else(|| UNREADABLE.to_owned());
+        let mut cp = CheckpointRecord::new(
+            run,
+            seq,
+            Cow::Owned(site),
+            label.map(Cow::Owned),
+            0,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            None,
+            created_at,
+        );
+        cp.damage = Some(Box::new(error));
+        cp
+    }
+
+    /// Whether this is the stand-in for a damaged version (see
+    /// [`CheckpointRecord::damage`]).
+    ///
+    /// ```
+    /// # use std::{borrow::Cow, sync::Arc, time::SystemTime};
+    /// # use checkpoint_runtime::store::CheckpointRecord;
+    /// let cp = CheckpointRecord::new(
+    ///     Arc::from("r"), 1, Cow::Borrowed("site"), None, 0, vec![], vec![], vec![], None,
+    ///     SystemTime::now(),
+    /// );
+    /// assert!(!cp.is_damaged());
+    /// ```
+    pub fn is_damaged(&self) -> bool {
+        self.damage.is_some()
     }
 
     /// Sets the schema keys of the fields (see [`CheckpointRecord::schemas`]).
@@ -256,12 +393,29 @@ impl CheckpointRecord {
     pub fn state(&self) -> RunState {
         match &self.suspend {
             None => RunState::Ready,
-            Some(Suspend::Waiting { signal, deadline }) => RunState::Waiting {
+            Some(Suspend::Waiting {
+                signal, deadline, ..
+            }) => RunState::Waiting {
                 signal: signal.clone(),
                 deadline: *deadline,
             },
-            Some(Suspend::Sleeping { until }) => RunState::Sleeping { until: *until },
+            Some(Suspend::Sleeping { until, .. }) => RunState::Sleeping { until: *until },
         }
+    }
+
+    /// The positions part of [`CheckpointRecord::loops`], outermost first.
+    pub fn loop_positions(&self) -> &[u64] {
+        match self.loops.iter().position(|&l| l == LOOP_ITEMS) {
+            Some(end) => &self.loops[..end],
+            None => &self.loops,
+        }
+    }
+
+    /// The fingerprint of the current item of the `depth`-th enclosing loop
+    /// (0 = outermost), if the checkpoint stored one (0: none).
+    pub fn loop_item(&self, depth: usize) -> u64 {
+        let positions = self.loop_positions().len();
+        self.loops.get(positions + 1 + depth).copied().unwrap_or(0)
     }
 
     /// A public description of this checkpoint.
@@ -272,7 +426,7 @@ impl CheckpointRecord {
             site: self.site_key.to_string(),
             created_at: self.created_at,
             size: self.data.len(),
-            loops: crate::iteration::loop_positions(&self.loops).to_vec(),
+            loops: self.loop_positions().to_vec(),
             fields: self
                 .fields
                 .iter()
@@ -284,6 +438,7 @@ impl CheckpointRecord {
                     schema: self.schema_key(i).map(str::to_owned),
                 })
                 .collect(),
+            damaged: self.damage.as_ref().map(|e| e.to_string()),
         }
     }
 }
@@ -331,6 +486,11 @@ pub struct NewRun {
     pub workflow: String,
     /// The input, JSON.
     pub input: Arc<[u8]>,
+    /// The version of the workflow that starts it (see [`RunRecord::version`]).
+    pub version: u32,
+    /// The trace context it is started in, kept in its `Started` event
+    /// (see [`crate::observe::TracePropagation`]).
+    pub trace: Option<String>,
 }
 
 /// What [`Store::create_run`](super::Store::create_run) did.
@@ -357,6 +517,10 @@ pub struct ClaimRequest {
     pub limit: usize,
     /// Only this run (used by a handle driving its own run).
     pub only: Option<String>,
+    /// With `only`: take that run also when it is parked
+    /// ([`RunState::Parked`]), to try it with this worker's code. Other
+    /// claims never take a parked run.
+    pub revisit_parked: bool,
 }
 
 /// A claimed run, with everything needed to execute it.
@@ -394,6 +558,13 @@ pub enum Release {
     },
     /// The worker stops (shutdown); the run stays as it is, for anyone to take.
     Abandon,
+    /// The code cannot resume the run's latest checkpoint (`error` says
+    /// why): the run is parked ([`RunState::Parked`]), nothing else of it
+    /// changes, and `Parked` is recorded.
+    Park {
+        /// Why.
+        error: Error,
+    },
 }
 
 /// How an execution ended.
@@ -458,5 +629,39 @@ impl std::fmt::Debug for WorkerHold {
         } else {
             "WorkerHold(unchecked)"
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_loops(loops: Vec<u64>) -> CheckpointRecord {
+        let site = Cow::Borrowed("s");
+        CheckpointRecord::new(
+            Arc::from("r"),
+            1,
+            site,
+            None,
+            0,
+            loops,
+            Vec::new(),
+            Vec::new(),
+            None,
+            SystemTime::UNIX_EPOCH,
+        )
+    }
+
+    /// Loop positions come first; the items' fingerprints follow
+    /// [`LOOP_ITEMS`], and an older checkpoint has none.
+    #[test]
+    fn stored_loops_split_into_positions_and_items() {
+        let cp = with_loops(vec![3, 1, LOOP_ITEMS, 11, 0]);
+        assert_eq!(cp.loop_positions(), &[3, 1]);
+        assert_eq!(cp.loop_item(0), 11);
+        assert_eq!(cp.loop_item(1), 0);
+        let older = with_loops(vec![3, 1]);
+        assert_eq!(older.loop_positions(), &[3, 1]);
+        assert_eq!(older.loop_item(0), 0, "an older checkpoint has none");
     }
 }

@@ -13,6 +13,8 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::integrity::field_list;
+use super::records::UNREADABLE;
 use super::{
     CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release, RunRecord,
     RunState, SignalRecord, Wake, WakeValue,
@@ -26,8 +28,10 @@ use crate::Error;
 pub(crate) fn create(run: NewRun, now: SystemTime) -> (RunRecord, Event) {
     let started = Event::Started {
         workflow: run.workflow.clone(),
+        trace: run.trace.clone(),
     };
-    let rec = started_run(run.id, run.workflow, run.input, RunState::Ready, 0, now);
+    let mut rec = started_run(run.id, run.workflow, run.input, RunState::Ready, 0, now);
+    rec.version = run.version.max(1);
     (rec, started)
 }
 
@@ -77,6 +81,7 @@ fn started_run(
         wake: None,
         created_at: now,
         updated_at: now,
+        version: 1,
     }
 }
 
@@ -187,7 +192,7 @@ pub(crate) fn renew(rec: &mut RunRecord, expires_at: SystemTime) {
 /// attempt counter (the state was set by the checkpoint); `Retry` leaves the
 /// run `Ready`. Returns the history event to record, if any.
 pub(crate) fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Option<Event> {
-    rec.lease = None;
+    let worker = rec.lease.take().map(|l| l.worker).unwrap_or_default();
     rec.updated_at = now;
     match how {
         Release::Suspend => {
@@ -201,6 +206,25 @@ pub(crate) fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Opt
             Some(Event::Retried { attempt, reason })
         }
         Release::Abandon => None,
+        Release::Park { error } => {
+            let reason = error.to_string();
+            rec.state = RunState::Parked { error };
+            Some(Event::Parked { worker, reason })
+        }
+    }
+}
+
+/// Whether `req` may claim a run in `state` (its lease aside): a runnable
+/// one (see [`runnable`]), or a parked one that `req` revisits by name.
+pub(crate) fn claimable(
+    state: &RunState,
+    has_signal: bool,
+    now: SystemTime,
+    req: &ClaimRequest,
+) -> bool {
+    match state {
+        RunState::Parked { .. } => req.revisit_parked && req.only.is_some(),
+        other => runnable(other, has_signal, now),
     }
 }
 
@@ -270,14 +294,23 @@ fn wake(rec: &mut RunRecord, value: WakeValue, now: SystemTime) {
 
 /// Reject a signal: the consumed signal of the wake value is discarded (its
 /// payload was unusable) and the run goes back to the state of its latest
-/// checkpoint (`latest`, when there is one). Returns the `SignalRejected`
-/// event to record when there was a consumed signal.
+/// checkpoint, `latest` (what the store found for [`RunRecord::latest_seq`];
+/// `None` when it found nothing). Returns the `SignalRejected` event to
+/// record when there was a consumed signal.
+///
+/// A run that records a latest checkpoint the store no longer has (a
+/// damaged store) has no state to go back to: nothing changes (the signal
+/// stays consumed, the run keeps its lease) and the error is
+/// [`missing_checkpoint`]'s; the claim that next meets the run sets it
+/// aside (see [`damaged`]). A run without checkpoints has no wake value to
+/// discard (only a checkpoint can make it wait): its state is left as it is.
 pub(crate) fn reject_signal(
     rec: &mut RunRecord,
     reason: String,
     latest: Option<&CheckpointRecord>,
     now: SystemTime,
-) -> Option<Event> {
+) -> Result<Option<Event>, Error> {
+    let back = latest_checkpoint(rec, latest)?.map(CheckpointRecord::state);
     let event = match rec.wake.take() {
         Some(Wake {
             value: WakeValue::Signal { name, .. },
@@ -285,11 +318,51 @@ pub(crate) fn reject_signal(
         }) => Some(Event::SignalRejected { name, reason }),
         _ => None,
     };
-    if let Some(cp) = latest {
-        rec.state = cp.state();
+    if let Some(state) = back {
+        rec.state = state;
     }
     rec.updated_at = now;
-    event
+    Ok(event)
+}
+
+/// The latest checkpoint of `rec`, given what the store found for it
+/// (`found`): `None` for a run that has none yet; [`missing_checkpoint`]'s
+/// error when the run records one (`latest_seq > 0`) and the store found
+/// none, or another one. A claim, a rejected signal and anything else that
+/// continues from the latest checkpoint goes through this, so that no
+/// backend ever starts such a run over from its input (which would run
+/// again what its checkpoints had made durable).
+pub(crate) fn latest_checkpoint<'c>(
+    rec: &RunRecord,
+    found: Option<&'c CheckpointRecord>,
+) -> Result<Option<&'c CheckpointRecord>, Error> {
+    match found {
+        _ if rec.latest_seq == 0 => Ok(None),
+        Some(cp) if cp.seq == rec.latest_seq => Ok(Some(cp)),
+        _ => Err(missing_checkpoint(
+            &rec.id,
+            Some(&rec.workflow),
+            Some(rec.latest_seq),
+        )),
+    }
+}
+
+/// The error for a run whose latest checkpoint (`seq`, when known) is
+/// missing from its store: an [`Error::Decode`] naming the run and its
+/// workflow.
+pub(crate) fn missing_checkpoint(run: &str, workflow: Option<&str>, seq: Option<u64>) -> Error {
+    let which = seq.map_or_else(String::new, |s| format!(" #{s}"));
+    Error::Decode {
+        workflow: workflow.unwrap_or(UNREADABLE).to_owned(),
+        run: run.to_owned(),
+        site: UNREADABLE.to_owned(),
+        field: "-".to_owned(),
+        detail: format!(
+            "its latest checkpoint{which} is missing from the store (deleted, or its row \
+             damaged); the run is refused rather than started over"
+        )
+        .into(),
+    }
 }
 
 /// Finish and fail: the run ends with `outcome` (completed, possibly with an
@@ -315,6 +388,33 @@ pub(crate) fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> 
     rec.lease = None;
     rec.updated_at = now;
     event
+}
+
+/// Retry: a failed run (stopped by the runtime, or whose workflow returned
+/// `Err`) or a parked one becomes `Ready` from its latest checkpoint, as a
+/// new attempt (its wake value, a signal it consumed, stays for the resume).
+/// Returns the `Retried` event, or why the run cannot be retried.
+pub(crate) fn retry(rec: &mut RunRecord, now: SystemTime) -> Result<Event, Error> {
+    let reason = match &rec.state {
+        RunState::Failed { error } | RunState::Parked { error } => error.to_string(),
+        RunState::Completed {
+            error: Some(error), ..
+        } => error.clone(),
+        _ => {
+            return Err(Error::NotRetryable {
+                run: rec.id.clone(),
+                status: rec.status().to_string(),
+            })
+        }
+    };
+    rec.state = RunState::Ready;
+    rec.lease = None;
+    rec.attempt = 0;
+    rec.updated_at = now;
+    Ok(Event::Retried {
+        attempt: 0,
+        reason: format!("retried by an operator after: {reason}"),
+    })
 }
 
 /// Cancel: a run that is not finished becomes `Cancelled`, its lease
@@ -356,33 +456,50 @@ pub(crate) fn describe_suspension(state: &RunState, now: SystemTime) -> String {
 }
 
 /// The error a damaged run is marked failed with: a run whose row or latest
-/// checkpoint cannot be loaded or decoded. A claim that meets one sets it
-/// aside this way (state `Failed`, a `Failed` event) instead of failing,
-/// so that every other run goes on; `detail` is what went wrong. It names
-/// the run and, as far as they could be read, its workflow, the site of its
-/// latest checkpoint and that checkpoint's fields (all of them: a damaged
-/// row tells no more). Once repaired, `retry` resumes it.
+/// checkpoint cannot be loaded or decoded (`cause`). A claim that meets one
+/// sets it aside this way (state `Failed`, a `Failed` event) instead of
+/// failing, so that every other run goes on. It names the run and, as far
+/// as they could be read, its workflow, the site of its latest checkpoint
+/// and the field: the one `cause` names when it is an [`Error::Decode`]
+/// (a checksum or a reference names its field), otherwise that checkpoint's
+/// fields (all of them: a damaged row tells no more). Once repaired,
+/// `retry` resumes it.
 pub(crate) fn damaged(
     run: &str,
     workflow: Option<&str>,
     site: Option<&str>,
     fields: &[String],
-    detail: &str,
+    cause: &Error,
 ) -> Error {
-    let unreadable = || "<unreadable>".to_owned();
-    Error::Decode {
-        workflow: workflow.map_or_else(unreadable, str::to_owned),
-        run: run.to_owned(),
-        site: site.map_or_else(unreadable, str::to_owned),
-        field: if fields.is_empty() {
-            "-".to_owned()
-        } else {
-            fields.join(", ")
+    const SET_ASIDE: &str = "the run cannot be loaded, so it was set aside (the other runs go on)";
+    let known = |s: &str| (s != UNREADABLE).then(|| s.to_owned());
+    let or_unreadable = |s: Option<&str>| s.unwrap_or(UNREADABLE).to_owned();
+    let all_fields = || field_list(fields.iter().map(String::as_str));
+    match cause {
+        Error::Decode {
+            workflow: w,
+            site: s,
+            field,
+            detail,
+            ..
+        } => Error::Decode {
+            workflow: known(w).unwrap_or_else(|| or_unreadable(workflow)),
+            run: run.to_owned(),
+            site: known(s).unwrap_or_else(|| or_unreadable(site)),
+            field: if field == "-" {
+                all_fields()
+            } else {
+                field.clone()
+            },
+            detail: format!("{SET_ASIDE}: {detail}").into(),
         },
-        detail: format!(
-            "the run cannot be loaded, so it was set aside (the other runs go on): {detail}"
-        )
-        .into(),
+        other => Error::Decode {
+            workflow: or_unreadable(workflow),
+            run: run.to_owned(),
+            site: or_unreadable(site),
+            field: all_fields(),
+            detail: format!("{SET_ASIDE}: {other}").into(),
+        },
     }
 }
 

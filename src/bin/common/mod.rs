@@ -1,5 +1,5 @@
 //! Plumbing shared by the test workers (`checkpoint-test-worker`,
-//! `checkpoint-shapes-worker`): the side-effect log, the stepping protocol at
+//! `checkpoint-shapes-worker`, `checkpoint-evolve-worker`): the side-effect log, the stepping protocol at
 //! durable points, and driving a run until it completes or waits.
 //!
 //! Lines a worker prints on stdout:
@@ -8,11 +8,14 @@
 //! - `WAITING <signal>`: the run waits for a signal; the process exits 0;
 //! - `SLEEPING`: the run sleeps; this process waits for the timer;
 //! - `RESULT <json>`: the run completed with this output; the process exits 0;
+//! - `PARKED <field> <site> <detail>`: the registered code cannot resume the
+//!   run (`Status::Incompatible`); exit 0;
 //! - `FAILED <error>` / `CANCELLED`: exit 2.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use checkpoint_runtime::prelude::*;
@@ -144,7 +147,7 @@ pub async fn drive(rt: &Runtime, id: &str) -> Result<Option<i32>, Error> {
         rt.run_until_idle().await?;
         match rt.status(id).await? {
             Status::Completed => return Ok(None),
-            Status::Waiting { signal } => {
+            Status::Waiting { signal, .. } => {
                 out(&format!("WAITING {signal}"));
                 return Ok(Some(0));
             }
@@ -167,10 +170,35 @@ pub async fn drive(rt: &Runtime, id: &str) -> Result<Option<i32>, Error> {
                 out("CANCELLED");
                 return Ok(Some(2));
             }
+            // Parked by other code, the run may still resume here (this
+            // runtime tries parked runs by itself, possibly in its background
+            // loop after `run_until_idle` returned); once this process's code
+            // refused it, nothing more will happen here.
+            Status::Incompatible {
+                site,
+                field,
+                detail,
+                ..
+            } if parked_here(rt, id).await? => {
+                out(&format!("PARKED {field} {site} {detail}"));
+                return Ok(Some(0));
+            }
             // Runnable but held by another worker's live lease: poll.
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
+}
+
+/// When this process began (see [`exit_with`]).
+static STARTED: OnceLock<SystemTime> = OnceLock::new();
+
+/// Whether this process's runtime parked run `id`.
+async fn parked_here(rt: &Runtime, id: &str) -> Result<bool, Error> {
+    let since = *STARTED.get_or_init(SystemTime::now);
+    Ok(rt.history_entries(id).await?.iter().any(|e| {
+        e.at >= since
+            && matches!(&e.event, Event::Parked { worker, .. } if worker == rt.worker_id())
+    }))
 }
 
 /// Prints a completed run's output as `RESULT <json>`.
@@ -182,6 +210,7 @@ pub fn print_result<T: serde::Serialize>(output: &T) {
 /// Runs `main` on a two-thread tokio runtime and exits with its code
 /// (without waiting for the stdin thread or the store's threads).
 pub fn exit_with(main: impl std::future::Future<Output = Result<i32, Error>>) -> ! {
+    STARTED.get_or_init(SystemTime::now);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,10 +1,15 @@
 //! Command-line arguments (clap derive).
 
+use std::time::Duration;
+
 use checkpoint_runtime::StatusKind;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// The environment variable naming the store when `--store` is not given.
 pub const STORE_ENV: &str = "CHECKPOINT_STORE";
+
+/// Where `serve` listens unless `--listen` says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 
 /// Inspect and steer checkpointed workflow runs in a store, without the
 /// workflows' code.
@@ -12,13 +17,20 @@ pub const STORE_ENV: &str = "CHECKPOINT_STORE";
 #[command(name = "checkpoint", version)]
 pub struct Cli {
     /// The store: an SQLite file path (or `sqlite://PATH`), `:memory:`, or
-    /// `postgres://...`. Defaults to the CHECKPOINT_STORE environment variable.
-    #[arg(long, global = true, value_name = "URL")]
+    /// `postgres://...`.
+    // The value is never shown in `--help`: a PostgreSQL URL may hold a
+    // password.
+    #[arg(long, global = true, value_name = "URL", env = STORE_ENV, hide_env_values = true)]
     pub store: Option<String>,
 
-    /// Print machine-readable JSON instead of text.
+    /// Print machine-readable JSON instead of text; errors too, as one JSON
+    /// object on standard error.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// Show wide table cells whole instead of cutting them with `…`.
+    #[arg(long, global = true)]
+    pub wide: bool,
 
     /// What to do.
     #[command(subcommand)]
@@ -78,6 +90,11 @@ pub enum Command {
         /// The run id.
         id: String,
     },
+    /// Retry a failed or parked run from its latest checkpoint (after a fix).
+    Retry {
+        /// The run id.
+        id: String,
+    },
     /// Create a new run from a checkpoint of another.
     Fork {
         /// The source run id.
@@ -89,12 +106,77 @@ pub enum Command {
     },
     /// Reclaim storage freed by checkpoint retention.
     Gc,
+    /// Follow a run: print its status and history as they change, until it
+    /// completes, fails or is cancelled (or the tool is interrupted).
+    ///
+    /// Exits with 0 when the run completed and 3 when it failed or was
+    /// cancelled. With --json, prints one JSON object per line.
+    Watch {
+        /// The run id.
+        id: String,
+        /// How often to look at the store: `500ms`, `2s`, `1m`.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+        interval: Duration,
+    },
+    /// Serve a JSON API and a web page on the store, behind a bearer token.
+    ///
+    /// The token is CHECKPOINT_TOKEN, or a random one printed at start.
+    /// Listens on loopback unless --allow-remote is given; stop it with
+    /// Ctrl-C. Needs a build with the `http` feature.
+    Serve {
+        /// The address to listen on, HOST:PORT (port 0: any free port).
+        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+        listen: String,
+        /// Allow an address other than loopback (127.0.0.0/8, ::1): anyone
+        /// who can reach it may try the token, which plain HTTP carries in
+        /// clear (put TLS in front).
+        #[arg(long)]
+        allow_remote: bool,
+    },
+    /// Print a completion script for a shell on standard output.
+    ///
+    /// For example `checkpoint completions bash > /etc/bash_completion.d/checkpoint`;
+    /// no store is needed.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The shortest `watch --interval`: polling faster only loads the store.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Parses `250ms`, `2s`, `1.5s`, `1m`, or a bare number of seconds.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 500ms, 2s, 1m)"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        other => return Err(format!("unknown unit `{other}` in `{s}` (use ms, s or m)")),
+    };
+    let d =
+        Duration::try_from_secs_f64(value * scale).map_err(|_| format!("`{s}` is out of range"))?;
+    if d < MIN_INTERVAL {
+        return Err(format!("`{s}` is below the shortest interval, 10ms"));
+    }
+    Ok(d)
 }
 
 /// A run status, for `runs --status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StatusArg {
-    /// Executing, runnable or held by a worker.
+    /// Runnable, no worker holds it.
+    Queued,
+    /// Executing: a worker holds its lease.
     Running,
     /// Waiting for a signal.
     Waiting,
@@ -106,17 +188,21 @@ pub enum StatusArg {
     Failed,
     /// Cancelled.
     Cancelled,
+    /// Parked: no registered code can resume its latest checkpoint.
+    Incompatible,
 }
 
 impl From<StatusArg> for StatusKind {
     fn from(s: StatusArg) -> StatusKind {
         match s {
+            StatusArg::Queued => StatusKind::Queued,
             StatusArg::Running => StatusKind::Running,
             StatusArg::Waiting => StatusKind::Waiting,
             StatusArg::Sleeping => StatusKind::Sleeping,
             StatusArg::Completed => StatusKind::Completed,
             StatusArg::Failed => StatusKind::Failed,
             StatusArg::Cancelled => StatusKind::Cancelled,
+            StatusArg::Incompatible => StatusKind::Incompatible,
         }
     }
 }
@@ -142,6 +228,30 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
         assert!(Cli::try_parse_from(["checkpoint", "checkpoints", "r-1", "two"]).is_err());
+    }
+
+    #[test]
+    fn intervals_parse_with_units() {
+        assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_interval("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_interval("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_interval("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_interval("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_interval("1ms").is_err(), "below the shortest");
+        assert!(parse_interval("soon").is_err());
+        assert!(parse_interval("2h").is_err());
+    }
+
+    #[test]
+    fn serve_listens_on_loopback_by_default() {
+        let cli = Cli::try_parse_from(["checkpoint", "serve"]).unwrap();
+        match cli.command {
+            Command::Serve {
+                listen,
+                allow_remote,
+            } => assert_eq!((listen.as_str(), allow_remote), (DEFAULT_LISTEN, false)),
+            other => panic!("parsed as {other:?}"),
+        }
     }
 
     #[test]

@@ -2,29 +2,94 @@
 //! runtime API and returns its output both as text and as JSON.
 
 use std::io::Read;
+use std::time::SystemTime;
 
 use checkpoint_runtime::store::StoreUrl;
 use checkpoint_runtime::{
     CheckpointInfo, Error, FieldJson, RunFilter, RunInfo, Runtime, StatusKind,
 };
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::args::{Command, StatusArg, STORE_ENV};
-use crate::format::{
-    bytes, event_json, pairs, rfc3339, short_type, status_json, status_text, table,
-};
+use crate::format::{bytes, pairs, rfc3339, short_type, status_json, status_text, table, Column};
 
 /// The worker id the command line opens stores with. It never executes runs,
 /// so it never takes a lease; a distinct id keeps it apart from real workers.
 const CLI_WORKER: &str = "checkpoint-cli";
 
-/// An error to print as `error: {0}` (exit code 1).
+/// An error: printed as `error: MESSAGE`, or under `--json` as one JSON
+/// object (see [`CliError::json`]); the exit code is 1.
 #[derive(Debug)]
-pub struct CliError(pub String);
+pub struct CliError {
+    /// What went wrong, as a stable snake_case word: the runtime's error
+    /// variant (`unknown_run`, `unknown_checkpoint`, `already_exists`,
+    /// `store`, ...) or one of the tool's own (`no_store`, `cannot_open_store`,
+    /// `invalid_payload`, `no_checkpoints`, `io`).
+    pub kind: String,
+    /// The message, as in text mode.
+    pub message: String,
+    /// What the error names (the run, the signal, ...), as JSON fields.
+    pub details: Map<String, Value>,
+}
+
+impl CliError {
+    /// An error of the tool's own, with no details.
+    pub fn new(kind: &str, message: impl Into<String>) -> CliError {
+        CliError {
+            kind: kind.to_owned(),
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// Adds a detail.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> CliError {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// `{"kind": "unknown_run", "message": "unknown run `x`", "details":
+    /// {"run": "x"}}`.
+    pub fn json(&self) -> Value {
+        json!({ "kind": self.kind, "message": self.message, "details": self.details })
+    }
+
+    /// [`CliError::json`] on one line, keys in that order.
+    pub fn json_line(&self) -> String {
+        json_error_line(
+            &self.kind,
+            &self.message,
+            &Value::Object(self.details.clone()),
+        )
+    }
+}
+
+/// An error as one line of JSON with its keys in reading order (a
+/// `serde_json::Map` would sort them): kind, message, details.
+pub fn json_error_line(kind: &str, message: &str, details: &Value) -> String {
+    format!(
+        "{{\"kind\":{},\"message\":{},\"details\":{details}}}",
+        Value::from(kind),
+        Value::from(message)
+    )
+}
 
 impl From<Error> for CliError {
     fn from(e: Error) -> Self {
-        CliError(e.to_string())
+        // The runtime's errors serialize as their variant and fields, which
+        // is what a script wants to match on (the HTTP API's errors are the
+        // same objects).
+        let mut v = checkpoint_runtime::json::error_json(&e);
+        let kind = v["kind"].as_str().unwrap_or("runtime").to_owned();
+        let details = match v["details"].take() {
+            Value::Object(details) => details,
+            _ => Map::new(),
+        };
+        CliError {
+            kind,
+            message: e.to_string(),
+            details,
+        }
     }
 }
 
@@ -34,15 +99,17 @@ pub struct Output {
     pub json: Value,
 }
 
-/// The store URL: `--store`, else `$CHECKPOINT_STORE`.
-pub fn store_url(flag: Option<String>) -> Result<String, CliError> {
-    let from_env = || std::env::var(STORE_ENV).ok();
-    match flag.or_else(from_env) {
+/// The store URL: `--store`, else `$CHECKPOINT_STORE` (clap reads both).
+pub fn store_url(given: Option<String>) -> Result<String, CliError> {
+    match given {
         Some(url) if !url.trim().is_empty() => Ok(url),
-        _ => Err(CliError(format!(
-            "no store given: pass --store URL (an SQLite file path, `:memory:` or \
-             `postgres://...`) or set {STORE_ENV}"
-        ))),
+        _ => Err(CliError::new(
+            "no_store",
+            format!(
+                "no store given: pass --store URL (an SQLite file path, `:memory:` or \
+                 `postgres://...`) or set {STORE_ENV}"
+            ),
+        )),
     }
 }
 
@@ -54,47 +121,69 @@ pub async fn open(url: &str) -> Result<Runtime, CliError> {
     // opening to report.
     if let Ok(StoreUrl::Sqlite(path)) = StoreUrl::parse(url) {
         if !path.exists() {
-            return Err(CliError(format!(
-                "cannot open store `{url}`: the SQLite file `{}` does not exist",
-                path.display()
-            )));
+            return Err(CliError::new(
+                "cannot_open_store",
+                format!(
+                    "cannot open store `{url}`: the SQLite file `{}` does not exist",
+                    path.display()
+                ),
+            )
+            .with("url", url));
         }
     }
     Runtime::builder()
         .worker_id(CLI_WORKER)
+        .client_only()
         .open(url)
         .await
         .map_err(|e| match e {
-            Error::UnsupportedStore { .. } => CliError(e.to_string()),
-            other => CliError(format!(
-                "cannot open store `{}`: {other}",
-                checkpoint_runtime::store::redact_url(url)
-            )),
+            Error::UnsupportedStore { .. } => CliError::from(e),
+            other => {
+                let url = checkpoint_runtime::store::redact_url(url);
+                let cause = CliError::from(other);
+                CliError::new(
+                    "cannot_open_store",
+                    format!("cannot open store `{url}`: {}", cause.message),
+                )
+                .with("url", url.to_string())
+                .with("cause", cause.json())
+            }
         })
 }
 
-/// Runs one subcommand.
-pub async fn run(rt: &Runtime, command: Command) -> Result<Output, CliError> {
+/// Runs one subcommand that prints once; `wide`: table cells whole.
+pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, CliError> {
     match command {
         Command::Runs {
             status,
             workflow,
             prefix,
             limit,
-        } => runs(rt, status, workflow, prefix, limit).await,
-        Command::Show { id } => show(rt, &id).await,
+        } => runs(rt, status, workflow, prefix, limit, wide).await,
+        Command::Show { id } => show(rt, &id, wide).await,
         Command::Checkpoints { id, seq, fields } => {
             if seq.is_some() || fields {
-                checkpoint_fields(rt, &id, seq).await
+                checkpoint_fields(rt, &id, seq, wide).await
             } else {
-                checkpoints(rt, &id).await
+                checkpoints(rt, &id, wide).await
             }
         }
-        Command::History { id } => history(rt, &id).await,
+        Command::History { id } => history(rt, &id, wide).await,
         Command::Signal { id, name, payload } => signal(rt, &id, &name, &payload).await,
         Command::Cancel { id } => cancel(rt, &id).await,
+        Command::Retry { id } => retry(rt, &id).await,
         Command::Fork { id, seq, new_id } => fork(rt, &id, seq, &new_id).await,
         Command::Gc => gc(rt).await,
+        // They print as they go (`watch`, `serve`) or need no store
+        // (`completions`): `main` runs them itself.
+        Command::Watch { .. } | Command::Completions { .. } => Err(CliError::new(
+            "internal",
+            "`watch` and `completions` do not run through `commands::run`",
+        )),
+        Command::Serve { .. } => Err(CliError::new(
+            "internal",
+            "`serve` does not run through `commands::run`",
+        )),
     }
 }
 
@@ -106,17 +195,19 @@ fn seq_or_dash(seq: u64) -> String {
     }
 }
 
-fn run_json(r: &RunInfo) -> Value {
-    json!({
-        "id": r.id,
-        "workflow": r.workflow,
-        "status": status_json(&r.status),
-        "created_at": rfc3339(r.created_at),
-        "updated_at": rfc3339(r.updated_at),
-        "latest_seq": r.latest_seq,
-        "worker": r.worker,
-    })
+/// A run's status in words, with the lease holder and its expiry for a
+/// running run (see [`format::run_status_text`](crate::format::run_status_text)).
+pub fn run_status_text(r: &RunInfo) -> String {
+    crate::format::run_status_text(
+        &r.status,
+        r.worker.as_deref(),
+        r.lease_expires_at,
+        SystemTime::now(),
+    )
 }
+
+use checkpoint_runtime::json::{checkpoint_json, checkpoint_listing_json, field_json};
+pub use checkpoint_runtime::json::{entry_json, run_json};
 
 async fn runs(
     rt: &Runtime,
@@ -124,6 +215,7 @@ async fn runs(
     workflow: Option<String>,
     prefix: Option<String>,
     limit: Option<usize>,
+    wide: bool,
 ) -> Result<Output, CliError> {
     let mut filter = RunFilter::new();
     if let Some(s) = status {
@@ -148,15 +240,22 @@ async fn runs(
                 vec![
                     r.id.clone(),
                     r.workflow.clone(),
-                    status_text(&r.status),
+                    run_status_text(r),
                     seq_or_dash(r.latest_seq),
                     rfc3339(r.updated_at),
                 ]
             })
             .collect();
         table(
-            &["ID", "WORKFLOW", "STATUS", "CHECKPOINT", "UPDATED"],
+            &[
+                Column::whole("ID"),
+                Column::capped("WORKFLOW", 32),
+                Column::capped("STATUS", 80),
+                Column::whole("CHECKPOINT"),
+                Column::whole("UPDATED"),
+            ],
             &rows,
+            wide,
         )
     };
     Ok(Output {
@@ -166,32 +265,12 @@ async fn runs(
 }
 
 /// The listing entry of run `id` (exactly that id).
-async fn run_info(rt: &Runtime, id: &str) -> Result<RunInfo, CliError> {
+pub async fn run_info(rt: &Runtime, id: &str) -> Result<RunInfo, CliError> {
     rt.runs(RunFilter::new().id_prefix(id))
         .await?
         .into_iter()
         .find(|r| r.id == id)
         .ok_or_else(|| Error::UnknownRun { run: id.to_owned() }.into())
-}
-
-fn checkpoint_json(c: &CheckpointInfo) -> Value {
-    json!({
-        "seq": c.seq,
-        "label": c.label,
-        "site": c.site,
-        "created_at": rfc3339(c.created_at),
-        "size": c.size,
-    })
-}
-
-fn field_json(f: &FieldJson) -> Value {
-    json!({
-        "name": f.name,
-        "type": f.type_name,
-        "schema": f.schema,
-        "value": f.value,
-        "note": f.note,
-    })
 }
 
 fn describe_checkpoint(c: &CheckpointInfo) -> String {
@@ -209,7 +288,7 @@ fn describe_checkpoint(c: &CheckpointInfo) -> String {
 }
 
 /// The fields as a `FIELD TYPE VALUE` table, values as compact JSON.
-fn fields_table(fields: &[FieldJson], indent: &str) -> String {
+fn fields_table(fields: &[FieldJson], indent: &str, wide: bool) -> String {
     if fields.is_empty() {
         return format!("{indent}(no fields)\n");
     }
@@ -224,13 +303,18 @@ fn fields_table(fields: &[FieldJson], indent: &str) -> String {
             vec![f.name.clone(), short_type(&f.type_name), value]
         })
         .collect();
-    table(&["FIELD", "TYPE", "VALUE"], &rows)
+    let columns = [
+        Column::whole("FIELD"),
+        Column::capped("TYPE", 40),
+        Column::capped("VALUE", 80),
+    ];
+    table(&columns, &rows, wide)
         .lines()
         .map(|l| format!("{indent}{l}\n"))
         .collect()
 }
 
-async fn show(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+async fn show(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
     let run = run_info(rt, id).await?;
     let latest = if run.latest_seq == 0 {
         None
@@ -247,7 +331,7 @@ async fn show(rt: &Runtime, id: &str) -> Result<Output, CliError> {
     let mut rows = vec![
         ("run", run.id.clone()),
         ("workflow", run.workflow.clone()),
-        ("status", status_text(&run.status)),
+        ("status", run_status_text(&run)),
         ("created", rfc3339(run.created_at)),
         ("updated", rfc3339(run.updated_at)),
     ];
@@ -265,7 +349,7 @@ async fn show(rt: &Runtime, id: &str) -> Result<Output, CliError> {
     let mut text = pairs(&rows);
     if let Some((_, fields)) = &latest {
         text.push_str("fields:\n");
-        text.push_str(&fields_table(fields, "  "));
+        text.push_str(&fields_table(fields, "  ", wide));
     }
 
     let mut json = run_json(&run);
@@ -283,7 +367,7 @@ async fn show(rt: &Runtime, id: &str) -> Result<Output, CliError> {
     Ok(Output { text, json })
 }
 
-async fn checkpoints(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+async fn checkpoints(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
     let cps = rt.checkpoints(id).await?;
     let text = if cps.is_empty() {
         format!("run `{id}` has no checkpoints yet\n")
@@ -305,32 +389,25 @@ async fn checkpoints(rt: &Runtime, id: &str) -> Result<Output, CliError> {
                 ]
             })
             .collect();
-        table(&["SEQ", "LABEL", "CREATED", "SIZE", "FIELDS"], &rows)
+        let columns = [
+            Column::whole("SEQ"),
+            Column::capped("LABEL", 32),
+            Column::whole("CREATED"),
+            Column::whole("SIZE"),
+            Column::capped("FIELDS", 80),
+        ];
+        table(&columns, &rows, wide)
     };
-    let json = cps
-        .iter()
-        .map(|c| {
-            let mut v = checkpoint_json(c);
-            v["loops"] = json!(c.loops);
-            v["fields"] = c
-                .fields
-                .iter()
-                .map(|f| {
-                    json!({
-                        "name": f.name,
-                        "type": f.type_name,
-                        "size": f.size,
-                        "schema": f.schema,
-                    })
-                })
-                .collect();
-            v
-        })
-        .collect();
+    let json = cps.iter().map(checkpoint_listing_json).collect();
     Ok(Output { text, json })
 }
 
-async fn checkpoint_fields(rt: &Runtime, id: &str, seq: Option<u64>) -> Result<Output, CliError> {
+async fn checkpoint_fields(
+    rt: &Runtime,
+    id: &str,
+    seq: Option<u64>,
+    wide: bool,
+) -> Result<Output, CliError> {
     let (seq, fields, info) = match seq {
         Some(seq) => {
             // First: it reports an unknown run or checkpoint precisely.
@@ -340,7 +417,11 @@ async fn checkpoint_fields(rt: &Runtime, id: &str, seq: Option<u64>) -> Result<O
         }
         None => {
             let Some(info) = rt.checkpoints(id).await?.pop() else {
-                return Err(CliError(format!("run `{id}` has no checkpoints yet")));
+                return Err(CliError::new(
+                    "no_checkpoints",
+                    format!("run `{id}` has no checkpoints yet"),
+                )
+                .with("run", id));
             };
             let fields = rt.checkpoint_fields_json(id, info.seq).await?;
             (info.seq, fields, Some(info))
@@ -350,7 +431,7 @@ async fn checkpoint_fields(rt: &Runtime, id: &str, seq: Option<u64>) -> Result<O
         Some(info) => format!("run `{id}`, checkpoint {}\n", describe_checkpoint(info)),
         None => format!("run `{id}`, checkpoint #{seq}\n"),
     };
-    text.push_str(&fields_table(&fields, ""));
+    text.push_str(&fields_table(&fields, "", wide));
     let mut json = match &info {
         Some(info) => checkpoint_json(info),
         None => json!({ "seq": seq }),
@@ -360,22 +441,15 @@ async fn checkpoint_fields(rt: &Runtime, id: &str, seq: Option<u64>) -> Result<O
     Ok(Output { text, json })
 }
 
-async fn history(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+async fn history(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
     let entries = rt.history_entries(id).await?;
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| vec![rfc3339(e.at), e.event.to_string()])
         .collect();
-    let text = table(&["TIME", "EVENT"], &rows);
-    let json = entries
-        .iter()
-        .map(|e| {
-            let mut v = event_json(&e.event);
-            v["at"] = json!(rfc3339(e.at));
-            v["text"] = json!(e.event.to_string());
-            v
-        })
-        .collect();
+    let columns = [Column::whole("TIME"), Column::capped("EVENT", 100)];
+    let text = table(&columns, &rows, wide);
+    let json = entries.iter().map(entry_json).collect();
     Ok(Output { text, json })
 }
 
@@ -384,7 +458,12 @@ async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Out
     let source = if payload == "-" {
         std::io::stdin()
             .read_to_string(&mut stdin_payload)
-            .map_err(|e| CliError(format!("cannot read the payload from standard input: {e}")))?;
+            .map_err(|e| {
+                CliError::new(
+                    "io",
+                    format!("cannot read the payload from standard input: {e}"),
+                )
+            })?;
         stdin_payload.as_str()
     } else {
         payload
@@ -396,9 +475,12 @@ async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Out
         } else {
             ""
         };
-        CliError(format!(
-            "invalid JSON payload for signal `{name}` to run `{id}`: {e}{hint}"
-        ))
+        CliError::new(
+            "invalid_payload",
+            format!("invalid JSON payload for signal `{name}` to run `{id}`: {e}{hint}"),
+        )
+        .with("run", id)
+        .with("signal", name)
     })?;
     // A signal for a run that does not exist is an error, not a stored orphan.
     let status = rt.status(id).await?;
@@ -446,6 +528,19 @@ async fn cancel(rt: &Runtime, id: &str) -> Result<Output, CliError> {
     Ok(Output {
         text,
         json: json!({ "run": id, "cancelled": cancelled, "status": status_json(&after) }),
+    })
+}
+
+async fn retry(rt: &Runtime, id: &str) -> Result<Output, CliError> {
+    rt.retry(id).await?;
+    let after = rt.status(id).await?;
+    Ok(Output {
+        text: format!(
+            "run `{id}` will be retried from its latest checkpoint by a worker with its \
+             workflow registered ({})\n",
+            status_text(&after)
+        ),
+        json: json!({ "run": id, "retried": true, "status": status_json(&after) }),
     })
 }
 

@@ -1,71 +1,78 @@
-//! Output formatting: RFC 3339 times, aligned tables, and the JSON shapes of
-//! statuses and history events.
+//! Output formatting: aligned tables and statuses in words; the JSON shapes
+//! (RFC 3339 times, statuses, history events) are the library's
+//! (`checkpoint_runtime::json`), which the HTTP API shares.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use checkpoint_runtime::{Event, Status};
-use serde_json::{json, Map, Value};
+use checkpoint_runtime::Status;
 
-/// `t` as an RFC 3339 UTC timestamp with milliseconds:
-/// `2024-05-01T12:30:05.250Z`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let nanos: i128 = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i128,
-        Err(e) => -(e.duration().as_nanos() as i128),
-    };
-    let secs = nanos.div_euclid(1_000_000_000);
-    let millis = nanos.rem_euclid(1_000_000_000) / 1_000_000;
-    let days = secs.div_euclid(86_400) as i64;
-    let of_day = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60
-    )
+// The JSON shapes are the library's, shared with the HTTP API.
+pub use checkpoint_runtime::json::{rfc3339, status_json};
+
+pub use checkpoint_runtime::readable_type_name as short_type;
+
+/// A table column: its header, and the most characters a cell shows before
+/// it is cut with `…` (unless `--wide`).
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// The header.
+    pub header: &'static str,
+    /// `None`: never cut, for what is copied or compared whole (ids, times,
+    /// sequence numbers).
+    pub max: Option<usize>,
 }
 
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // [0, 11], March first
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
+impl Column {
+    /// A column whose cells are always shown whole.
+    pub const fn whole(header: &'static str) -> Column {
+        Column { header, max: None }
+    }
 
-/// A Rust type name without module paths:
-/// `alloc::vec::Vec<alloc::string::String>` becomes `Vec<String>`.
-pub fn short_type(full: &str) -> String {
-    let mut out = String::with_capacity(full.len());
-    let mut segment_start = 0;
-    let mut chars = full.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == ':' && chars.peek() == Some(&':') {
-            chars.next();
-            out.truncate(segment_start);
-        } else {
-            out.push(c);
-            if !(c.is_alphanumeric() || c == '_') {
-                segment_start = out.len();
-            }
+    /// A column whose cells are cut at `max` characters.
+    pub const fn capped(header: &'static str, max: usize) -> Column {
+        Column {
+            header,
+            max: Some(max),
         }
     }
-    out
+}
+
+/// `cell` on one line (a line break would split a row), cut to `max`
+/// characters with a final `…` unless `wide`.
+pub fn fit(cell: &str, max: Option<usize>, wide: bool) -> String {
+    let one_line = if cell.contains(['\n', '\r']) {
+        cell.replace("\r\n", "\\n")
+            .replace('\n', "\\n")
+            .replace('\r', "\\r")
+    } else {
+        cell.to_owned()
+    };
+    match max {
+        Some(max) if !wide && one_line.chars().count() > max => {
+            let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+            cut.push('…');
+            cut
+        }
+        _ => one_line,
+    }
 }
 
 /// Renders rows as columns separated by two spaces, each as wide as its
-/// widest cell (the last column is not padded).
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+/// widest cell (the last column is not padded); cells of capped columns are
+/// cut unless `wide`.
+pub fn table(columns: &[Column], rows: &[Vec<String>], wide: bool) -> String {
+    let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .map(|(i, cell)| fit(cell, columns.get(i).and_then(|c| c.max), wide))
+                .collect()
+        })
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             if let Some(w) = widths.get_mut(i) {
                 *w = (*w).max(cell.chars().count());
@@ -74,7 +81,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     }
     let mut out = String::new();
     let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
-    for row in std::iter::once(&header).chain(rows) {
+    for row in std::iter::once(&header).chain(&rows) {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i > 0 {
@@ -102,72 +109,53 @@ pub fn pairs(rows: &[(&str, String)]) -> String {
     out
 }
 
-/// A status in words.
+/// A status in words, with absolute times (a listing is read later than it
+/// is printed, so "3s left" would be wrong by then).
 pub fn status_text(s: &Status) -> String {
+    run_status_text(s, None, None, SystemTime::now())
+}
+
+/// A run's status in words as of `now`: for a running run the lease holder
+/// and its expiry; for a queued run left by a worker whose lease expired,
+/// that worker; a deadline or a timer that is already due says so, since the
+/// run is then about to move on.
+pub fn run_status_text(
+    s: &Status,
+    worker: Option<&str>,
+    lease_expires_at: Option<SystemTime>,
+    now: SystemTime,
+) -> String {
     match s {
-        Status::Waiting { signal } => format!("waiting for signal `{signal}`"),
-        Status::Sleeping { until } => format!("sleeping until {}", rfc3339(*until)),
+        Status::Queued => match (worker, lease_expires_at) {
+            (Some(w), Some(t)) => format!("queued (lease of `{w}` expired {})", rfc3339(t)),
+            _ => "queued".to_owned(),
+        },
+        Status::Running => match (worker, lease_expires_at) {
+            (Some(w), Some(t)) => format!("running on `{w}` (lease until {})", rfc3339(t)),
+            (Some(w), None) => format!("running on `{w}`"),
+            _ => "running".to_owned(),
+        },
+        Status::Waiting {
+            signal,
+            deadline: None,
+        } => format!("waiting for signal `{signal}`"),
+        Status::Waiting {
+            signal,
+            deadline: Some(d),
+        } if *d > now => format!("waiting for signal `{signal}` until {}", rfc3339(*d)),
+        Status::Waiting {
+            signal,
+            deadline: Some(d),
+        } => format!(
+            "waiting for signal `{signal}`, deadline {} passed",
+            rfc3339(*d)
+        ),
+        Status::Sleeping { until } if *until > now => {
+            format!("sleeping until {}", rfc3339(*until))
+        }
+        Status::Sleeping { until } => format!("sleeping, due since {}", rfc3339(*until)),
         other => other.to_string(),
     }
-}
-
-/// A status as JSON: `{"state": "waiting", "signal": "approval"}`,
-/// `{"state": "sleeping", "until": "2024-..Z"}`, `{"state": "failed",
-/// "error": "..."}`, `{"state": "completed"}`, ...
-pub fn status_json(s: &Status) -> Value {
-    match s {
-        Status::Sleeping { until } => json!({"state": "sleeping", "until": rfc3339(*until)}),
-        other => tagged("state", serde_json::to_value(other).unwrap_or(Value::Null)),
-    }
-}
-
-/// A history event as JSON: `{"event": "checkpoint_saved", "seq": 1,
-/// "label": "step"}`, `{"event": "completed"}`, ...
-pub fn event_json(e: &Event) -> Value {
-    tagged("event", serde_json::to_value(e).unwrap_or(Value::Null))
-}
-
-/// Flattens serde's externally tagged enum representation (`"Unit"` or
-/// `{"Variant": {fields}}`) into one object whose `tag` key holds the
-/// variant's name in snake case.
-fn tagged(tag: &str, v: Value) -> Value {
-    let mut out = Map::new();
-    match v {
-        Value::String(name) => {
-            out.insert(tag.to_owned(), Value::String(snake_case(&name)));
-        }
-        Value::Object(map) if map.len() == 1 => {
-            for (name, inner) in map {
-                out.insert(tag.to_owned(), Value::String(snake_case(&name)));
-                match inner {
-                    Value::Object(fields) => out.extend(fields),
-                    other => {
-                        out.insert("value".to_owned(), other);
-                    }
-                }
-            }
-        }
-        other => {
-            out.insert("value".to_owned(), other);
-        }
-    }
-    Value::Object(out)
-}
-
-/// `CheckpointSaved` -> `checkpoint_saved`.
-fn snake_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 4);
-    for (i, c) in name.chars().enumerate() {
-        if c.is_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A byte count in words: `512 B`, `1.5 KiB`, `3.2 MiB`.
@@ -188,18 +176,7 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn times_are_rfc3339_utc() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_789); // a leap day
-        assert_eq!(rfc3339(t), "2024-02-29T12:34:56.789Z");
-        let t = UNIX_EPOCH + Duration::from_secs(951_868_800); // 2000-03-01
-        assert_eq!(rfc3339(t), "2000-03-01T00:00:00.000Z");
-        let t = UNIX_EPOCH - Duration::from_millis(1);
-        assert_eq!(rfc3339(t), "1969-12-31T23:59:59.999Z");
-    }
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn type_names_lose_their_paths() {
@@ -217,34 +194,73 @@ mod tests {
     #[test]
     fn tables_align_columns() {
         let t = table(
-            &["ID", "STATUS"],
+            &[Column::whole("ID"), Column::whole("STATUS")],
             &[
                 vec!["a".into(), "completed".into()],
                 vec!["long-id".into(), "x".into()],
             ],
+            false,
         );
         assert_eq!(t, "ID       STATUS\na        completed\nlong-id  x\n");
     }
 
     #[test]
-    fn statuses_and_events_flatten() {
+    fn wide_cells_are_cut_unless_wide() {
+        let columns = [Column::capped("NAME", 8), Column::whole("ID")];
+        let rows = [vec!["abcdefghijkl".to_owned(), "id-1".to_owned()]];
         assert_eq!(
-            status_json(&Status::Completed),
-            json!({"state": "completed"})
+            table(&columns, &rows, false),
+            "NAME      ID\nabcdefg…  id-1\n"
         );
         assert_eq!(
-            status_json(&Status::Waiting {
-                signal: "ok".into()
-            }),
-            json!({"state": "waiting", "signal": "ok"})
+            table(&columns, &rows, true),
+            "NAME          ID\nabcdefghijkl  id-1\n"
+        );
+        assert_eq!(fit("exactly8", Some(8), false), "exactly8");
+        assert_eq!(fit("two\nlines", None, false), "two\\nlines");
+        // Characters, not bytes: a cut never splits one.
+        assert_eq!(fit("ééééé", Some(3), false), "éé…");
+    }
+
+    #[test]
+    fn statuses_say_who_holds_a_run_and_what_it_waits_for() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000);
+        let later = now + Duration::from_secs(30);
+        let earlier = now - Duration::from_secs(30);
+        let text =
+            |s: &Status, w: Option<&str>, t: Option<SystemTime>| run_status_text(s, w, t, now);
+        assert_eq!(text(&Status::Queued, None, None), "queued");
+        assert_eq!(
+            text(&Status::Queued, Some("w-1"), Some(earlier)),
+            "queued (lease of `w-1` expired 1970-01-01T00:16:10.000Z)"
         );
         assert_eq!(
-            event_json(&Event::CheckpointSaved {
-                seq: 2,
-                label: None
-            }),
-            json!({"event": "checkpoint_saved", "seq": 2, "label": null})
+            text(&Status::Running, Some("w-1"), Some(later)),
+            "running on `w-1` (lease until 1970-01-01T00:17:10.000Z)"
         );
+        let waiting = |deadline| Status::Waiting {
+            signal: "ok".into(),
+            deadline,
+        };
+        assert_eq!(text(&waiting(None), None, None), "waiting for signal `ok`");
+        assert_eq!(
+            text(&waiting(Some(later)), None, None),
+            "waiting for signal `ok` until 1970-01-01T00:17:10.000Z"
+        );
+        assert_eq!(
+            text(&waiting(Some(earlier)), None, None),
+            "waiting for signal `ok`, deadline 1970-01-01T00:16:10.000Z passed"
+        );
+        assert_eq!(
+            text(&Status::Sleeping { until: later }, None, None),
+            "sleeping until 1970-01-01T00:17:10.000Z"
+        );
+        assert_eq!(
+            text(&Status::Sleeping { until: earlier }, None, None),
+            "sleeping, due since 1970-01-01T00:16:10.000Z"
+        );
+        // A finished run's last worker is not news.
+        assert_eq!(text(&Status::Completed, Some("w-1"), None), "completed");
     }
 
     #[test]

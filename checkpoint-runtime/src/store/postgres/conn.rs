@@ -6,9 +6,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use std::future::Future as _;
+use tokio::sync::{oneshot, Semaphore, SemaphorePermit};
 use tokio_postgres::types::{FromSql, ToSql};
-use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
+
+use tokio_postgres::{Client, NoTls, Row, Statement};
 
 use crate::Error;
 
@@ -236,7 +238,7 @@ pub(super) fn to_u64(v: i64, what: &str) -> Result<u64, Error> {
 /// One open connection and the statements prepared on it.
 pub(super) struct Conn {
     client: Client,
-    stmts: HashMap<&'static str, Statement>,
+    stmts: Mutex<HashMap<&'static str, Statement>>,
 }
 
 /// At most `size` connections, opened on demand and kept while healthy.
@@ -247,6 +249,10 @@ pub(super) struct Pool {
     /// Connection tasks run on this runtime (the one `open` was called on),
     /// so the store can be used from any thread or executor.
     handle: tokio::runtime::Handle,
+    /// Asks for the store's notification (see the `notify` module), for
+    /// transactions that asked for one once they committed; set once the
+    /// tables' schema is known.
+    notifier: std::sync::OnceLock<Notify>,
 }
 
 /// Opens one connection: its I/O runs in a task on `handle`; the search
@@ -256,6 +262,26 @@ pub(super) struct Pool {
 pub(super) async fn connect(
     handle: &tokio::runtime::Handle,
     target: &Target,
+) -> Result<Client, Error> {
+    connect_with(handle, target, None).await
+}
+
+/// Like [`connect`], and also returns a receiver that completes (with a
+/// value or an error) as soon as the connection has ended: the server went
+/// away, the session was terminated, or the client was dropped.
+pub(super) async fn connect_watched(
+    handle: &tokio::runtime::Handle,
+    target: &Target,
+) -> Result<(Client, oneshot::Receiver<()>), Error> {
+    let (ended, ended_rx) = oneshot::channel();
+    let client = connect_with(handle, target, Some(ended)).await?;
+    Ok((client, ended_rx))
+}
+
+async fn connect_with(
+    handle: &tokio::runtime::Handle,
+    target: &Target,
+    ended: Option<oneshot::Sender<()>>,
 ) -> Result<Client, Error> {
     let config = target.config.clone();
     let schema = target.schema.clone();
@@ -273,6 +299,9 @@ pub(super) async fn connect(
             // Ends when the client is dropped or the server goes away; the
             // client then reports `is_closed` and is not reused.
             let _ = connection.await;
+            if let Some(ended) = ended {
+                let _ = ended.send(());
+            }
         });
         let mut setup = String::new();
         if !own_idle_timeout {
@@ -298,11 +327,17 @@ impl Pool {
             permits: Semaphore::new(target.pool_size),
             idle: Mutex::new(vec![Conn {
                 client: first,
-                stmts: HashMap::new(),
+                stmts: Mutex::new(HashMap::new()),
             }]),
             target,
             handle,
+            notifier: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Installs the notifier (once).
+    pub fn set_notifier(&self, notifier: Notify) {
+        let _ = self.notifier.set(notifier);
     }
 
     pub fn target(&self) -> &Target {
@@ -330,7 +365,7 @@ impl Pool {
             Some(c) => c,
             None => Conn {
                 client: connect(&self.handle, &self.target).await?,
-                stmts: HashMap::new(),
+                stmts: Mutex::new(HashMap::new()),
             },
         };
         Ok(Pooled {
@@ -370,29 +405,85 @@ impl Pooled<'_> {
             .expect("a pooled connection is present until dropped")
     }
 
-    /// Starts a transaction.
+    /// Starts a transaction. Nothing is sent yet: `BEGIN` goes out with
+    /// the transaction's first statement, in the same flight (pipelined),
+    /// which saves every transaction a round trip.
     pub async fn begin(&mut self) -> Result<Cx<'_>, Error> {
+        let notifier = self.pool.notifier.get();
         let Conn { client, stmts } = self.conn();
-        let tx = client.transaction().await.map_err(db_err)?;
         Ok(Cx {
-            db: Db::Tx(tx),
+            db: Db::Tx(Tx {
+                client,
+                begun: false,
+                done: false,
+            }),
             stmts,
+            notifier,
+            notify: false,
         })
     }
 
     /// Runs statements without a transaction (each on its own).
     pub fn plain(&mut self) -> Cx<'_> {
+        let notifier = self.pool.notifier.get();
         let Conn { client, stmts } = self.conn();
         Cx {
             db: Db::Plain(client),
             stmts,
+            notifier,
+            notify: false,
         }
     }
 }
 
 enum Db<'c> {
-    Tx(Transaction<'c>),
+    Tx(Tx<'c>),
     Plain(&'c Client),
+}
+
+/// A transaction on `client`, begun with its first statement (see
+/// [`Pooled::begin`]). Dropped while open, it is rolled back: the
+/// `ROLLBACK` is sent at once (its reply is not awaited), as
+/// `tokio_postgres::Transaction` does, so that the connection goes back to
+/// the pool with no transaction open and no row lock held.
+struct Tx<'c> {
+    client: &'c Client,
+    /// `BEGIN` was sent.
+    begun: bool,
+    /// Committed (or the commit was sent).
+    done: bool,
+}
+
+impl Tx<'_> {
+    /// Runs `statement` (a future on `self.client`), with `BEGIN` pipelined
+    /// before it if this is the transaction's first.
+    async fn run<T>(
+        &mut self,
+        statement: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, tokio_postgres::Error> {
+        if self.begun {
+            return statement.await;
+        }
+        self.begun = true;
+        // `join` polls `BEGIN` first, and a request is sent when its future
+        // is first polled: the server gets them in this order.
+        let (begun, out) = futures::join!(self.client.batch_execute("BEGIN"), statement);
+        begun?;
+        out
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.begun || self.done {
+            return;
+        }
+        // A request is sent on its future's first poll: poll it once, and
+        // leave the reply to the connection.
+        let mut rollback = std::pin::pin!(self.client.batch_execute("ROLLBACK"));
+        let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+        let _ = rollback.as_mut().poll(&mut cx);
+    }
 }
 
 /// Statements on one connection, inside a transaction or not. Statements
@@ -400,23 +491,62 @@ enum Db<'c> {
 /// [`commit`](Cx::commit) is rolled back.
 pub(super) struct Cx<'c> {
     db: Db<'c>,
-    stmts: &'c mut HashMap<&'static str, Statement>,
+    stmts: &'c Mutex<HashMap<&'static str, Statement>>,
+    notifier: Option<&'c Notify>,
+    /// A notification is to be sent once the transaction committed.
+    notify: bool,
 }
+
+/// Asks for a notification to be sent (the store's `notify::Notifier`).
+pub(super) type Notify = Box<dyn Fn() + Send + Sync>;
 
 /// Query parameters.
 pub(super) type Params<'p> = [&'p (dyn ToSql + Sync)];
 
 impl Cx<'_> {
+    /// Another handle on this transaction, to run statements at the same
+    /// time as this one's (pipelined: sent together, their replies awaited
+    /// together), e.g. the independent writes of one operation in
+    /// `futures::try_join!`. Only once the transaction has begun (a
+    /// statement ran); the fork neither commits nor rolls back, and the
+    /// server runs the statements in the order they were sent.
+    pub fn fork(&self) -> Result<Cx<'_>, Error> {
+        match &self.db {
+            Db::Tx(t) if t.begun && !t.done => Ok(Cx {
+                db: Db::Tx(Tx {
+                    client: t.client,
+                    begun: true,
+                    done: true,
+                }),
+                stmts: self.stmts,
+                notifier: None,
+                notify: false,
+            }),
+            _ => Err(Error::internal(
+                "postgres: a transaction is forked only once it has begun",
+            )),
+        }
+    }
+
     async fn prep(&mut self, sql: &'static str) -> Result<Statement, Error> {
-        if let Some(s) = self.stmts.get(sql) {
-            return Ok(s.clone());
+        let cached = self
+            .stmts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sql)
+            .cloned();
+        if let Some(s) = cached {
+            return Ok(s);
         }
         let s = match &self.db {
-            Db::Tx(t) => t.prepare(sql).await,
+            Db::Tx(t) => t.client.prepare(sql).await,
             Db::Plain(c) => c.prepare(sql).await,
         }
         .map_err(db_err)?;
-        self.stmts.insert(sql, s.clone());
+        self.stmts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(sql, s.clone());
         Ok(s)
     }
 
@@ -426,8 +556,11 @@ impl Cx<'_> {
         params: &Params<'_>,
     ) -> Result<Vec<Row>, Error> {
         let st = self.prep(sql).await?;
-        match &self.db {
-            Db::Tx(t) => t.query(&st, params).await,
+        match &mut self.db {
+            Db::Tx(t) => {
+                let c = t.client;
+                t.run(c.query(&st, params)).await
+            }
             Db::Plain(c) => c.query(&st, params).await,
         }
         .map_err(db_err)
@@ -439,8 +572,11 @@ impl Cx<'_> {
         params: &Params<'_>,
     ) -> Result<Option<Row>, Error> {
         let st = self.prep(sql).await?;
-        match &self.db {
-            Db::Tx(t) => t.query_opt(&st, params).await,
+        match &mut self.db {
+            Db::Tx(t) => {
+                let c = t.client;
+                t.run(c.query_opt(&st, params)).await
+            }
             Db::Plain(c) => c.query_opt(&st, params).await,
         }
         .map_err(db_err)
@@ -452,8 +588,11 @@ impl Cx<'_> {
         params: &Params<'_>,
     ) -> Result<Row, Error> {
         let st = self.prep(sql).await?;
-        match &self.db {
-            Db::Tx(t) => t.query_one(&st, params).await,
+        match &mut self.db {
+            Db::Tx(t) => {
+                let c = t.client;
+                t.run(c.query_one(&st, params)).await
+            }
             Db::Plain(c) => c.query_one(&st, params).await,
         }
         .map_err(db_err)
@@ -461,8 +600,11 @@ impl Cx<'_> {
 
     pub async fn execute(&mut self, sql: &'static str, params: &Params<'_>) -> Result<u64, Error> {
         let st = self.prep(sql).await?;
-        match &self.db {
-            Db::Tx(t) => t.execute(&st, params).await,
+        match &mut self.db {
+            Db::Tx(t) => {
+                let c = t.client;
+                t.run(c.execute(&st, params)).await
+            }
             Db::Plain(c) => c.execute(&st, params).await,
         }
         .map_err(db_err)
@@ -470,19 +612,45 @@ impl Cx<'_> {
 
     /// Runs SQL text (several statements, no parameters, not prepared).
     pub async fn batch(&mut self, sql: &str) -> Result<(), Error> {
-        match &self.db {
-            Db::Tx(t) => t.batch_execute(sql).await,
+        match &mut self.db {
+            Db::Tx(t) => {
+                let c = t.client;
+                t.run(c.batch_execute(sql)).await
+            }
             Db::Plain(c) => c.batch_execute(sql).await,
         }
         .map_err(db_err)
     }
 
-    /// Commits the transaction (nothing to do outside one).
-    pub async fn commit(self) -> Result<(), Error> {
-        match self.db {
-            Db::Tx(t) => t.commit().await.map_err(db_err),
-            Db::Plain(_) => Ok(()),
+    /// Has the store's notification sent once this transaction committed
+    /// (at once outside a transaction); see the `notify` module.
+    pub fn notify_after_commit(&mut self, _schema: &str) {
+        match &self.db {
+            Db::Tx(_) => self.notify = true,
+            Db::Plain(_) => {
+                if let Some(n) = self.notifier {
+                    n();
+                }
+            }
         }
+    }
+
+    /// Commits the transaction (nothing to do outside one, or in one that
+    /// ran no statement), then sends the notification it asked for.
+    pub async fn commit(mut self) -> Result<(), Error> {
+        match &mut self.db {
+            Db::Tx(t) if t.begun => {
+                t.done = true;
+                t.client.batch_execute("COMMIT").await.map_err(db_err)?;
+            }
+            _ => {}
+        }
+        if self.notify {
+            if let Some(n) = self.notifier {
+                n();
+            }
+        }
+        Ok(())
     }
 }
 

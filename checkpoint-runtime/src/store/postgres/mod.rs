@@ -30,23 +30,51 @@
 //!   `FOR NO KEY UPDATE SKIP LOCKED` (so concurrent workers never wait for,
 //!   nor both take, the same run), bumps the fencing epoch and sets the
 //!   lease. Every write that presents a [`Lease`] locks the run's row and
-//!   checks worker, instance and epoch in the same transaction; a worker
-//!   whose lease was taken over gets [`Error::LeaseLost`] and changes
-//!   nothing, so a paused or partitioned worker cannot overwrite the new
-//!   owner's checkpoint.
+//!   checks worker, instance and epoch in the same transaction (a
+//!   checkpoint save: in the `WHERE` of the `UPDATE` that locks it); a
+//!   worker whose lease was taken over gets [`Error::LeaseLost`] and
+//!   changes nothing, so a paused or partitioned worker cannot overwrite
+//!   the new owner's checkpoint.
 //! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
-//!   run's state change and its history event in one transaction; retention
-//!   (`keep`) deletes the oldest rows, never the latest.
+//!   run's state change and its history event in one statement (`ops::SAVE`);
+//!   retention (`keep`) deletes the oldest rows in the same statement
+//!   (`ops::SAVE_KEEP`), never the latest.
 //! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
 //! - **History** (`tables::history`): an append-only table of JSON events.
-//! - **Wake-ups** (`notify`): `LISTEN`/`NOTIFY`; due timers and expiring
-//!   leases are found by [`Store::next_wakeup`]'s query.
+//! - **Wake-ups** (`notify`): `LISTEN`/`NOTIFY`, the `NOTIFY` sent right
+//!   after the write's commit from a connection of its own (inside the
+//!   transaction it would serialize every notifying commit of every worker
+//!   behind a database-wide lock); due timers and expiring leases are found
+//!   by [`Store::next_wakeup`]'s query.
+//! - **Round trips** (`conn`): a checkpoint is one statement in autocommit,
+//!   so one round trip and one WAL flush: a data-modifying `WITH` whose
+//!   fenced `UPDATE` of the run's row gates the checkpoint row, the history
+//!   event and retention (`ops::SAVE`); a save it refuses is done again as
+//!   a transaction, which tells why. Elsewhere `BEGIN` is sent with a
+//!   transaction's first statement, and independent statements of one
+//!   transaction are sent together (`Cx::fork`).
+//! - **Worker ids** (`hold`): [`Store::hold_worker`] is a session advisory
+//!   lock on a connection of its own, taken again by a task when that
+//!   connection ends (a server restart, a terminated session).
+//!
+//! # Reconnection
+//!
+//! Every connection is replaced when it failed: the pool drops closed
+//! connections and opens new ones on demand, the renewal connection and the
+//! listener reconnect by themselves, and the worker-id hold is taken again
+//! (see `hold`). A method that failed because the server went away returns
+//! [`Error::Store`]; the worker tries again.
+//!
+//! One thing is written to stderr: a line starting
+//! `checkpoint-runtime: postgres: worker id` when a worker id's hold was
+//! taken by another live instance while this one's connection was down.
 //!
 //! Times (timers, leases) come from the workers' clocks, which should be kept
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
 mod conn;
+mod hold;
 mod notify;
 mod ops;
 mod schema;
@@ -84,7 +112,8 @@ pub use self::schema::SCHEMA_VERSION;
 ///   letters, digits and `_`), created if missing; by default they go to the
 ///   connection's current schema (normally `public`);
 /// - `pool_size=N`: open at most `N` connections (1 to 1024, default 8),
-///   plus one that listens for notifications and one for lease renewals.
+///   plus one that listens for notifications, one that sends them, one for
+///   lease renewals and one per worker id held.
 ///
 /// TLS is not supported: connect over a trusted network, a local socket or
 /// a tunnel.
@@ -113,6 +142,8 @@ pub struct PostgresStore {
     /// The server process id of the listening connection (for tests).
     #[cfg_attr(not(test), allow(dead_code))]
     listener_pid: Arc<AtomicI32>,
+    /// The worker ids this store holds for its runtimes.
+    holds: hold::Holds,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -183,6 +214,8 @@ impl PostgresStore {
                     other => other,
                 })?
         };
+        let notifier = notify::Notifier::start(&handle, target.clone(), schema.clone());
+        pool.set_notifier(Box::new(move || notifier.request()));
         let changes = Arc::new(watch::channel(0).0);
         let (stop, stop_rx) = oneshot::channel();
         let listener_pid = Arc::new(AtomicI32::new(0));
@@ -202,6 +235,7 @@ impl PostgresStore {
             changes,
             _stop: stop,
             listener_pid,
+            holds: hold::Holds::default(),
         })
     }
 
@@ -304,8 +338,15 @@ impl Store for PostgresStore {
         Box::pin(self.do_list(filter))
     }
 
+    fn parked_runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, Error>> {
+        Box::pin(self.do_parked())
+    }
+
     fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>> {
-        Box::pin(self.do_claim(req))
+        Box::pin(async move {
+            let req = self.holds.claim_request(self.pool.handle(), req).await?;
+            self.do_claim(&req).await
+        })
     }
 
     fn renew<'a>(
@@ -314,7 +355,18 @@ impl Store for PostgresStore {
         lease: &'a Lease,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.do_renew(id, lease, ttl))
+        Box::pin(async move {
+            self.holds.check_renew(id, lease)?;
+            self.do_renew(id, lease, ttl).await
+        })
+    }
+
+    fn renew_many<'a>(
+        &'a self,
+        runs: &'a [(Arc<str>, Lease)],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Vec<Result<(), Error>>> {
+        Box::pin(self.do_renew_many(runs, ttl))
     }
 
     fn release<'a>(
@@ -368,6 +420,10 @@ impl Store for PostgresStore {
 
     fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(self.do_cancel(id))
+    }
+
+    fn retry<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_retry(id))
     }
 
     fn put_signal<'a>(
@@ -427,24 +483,18 @@ impl Store for PostgresStore {
 
     /// A session advisory lock per worker id (and schema), on a connection
     /// of its own that the hold keeps open: the server drops the lock with
-    /// the session, when the process dies or its connection is lost.
+    /// the session, when the process dies or its connection is lost. A
+    /// task takes it again after its connection ended; should another live
+    /// instance have taken it meanwhile, this store leases under
+    /// `<id>~<instance>` from then on (see the `hold` module).
     fn hold_worker<'a>(
         &'a self,
         worker: &'a str,
     ) -> BoxFuture<'a, Result<Option<WorkerHold>, Error>> {
-        Box::pin(async move {
-            let client = conn::connect(self.pool.handle(), self.pool.target()).await?;
-            let key = format!("checkpoint-runtime worker {} {worker}", self.schema);
-            let row = client
-                .query_one(
-                    "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
-                    &[&key],
-                )
-                .await
-                .map_err(conn::db_err)?;
-            let held: bool = get(&row, 0)?;
-            Ok(held.then(|| WorkerHold::new(client)))
-        })
+        Box::pin(
+            self.holds
+                .grant(self.pool.handle(), self.pool.target(), &self.schema, worker),
+        )
     }
 
     fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {

@@ -1,10 +1,23 @@
 //! Wake-ups across workers: writes that may make a run runnable (or finish
-//! one) send `NOTIFY` on [`CHANNEL`] in their transaction, with the
+//! one) send `NOTIFY` on [`CHANNEL`] once they committed, with the
 //! PostgreSQL schema's name as payload (channels are per database, so stores
 //! in other schemas of the same database ignore it). Each store holds one
 //! extra connection that `LISTEN`s and bumps the counter of
 //! [`Store::subscribe`](crate::store::Store::subscribe). The writing store
 //! bumps its own counter at once as well.
+//!
+//! The `NOTIFY` is not part of the write's transaction: a transaction that
+//! notifies takes a lock that is global to the database from the start of
+//! its commit to its end, WAL flush included, so all notifying commits of
+//! every worker would be serialized, one flush after the other (under load,
+//! most server sessions wait for `Lock:object` and `LWLock:WALWrite`, and
+//! the creations and completions of 1,000 runs queue behind each other). A
+//! [`Notifier`] sends it instead, right after the commit, in a statement of
+//! its own on a connection of its own: a transaction with nothing to write
+//! commits without a WAL flush, so the lock is held only briefly; requests
+//! that arrive while one is being sent are sent as one. Should a process
+//! die between a commit and its notification, the other workers find the
+//! change at their next poll (they poll every few seconds anyway).
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -20,11 +33,84 @@ use crate::Error;
 /// The notification channel.
 pub(super) const CHANNEL: &str = "checkpoint_runtime";
 
-/// Sends the notification inside the transaction of `cx`.
+/// Has the notification sent once the transaction of `cx` committed (see
+/// the module docs). `schema`: this store's (the notifier's payload).
 pub(super) async fn notify(cx: &mut Cx<'_>, schema: &str) -> Result<(), Error> {
-    cx.query("SELECT pg_notify('checkpoint_runtime', $1)", &[&schema])
-        .await?;
+    cx.notify_after_commit(schema);
     Ok(())
+}
+
+/// Sends this store's notifications (see the module docs): [`request`]
+/// asks for one; a task sends them, merging the requests that arrive while
+/// one is under way. The task stops when the notifier is dropped.
+///
+/// [`request`]: Notifier::request
+pub(super) struct Notifier {
+    wanted: Arc<tokio::sync::Notify>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Notifier {
+    pub fn start(handle: &tokio::runtime::Handle, target: Target, schema: String) -> Notifier {
+        let wanted = Arc::new(tokio::sync::Notify::new());
+        let (stop, stop_rx) = oneshot::channel();
+        handle.spawn(send_loop(
+            handle.clone(),
+            target,
+            schema,
+            wanted.clone(),
+            stop_rx,
+        ));
+        Notifier {
+            wanted,
+            _stop: stop,
+        }
+    }
+
+    /// Asks for a notification to be sent.
+    pub fn request(&self) {
+        // Stores a permit when the task is busy: one more send, however
+        // many requests came meanwhile.
+        self.wanted.notify_one();
+    }
+}
+
+async fn send_loop(
+    handle: tokio::runtime::Handle,
+    target: Target,
+    schema: String,
+    wanted: Arc<tokio::sync::Notify>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut client: Option<tokio_postgres::Client> = None;
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = wanted.notified() => {}
+        }
+        // A few tries: a notification matters only as long as it is fresh
+        // (the workers' polls take over after that).
+        for attempt in 0..3u32 {
+            if client.as_ref().is_none_or(|c| c.is_closed()) {
+                client = super::conn::connect(&handle, &target).await.ok();
+            }
+            let sent = match &client {
+                Some(c) => c
+                    .execute("SELECT pg_notify('checkpoint_runtime', $1)", &[&schema])
+                    .await
+                    .is_ok(),
+                None => false,
+            };
+            if sent {
+                break;
+            }
+            client = None;
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(Duration::from_millis(50 << attempt)) => {}
+            }
+        }
+    }
 }
 
 pub(super) fn bump(changes: &watch::Sender<u64>) {

@@ -92,8 +92,19 @@ CREATE TABLE cp_schemas (
 );
 "#;
 
+/// Version 2: each checkpoint's seal (see `store::integrity`): the CRC-32 of
+/// its metadata and of each field's bytes. Rows written before have NULL
+/// and are read unchecked.
+const V2: &str = "ALTER TABLE cp_checkpoints ADD COLUMN checksum bytea;";
+
+/// Version 3: each run's `version`, the workflow version that started it
+/// (see `RunRecord::version`); runs from before are version 1.
+/// The parked runs every worker looks for (state 6), from an index.
+const V3: &str = "ALTER TABLE cp_runs ADD COLUMN version integer NOT NULL DEFAULT 1; \
+                  CREATE INDEX cp_runs_parked ON cp_runs (ord) WHERE state = 6;";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -1,7 +1,10 @@
-//! Tests of the PostgreSQL backend. Each needs a server: the URL comes from
-//! `CHECKPOINT_TEST_POSTGRES_URL`; without it the test prints that it was
-//! skipped and passes. Each test works in a fresh PostgreSQL schema, dropped
-//! at the end, so tests run in parallel and repeatably.
+//! Tests of the PostgreSQL backend. Each that needs a server reads its URL
+//! from `CHECKPOINT_TEST_POSTGRES_URL`. Built without the variable, those
+//! tests are ignored (`cfg(checkpoint_test_postgres)`, set by `build.rs`), so
+//! a run without a server never reports them as passed; built with it but
+//! run without it, a test prints that it was skipped. Each test works in a
+//! fresh PostgreSQL schema, dropped at the end, so tests run in parallel and
+//! repeatably.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,6 +122,13 @@ impl Fixture for Db {
         // thread; the connections run on `self.rt`.
         Db::store(self)
     }
+
+    fn lose_checkpoint(&self, run: &str, seq: u64) {
+        assert!(!run.contains('\''));
+        self.sql(&format!(
+            "DELETE FROM cp_checkpoints WHERE run = '{run}' AND seq = {seq}"
+        ));
+    }
 }
 
 conformance_tests!(postgres: |test: &str| Db::open(test));
@@ -157,6 +167,10 @@ fn rich_cp(run: &str, seq: u64, suspend: Option<Suspend>) -> Arc<CheckpointRecor
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn checkpoints_round_trip_exactly() {
     let Some(db) = Db::open("checkpoints_round_trip_exactly") else {
         return;
@@ -173,6 +187,8 @@ fn checkpoints_round_trip_exactly() {
         Some(Suspend::Waiting {
             signal: "approval".into(),
             deadline: Some(deadline),
+            payload_schema: None,
+            sites_before: None,
         }),
     );
     block_on(s.save_checkpoint(&c[0].lease, one.clone(), None)).unwrap();
@@ -211,6 +227,10 @@ fn checkpoints_round_trip_exactly() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn old_owner_cannot_overwrite_new_owners_checkpoint() {
     let Some(db) = Db::open("old_owner_cannot_overwrite_new_owners_checkpoint") else {
         return;
@@ -258,6 +278,10 @@ fn old_owner_cannot_overwrite_new_owners_checkpoint() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn concurrent_claims_never_share_a_run() {
     let Some(db) = Db::open("concurrent_claims_never_share_a_run") else {
         return;
@@ -289,6 +313,10 @@ fn concurrent_claims_never_share_a_run() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn signals_are_consumed_once_in_order() {
     let Some(db) = Db::open("signals_are_consumed_once_in_order") else {
         return;
@@ -299,6 +327,8 @@ fn signals_are_consumed_once_in_order() {
     let wait = Suspend::Waiting {
         signal: "go".into(),
         deadline: None,
+        payload_schema: None,
+        sites_before: None,
     };
     block_on(a.save_checkpoint(&c.lease, rich_cp("r", 1, Some(wait)), None)).unwrap();
     block_on(a.release("r", &c.lease, Release::Suspend)).unwrap();
@@ -358,6 +388,10 @@ fn signals_are_consumed_once_in_order() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn timers_deadlines_and_next_wakeup() {
     let Some(db) = Db::open("timers_deadlines_and_next_wakeup") else {
         return;
@@ -370,7 +404,10 @@ fn timers_deadlines_and_next_wakeup() {
     let lease_until = c.run.lease.as_ref().unwrap().expires_at;
     assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(lease_until));
     let until = SystemTime::now() + Duration::from_millis(300);
-    let sleep = Suspend::Sleeping { until };
+    let sleep = Suspend::Sleeping {
+        until,
+        sites_before: None,
+    };
     block_on(s.save_checkpoint(&c.lease, rich_cp("r", 1, Some(sleep)), None)).unwrap();
     block_on(s.release("r", &c.lease, Release::Suspend)).unwrap();
     assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(until));
@@ -386,6 +423,8 @@ fn timers_deadlines_and_next_wakeup() {
     let wait = Suspend::Waiting {
         signal: "never".into(),
         deadline: Some(deadline),
+        payload_schema: None,
+        sites_before: None,
     };
     block_on(s.save_checkpoint(&c.lease, rich_cp("r", 2, Some(wait)), None)).unwrap();
     block_on(s.release("r", &c.lease, Release::Suspend)).unwrap();
@@ -402,6 +441,10 @@ fn timers_deadlines_and_next_wakeup() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn history_fork_and_listing() {
     let Some(db) = Db::open("history_fork_and_listing") else {
         return;
@@ -457,7 +500,8 @@ fn history_fork_and_listing() {
         events,
         vec![
             Event::Started {
-                workflow: "wf".into()
+                workflow: "wf".into(),
+                trace: None,
             },
             saved(1),
             saved(2),
@@ -518,6 +562,10 @@ fn history_fork_and_listing() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn failed_runs_keep_their_error() {
     let Some(db) = Db::open("failed_runs_keep_their_error") else {
         return;
@@ -553,6 +601,10 @@ fn failed_runs_keep_their_error() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn notifications_reach_other_stores() {
     let Some(db) = Db::open("notifications_reach_other_stores") else {
         return;
@@ -565,6 +617,8 @@ fn notifications_reach_other_stores() {
         id: "r".into(),
         workflow: "wf".into(),
         input: Arc::from(&b"null"[..]),
+        version: 1,
+        trace: None,
     }))
     .unwrap();
     let changed =
@@ -583,6 +637,10 @@ fn notifications_reach_other_stores() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn schemas_and_gc() {
     let Some(db) = Db::open("schemas_and_gc") else {
         return;
@@ -617,6 +675,10 @@ fn schemas_and_gc() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn tables_are_versioned_and_newer_ones_refused() {
     let Some(db) = Db::open("tables_are_versioned_and_newer_ones_refused") else {
         return;
@@ -635,6 +697,10 @@ fn tables_are_versioned_and_newer_ones_refused() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn workers_starting_together_migrate_once() {
     let Some(db) = Db::open("workers_starting_together_migrate_once") else {
         return;
@@ -711,6 +777,10 @@ async fn unreachable_server_is_an_error_naming_the_url() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn connections_recover_after_the_server_drops_them() {
     let Some(db) = Db::open("connections_recover_after_the_server_drops_them") else {
         return;
@@ -756,6 +826,10 @@ fn connections_recover_after_the_server_drops_them() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn a_user_without_create_rights_uses_existing_tables() {
     let Some(db) = Db::open("a_user_without_create_rights_uses_existing_tables") else {
         return;
@@ -781,6 +855,10 @@ fn a_user_without_create_rights_uses_existing_tables() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn nul_characters_in_workflow_texts_are_stored_replaced() {
     let Some(db) = Db::open("nul_characters_in_workflow_texts_are_stored_replaced") else {
         return;
@@ -893,6 +971,10 @@ fn idle_timeout(db: &Db, store: &PostgresStore) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn stalled_transactions_are_ended_by_the_server() {
     let Some(db) = Db::open("stalled_transactions_are_ended_by_the_server") else {
         return;
@@ -921,6 +1003,10 @@ fn stalled_transactions_are_ended_by_the_server() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn an_undecodable_run_does_not_block_claims() {
     let Some(db) = Db::open("an_undecodable_run_does_not_block_claims") else {
         return;
@@ -968,8 +1054,17 @@ fn an_undecodable_run_does_not_block_claims() {
     ] {
         assert!(error.contains(part), "`{part}` missing from: {error}");
     }
-    // `b`'s row still does not decode; its history says why.
-    assert!(block_on(s.load_run("b")).is_err());
+    // `b`'s row, marked failed, reads back as failed, with what was wrong
+    // (it did not, and `status()` of it failed, before); its history says why.
+    let b = block_on(s.load_run("b")).unwrap().unwrap();
+    let crate::Status::Failed { error } = b.status() else {
+        panic!("b: {:?}", b.state);
+    };
+    for part in ["run `b`", "workflow `wf`", "negative epoch -1"] {
+        assert!(error.contains(part), "`{part}` missing from: {error}");
+    }
+    let listed = block_on(s.list_runs(&RunFilter::default())).unwrap();
+    assert!(listed.iter().any(|r| r.id == "b" && r.state.is_terminal()));
     let history = block_on(s.history("b")).unwrap();
     let failed = history.iter().find_map(|h| match &h.event {
         Event::Failed { error } => Some(error.clone()),
@@ -982,6 +1077,10 @@ fn an_undecodable_run_does_not_block_claims() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn sequence_numbers_above_i64_max() {
     let Some(db) = Db::open("sequence_numbers_above_i64_max") else {
         return;
@@ -1027,6 +1126,10 @@ fn connection_errors_keep_the_postgres_error_as_source() {
 }
 
 #[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
 fn a_worker_id_is_held_by_one_live_session() {
     let Some(db) = Db::open("a_worker_id_is_held_by_one_live_session") else {
         return;
@@ -1048,5 +1151,833 @@ fn a_worker_id_is_held_by_one_live_session() {
         }
         assert!(again.elapsed() < Duration::from_secs(10), "never released");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How every damage error ends.
+const REFUSED: &str = "; it is refused rather than resumed with wrong values (restore the \
+                       store from a backup, or fork an intact version of the run)";
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_flipped_bit_in_a_field_is_refused_naming_run_site_and_field() {
+    let Some(db) = Db::open("a_flipped_bit_in_a_field_is_refused_naming_run_site_and_field") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    let (one, two) = (rich_cp("r", 1, None), rich_cp("r", 2, None));
+    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    block_on(s.save_checkpoint(&c.lease, two.clone(), None)).unwrap();
+    block_on(s.release("r", &c.lease, Release::Abandon)).unwrap();
+    // Bit 0 of byte 4: `done`'s bytes of checkpoint #2.
+    db.sql(
+        "UPDATE cp_checkpoints SET data = set_bit(data, 32, 1 - get_bit(data, 32)) \
+         WHERE run = 'r' AND seq = 2",
+    );
+    let expected = format!(
+        "cannot decode field `done` of run `r` (workflow `wf`) at site `task_done`: checkpoint \
+         #2 is damaged: the field's bytes do not match the checksum stored with them{REFUSED}"
+    );
+    let err = block_on(s.latest_checkpoint("r")).unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err}");
+    assert_eq!(err.to_string(), expected);
+    assert_eq!(
+        block_on(s.checkpoint("r", 2)).unwrap_err().to_string(),
+        expected
+    );
+    // The intact version still reads, lists and forks; the damaged one is
+    // listed, flagged.
+    assert_eq!(block_on(s.checkpoint("r", 1)).unwrap(), Some(one.clone()));
+    let listed = block_on(s.list_checkpoints("r")).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0], one);
+    assert_eq!((listed[1].seq, listed[1].is_damaged()), (2, true));
+    assert_eq!(listed[1].site_key, "task_done");
+    assert_eq!(listed[1].damage.as_ref().unwrap().to_string(), expected);
+    block_on(s.fork("r", 1, "r-from-1")).unwrap();
+    let forked = block_on(s.latest_checkpoint("r-from-1")).unwrap().unwrap();
+    assert_eq!(forked.data, one.data);
+    let err = block_on(s.fork("r", 2, "r-from-2")).unwrap_err();
+    assert_eq!(err.to_string(), expected);
+    // A claim sets the run aside, naming the field; the others go on.
+    let got = block_on(s.claim(&req("b", "b1"))).unwrap();
+    let ids: Vec<&str> = got.claimed.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(ids, ["r-from-1"]);
+    let crate::Status::Failed { error } = block_on(s.load_run("r")).unwrap().unwrap().status()
+    else {
+        panic!("r is not failed");
+    };
+    for part in [
+        "cannot decode field `done` of run `r` (workflow `wf`) at site `task_done`",
+        "set aside",
+        "checkpoint #2 is damaged",
+    ] {
+        assert!(error.contains(part), "`{part}` missing from: {error}");
+    }
+    // Damage to what locates or names the bytes is refused too.
+    db.sql("CREATE TABLE intact AS SELECT * FROM cp_checkpoints WHERE run = 'r-from-1'");
+    for (what, sql) in [
+        (
+            "offsets",
+            "UPDATE cp_checkpoints SET field_offsets = '{0,2}', field_lens = '{2,3}'",
+        ),
+        ("site", "UPDATE cp_checkpoints SET site_key = 'task_dome'"),
+        ("seq", "UPDATE cp_checkpoints SET seq = 3"),
+        ("loops", "UPDATE cp_checkpoints SET loops = '{2,8}'"),
+        (
+            "checksum",
+            "UPDATE cp_checkpoints SET checksum = substring(checksum from 2)",
+        ),
+    ] {
+        db.sql(&format!("{sql} WHERE run = 'r-from-1'"));
+        let err = block_on(s.latest_checkpoint("r-from-1"));
+        let ok = matches!(&err, Err(Error::Decode { .. }) | Ok(None));
+        assert!(ok, "{what}: {err:?}");
+        db.sql(
+            "DELETE FROM cp_checkpoints WHERE run = 'r-from-1'; \
+             INSERT INTO cp_checkpoints SELECT * FROM intact",
+        );
+        assert_eq!(
+            block_on(s.latest_checkpoint("r-from-1"))
+                .unwrap()
+                .map(|c| c.data.clone()),
+            Some(one.data.clone())
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn rows_written_before_checksums_still_load() {
+    let Some(db) = Db::open("rows_written_before_checksums_still_load") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    let one = rich_cp("r", 1, None);
+    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    // As version-1 tables: no checksum column (nor a run version).
+    db.sql(
+        "ALTER TABLE cp_checkpoints DROP COLUMN checksum; DROP INDEX cp_runs_parked; \
+         ALTER TABLE cp_runs DROP COLUMN version; \
+         UPDATE cp_schema_version SET version = 1",
+    );
+    let other = db.other();
+    assert_eq!(
+        block_on(other.latest_checkpoint("r")).unwrap(),
+        Some(one.clone())
+    );
+    assert_eq!(block_on(other.list_checkpoints("r")).unwrap(), vec![one]);
+    let two = rich_cp("r", 2, None);
+    block_on(other.save_checkpoint(&c.lease, two.clone(), None)).unwrap();
+    assert_eq!(block_on(other.latest_checkpoint("r")).unwrap(), Some(two));
+    // NULL is "not checked": the old row's damage goes unseen.
+    db.sql(
+        "UPDATE cp_checkpoints SET data = set_bit(data, 32, 1 - get_bit(data, 32)) \
+         WHERE run = 'r' AND seq = 1",
+    );
+    let old = block_on(other.checkpoint("r", 1)).unwrap().unwrap();
+    assert_eq!(old.field_bytes(1), Some(&[1, 8][..]));
+    assert!(block_on(other.checkpoint("r", 2)).is_ok());
+    db.sql(
+        "UPDATE cp_checkpoints SET data = set_bit(data, 32, 1 - get_bit(data, 32)) \
+         WHERE run = 'r' AND seq = 2",
+    );
+    assert!(matches!(
+        block_on(other.checkpoint("r", 2)),
+        Err(Error::Decode { .. })
+    ));
+}
+
+/// Every bit of a row's field bytes, and every bit of the numbers that
+/// locate them (offsets, lengths, loop positions, site index), flipped one
+/// at a time: each read of the checkpoint is refused (a decode error naming
+/// the run), and reads back intact once the bit is flipped back.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn every_flipped_bit_of_a_row_is_refused() {
+    let Some(db) = Db::open("every_flipped_bit_of_a_row_is_refused") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    let one = rich_cp("r", 1, None);
+    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    let mut flips = Vec::new();
+    for bit in 0..one.data.len() * 8 {
+        flips.push(format!(
+            "data = set_bit(data, {bit}, 1 - get_bit(data, {bit}))"
+        ));
+    }
+    for (col, n) in [("field_offsets", 2), ("field_lens", 2), ("loops", 2)] {
+        for i in 1..=n {
+            for bit in 0..63 {
+                flips.push(format!("{col}[{i}] = {col}[{i}] # (1::bigint << {bit})"));
+            }
+        }
+    }
+    for bit in 0..31 {
+        flips.push(format!("site_index = site_index # (1 << {bit})"));
+    }
+    for flip in &flips {
+        let sql = format!("UPDATE cp_checkpoints SET {flip} WHERE run = 'r'");
+        db.sql(&sql);
+        match block_on(s.latest_checkpoint("r")) {
+            Err(Error::Decode { run, .. }) if run == "r" => {}
+            other => panic!("{flip}: {other:?}"),
+        }
+        // The same flip again restores the row.
+        db.sql(&sql);
+        assert_eq!(
+            block_on(s.latest_checkpoint("r")).unwrap(),
+            Some(one.clone()),
+            "{flip}"
+        );
+    }
+}
+
+/// The server process holding the advisory lock of worker id `worker` in
+/// `db`'s schema, if any, asked on `client`.
+fn lock_holder(db: &Db, client: &tokio_postgres::Client, worker: &str) -> Option<i32> {
+    let key = format!("checkpoint-runtime worker {} {worker}", db.schema);
+    db.run(client.query_opt(
+        "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+         AND l.objsubid = 1 \
+         AND l.classid = ((hashtextextended($1, 0) >> 32) & 4294967295)::oid \
+         AND l.objid = (hashtextextended($1, 0) & 4294967295)::oid",
+        &[&key],
+    ))
+    .unwrap()
+    .map(|row| row.get(0))
+}
+
+/// A plain client on `db`'s server (its connection runs on `db.rt`).
+fn raw_client(db: &Db) -> tokio_postgres::Client {
+    let target = Target::parse(&db.url, None).unwrap();
+    db.run(conn::connect(db.rt.handle(), &target)).unwrap()
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_worker_hold_is_taken_again_after_its_session_ends() {
+    let Some(db) = Db::open("a_worker_hold_is_taken_again_after_its_session_ends") else {
+        return;
+    };
+    let s = db.store();
+    let hold = db.run(s.hold_worker("w")).unwrap().expect("granted");
+    let client = raw_client(&db);
+    let first = lock_holder(&db, &client, "w").expect("the lock is held");
+    let ended: bool = db
+        .run(client.query_one("SELECT pg_terminate_backend($1)", &[&first]))
+        .unwrap()
+        .get(0);
+    assert!(ended);
+    // Taken again, by a new session of the same hold.
+    let since = std::time::Instant::now();
+    let again = loop {
+        match lock_holder(&db, &client, "w") {
+            Some(pid) if pid != first => break pid,
+            _ => {}
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the hold was not taken again after its session ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_ne!(again, first);
+    // Still this store's: another store cannot take it, and claims under
+    // the id go out under the id itself.
+    let other = db.other();
+    assert!(db.run(other.hold_worker("w")).unwrap().is_none());
+    new_run(s, "r1");
+    let claimed = db.run(s.claim(&req("w", "i1"))).unwrap().claimed;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(&*claimed[0].lease.worker, "w");
+    drop(hold);
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_worker_hold_taken_by_another_instance_meanwhile_is_given_up() {
+    let Some(db) = Db::open("a_worker_hold_taken_by_another_instance_meanwhile_is_given_up") else {
+        return;
+    };
+    let s = db.store();
+    let _hold = db.run(s.hold_worker("w")).unwrap().expect("granted");
+    new_run(s, "r1");
+    let before = claim_one(s, "w", "i1");
+    assert_eq!(&*before.lease.worker, "w");
+    // Another instance's session takes the lock the moment the hold's
+    // session ends: it queues for the lock before the hold can reconnect.
+    let client = raw_client(&db);
+    let holder = lock_holder(&db, &client, "w").expect("the lock is held");
+    let key = format!("checkpoint-runtime worker {} w", db.schema);
+    let rival = raw_client(&db);
+    db.run(async {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+        let take = rival.query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &params);
+        let end = async {
+            // Let the rival's statement reach the server and queue first.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            client
+                .query_one("SELECT pg_terminate_backend($1)", &[&holder])
+                .await
+        };
+        let (took, ended) = tokio::join!(take, end);
+        took.unwrap();
+        ended.unwrap();
+    });
+    // The store notices, and from then on claims under `w~<instance>`
+    // and refuses to renew its lease under `w`.
+    new_run(s, "r2");
+    let since = std::time::Instant::now();
+    let claimed = loop {
+        match db.run(s.claim(&req("w", "i1"))) {
+            Ok(res) if !res.claimed.is_empty() => break res.claimed,
+            Ok(_) => panic!("r2 was not claimed"),
+            Err(e) => assert!(matches!(e, Error::Store { .. }), "{e}"),
+        }
+        assert!(since.elapsed() < Duration::from_secs(10), "never decided");
+    };
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].run.id, "r2");
+    assert_eq!(&*claimed[0].lease.worker, "w~i1");
+    let renewed = db.run(s.renew("r1", &before.lease, Duration::from_secs(30)));
+    assert!(
+        matches!(renewed, Err(Error::LeaseLost { .. })),
+        "{renewed:?}"
+    );
+    // The demoted lease renews as any other.
+    db.run(s.renew("r2", &claimed[0].lease, Duration::from_secs(30)))
+        .unwrap();
+    drop(rival);
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_transaction_dropped_without_commit_is_rolled_back_at_once() {
+    let Some(db) = Db::open("a_transaction_dropped_without_commit_is_rolled_back_at_once") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    db.run(async {
+        let mut conn = s.pool.get().await.unwrap();
+        let mut cx = conn.begin().await.unwrap();
+        // Locks the run's row, then is dropped (as on an early `?`).
+        super::tables::runs::lock_run(&mut cx, "r").await.unwrap();
+        cx.execute("UPDATE cp_runs SET attempt = 99 WHERE id = $1", &[&"r"])
+            .await
+            .unwrap();
+    });
+    // Another session gets the row lock (it would wait for good if the
+    // transaction stayed open on the pooled connection).
+    let client = raw_client(&db);
+    let locked = db.run(async {
+        client
+            .batch_execute(&format!(
+                "SET lock_timeout = '3s'; SET search_path TO {}",
+                conn::quote_ident(&db.schema)
+            ))
+            .await?;
+        client
+            .query_one("SELECT attempt FROM cp_runs WHERE id = 'r' FOR UPDATE", &[])
+            .await
+    });
+    let attempt: i32 = locked.expect("the row lock was released").get(0);
+    assert_eq!(attempt, 0, "the update was rolled back");
+    // The connection went back to the pool with no transaction open: a
+    // transaction on it commits as usual.
+    db.run(async {
+        let mut conn = s.pool.get().await.unwrap();
+        let mut cx = conn.begin().await.unwrap();
+        cx.execute("UPDATE cp_runs SET attempt = 7 WHERE id = $1", &[&"r"])
+            .await
+            .unwrap();
+        cx.commit().await.unwrap();
+        // A transaction that ran nothing commits nothing.
+        conn.begin().await.unwrap().commit().await.unwrap();
+    });
+    assert_eq!(db.run(s.load_run("r")).unwrap().unwrap().attempt, 7);
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn renewing_many_waits_briefly_for_a_locked_row_and_answers_for_each() {
+    let Some(db) = Db::open("renewing_many_waits_briefly_for_a_locked_row_and_answers_for_each")
+    else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r1");
+    new_run(s, "r2");
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(0);
+    let claimed = db.run(s.claim(&short)).unwrap().claimed;
+    let runs: Vec<(Arc<str>, Lease)> = claimed
+        .iter()
+        .map(|c| (Arc::from(c.run.id.as_str()), c.lease.clone()))
+        .collect();
+    assert_eq!(runs.len(), 2);
+    let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
+    let target = Target::parse(&url, None).unwrap();
+    let locker = db.run(conn::connect(db.rt.handle(), &target)).unwrap();
+    let lock_r1 = "BEGIN; SELECT 1 FROM cp_runs WHERE id = 'r1' FOR UPDATE";
+    // A lock released within the patience (a quarter of the TTL): both renewed.
+    db.run(locker.batch_execute(lock_r1)).unwrap();
+    let results = db.run(async {
+        let commit = async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            locker.batch_execute("COMMIT").await.unwrap();
+        };
+        let (results, ()) = tokio::join!(s.renew_many(&runs, Duration::from_secs(4)), commit);
+        results
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // A lock held past it: the locked run is told so, the other renewed.
+    db.run(locker.batch_execute(lock_r1)).unwrap();
+    let began = std::time::Instant::now();
+    let results = db.run(s.renew_many(&runs, Duration::from_millis(400)));
+    db.run(locker.batch_execute("COMMIT")).unwrap();
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    let at = |id: &str| runs.iter().position(|(r, _)| &**r == id).unwrap();
+    assert!(
+        matches!(&results[at("r1")], Err(Error::Store { message, .. }) if message.contains("locked")),
+        "{results:?}"
+    );
+    assert!(results[at("r2")].is_ok(), "{results:?}");
+}
+
+/// A client on `db`'s tables (its connection runs on `db.rt`).
+fn schema_client(db: &Db) -> tokio_postgres::Client {
+    let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
+    let target = Target::parse(&url, None).unwrap();
+    db.run(conn::connect(db.rt.handle(), &target)).unwrap()
+}
+
+/// Everything stored for run `id` but its name (and creation order): its
+/// row, its checkpoints (without their seals, which cover the run's name),
+/// its history, as JSON texts, to compare two runs.
+fn stored(db: &Db, client: &tokio_postgres::Client, id: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT (to_jsonb(r) - 'id' - 'ord')::text FROM cp_runs r WHERE id = $1",
+        "SELECT (to_jsonb(c) - 'run' - 'checksum')::text FROM cp_checkpoints c WHERE run = $1 \
+         ORDER BY seq",
+        "SELECT (to_jsonb(h) - 'id' - 'run')::text FROM cp_history h WHERE run = $1 ORDER BY id",
+    ] {
+        for row in db.run(client.query(sql, &[&id])).unwrap() {
+            out.push(row.get(0));
+        }
+    }
+    out
+}
+
+/// `cp` as a checkpoint of run `run` (all else the same, its time too).
+fn of_run(cp: &CheckpointRecord, run: &str) -> Arc<CheckpointRecord> {
+    let mut copy = cp.clone();
+    copy.run = Arc::from(run);
+    Arc::new(copy)
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
+    let Some(db) = Db::open("a_save_in_one_statement_writes_what_the_fenced_save_writes") else {
+        return;
+    };
+    let s = db.store();
+    let client = schema_client(&db);
+    // Two runs in the same state under the same lease: "one" saved by the
+    // statement, "locked" by the fenced transaction.
+    new_run(s, "one");
+    new_run(s, "locked");
+    let mut both = req("a", "a1");
+    both.limit = 2;
+    let claimed = block_on(s.claim(&both)).unwrap().claimed;
+    assert_eq!(claimed.len(), 2);
+    let lease = claimed[0].lease.clone();
+    assert_eq!(lease, claimed[1].lease);
+    let save = |cp: &Arc<CheckpointRecord>, keep: Option<usize>| {
+        db.run(async {
+            let mut conn = s.pool.get().await.unwrap();
+            let one = ops::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep).await;
+            let locked = ops::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
+            (one, locked)
+        })
+    };
+    let deadline = SystemTime::now() + Duration::from_secs(3600);
+    let wait = Suspend::Waiting {
+        signal: "go\0now".into(),
+        deadline: Some(deadline),
+        payload_schema: Some("k-go".into()),
+        sites_before: Some(vec!["checkpoint 1".into()]),
+    };
+    let sleep = Suspend::Sleeping {
+        until: deadline + Duration::from_secs(1),
+        sites_before: None,
+    };
+    let (one, locked) = save(&rich_cp("r", 1, None), None);
+    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
+    let (one, locked) = save(&rich_cp("r", 2, Some(wait)), Some(2));
+    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
+    // A wake value (a consumed signal), which the next save clears.
+    for run in ["one", "locked"] {
+        block_on(s.put_signal(run, "go\0now", b"7".to_vec())).unwrap();
+        assert!(block_on(s.take_signal(run, &lease, "go\0now"))
+            .unwrap()
+            .is_some());
+    }
+    let (one, locked) = save(&rich_cp("r", 3, Some(sleep)), Some(2));
+    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
+    // A text the server refuses (a NUL in a label): the statement leaves it
+    // to the fenced save, whose error it is; nothing is written.
+    let mut bad = (*rich_cp("r", 4, None)).clone();
+    bad.label = Some(Cow::Borrowed("bad\0label"));
+    let bad = Arc::new(bad);
+    let (one, locked) = save(&bad, Some(1));
+    assert!(!one.unwrap());
+    assert!(matches!(locked, Err(Error::Store { .. })), "{locked:?}");
+    let err = block_on(s.save_checkpoint(&lease, of_run(&bad, "one"), Some(1))).unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err}");
+    let (one, locked) = save(&rich_cp("r", 4, None), Some(1));
+    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
+    let last = rich_cp("r", 5, None);
+    let (one, locked) = save(&last, Some(10));
+    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
+    // Both sealed: read back (and checked against the seal) as saved.
+    for run in ["one", "locked"] {
+        let back = block_on(s.checkpoint(run, 5)).unwrap();
+        assert_eq!(back, Some(of_run(&last, run)));
+    }
+    // The same rows, but for the times of the runs' creation and signals.
+    db.run(client.batch_execute(
+        "UPDATE cp_runs SET created_at = 0; \
+         UPDATE cp_history SET at = 0 WHERE NOT event ? 'CheckpointSaved'",
+    ))
+    .unwrap();
+    let (one, locked) = (stored(&db, &client, "one"), stored(&db, &client, "locked"));
+    assert_eq!(one, locked);
+    // Retention kept 4 and 5; the run waits for nothing, at seq 5.
+    // Its row, checkpoints 4 and 5, and 7 events: started, saved 1 and 2,
+    // the signal received, saved 3 to 5.
+    assert_eq!(one.len(), 1 + 2 + 7, "{one:#?}");
+    let kept: Vec<u64> = block_on(s.list_checkpoints("one"))
+        .unwrap()
+        .iter()
+        .map(|c| c.seq)
+        .collect();
+    assert_eq!(kept, vec![4, 5]);
+    let run = block_on(s.load_run("one")).unwrap().unwrap();
+    assert_eq!((run.latest_seq, run.attempt, run.wake), (5, 1, None));
+    assert_eq!(run.lease.map(|l| l.worker), Some("a".to_owned()));
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
+    let Some(db) = Db::open("a_save_its_statement_refuses_changes_nothing_and_says_why") else {
+        return;
+    };
+    let s = db.store();
+    let client = schema_client(&db);
+    // Refused by the statement (nothing written), then by the store with
+    // the error `check` accepts.
+    let refused = |lease: &Lease, cp: Arc<CheckpointRecord>, check: &dyn Fn(&Error) -> bool| {
+        let before = stored(&db, &client, &cp.run);
+        let fast = db.run(async {
+            let mut conn = s.pool.get().await.unwrap();
+            ops::save_in_one(&mut conn, lease, &cp, Some(1)).await
+        });
+        assert!(!fast.unwrap(), "saved #{} of {}", cp.seq, cp.run);
+        assert_eq!(stored(&db, &client, &cp.run), before);
+        let err = block_on(s.save_checkpoint(lease, cp.clone(), Some(1))).unwrap_err();
+        assert!(check(&err), "#{} of {}: {err:?}", cp.seq, cp.run);
+        assert_eq!(stored(&db, &client, &cp.run), before);
+    };
+    let lost = |e: &Error| matches!(e, Error::LeaseLost { .. });
+    new_run(s, "r");
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(0);
+    let old = block_on(s.claim(&short)).unwrap().claimed.remove(0);
+    block_on(s.save_checkpoint(&old.lease, cp("r", 1), None)).unwrap();
+    // Unknown run; a seq out of order (ahead, again, 0).
+    refused(&old.lease, cp("nope", 1), &|e| {
+        matches!(e, Error::UnknownRun { .. })
+    });
+    for seq in [3, 1, 0] {
+        refused(
+            &old.lease,
+            cp("r", seq),
+            &|e| matches!(e, Error::Internal { message } if message.contains("out of order")),
+        );
+    }
+    // Taken over (its lease had expired).
+    let new = claim_one(s, "b", "b1");
+    refused(&old.lease, cp("r", 2), &lost);
+    // Another instance, another worker, the next epoch: not the lease.
+    for lease in [
+        Lease {
+            instance: Arc::from("b2"),
+            ..new.lease.clone()
+        },
+        Lease {
+            worker: Arc::from("a"),
+            ..new.lease.clone()
+        },
+        Lease {
+            epoch: new.lease.epoch + 1,
+            ..new.lease.clone()
+        },
+    ] {
+        refused(&lease, cp("r", 2), &lost);
+    }
+    // A damaged row: its error, as the fenced save reads it.
+    db.run(client.batch_execute("UPDATE cp_runs SET state = 1, signal = NULL"))
+        .unwrap();
+    refused(
+        &new.lease,
+        cp("r", 2),
+        &|e| matches!(e, Error::Store { message, .. } if message.contains("waits for no signal")),
+    );
+    db.run(client.batch_execute("UPDATE cp_runs SET state = 0, wake_seq = -1"))
+        .unwrap();
+    refused(
+        &new.lease,
+        cp("r", 2),
+        &|e| matches!(e, Error::Store { message, .. } if message.contains("wake seq")),
+    );
+    db.run(client.batch_execute("UPDATE cp_runs SET wake_seq = NULL"))
+        .unwrap();
+    block_on(s.save_checkpoint(&new.lease, cp("r", 2), Some(1))).unwrap();
+    // A parked run under the lease (not a state a run gets into, but one the
+    // fenced save accepts): the statement leaves it to the fenced save,
+    // which saves it.
+    let reason = conn::to_json(&Error::store("parked")).unwrap();
+    db.run(client.execute("UPDATE cp_runs SET state = 6, error = $1", &[&reason]))
+        .unwrap();
+    let fast = db.run(async {
+        let mut conn = s.pool.get().await.unwrap();
+        ops::save_in_one(&mut conn, &new.lease, &cp("r", 3), None).await
+    });
+    assert!(!fast.unwrap());
+    block_on(s.save_checkpoint(&new.lease, cp("r", 3), Some(1))).unwrap();
+    let run = block_on(s.load_run("r")).unwrap().unwrap();
+    assert_eq!((run.state, run.latest_seq), (RunState::Ready, 3));
+    // Cancelled; finished.
+    assert!(block_on(s.cancel("r")).unwrap());
+    refused(&new.lease, cp("r", 4), &|e| {
+        matches!(e, Error::Cancelled { .. })
+    });
+    new_run(s, "f");
+    let f = claim_one(s, "a", "a1");
+    block_on(s.finish(
+        "f",
+        &f.lease,
+        Outcome::Completed {
+            output: Arc::from(&b"1"[..]),
+            error: None,
+        },
+    ))
+    .unwrap();
+    refused(&f.lease, cp("f", 1), &lost);
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
+    let Some(db) = Db::open("a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile")
+    else {
+        return;
+    };
+    let s = db.store();
+    let locker = schema_client(&db);
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    // While another transaction holds the run's row, the save waits for
+    // it, then judges the row that transaction committed.
+    let save_during = |holder: &'static str, cp: Arc<CheckpointRecord>| {
+        db.run(locker.batch_execute(holder)).unwrap();
+        let began = std::time::Instant::now();
+        let saved = db.run(async {
+            let commit = async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                locker.batch_execute("COMMIT").await.unwrap();
+            };
+            let save = async {
+                let mut conn = s.pool.get().await.unwrap();
+                ops::save_in_one(&mut conn, &c.lease, &cp, None).await
+            };
+            tokio::join!(save, commit).0
+        });
+        assert!(began.elapsed() >= Duration::from_millis(200));
+        saved.unwrap()
+    };
+    // A renewal: still the lease; saved.
+    let renew = "BEGIN; UPDATE cp_runs SET lease_expires = lease_expires + 1 WHERE id = 'r'";
+    assert!(save_during(renew, cp("r", 1)));
+    // A takeover (as a claim writes it): fenced off, nothing written.
+    let before = stored(&db, &locker, "r");
+    let takeover = "BEGIN; UPDATE cp_runs SET epoch = epoch + 1, lease_worker = 'b', \
+                    lease_instance = 'b1' WHERE id = 'r'";
+    assert!(!save_during(takeover, cp("r", 2)));
+    assert_eq!(stored(&db, &locker, "r")[1..], before[1..]);
+    let err = block_on(s.save_checkpoint(&c.lease, cp("r", 2), None)).unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
+    assert_eq!(block_on(s.latest_checkpoint("r")).unwrap().unwrap().seq, 1);
+}
+
+/// The server CPU time (user + system) of backend `pid` so far, in
+/// microseconds (from `/proc`: the server must run on this machine).
+fn backend_cpu_us(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15, 12 and 13 after the `)`.
+    (ticks(11) + ticks(12)) * 1e6 / 100.0
+}
+
+/// A checkpoint save as one statement ([`ops::save_in_one`]), as the
+/// fenced transaction ([`ops::save_locked`]) and a raw autocommit `INSERT`
+/// of the same bytes, in alternating rounds on one connection: the median
+/// latency of each and the server's CPU per call. `cargo test -p
+/// checkpoint-runtime --lib --all-features -- --ignored bench_save --nocapture`
+#[test]
+#[ignore]
+fn bench_save() {
+    let Some(db) = Db::open("bench_save") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "one");
+    new_run(s, "locked");
+    let mut both = req("a", "a1");
+    both.limit = 2;
+    let lease = block_on(s.claim(&both)).unwrap().claimed[0].lease.clone();
+    let data: Vec<u8> = (0..1000).map(|i| i as u8).collect();
+    let field = FieldRecord {
+        name: Cow::Borrowed("state"),
+        type_name: Cow::Borrowed("alloc::vec::Vec<u8>"),
+        offset: 0,
+        len: data.len(),
+    };
+    let make = |run: &str, seq: u64| {
+        Arc::new(CheckpointRecord::new(
+            Arc::from(run),
+            seq,
+            Cow::Borrowed("step"),
+            Some(Cow::Borrowed("step")),
+            0,
+            vec![seq],
+            vec![field.clone()],
+            data.clone(),
+            None,
+            SystemTime::now(),
+        ))
+    };
+    let (rounds, per_round) = (8, 250u64);
+    let mut took: [Vec<Duration>; 3] = Default::default();
+    let mut cpu = [0f64; 3];
+    db.run(async {
+        let mut conn = s.pool.get().await.unwrap();
+        let pid: i32 = conn
+            .plain()
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        conn.plain()
+            .batch("CREATE TABLE raw_floor (id bigserial PRIMARY KEY, data bytea NOT NULL)")
+            .await
+            .unwrap();
+        let mut seq = [0u64; 2];
+        for _ in 0..rounds {
+            for (i, run) in ["one", "locked"].into_iter().enumerate() {
+                let before = backend_cpu_us(pid);
+                for _ in 0..per_round {
+                    seq[i] += 1;
+                    let cp = make(run, seq[i]);
+                    let t = std::time::Instant::now();
+                    if i == 0 {
+                        assert!(ops::save_in_one(&mut conn, &lease, &cp, Some(10))
+                            .await
+                            .unwrap());
+                    } else {
+                        ops::save_locked(&mut conn, &lease, &cp, Some(10))
+                            .await
+                            .unwrap();
+                    }
+                    took[i].push(t.elapsed());
+                }
+                cpu[i] += backend_cpu_us(pid) - before;
+            }
+            let before = backend_cpu_us(pid);
+            for _ in 0..per_round {
+                let t = std::time::Instant::now();
+                conn.plain()
+                    .execute("INSERT INTO raw_floor (data) VALUES ($1)", &[&data])
+                    .await
+                    .unwrap();
+                took[2].push(t.elapsed());
+            }
+            cpu[2] += backend_cpu_us(pid) - before;
+        }
+    });
+    let n = (rounds * per_round) as f64;
+    for (i, what) in ["one statement", "fenced transaction", "raw INSERT"]
+        .into_iter()
+        .enumerate()
+    {
+        took[i].sort();
+        eprintln!(
+            "{what}: median {:?}, server CPU {:.0} us per call",
+            took[i][took[i].len() / 2],
+            cpu[i] / n
+        );
     }
 }

@@ -16,6 +16,9 @@ pub(crate) const SLEEPING: i64 = 2;
 pub(crate) const COMPLETED: i64 = 3;
 pub(crate) const FAILED: i64 = 4;
 pub(crate) const CANCELLED: i64 = 5;
+/// Above the terminal codes, so that every `state < 3` (runnable) query
+/// leaves a parked run alone, and no terminal-state query counts it.
+pub(crate) const PARKED: i64 = 6;
 
 /// The code a run in `state` is stored with.
 pub(crate) fn state_code(state: &RunState) -> i64 {
@@ -26,6 +29,7 @@ pub(crate) fn state_code(state: &RunState) -> i64 {
         RunState::Completed { .. } => COMPLETED,
         RunState::Failed { .. } => FAILED,
         RunState::Cancelled => CANCELLED,
+        RunState::Parked { .. } => PARKED,
     }
 }
 
@@ -33,12 +37,13 @@ pub(crate) fn state_code(state: &RunState) -> i64 {
 /// error counts as failed: the queries check the `error` column for that).
 pub(crate) fn status_code(kind: StatusKind) -> i64 {
     match kind {
-        StatusKind::Running => READY,
+        StatusKind::Queued | StatusKind::Running => READY,
         StatusKind::Waiting => WAITING,
         StatusKind::Sleeping => SLEEPING,
         StatusKind::Completed => COMPLETED,
         StatusKind::Failed => FAILED,
         StatusKind::Cancelled => CANCELLED,
+        StatusKind::Incompatible => PARKED,
     }
 }
 
@@ -72,6 +77,7 @@ pub(crate) struct RunCols<'a> {
     pub wake_payload: Option<&'a [u8]>,
     pub created_at: i64,
     pub updated_at: i64,
+    pub version: i64,
 }
 
 impl<'a> RunCols<'a> {
@@ -89,7 +95,9 @@ impl<'a> RunCols<'a> {
                 Some(&output[..]),
                 error.as_deref().map(ErrorCol::Text),
             ),
-            RunState::Failed { error } => (None, None, None, Some(ErrorCol::Json(error))),
+            RunState::Failed { error } | RunState::Parked { error } => {
+                (None, None, None, Some(ErrorCol::Json(error)))
+            }
         };
         let (wake_seq, wake_signal, wake_payload) = match &rec.wake {
             None => (None, None, None),
@@ -121,6 +129,7 @@ impl<'a> RunCols<'a> {
             wake_payload,
             created_at: ts(rec.created_at),
             updated_at: ts(rec.updated_at),
+            version: i64::from(rec.version),
         })
     }
 }
@@ -146,12 +155,24 @@ pub(crate) struct RunRow {
     pub wake_payload: Option<Vec<u8>>,
     pub created_at: i64,
     pub updated_at: i64,
+    pub version: i64,
 }
 
 impl RunRow {
     /// The record the row holds, or what about the row does not make sense
     /// (each backend reports it as a corrupt database).
+    ///
+    /// A failed run's row always reads back: the run is terminal, so what
+    /// else its row says (the counters, the wake value) no longer drives
+    /// anything, and a row marked failed because it did not decode (see
+    /// `rules::damaged`) must still answer `status` with its error. Such
+    /// numbers that do not make sense read as 0 (a wake value: none).
     pub(crate) fn into_record(self) -> Result<RunRecord, Corrupt> {
+        let lenient = self.state == FAILED;
+        let num = |v: i64, what: &str| match to_u64(v, what) {
+            Err(_) if lenient => Ok(0),
+            other => other,
+        };
         let id = self.id;
         let state = match self.state {
             READY => RunState::Ready,
@@ -179,6 +200,15 @@ impl RunRow {
                 RunState::Failed { error }
             }
             CANCELLED => RunState::Cancelled,
+            PARKED => RunState::Parked {
+                error: serde_json::from_str(self.error.as_deref().unwrap_or_default()).map_err(
+                    |e| {
+                        Corrupt(format!(
+                            "run `{id}` is parked for a reason that does not decode: {e}"
+                        ))
+                    },
+                )?,
+            },
             other => return Err(Corrupt(format!("run `{id}` has state {other}"))),
         };
         let lease = match (self.lease_worker, self.lease_instance) {
@@ -191,6 +221,7 @@ impl RunRow {
         };
         let wake = match self.wake_seq {
             None => None,
+            Some(seq) if lenient && seq < 0 => None,
             Some(seq) => Some(Wake {
                 seq: to_u64(seq, "wake seq")?,
                 value: match self.wake_signal {
@@ -208,12 +239,13 @@ impl RunRow {
             input: self.input.into(),
             state,
             lease,
-            epoch: to_u64(self.epoch, "epoch")?,
+            epoch: num(self.epoch, "epoch")?,
             attempt: u32::try_from(self.attempt).unwrap_or(u32::MAX),
-            latest_seq: to_u64(self.latest_seq, "seq")?,
+            latest_seq: num(self.latest_seq, "seq")?,
             wake,
             created_at: from_ts(self.created_at),
             updated_at: from_ts(self.updated_at),
+            version: u32::try_from(self.version).unwrap_or(1).max(1),
         })
     }
 }

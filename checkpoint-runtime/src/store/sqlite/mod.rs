@@ -10,6 +10,11 @@
 //!   the main file in the background (so the WAL starts over and commits
 //!   overwrite it instead of growing the file). No SQLite call ever runs on an
 //!   async executor thread. The file uses 8 KiB pages.
+//! - **A bounded WAL.** Under any load the writer folds the WAL into the file
+//!   once it holds `WAL_CHECKPOINT_PAGES` (2 MiB), and the next transaction
+//!   starts it over: after a crash, the next open recovers at most that much
+//!   (SQLite reads every frame written since the WAL last started over), so
+//!   resuming does not depend on how long the process ran.
 //! - **Group commit.** The writer takes every queued write request, opens one
 //!   `BEGIN IMMEDIATE` transaction, applies each request (inside its own
 //!   `SAVEPOINT` when it writes more than one statement, so that a failing
@@ -48,6 +53,15 @@
 //!   counter or the wake value changes; the run's latest seq and update time
 //!   are read from its latest checkpoint. Resuming reads the head, one row
 //!   and the rows it references: its cost does not depend on the history.
+//! - **Fields that grow by appending** (a conversation history, a list of
+//!   results) are stored as what they appended (see `checkpoints::delta`):
+//!   a short header inline, the previous version's body where it already
+//!   is, and the tail as a row of `segments`; every 64 tails are folded
+//!   into one segment (and every 1,024 of those into one of the next
+//!   level), so that a version reads a bounded number of segments and the
+//!   bytes are stored about once. Storage and bytes written grow with what
+//!   was appended, not with the field's size times its versions, and every
+//!   version still loads.
 //! - **History.** `CheckpointSaved` is not stored as an event: the checkpoint
 //!   rows are the events. Other events go to `history`. Both tables draw
 //!   their keys from one counter, so a run's history is the two merged by key.
@@ -63,9 +77,9 @@
 //!   file is free, rewrites it.
 //! - **Code**, dependencies pointing down: `error` (SQLite's errors, kept for
 //!   busy/locked retries) and `migrations` at the bottom; `runs` (the `runs`
-//!   and `signals` tables); `checkpoints/{refs,rows,chain}` (what a row
-//!   references, a row read back into a record, a run's chain of rows and
-//!   retention); `writer` (the group-commit thread, its `cache` and the
+//!   and `signals` tables); `checkpoints/{refs,delta,rows,chain}` (what a
+//!   row references, fields stored by appending, a row read back into a
+//!   record, a run's chain of rows and retention); `writer` (the group-commit thread, its `cache` and the
 //!   per-request transaction context `txn::TxnCtx`, the `deferred` rows);
 //!   `ops` (each write operation: a rule of `store::rules` applied to the
 //!   run's head inside the batch), `reads` (reader threads) and `poller`; this
@@ -84,7 +98,7 @@ mod writer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
@@ -93,7 +107,7 @@ use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{oneshot, watch};
 
-use self::error::{retry_busy, sql_error, Fail, R};
+use self::error::{retry_busy, Fail, R};
 use self::ops::*;
 use self::poller::{data_version, poller_loop};
 use self::reads::*;
@@ -145,6 +159,8 @@ pub struct SqliteStore {
     /// Whether the poller folds the WAL into the main file (see
     /// [`poller_loop`]).
     fold: Arc<AtomicBool>,
+    /// See [`SqliteStore::bytes_written`].
+    written: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -173,7 +189,10 @@ impl SqliteStore {
     /// forward to [`SCHEMA_VERSION`].
     ///
     /// Fails with [`Error::Store`] if the file cannot be opened, is not a
-    /// database, or was written by a newer version of this crate.
+    /// database, or was written by a newer version of this crate. When the
+    /// file or its directory is read-only (the store writes even to read:
+    /// its write-ahead log sits beside the file), or the directory is
+    /// missing, the message says so, names the path and what to do.
     ///
     /// ```no_run
     /// let store = checkpoint_runtime::store::sqlite::SqliteStore::open("runs.db")?;
@@ -182,23 +201,18 @@ impl SqliteStore {
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
         let path = path.as_ref().to_path_buf();
-        let context = |e: Error| match e {
-            Error::Store { message, source } => Error::Store {
-                message: format!("{message} (opening `{}`)", path.display()),
-                source,
-            },
-            other => other,
-        };
-        let mut conn = connect(&path).map_err(|e| context(e.into_error()))?;
-        migrations::prepare_writer(&mut conn).map_err(|e| context(e.into_error()))?;
+        let context = |e: Fail| error::opening_error(&path, e);
+        let mut conn = connect(&path).map_err(context)?;
+        error::read_write(&conn).map_err(context)?;
+        migrations::prepare_writer(&mut conn).map_err(context)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
-            let c = connect(&path).map_err(|e| context(e.into_error()))?;
+            let c = connect(&path).map_err(context)?;
             c.pragma_update(None, "query_only", true)
-                .map_err(|e| context(sql_error(e)))?;
+                .map_err(|e| context(e.into()))?;
             readers.push(c);
         }
-        let poll_conn = connect(&path).map_err(|e| context(e.into_error()))?;
+        let poll_conn = connect(&path).map_err(context)?;
         // The baseline is taken before `open` returns: any later commit is seen.
         let baseline = data_version(&poll_conn);
 
@@ -211,6 +225,7 @@ impl SqliteStore {
             threads: Vec::new(),
             changes: changes.clone(),
             fold: Arc::new(AtomicBool::new(true)),
+            written: Arc::new(AtomicU64::new(0)),
         };
         // From here on, dropping `store` on an error stops the threads
         // started so far.
@@ -223,6 +238,7 @@ impl SqliteStore {
             })?);
         let writer = Writer::new(conn, changes.clone(), atx);
         let batch = writer.batch_size.clone();
+        store.written = writer.written.clone();
         store
             .threads
             .push(spawn("checkpoint-sqlite-writer", move || writer.run(wrx))?);
@@ -254,6 +270,23 @@ impl SqliteStore {
     /// The path the store was opened with.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The bytes of checkpoints this store has written since it was
+    /// opened, in committed transactions: the blobs and texts of their rows
+    /// (the fields' bytes each row stores itself, the references, loop
+    /// positions, seals and suspensions) and the segments of fields stored
+    /// by appending. What SQLite makes of them on disk (pages, the WAL and
+    /// its copy into the file) is more; other writes (runs, signals,
+    /// history events, retention) are not counted.
+    ///
+    /// ```no_run
+    /// let store = checkpoint_runtime::store::sqlite::SqliteStore::open("runs.db")?;
+    /// assert_eq!(store.bytes_written(), 0);
+    /// # Ok::<(), checkpoint_runtime::Error>(())
+    /// ```
+    pub fn bytes_written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
     }
 
     /// Queues a write request; it is applied in the next group commit.
@@ -383,6 +416,10 @@ impl Store for SqliteStore {
         self.read(move |c| read_list_runs(c, &filter))
     }
 
+    fn parked_runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, Error>> {
+        self.read(read_parked)
+    }
+
     fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>> {
         let req = req.clone();
         self.write(move |cx| op_claim(cx, req))
@@ -415,7 +452,10 @@ impl Store for SqliteStore {
         keep: Option<usize>,
     ) -> BoxFuture<'a, Result<(), Error>> {
         let lease = lease.clone();
-        self.write_deferred(move |cx| op_save(cx, &lease, checkpoint, keep))
+        // Sealed here, on the caller's thread: the writer thread is what
+        // every write of the store waits for.
+        let checksum = super::checksums(&checkpoint);
+        self.write_deferred(move |cx| op_save(cx, &lease, checkpoint, checksum, keep))
     }
 
     fn take_signal<'a>(
@@ -456,6 +496,11 @@ impl Store for SqliteStore {
     fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
         let id = id.to_owned();
         self.write(move |cx| op_cancel(cx, &id))
+    }
+
+    fn retry<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let id = id.to_owned();
+        self.write(move |cx| op_retry(cx, &id))
     }
 
     fn put_signal<'a>(
@@ -595,6 +640,16 @@ impl Store for SqliteStore {
     }
 }
 
+/// The delta encoding's pure step, for `benches/delta.rs` (not an API):
+/// how many bytes `new` appends to `old` when it is `old` with a new short
+/// header and bytes after it (see `checkpoints::delta`), `None` when it is
+/// not (it would be stored whole).
+#[doc(hidden)]
+pub fn __appended_tail(new: &[u8], old: &[u8]) -> Option<usize> {
+    let planned = checkpoints::delta::plan(new, old, (1, 0, old.len() as u64), None, 0, 1)?;
+    Some(planned.segment.map_or(0, |s| new.len() - s.at))
+}
+
 /// Takes the lock file at `path` (see [`SqliteStore::hold_worker`]);
 /// `None` if another live connection holds it.
 fn hold_lock_file(path: &Path) -> Result<Option<WorkerHold>, Error> {
@@ -616,5 +671,9 @@ fn hold_lock_file(path: &Path) -> Result<Option<WorkerHold>, Error> {
     }
 }
 
+#[cfg(test)]
+mod damage_tests;
+#[cfg(test)]
+mod delta_tests;
 #[cfg(test)]
 mod tests;

@@ -18,11 +18,11 @@ use super::writer::deferred::HeadUpdate;
 use super::writer::txn::{checkpoint_row, TxnCtx};
 use crate::history::Event;
 use crate::store::rules;
-use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, READY};
+use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED, READY};
 use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 use crate::store::{
-    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunState, SignalRecord,
+    checksums, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
+    Outcome, Release, RunState, SignalRecord,
 };
 use crate::Error;
 
@@ -47,6 +47,7 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
             floor: 1,
             pruned: 1,
             prev: None,
+            lost_latest: false,
         },
     );
     cx.bump = true;
@@ -72,12 +73,22 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     let mut picked: Vec<String> = Vec::new();
     {
         let sql = match req.only {
-            Some(_) => format!("SELECT id, workflow FROM runs WHERE {CLAIMABLE} AND id = ?4"),
+            // A parked run only when revisited by name (`?5`).
+            Some(_) => format!(
+                "SELECT id, workflow FROM runs \
+                 WHERE (({CLAIMABLE}) OR (state = {PARKED} AND ?5)) AND id = ?4"
+            ),
             None => format!("SELECT id, workflow FROM runs WHERE {CLAIMABLE} ORDER BY ord"),
         };
         let mut stmt = cx.conn.prepare_cached(&sql)?;
         let mut rows = match &req.only {
-            Some(only) => stmt.query(params![now_i, &*req.worker, &*req.instance, only])?,
+            Some(only) => stmt.query(params![
+                now_i,
+                &*req.worker,
+                &*req.instance,
+                only,
+                req.revisit_parked
+            ])?,
             None => stmt.query(params![now_i, &*req.worker, &*req.instance])?,
         };
         while let Some(row) = rows.next()? {
@@ -124,7 +135,9 @@ fn claim_run(
         .conn
         .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
         .query_row([h.ord], |r| r.get(0))?;
+    // Never started over without the checkpoint it had (see the rule).
     let checkpoint = cx.latest(&mut h)?.map(|l| l.cp.clone());
+    rules::latest_checkpoint(&h.rec, checkpoint.as_deref())?;
     // The query picked the run as the claim rules define it; a waiting
     // run consumes the oldest signal it waits for.
     let signal = match &h.rec.state {
@@ -151,13 +164,13 @@ fn claim_run(
 /// Marks run `id`, which cannot be loaded or decoded (`fail`), failed (see
 /// [`rules::damaged`]), naming what can still be read of it.
 fn mark_damaged(cx: &mut TxnCtx<'_>, id: &str, fail: Fail, now: SystemTime) -> R<()> {
-    let detail = fail.into_error().to_string();
+    let cause = fail.into_error();
     let (ord, workflow): (i64, Option<String>) = cx
         .conn
         .prepare_cached("SELECT ord, CAST(workflow AS TEXT) FROM runs WHERE id = ?1")?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1).ok())))?;
     let (site, fields) = readable_site(cx, ord).unwrap_or_default();
-    let error = rules::damaged(id, workflow.as_deref(), site.as_deref(), &fields, &detail);
+    let error = rules::damaged(id, workflow.as_deref(), site.as_deref(), &fields, &cause);
     let event = Event::Failed {
         error: error.to_string(),
     };
@@ -222,10 +235,13 @@ pub(super) fn op_release(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, how: Rele
     Ok(())
 }
 
+/// Stores `cp`, sealed with `checksum` (its [`checksums`], taken by the
+/// caller: outside the writer thread, which every write waits for).
 pub(super) fn op_save(
     cx: &mut TxnCtx<'_>,
     lease: &Lease,
     cp: Arc<CheckpointRecord>,
+    checksum: Vec<u8>,
     keep: Option<usize>,
 ) -> R<()> {
     let mut h = cx.fenced(&cp.run, lease)?;
@@ -253,7 +269,8 @@ pub(super) fn op_save(
         Some((id, _)) => id,
         None => cx.shape_id(&cp)?,
     };
-    let (row, located) = checkpoint_row(cx, h.ord, &cp, h.prev.as_ref(), shape, floor, false)?;
+    let prev = h.prev.as_ref();
+    let (row, located) = checkpoint_row(cx, h.ord, &cp, checksum, prev, shape, floor, false)?;
     let pruned = if prunes { floor } else { h.pruned };
     let head = HeadUpdate {
         run: h.ord,
@@ -316,8 +333,22 @@ pub(super) fn op_reject(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, reason: St
     let mut h = cx.fenced(id, lease)?;
     cx.begin()?;
     let now = SystemTime::now();
-    let latest = cx.latest(&mut h)?.map(|l| l.cp.clone());
-    if let Some(event) = rules::reject_signal(&mut h.rec, reason, latest.as_deref(), now) {
+    let latest = match cx.latest(&mut h) {
+        Ok(latest) => latest.map(|l| l.cp.clone()),
+        Err(e) => {
+            cx.put(Arc::from(id), h);
+            return Err(e);
+        }
+    };
+    let event = match rules::reject_signal(&mut h.rec, reason, latest.as_deref(), now) {
+        Ok(event) => event,
+        Err(e) => {
+            // Nothing changed.
+            cx.put(Arc::from(id), h);
+            return Err(e.into());
+        }
+    };
+    if let Some(event) = event {
         cx.event(h.ord, now, &event)?;
     }
     cx.save_run(&mut h)?;
@@ -351,6 +382,17 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
     cx.event(h.ord, now, &event)?;
     cx.bump = true;
     Ok(true)
+}
+
+pub(super) fn op_retry(cx: &mut TxnCtx<'_>, id: &str) -> R<()> {
+    let mut h = cx.head(id)?;
+    let now = SystemTime::now();
+    let event = rules::retry(&mut h.rec, now)?;
+    cx.begin()?;
+    cx.save_run(&mut h)?;
+    cx.event(h.ord, now, &event)?;
+    cx.bump = true;
+    Ok(())
 }
 
 /// The `ord` of run `id`, from the cache when it is there.
@@ -422,7 +464,8 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;
-    let (row, located) = checkpoint_row(cx, ord, &copy, None, shape, 1, true)?;
+    let checksum = checksums(&copy);
+    let (row, located) = checkpoint_row(cx, ord, &copy, checksum, None, shape, 1, true)?;
     let latest_id = row.id;
     cx.cache.deferred.push_row(row);
     cx.cache.deferred.push_head(HeadUpdate {
@@ -443,6 +486,7 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
             floor: 1,
             pruned: 1,
             prev: Some(located),
+            lost_latest: false,
         },
     );
     cx.bump = true;

@@ -10,12 +10,12 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::checkpoints::chain::{load_latest, load_seq, read_head, WALK};
 use super::checkpoints::refs::{Shape, Sources};
-use super::checkpoints::rows::{decode_checkpoint, CpRow, CP_COLS};
+use super::checkpoints::rows::{decode_listed, CpRow, CP_COLS};
 use super::error::{corrupt, to_u64, R};
 use super::runs::{run_ord, RawRun, RUN_SELECT};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
-use crate::store::sql::run_row::{status_code, COMPLETED, FAILED, SLEEPING, WAITING};
+use crate::store::sql::run_row::{status_code, COMPLETED, FAILED, PARKED, SLEEPING, WAITING};
 use crate::store::sql::{from_ts, to_i64};
 use crate::store::{CheckpointRecord, RunRecord, SignalRecord};
 
@@ -58,6 +58,17 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
             ],
             RawRun::from_full_row,
         )?
+        .collect::<rusqlite::Result<_>>()?;
+    raws.into_iter()
+        .map(|r| r.into_record().map(|(_, rec)| rec))
+        .collect()
+}
+
+pub(super) fn read_parked(conn: &Connection) -> R<Vec<RunRecord>> {
+    let sql = format!("{RUN_SELECT} WHERE r.state = {PARKED} ORDER BY r.ord");
+    let raws: Vec<RawRun> = conn
+        .prepare_cached(&sql)?
+        .query_map([], RawRun::from_full_row)?
         .collect::<rusqlite::Result<_>>()?;
     raws.into_iter()
         .map(|r| r.into_record().map(|(_, rec)| rec))
@@ -112,13 +123,14 @@ pub(super) fn read_checkpoints(conn: &Connection, id: &str) -> R<Vec<Arc<Checkpo
     let rows: Vec<CpRow> = conn
         .prepare_cached(&format!(
             "{WALK} SELECT {CP_COLS} FROM walk w JOIN checkpoints c ON c.id = w.id \
-             JOIN shapes s ON s.id = c.shape WHERE c.seq >= ?2 ORDER BY c.seq"
+             LEFT JOIN shapes s ON s.id = c.shape WHERE c.seq >= ?2 ORDER BY c.seq"
         ))?
         .query_map(params![latest, to_i64(floor, "seq")?], CpRow::from_row)?
         .collect::<rusqlite::Result<_>>()?;
+    // A damaged version is listed as such; the others as they are.
     let mut sources = Sources::default();
     rows.into_iter()
-        .map(|row| decode_checkpoint(conn, ord, &run, row, &mut sources).map(|l| l.cp))
+        .map(|row| decode_listed(conn, ord, &run, row, &mut sources))
         .collect()
 }
 
@@ -153,15 +165,20 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
             (Some(event), _, _) => serde_json::from_str(&event)
                 .map_err(|e| corrupt(format_args!("run `{id}`: undecodable history event: {e}")))?,
             (None, Some(seq), Some(shape)) => {
+                // A missing or undecodable shape (a damaged store) costs
+                // the label, not the history: the run's checkpoints say
+                // what is wrong with that version.
                 let label = match labels.get(&shape) {
                     Some(label) => label.clone(),
                     None => {
-                        let body: Vec<u8> = conn
+                        let body: Option<Vec<u8>> = conn
                             .prepare_cached("SELECT body FROM shapes WHERE id = ?1")?
-                            .query_row([shape], |r| r.get(0))?;
-                        let s: Shape<'_> = postcard::from_bytes(&body)
-                            .map_err(|_| corrupt(format_args!("shape {shape} is undecodable")))?;
-                        let label = s.label.map(Cow::into_owned);
+                            .query_row([shape], |r| r.get(0))
+                            .optional()?;
+                        let label = body.and_then(|body| {
+                            let s: Shape<'_> = postcard::from_bytes(&body).ok()?;
+                            s.label.map(Cow::into_owned)
+                        });
                         labels.insert(shape, label.clone());
                         label
                     }

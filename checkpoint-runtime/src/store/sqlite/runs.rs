@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::error::{corrupt, Fail, R};
-use crate::store::sql::run_row::{ErrorCol, RunCols, RunRow};
+use crate::store::sql::run_row::{ErrorCol, RunCols, RunRow, FAILED};
 use crate::store::sql::{from_ts, to_json};
 use crate::store::{RunRecord, SignalRecord};
 use crate::Error;
@@ -14,15 +14,15 @@ use crate::Error;
 pub(super) const RUN_COLS: &str =
     "r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, \
      r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
-     r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at";
+     r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version";
 
 /// A run row with its input and its latest checkpoint's `seq` and
 /// `created_at`.
 pub(super) const RUN_SELECT: &str =
     "SELECT r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, \
      r.error, r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
-     r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.input, \
-     c.seq, c.created_at \
+     r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, \
+     r.input, c.seq, c.created_at \
      FROM runs r LEFT JOIN heads h ON h.run = r.ord LEFT JOIN checkpoints c ON c.id = h.latest";
 
 /// A run row as read: the shared columns ([`RunRow`]), its key, and when
@@ -36,8 +36,50 @@ pub(super) struct RawRun {
 
 impl RawRun {
     /// Reads the [`RUN_COLS`] columns; the input and latest checkpoint are
-    /// left empty.
+    /// left empty. A failed run's row always reads back (see
+    /// [`RunRow::into_record`]): a column of the wrong type reads as empty.
     pub(super) fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
+        match RawRun::strict(r) {
+            Err(_) if matches!(r.get::<_, i64>(3), Ok(FAILED)) => Ok(RawRun::salvaged(r)),
+            other => other,
+        }
+    }
+
+    /// A failed run's row whose columns do not all read as their types.
+    fn salvaged(r: &rusqlite::Row<'_>) -> RawRun {
+        fn opt<T: rusqlite::types::FromSql>(r: &rusqlite::Row<'_>, i: usize) -> Option<T> {
+            r.get::<_, Option<T>>(i).ok().flatten()
+        }
+        let num = |i| opt::<i64>(r, i).unwrap_or(0);
+        RawRun {
+            ord: num(0),
+            row: RunRow {
+                id: opt(r, 1).unwrap_or_default(),
+                workflow: opt(r, 2).unwrap_or_default(),
+                input: Vec::new(),
+                state: FAILED,
+                signal: None,
+                due: None,
+                output: None,
+                error: opt(r, 7),
+                lease_worker: None,
+                lease_instance: None,
+                lease_expires: None,
+                epoch: num(11),
+                attempt: num(12),
+                latest_seq: 0,
+                wake_seq: None,
+                wake_signal: None,
+                wake_payload: None,
+                created_at: num(16),
+                updated_at: num(17),
+                version: opt::<i64>(r, 18).unwrap_or(1),
+            },
+            latest_at: None,
+        }
+    }
+
+    fn strict(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         Ok(RawRun {
             ord: r.get(0)?,
             row: RunRow {
@@ -60,6 +102,7 @@ impl RawRun {
                 wake_payload: r.get(15)?,
                 created_at: r.get(16)?,
                 updated_at: r.get(17)?,
+                version: r.get(18)?,
             },
             latest_at: None,
         })
@@ -68,8 +111,13 @@ impl RawRun {
     /// Reads a [`RUN_SELECT`] row.
     pub(super) fn from_full_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         let mut raw = RawRun::from_row(r)?;
-        raw.row.input = r.get(18)?;
-        raw.set_latest(r.get(19)?, r.get(20)?);
+        let failed = raw.row.state == FAILED;
+        match r.get(19) {
+            Ok(input) => raw.row.input = input,
+            Err(_) if failed => {}
+            Err(e) => return Err(e),
+        }
+        raw.set_latest(r.get(20)?, r.get(21)?);
         Ok(raw)
     }
 
@@ -159,8 +207,8 @@ pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
     let cols = RunCols::of(rec)?;
     conn.prepare_cached(
         "INSERT INTO runs (id, workflow, input, state, signal, due, output, error, epoch, \
-         attempt, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         attempt, created_at, updated_at, version) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         rec.id,
@@ -175,6 +223,7 @@ pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
         cols.attempt,
         cols.created_at,
         cols.updated_at,
+        cols.version,
     ])?;
     let ord = conn.last_insert_rowid();
     conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?

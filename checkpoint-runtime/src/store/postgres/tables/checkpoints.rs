@@ -4,73 +4,224 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use crate::store::postgres::conn::{corrupt, from_ts, get, to_i64, to_json, to_u64, ts, Cx};
-use crate::store::{CheckpointRecord, FieldRecord, Suspend};
+use crate::store::integrity::{damaged_checkpoint, field_list};
+use crate::store::postgres::conn::{from_ts, get, to_i64, to_json, to_u64, ts, Cx};
+use crate::store::{checksums, verify_checksums, CheckpointRecord, FieldRecord, Suspend};
 use crate::Error;
 
 /// The columns [`decode`] reads, in order, over `cp_checkpoints c`.
 macro_rules! cp_cols {
     () => {
         "c.seq, c.site_key, c.label, c.site_index, c.loops, c.field_names, c.field_types, \
-         c.field_offsets, c.field_lens, c.field_schemas, c.data, c.suspend::text, c.created_at"
+         c.field_offsets, c.field_lens, c.field_schemas, c.data, c.suspend::text, c.created_at, \
+         c.checksum"
     };
 }
 pub(in crate::store::postgres) use cp_cols;
 
-/// A checkpoint row (the [`cp_cols`] columns from `at` on) as a record.
+/// A checkpoint row (the [`cp_cols`] columns from `at` on) as a record of
+/// run `run` (of workflow `workflow`, when known), checked against its seal
+/// (see `store::integrity`; a row written before schema version 2 has none
+/// and is read unchecked). Damage is an [`Error::Decode`] naming the run,
+/// workflow, site and field.
 pub(in crate::store::postgres) fn decode(
     run: &Arc<str>,
+    workflow: Option<&str>,
     row: &Row,
     at: usize,
 ) -> Result<CheckpointRecord, Error> {
     let seq = to_u64(get(row, at)?, "seq")?;
-    let bad = |what: &str| corrupt(format_args!("run `{run}` checkpoint #{seq}: {what}"));
+    let site_key: String = get(row, at + 1)?;
     let names: Vec<String> = get(row, at + 5)?;
+    let bad = |field: Option<&str>, what: &str| {
+        let all = field_list(names.iter().map(String::as_str));
+        let field = field.unwrap_or(&all);
+        damaged_checkpoint(run, seq, workflow, Some(&site_key), field, what)
+    };
     let types: Vec<String> = get(row, at + 6)?;
     let offsets: Vec<i64> = get(row, at + 7)?;
     let lens: Vec<i64> = get(row, at + 8)?;
     let schemas: Vec<Option<String>> = get(row, at + 9)?;
+    let data: Vec<u8> = get(row, at + 10)?;
     let n = names.len();
     if types.len() != n || offsets.len() != n || lens.len() != n || schemas.len() != n {
-        return Err(bad("field arrays of different lengths"));
+        return Err(bad(None, "its field arrays are of different lengths"));
     }
     let mut fields = Vec::with_capacity(n);
-    for (((name, type_name), offset), len) in names.into_iter().zip(types).zip(offsets).zip(lens) {
+    for (((name, type_name), offset), len) in names.iter().zip(types).zip(offsets).zip(lens) {
+        let bad = |what: &str| bad(Some(name), what);
+        let offset = usize::try_from(offset).map_err(|_| bad("negative field offset"))?;
+        let len = usize::try_from(len).map_err(|_| bad("negative field length"))?;
+        if offset.checked_add(len).is_none_or(|end| end > data.len()) {
+            return Err(bad("its field reference points outside the stored bytes"));
+        }
         fields.push(FieldRecord {
-            name: Cow::Owned(name),
+            name: Cow::Owned(name.clone()),
             type_name: Cow::Owned(type_name),
-            offset: usize::try_from(offset).map_err(|_| bad("negative field offset"))?,
-            len: usize::try_from(len).map_err(|_| bad("negative field length"))?,
+            offset,
+            len,
         });
     }
     let loops = get::<Vec<i64>>(row, at + 4)?
         .into_iter()
         .map(|p| to_u64(p, "loop position"))
-        .collect::<Result<Vec<u64>, Error>>()?;
+        .collect::<Result<Vec<u64>, Error>>()
+        .map_err(|_| bad(None, "negative loop position"))?;
     let suspend: Option<Suspend> = match get::<Option<String>>(row, at + 11)? {
         None => None,
-        Some(json) => {
-            Some(serde_json::from_str(&json).map_err(|e| bad(&format!("suspension: {e}")))?)
-        }
+        Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
+            bad(
+                None,
+                &format!("its suspension (what it waits for) does not decode: {e}"),
+            )
+        })?),
     };
-    let site_index = u32::try_from(get::<i32>(row, at + 3)?).map_err(|_| bad("site index"))?;
+    let site_index =
+        u32::try_from(get::<i32>(row, at + 3)?).map_err(|_| bad(None, "site index"))?;
     let keys: Vec<Option<Cow<'static, str>>> =
         schemas.into_iter().map(|k| k.map(Cow::Owned)).collect();
-    Ok(CheckpointRecord::new(
+    let cp = CheckpointRecord::new(
         run.clone(),
         seq,
-        Cow::Owned(get(row, at + 1)?),
+        Cow::Owned(site_key.clone()),
         get::<Option<String>>(row, at + 2)?.map(Cow::Owned),
         site_index,
         loops,
         fields,
-        get(row, at + 10)?,
+        data,
         suspend,
         from_ts(get(row, at + 12)?),
     )
-    .with_schemas(keys))
+    .with_schemas(keys);
+    if let Some(seal) = get::<Option<Vec<u8>>>(row, at + 13)? {
+        verify_checksums(&cp, &seal).map_err(|m| m.to_error(&cp, workflow))?;
+    }
+    Ok(cp)
+}
+
+/// [`decode`] for a listing of versions: a damaged one (an
+/// [`Error::Decode`]) is the stand-in [`CheckpointRecord::damaged`], so
+/// that the others are still listed.
+pub(in crate::store::postgres) fn decode_listed(
+    run: &Arc<str>,
+    workflow: Option<&str>,
+    row: &Row,
+    at: usize,
+) -> Result<CheckpointRecord, Error> {
+    match decode(run, workflow, row, at) {
+        Err(error @ Error::Decode { .. }) => {
+            let seq = to_u64(get(row, at)?, "seq")?;
+            let site = get::<String>(row, at + 1).ok();
+            let label = get::<Option<String>>(row, at + 2).ok().flatten();
+            let created_at = from_ts(get(row, at + 12)?);
+            Ok(CheckpointRecord::damaged(
+                run.clone(),
+                seq,
+                site,
+                label,
+                created_at,
+                error,
+            ))
+        }
+        other => other,
+    }
+}
+
+/// The columns [`insert`] writes, in the order of its parameters
+/// ([`CpRow::params`]: `$1` to `$15`).
+macro_rules! cp_insert_cols {
+    () => {
+        "run, seq, site_key, label, site_index, loops, field_names, field_types, \
+         field_offsets, field_lens, field_schemas, data, suspend, created_at, checksum"
+    };
+}
+pub(in crate::store::postgres) use cp_insert_cols;
+
+/// A checkpoint as the row [`insert`] writes (its seal computed), for
+/// [`insert`] and for the statements of `ops` that insert it along with
+/// other writes (the checkpoint save).
+pub(in crate::store::postgres) struct CpRow<'a> {
+    run: &'a str,
+    seq: i64,
+    site_key: &'a str,
+    label: Option<&'a str>,
+    site_index: i32,
+    loops: Vec<i64>,
+    names: Vec<&'a str>,
+    types: Vec<&'a str>,
+    offsets: Vec<i64>,
+    lens: Vec<i64>,
+    schemas: Vec<Option<&'a str>>,
+    data: &'a [u8],
+    suspend: Option<String>,
+    created_at: i64,
+    checksum: Vec<u8>,
+}
+
+impl<'a> CpRow<'a> {
+    pub(in crate::store::postgres) fn of(cp: &'a CheckpointRecord) -> Result<CpRow<'a>, Error> {
+        let loops = cp
+            .loops
+            .iter()
+            .map(|p| to_i64(*p, "loop position"))
+            .collect::<Result<Vec<i64>, Error>>()?;
+        let offsets = cp
+            .fields
+            .iter()
+            .map(|f| to_i64(f.offset as u64, "field offset"))
+            .collect::<Result<Vec<i64>, Error>>()?;
+        let lens = cp
+            .fields
+            .iter()
+            .map(|f| to_i64(f.len as u64, "field length"))
+            .collect::<Result<Vec<i64>, Error>>()?;
+        let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
+        let site_index = i32::try_from(cp.site_index)
+            .map_err(|_| Error::internal(format!("site index {} is too large", cp.site_index)))?;
+        let checksum = checksums(cp);
+        Ok(CpRow {
+            run: &cp.run,
+            seq: to_i64(cp.seq, "seq")?,
+            site_key: &cp.site_key,
+            label: cp.label.as_deref(),
+            site_index,
+            loops,
+            names: cp.fields.iter().map(|f| &*f.name).collect(),
+            types: cp.fields.iter().map(|f| &*f.type_name).collect(),
+            offsets,
+            lens,
+            schemas: (0..cp.fields.len()).map(|i| cp.schema_key(i)).collect(),
+            data: &cp.data,
+            suspend,
+            created_at: ts(cp.created_at),
+            checksum,
+        })
+    }
+
+    /// The values of the [`cp_insert_cols`], in order (`suspend` is JSON
+    /// text, to be cast: `$13::text::jsonb`).
+    pub(in crate::store::postgres) fn params(&self) -> [&(dyn ToSql + Sync); 15] {
+        [
+            &self.run,
+            &self.seq,
+            &self.site_key,
+            &self.label,
+            &self.site_index,
+            &self.loops,
+            &self.names,
+            &self.types,
+            &self.offsets,
+            &self.lens,
+            &self.schemas,
+            &self.data,
+            &self.suspend,
+            &self.created_at,
+            &self.checksum,
+        ]
+    }
 }
 
 /// Inserts a checkpoint row.
@@ -78,62 +229,25 @@ pub(in crate::store::postgres) async fn insert(
     cx: &mut Cx<'_>,
     cp: &CheckpointRecord,
 ) -> Result<(), Error> {
-    let run: &str = &cp.run;
-    let loops = cp
-        .loops
-        .iter()
-        .map(|p| to_i64(*p, "loop position"))
-        .collect::<Result<Vec<i64>, Error>>()?;
-    let names: Vec<&str> = cp.fields.iter().map(|f| &*f.name).collect();
-    let types: Vec<&str> = cp.fields.iter().map(|f| &*f.type_name).collect();
-    let offsets = cp
-        .fields
-        .iter()
-        .map(|f| to_i64(f.offset as u64, "field offset"))
-        .collect::<Result<Vec<i64>, Error>>()?;
-    let lens = cp
-        .fields
-        .iter()
-        .map(|f| to_i64(f.len as u64, "field length"))
-        .collect::<Result<Vec<i64>, Error>>()?;
-    let schemas: Vec<Option<&str>> = (0..cp.fields.len()).map(|i| cp.schema_key(i)).collect();
-    let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
-    let site_index = i32::try_from(cp.site_index)
-        .map_err(|_| Error::internal(format!("site index {} is too large", cp.site_index)))?;
-    cx.execute(
-        "INSERT INTO cp_checkpoints (run, seq, site_key, label, site_index, loops, \
-         field_names, field_types, field_offsets, field_lens, field_schemas, data, suspend, \
-         created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, $14)",
-        &[
-            &run,
-            &to_i64(cp.seq, "seq")?,
-            &&*cp.site_key,
-            &cp.label.as_deref(),
-            &site_index,
-            &loops,
-            &names,
-            &types,
-            &offsets,
-            &lens,
-            &schemas,
-            &cp.data,
-            &suspend,
-            &ts(cp.created_at),
-        ],
-    )
-    .await?;
+    const SQL: &str = concat!(
+        "INSERT INTO cp_checkpoints (",
+        cp_insert_cols!(),
+        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, $14, $15)"
+    );
+    let row = CpRow::of(cp)?;
+    cx.execute(SQL, &row.params()).await?;
     Ok(())
 }
 
-/// Checkpoint `seq` of run `id`, if kept (`seq` 0, or one above
-/// `i64::MAX`: none).
+/// Checkpoint `seq` of run `id` (of workflow `workflow`), if kept (`seq`
+/// 0, or one above `i64::MAX`: none).
 pub(in crate::store::postgres) async fn load_seq(
     cx: &mut Cx<'_>,
     id: &str,
+    workflow: &str,
     seq: u64,
 ) -> Result<Option<Arc<CheckpointRecord>>, Error> {
-    load_seq_checked(cx, id, seq).await?
+    load_seq_checked(cx, id, workflow, seq).await?
 }
 
 /// Like [`load_seq`], telling a database error (outside, the transaction is
@@ -141,6 +255,7 @@ pub(in crate::store::postgres) async fn load_seq(
 pub(in crate::store::postgres) async fn load_seq_checked(
     cx: &mut Cx<'_>,
     id: &str,
+    workflow: &str,
     seq: u64,
 ) -> Result<Result<Option<Arc<CheckpointRecord>>, Error>, Error> {
     const SQL: &str = concat!(
@@ -159,6 +274,6 @@ pub(in crate::store::postgres) async fn load_seq_checked(
     Ok(cx
         .query_opt(SQL, &[&id, &seq])
         .await?
-        .map(|row| decode(&run, &row, 0).map(Arc::new))
+        .map(|row| decode(&run, Some(workflow), &row, 0).map(Arc::new))
         .transpose())
 }

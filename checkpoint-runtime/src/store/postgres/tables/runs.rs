@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::store::postgres::conn::{corrupt, get, scrub, to_json, Cx};
@@ -17,14 +18,14 @@ macro_rules! run_cols {
     () => {
         "r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, r.lease_worker, \
          r.lease_instance, r.lease_expires, r.epoch, r.attempt, r.latest_seq, r.wake_seq, \
-         r.wake_signal, r.wake_payload, r.created_at, r.updated_at"
+         r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version"
     };
 }
 pub(in crate::store::postgres) use run_cols;
 
 /// How many columns [`run_cols`] has; the input (or an empty `bytea` in its
 /// place) follows them.
-pub(in crate::store::postgres) const RUN_COLS: usize = 18;
+pub(in crate::store::postgres) const RUN_COLS: usize = 19;
 
 /// A run row (the [`run_cols`] columns and the input) as a record.
 pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
@@ -47,6 +48,7 @@ pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Err
         wake_payload: get(row, 15)?,
         created_at: get(row, 16)?,
         updated_at: get(row, 17)?,
+        version: i64::from(get::<i32>(row, 18)?),
         input: get(row, RUN_COLS)?,
     }
     .into_record()
@@ -65,7 +67,7 @@ pub(in crate::store::postgres) struct Bound<'a> {
 }
 
 impl<'a> Bound<'a> {
-    fn of(rec: &'a RunRecord) -> Result<Bound<'a>, Error> {
+    pub(in crate::store::postgres) fn of(rec: &'a RunRecord) -> Result<Bound<'a>, Error> {
         let cols = RunCols::of(rec)?;
         let error = match &cols.error {
             None => None,
@@ -80,6 +82,28 @@ impl<'a> Bound<'a> {
             wake_signal: cols.wake_signal.map(scrub),
             cols,
         })
+    }
+
+    /// The values [`write_run`] gives the columns that
+    /// `rules::save_checkpoint` sets, in this order: `state`, `signal`,
+    /// `due`, `output`, `error` (the state's columns, all of them), `attempt`,
+    /// `latest_seq`, `wake_seq`, `wake_signal`, `wake_payload` (the wake
+    /// value, all of it), `updated_at`. The others (the lease, the epoch)
+    /// a save leaves as they are.
+    pub(in crate::store::postgres) fn saved(&self) -> [&(dyn ToSql + Sync); 11] {
+        [
+            &self.state,
+            &self.signal,
+            &self.cols.due,
+            &self.cols.output,
+            &self.error,
+            &self.attempt,
+            &self.cols.latest_seq,
+            &self.cols.wake_seq,
+            &self.wake_signal,
+            &self.cols.wake_payload,
+            &self.cols.updated_at,
+        ]
     }
 }
 
@@ -169,8 +193,8 @@ pub(in crate::store::postgres) async fn insert_run(
     let n = cx
         .execute(
             "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
-             epoch, attempt, latest_seq, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             epoch, attempt, latest_seq, created_at, updated_at, version) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (id) DO NOTHING",
             &[
                 &rec.id,
@@ -186,6 +210,7 @@ pub(in crate::store::postgres) async fn insert_run(
                 &b.cols.latest_seq,
                 &b.cols.created_at,
                 &b.cols.updated_at,
+                &i32::try_from(rec.version).unwrap_or(i32::MAX),
             ],
         )
         .await?;
@@ -239,6 +264,17 @@ pub(in crate::store::postgres) const CLAIM: &str = concat!(
      FOR NO KEY UPDATE OF r SKIP LOCKED"
 );
 
+/// Parked run `$2` (of one of the workflows `$1`), for a claim that
+/// revisits it (see `ClaimRequest::revisit_parked`). A statement of its own,
+/// so that [`CLAIM`]'s predicate stays `state < 3`, the partial index's.
+pub(in crate::store::postgres) const CLAIM_PARKED: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    ", r.input FROM cp_runs r \
+     WHERE r.id = $2 AND r.state = 6 AND r.workflow = ANY($1) AND r.lease_worker IS NULL \
+     FOR NO KEY UPDATE OF r SKIP LOCKED"
+);
+
 /// Runnable runs of workflows the caller does not run (same parameters as
 /// [`CLAIM`]; not locked).
 pub(in crate::store::postgres) const UNREGISTERED: &str = "SELECT r.id, r.workflow FROM cp_runs r \
@@ -259,6 +295,25 @@ pub(in crate::store::postgres) const RENEW: &str = "UPDATE cp_runs SET lease_exp
      WHERE id = (SELECT id FROM cp_runs WHERE id = $1 AND epoch = $2 AND lease_worker = $3 \
                  AND lease_instance = $4 AND state < 3 FOR NO KEY UPDATE SKIP LOCKED) \
      RETURNING id";
+
+/// [`RENEW`] for many runs at once: `$1`–`$4` the runs' ids, epochs,
+/// workers and instances (arrays, in step), `$5` the new expiry. Returns the
+/// ids renewed; a run missing from them is fenced off or its row is locked.
+pub(in crate::store::postgres) const RENEW_MANY: &str = "UPDATE cp_runs SET lease_expires = $5 \
+     WHERE id IN (SELECT r.id FROM cp_runs r \
+                  JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) \
+                       AS w(id, epoch, worker, instance) \
+                    ON r.id = w.id AND r.epoch = w.epoch AND r.lease_worker = w.worker \
+                   AND r.lease_instance = w.instance \
+                  WHERE r.state < 3 FOR NO KEY UPDATE OF r SKIP LOCKED) \
+     RETURNING id";
+
+/// Runs' rows without their input and without a lock (`$1` the ids, an array).
+pub(in crate::store::postgres) const LOAD_PLAIN_MANY: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    ", ''::bytea FROM cp_runs r WHERE r.id = ANY($1)"
+);
 
 /// A run's row without its input and without a lock (`$1` the run).
 pub(in crate::store::postgres) const LOAD_PLAIN: &str = concat!(

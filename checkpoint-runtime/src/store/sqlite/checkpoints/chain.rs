@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::refs::{Packed, Sources, StoredRefs};
+use super::delta::{delete_segments, doomed_segments, Delta};
+use super::refs::{decode_refs, Packed, Sources, StoredRefs};
 use super::rows::{decode_checkpoint, CpRow, CP_COLS, CP_FROM};
 use super::Located;
 use crate::store::sql::to_i64;
@@ -116,7 +117,9 @@ pub(in crate::store::sqlite) fn load_seq(
 /// A checkpoint only references rows its predecessor references, or itself.
 /// So the hidden rows still holding bytes are those the checkpoint at
 /// `pruned` uses and those from `pruned` to `floor`; after this call, only
-/// those the checkpoint at `floor` uses.
+/// those the checkpoint at `floor` uses. The same goes for the segments of
+/// fields stored by appending (see [`delta`](super::delta)): those written
+/// up to `floor` that the checkpoint at `floor` does not use are deleted.
 pub(in crate::store::sqlite) fn prune(
     conn: &Connection,
     ord: i64,
@@ -136,35 +139,41 @@ pub(in crate::store::sqlite) fn prune(
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let sources = |id: i64, refs: &Option<Vec<u8>>| -> R<BTreeSet<u64>> {
-        let refs = refs
-            .as_deref()
-            .ok_or_else(|| corrupt(format_args!("checkpoint row {id} lost its bytes")))?;
-        let refs: StoredRefs = postcard::from_bytes(refs)
-            .map_err(|_| corrupt(format_args!("checkpoint row {id}: undecodable references")))?;
-        Ok(refs.sources(to_u64(id, "row id")?))
+    let sources = |id: i64, refs: &Option<Vec<u8>>| -> R<(BTreeSet<u64>, Vec<Delta>)> {
+        let (refs, deltas) = stored_refs(id, refs.as_deref())?;
+        Ok((refs.sources(to_u64(id, "row id")?), deltas))
     };
     let mut used = BTreeSet::new();
+    let mut kept_deltas = Vec::new();
     let mut doomed = BTreeSet::new();
     for (id, seq, refs) in &rows {
         let seq = to_u64(*seq, "seq")?;
         if seq == floor {
-            used = sources(*id, refs)?;
+            (used, kept_deltas) = sources(*id, refs)?;
             continue;
         }
         if seq == pruned {
-            doomed.extend(sources(*id, refs)?);
+            doomed.extend(sources(*id, refs)?.0);
         }
         doomed.insert(to_u64(*id, "row id")?);
     }
+    let segments = doomed_segments(conn, ord, floor, &kept_deltas)?;
+    delete_segments(conn, ord, &segments)?;
     for id in doomed.difference(&used) {
         conn.prepare_cached(
             "UPDATE checkpoints SET loops = NULL, suspend = NULL, size = NULL, refs = NULL, \
-             data = NULL WHERE id = ?1 AND refs IS NOT NULL",
+             data = NULL, checksum = NULL WHERE id = ?1 AND refs IS NOT NULL",
         )?
         .execute([to_i64(*id, "row id")?])?;
     }
     Ok(())
+}
+
+/// The references of checkpoint row `id` (its `refs` column).
+fn stored_refs(id: i64, refs: Option<&[u8]>) -> R<(StoredRefs, Vec<Delta>)> {
+    let refs = refs.ok_or_else(|| corrupt(format_args!("checkpoint row {id} lost its bytes")))?;
+    decode_refs(refs)
+        .map_err(|_| corrupt(format_args!("checkpoint row {id}: undecodable references")))
 }
 
 /// Prunes every run fully (see [`prune`]), then shrinks every hidden row
@@ -194,7 +203,7 @@ pub(in crate::store::sqlite) fn gc_compact(conn: &Connection) -> R<(u64, u64)> {
         let refs: Option<Vec<u8>> = conn
             .prepare_cached("SELECT refs FROM checkpoints WHERE id = ?1")?
             .query_row([floor_id], |r| r.get(0))?;
-        let refs: StoredRefs = postcard::from_bytes(refs.as_deref().unwrap_or_default())
+        let (refs, _) = decode_refs(refs.as_deref().unwrap_or_default())
             .map_err(|_| corrupt(format_args!("checkpoint row {floor_id}: bad references")))?;
         if refs.raw {
             continue;
@@ -232,7 +241,7 @@ pub(in crate::store::sqlite) fn gc_compact(conn: &Connection) -> R<(u64, u64)> {
             bytes += (source.data.len() - packed.len()) as u64;
             conn.prepare_cached(
                 "UPDATE checkpoints SET loops = NULL, suspend = NULL, size = NULL, refs = ?2, \
-                 data = ?3 WHERE id = ?1",
+                 data = ?3, checksum = NULL WHERE id = ?1",
             )?
             .execute(params![
                 to_i64(src, "row id")?,

@@ -3,6 +3,8 @@
 //! a run's rows with retention ([`chain`]).
 
 pub(super) mod chain;
+pub(super) mod delta;
+mod loc;
 pub(super) mod refs;
 pub(super) mod rows;
 
@@ -10,10 +12,7 @@ use std::sync::Arc;
 
 use crate::store::CheckpointRecord;
 
-/// Where one field's bytes are: `(checkpoint row id, offset in its data, len)`.
-/// In [`StoredRefs`] the row id 0 stands for the row itself; in [`Located`]
-/// it is resolved. Empty fields are `(0, 0, 0)`.
-pub(in crate::store::sqlite) type Loc = (u64, u64, u64);
+pub(in crate::store::sqlite) use loc::Loc;
 
 /// A stored checkpoint together with its row and where its fields' bytes are.
 pub(in crate::store::sqlite) struct Located {
@@ -22,6 +21,31 @@ pub(in crate::store::sqlite) struct Located {
     pub(in crate::store::sqlite) id: u64,
     /// The shape id.
     pub(in crate::store::sqlite) shape: i64,
-    /// Resolved: the row id is never 0 for a non-empty field.
+    /// Resolved: the row id is never 0 for a non-empty field. For a field
+    /// stored by appending, its base.
     pub(in crate::store::sqlite) locs: Vec<Loc>,
+    /// The fields stored by appending, by field index (see [`delta`]).
+    pub(in crate::store::sqlite) deltas: Vec<delta::Delta>,
+}
+
+impl Located {
+    /// The descriptor of field `i`, if it is stored by appending.
+    pub(in crate::store::sqlite) fn delta(&self, i: usize) -> Option<&delta::Delta> {
+        self.deltas.iter().find(|d| d.field as usize == i)
+    }
+}
+
+/// Column `i` as bytes: a blob, or a text (one flipped bit in a record's
+/// header turns a blob into a text of the same length, which is then
+/// reported by what its bytes say, not as a column of the wrong type).
+pub(in crate::store::sqlite) fn bytes(
+    r: &rusqlite::Row<'_>,
+    i: usize,
+) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    match r.get_ref(i)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Blob(b) | ValueRef::Text(b) => Ok(Some(b.to_vec())),
+        _ => r.get(i),
+    }
 }

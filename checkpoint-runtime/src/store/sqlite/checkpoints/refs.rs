@@ -8,12 +8,16 @@ use std::collections::{BTreeSet, HashMap};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use super::Loc;
+use super::delta::{self, Delta};
+use super::{bytes, Loc};
 use crate::store::sql::to_i64;
 use crate::store::sqlite::error::{corrupt, R};
 use crate::store::CheckpointRecord;
 
-/// The `refs` column of a full checkpoint row.
+/// The `refs` column of a full checkpoint row: this, then (from schema
+/// version 4 on, only when some field is stored by appending) the postcard
+/// `Vec<Delta>` of those fields (see [`delta`]), whose `fields` entry is
+/// then their base. Read back with [`decode_refs`].
 #[derive(Serialize, Deserialize)]
 pub(in crate::store::sqlite) struct StoredRefs {
     /// The record's data is not the plain concatenation of its fields: the
@@ -30,6 +34,8 @@ pub(in crate::store::sqlite) struct RefsOf<'a> {
     pub(in crate::store::sqlite) raw: bool,
     pub(in crate::store::sqlite) locs: &'a [Loc],
     pub(in crate::store::sqlite) own: u64,
+    /// Written after [`StoredRefs`] when not empty.
+    pub(in crate::store::sqlite) deltas: &'a [Delta],
 }
 
 impl Serialize for RefsOf<'_> {
@@ -48,11 +54,31 @@ impl Serialize for RefsOf<'_> {
                 )
             }
         }
-        let mut st = s.serialize_struct("StoredRefs", 2)?;
+        let deltas = !self.deltas.is_empty();
+        let mut st = s.serialize_struct("StoredRefs", 2 + usize::from(deltas))?;
         st.serialize_field("raw", &self.raw)?;
         st.serialize_field("fields", &Fields(self))?;
+        if deltas {
+            st.serialize_field("deltas", self.deltas)?;
+        }
         st.end()
     }
+}
+
+/// A `refs` column read back: the references, and the descriptors of the
+/// fields stored by appending (checked against the field count).
+pub(in crate::store::sqlite) fn decode_refs(b: &[u8]) -> Result<(StoredRefs, Vec<Delta>), String> {
+    let (refs, rest) = postcard::take_from_bytes::<StoredRefs>(b).map_err(|e| e.to_string())?;
+    if rest.is_empty() {
+        return Ok((refs, Vec::new()));
+    }
+    let (deltas, rest) =
+        postcard::take_from_bytes::<Vec<Delta>>(rest).map_err(|e| e.to_string())?;
+    if !rest.is_empty() || refs.raw {
+        return Err("trailing bytes".to_owned());
+    }
+    delta::check(&deltas, refs.fields.len())?;
+    Ok((refs, deltas))
 }
 
 impl StoredRefs {
@@ -188,7 +214,7 @@ impl Sources {
                     "SELECT size, refs, data FROM checkpoints WHERE id = ?1 AND run = ?2",
                 )?
                 .query_row(params![to_i64(id, "row id")?, ord], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    Ok((r.get(0)?, bytes(r, 1)?, bytes(r, 2)?))
                 })
                 .optional()?;
             let Some((size, refs, data)) = row else {

@@ -39,6 +39,10 @@ pub(in crate::store::sqlite) struct Head {
     pub(in crate::store::sqlite) pruned: u64,
     /// The latest checkpoint, when loaded.
     pub(in crate::store::sqlite) prev: Option<Located>,
+    /// Set when `heads` names a latest checkpoint row that is missing (a
+    /// damaged store): the run's latest seq is unknown, and loading its
+    /// latest checkpoint fails (see `TxnCtx::latest`).
+    pub(in crate::store::sqlite) lost_latest: bool,
 }
 
 impl Head {
@@ -72,6 +76,7 @@ impl Head {
             floor: to_u64(floor.unwrap_or(1), "floor")?,
             pruned: to_u64(pruned, "seq")?,
             prev: None,
+            lost_latest: latest_id.is_some() && seq.is_none(),
         }))
     }
 

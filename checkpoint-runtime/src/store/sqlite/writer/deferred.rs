@@ -36,8 +36,8 @@ const CHUNKS: [usize; 4] = [64, 16, 4, 1];
 /// The columns of a `checkpoints` row, in the order of
 /// [`CheckpointRow::bind`].
 const ROW_COLUMNS: &str = "id, run, seq, prev, shape, created_at, floor, quiet, loops, suspend, \
-                           size, refs, data";
-const ROW_PARAMS: usize = 13;
+                           size, refs, data, checksum";
+const ROW_PARAMS: usize = 14;
 
 /// [`Deferred::bytes`] keeps at most this much room once a batch is
 /// written (a batch of large changed fields would otherwise leave its size
@@ -45,7 +45,7 @@ const ROW_PARAMS: usize = 13;
 const KEEP_BYTES: usize = 4 << 20;
 
 /// One `checkpoints` row, ready to be inserted (see the table's comments in
-/// `migrate_v1`).
+/// `migrate_v1`, and `migrate_v2` for `checksum`).
 pub(in crate::store::sqlite) struct CheckpointRow {
     pub id: i64,
     pub run: i64,
@@ -61,6 +61,8 @@ pub(in crate::store::sqlite) struct CheckpointRow {
     pub meta: Range<usize>,
     pub refs_len: usize,
     pub data: RowData,
+    /// The record's seal (see `store::integrity`).
+    pub checksum: Vec<u8>,
 }
 
 /// The `data` column of a checkpoint row.
@@ -125,6 +127,7 @@ impl CheckpointRow {
             Some(&self.size),
             Some(&refs),
             data.as_ref().map(|v| v as &dyn ToSql),
+            Some(&self.checksum),
         ];
         // Every parameter, NULLs too: the statement is reused from chunk to
         // chunk and keeps what the previous chunk bound (see `write_chunked`).
@@ -135,6 +138,46 @@ impl CheckpointRow {
             }
         }
         Ok(())
+    }
+}
+
+/// A `segments` row of a field stored by appending (see
+/// `checkpoints::delta`): bytes `at` of the data of `cp`, the checkpoint
+/// whose row references it (not copied).
+pub(in crate::store::sqlite) struct SegmentRow {
+    pub run: i64,
+    pub chain: i64,
+    pub level: i64,
+    pub start: i64,
+    pub last: i64,
+    pub cp: Arc<CheckpointRecord>,
+    pub at: Range<usize>,
+}
+
+/// The segments of a chain's level in a range of its stream, folded into a
+/// segment of the next level: deleted after the batch's new segments are
+/// written.
+pub(in crate::store::sqlite) struct FoldRow {
+    pub run: i64,
+    pub chain: i64,
+    pub level: i64,
+    pub start: i64,
+    pub end: i64,
+}
+
+impl SegmentRow {
+    fn bind(&self, stmt: &mut rusqlite::Statement<'_>, at: usize) -> rusqlite::Result<()> {
+        let data = self.cp.data.get(self.at.clone()).ok_or_else(|| {
+            rusqlite::Error::ToSqlConversionFailure(
+                format!("segment bytes {:?} are not in their record", self.at).into(),
+            )
+        })?;
+        stmt.raw_bind_parameter(at, self.run)?;
+        stmt.raw_bind_parameter(at + 1, self.chain)?;
+        stmt.raw_bind_parameter(at + 2, self.level)?;
+        stmt.raw_bind_parameter(at + 3, self.start)?;
+        stmt.raw_bind_parameter(at + 4, self.last)?;
+        stmt.raw_bind_parameter(at + 5, data)
     }
 }
 
@@ -149,6 +192,8 @@ pub(in crate::store::sqlite) struct HeadUpdate {
 #[derive(Clone, Copy, Default)]
 pub(in crate::store::sqlite) struct DeferredMark {
     rows: u64,
+    segments: u64,
+    folds: u64,
     heads: u64,
     bytes: usize,
 }
@@ -157,6 +202,8 @@ pub(in crate::store::sqlite) struct DeferredMark {
 #[derive(Default)]
 pub(in crate::store::sqlite) struct Deferred {
     rows: Vec<CheckpointRow>,
+    segments: Vec<SegmentRow>,
+    folds: Vec<FoldRow>,
     heads: Vec<HeadUpdate>,
     /// The bytes the pending rows own (their fields and `refs`), in one
     /// buffer reused from batch to batch: allocating them row by row was
@@ -164,15 +211,35 @@ pub(in crate::store::sqlite) struct Deferred {
     /// record, past the size at which glibc's `malloc` consolidates its
     /// free lists).
     bytes: Vec<u8>,
-    /// How many rows / heads were ever pushed (for [`Deferred::undo_to`],
-    /// which must tell a request's own entries from flushed ones).
+    /// How many rows / segments / heads were ever pushed (for
+    /// [`Deferred::undo_to`], which must tell a request's own entries from
+    /// flushed ones).
     pushed_rows: u64,
+    pushed_segments: u64,
+    pushed_folds: u64,
     pushed_heads: u64,
+    /// The bytes of blobs and texts (rows' data, references, loop
+    /// positions, seals and suspensions; segments' data) written by the
+    /// flushes of the open batch (see [`Deferred::take_written`]).
+    written: u64,
 }
 
 impl Deferred {
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty() && self.heads.is_empty()
+        self.rows.is_empty()
+            && self.heads.is_empty()
+            && self.segments.is_empty()
+            && self.folds.is_empty()
+    }
+
+    pub fn push_fold(&mut self, fold: FoldRow) {
+        self.folds.push(fold);
+        self.pushed_folds += 1;
+    }
+
+    pub fn push_segment(&mut self, segment: SegmentRow) {
+        self.segments.push(segment);
+        self.pushed_segments += 1;
     }
 
     pub fn push_row(&mut self, row: CheckpointRow) {
@@ -194,6 +261,8 @@ impl Deferred {
     pub fn mark(&self) -> DeferredMark {
         DeferredMark {
             rows: self.pushed_rows,
+            segments: self.pushed_segments,
+            folds: self.pushed_folds,
             heads: self.pushed_heads,
             bytes: self.bytes.len(),
         }
@@ -204,6 +273,11 @@ impl Deferred {
     pub fn undo_to(&mut self, mark: DeferredMark) {
         let rows = (self.pushed_rows - mark.rows).min(self.rows.len() as u64) as usize;
         self.rows.truncate(self.rows.len() - rows);
+        let segments =
+            (self.pushed_segments - mark.segments).min(self.segments.len() as u64) as usize;
+        self.segments.truncate(self.segments.len() - segments);
+        let folds = (self.pushed_folds - mark.folds).min(self.folds.len() as u64) as usize;
+        self.folds.truncate(self.folds.len() - folds);
         let heads = (self.pushed_heads - mark.heads).min(self.heads.len() as u64) as usize;
         self.heads.truncate(self.heads.len() - heads);
         if self.rows.is_empty() {
@@ -213,9 +287,18 @@ impl Deferred {
         }
     }
 
+    /// The bytes [`Deferred::flush`] wrote since the last call (a rolled
+    /// back batch's are dropped by [`Deferred::clear`]).
+    pub fn take_written(&mut self) -> u64 {
+        std::mem::take(&mut self.written)
+    }
+
     /// Forgets everything pending (the batch was rolled back).
     pub fn clear(&mut self) {
+        self.written = 0;
         self.rows.clear();
+        self.segments.clear();
+        self.folds.clear();
         self.heads.clear();
         self.clear_bytes();
     }
@@ -225,17 +308,36 @@ impl Deferred {
         self.bytes.shrink_to(KEEP_BYTES);
     }
 
-    /// Writes the pending rows, then the pending heads (the last update of
-    /// each run wins), and empties the lists whatever happens.
+    /// Writes the pending rows and segments, then the pending heads (the
+    /// last update of each run wins), and empties the lists whatever
+    /// happens.
     pub fn flush(&mut self, conn: &Connection) -> R<()> {
         // The lists are emptied in place: their buffers are reused by the next
         // batch (freeing and allocating them each time costs more).
         let arena = &self.bytes;
+        for row in &self.rows {
+            let data = match &row.data {
+                RowData::None => 0,
+                RowData::Own(at) => at.len(),
+                RowData::Whole(cp) => cp.data.len(),
+            };
+            let text = row.suspend.as_ref().map_or(0, String::len);
+            self.written += (data + row.meta.len() + row.checksum.len() + text) as u64;
+        }
+        self.written += self.segments.iter().map(|s| s.at.len() as u64).sum::<u64>();
         let rows = write_chunked(conn, &self.rows, ROW_PARAMS, row_sql, |stmt, row, at| {
             row.bind(stmt, at, arena)
         });
         self.rows.clear();
         self.clear_bytes();
+        let rows = rows.and_then(|()| {
+            write_chunked(conn, &self.segments, 6, segment_sql, |stmt, seg, at| {
+                seg.bind(stmt, at)
+            })
+        });
+        self.segments.clear();
+        let rows = rows.and_then(|()| delete_folded(conn, &self.folds));
+        self.folds.clear();
         // A stable sort keeps pushes of one run in order; the last one wins.
         // In run order, the updates also walk the `heads` pages in order.
         self.heads.sort_by_key(|h| h.run);
@@ -313,6 +415,40 @@ fn row_sql(n: usize) -> &'static str {
             .collect()
     });
     chunk_sql(all, n)
+}
+
+/// `INSERT INTO segments ... VALUES (...), ...` for `n` segments (`OR
+/// IGNORE`: see [`row_sql`]; keys are never reused either).
+fn segment_sql(n: usize) -> &'static str {
+    static SQL: OnceLock<Vec<String>> = OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        CHUNKS
+            .iter()
+            .map(|&n| {
+                format!(
+                    "INSERT OR IGNORE INTO segments (run, chain, level, start, last, data) \
+                     VALUES {}",
+                    vec!["(?, ?, ?, ?, ?, ?)"; n].join(", ")
+                )
+            })
+            .collect()
+    });
+    chunk_sql(all, n)
+}
+
+/// Deletes the segments of each fold (rare: one in 256 appending versions).
+fn delete_folded(conn: &Connection, folds: &[FoldRow]) -> R<()> {
+    if folds.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = conn.prepare_cached(
+        "DELETE FROM segments WHERE run = ?1 AND chain = ?2 AND level = ?3 \
+         AND start >= ?4 AND start < ?5",
+    )?;
+    for f in folds {
+        stmt.execute(rusqlite::params![f.run, f.chain, f.level, f.start, f.end])?;
+    }
+    Ok(())
 }
 
 /// The upsert of `n` runs' heads (all distinct). An upsert, not `UPDATE ...

@@ -8,7 +8,7 @@ pub(super) mod deferred;
 pub(super) mod txn;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -121,6 +121,10 @@ pub(in crate::store::sqlite) struct Writer {
     pub(in crate::store::sqlite) last_batch: usize,
     /// The same, for the poller.
     pub(in crate::store::sqlite) batch_size: Arc<AtomicUsize>,
+    /// What committed batches wrote (see [`SqliteStore::bytes_written`]).
+    ///
+    /// [`SqliteStore::bytes_written`]: super::SqliteStore::bytes_written
+    pub(in crate::store::sqlite) written: Arc<AtomicU64>,
 }
 
 /// A committed (or failed) batch, to answer, and what to drop.
@@ -149,6 +153,7 @@ impl Writer {
             answers,
             last_batch: 0,
             batch_size: Arc::new(AtomicUsize::new(0)),
+            written: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -318,7 +323,11 @@ impl Writer {
             None => retry_busy(|| Ok(self.exec("COMMIT")?)).map_err(Fail::into_error),
         };
         match &outcome {
-            Ok(()) => self.cache.committed(),
+            Ok(()) => {
+                let written = self.cache.deferred.take_written();
+                self.written.fetch_add(written, Ordering::Relaxed);
+                self.cache.committed();
+            }
             Err(_) => {
                 if !self.conn.is_autocommit() {
                     // Nothing more can be done if the rollback fails too; the

@@ -8,31 +8,87 @@ use std::time::SystemTime;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cache::{Cache, Head};
-use super::deferred::{CheckpointRow, RowData};
+use super::deferred::{CheckpointRow, FoldRow, RowData, SegmentRow};
 use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::run_row::state_code;
 use crate::store::sql::{to_i64, to_json, ts};
+use crate::store::sqlite::checkpoints::delta::{self, Delta, Fold, NewSegment};
 use crate::store::sqlite::checkpoints::refs::{same_shape, RefsOf, Shape};
 use crate::store::sqlite::checkpoints::rows::is_tiled;
 use crate::store::sqlite::checkpoints::{chain::load_id, Loc, Located};
-use crate::store::sqlite::error::{append_postcard, corrupt, to_postcard, to_u64, R};
+use crate::store::sqlite::error::{append_postcard, to_postcard, to_u64, R};
 use crate::store::sqlite::runs::write_run;
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
 
+/// The segments the row of a new checkpoint writes and folds (see
+/// `checkpoints::delta`), by field index and chain.
+#[derive(Default)]
+struct Segments {
+    new: Vec<(usize, u64, NewSegment)>,
+    folded: Vec<(u64, Fold)>,
+}
+
+/// Queues the segments that checkpoint `cp` of run `ord` writes and folds,
+/// with the batch's rows (see [`deferred`]).
+fn queue_segments(
+    cx: &mut TxnCtx<'_>,
+    ord: i64,
+    cp: &Arc<CheckpointRecord>,
+    segments: Segments,
+) -> R<()> {
+    let seq = to_i64(cp.seq, "seq")?;
+    for (i, chain, s) in segments.new {
+        let field = &cp.fields[i];
+        cx.cache.deferred.push_segment(SegmentRow {
+            run: ord,
+            chain: to_i64(chain, "chain")?,
+            level: to_i64(s.level, "level")?,
+            start: to_i64(s.start, "offset")?,
+            last: seq,
+            cp: cp.clone(),
+            at: field.offset + s.at..field.offset + field.len,
+        });
+    }
+    for (chain, f) in segments.folded {
+        cx.cache.deferred.push_fold(FoldRow {
+            run: ord,
+            chain: to_i64(chain, "chain")?,
+            level: to_i64(f.level, "level")?,
+            start: to_i64(f.start, "offset")?,
+            end: to_i64(f.end, "offset")?,
+        });
+    }
+    Ok(())
+}
+
+/// Where the fields of a new row go (see [`locate_fields`]).
+struct Layout<'a> {
+    locs: &'a mut Vec<Loc>,
+    deltas: &'a mut Vec<Delta>,
+    segments: &'a mut Segments,
+}
+
 /// Where the fields of `cp`, stored as row `own_id` after `prev`, will have
-/// their bytes, pushed to `locs`: a field whose bytes did not change since
-/// `prev` references them where `prev` has them; the others are in the row
-/// itself, in order. Returns how many bytes the row holds itself and whether
-/// any field is shared.
+/// their bytes, pushed to `out`: a field whose bytes did not change since
+/// `prev` references them where `prev` has them; one that appended to them
+/// is stored as a delta (its base where `prev` has it, its tail as a
+/// segment: see `checkpoints::delta`); the others are in the row itself,
+/// in order. Returns how many bytes the row holds itself and whether any
+/// field is elsewhere.
 fn locate_fields(
     cp: &CheckpointRecord,
     prev: Option<&Located>,
     own_id: u64,
     tiled: bool,
-    locs: &mut Vec<Loc>,
+    out: Layout<'_>,
 ) -> (u64, bool) {
+    let Layout {
+        locs,
+        deltas,
+        segments,
+    } = out;
     locs.reserve(cp.fields.len());
     if !tiled {
         for f in &cp.fields {
@@ -47,18 +103,40 @@ fn locate_fields(
             locs.push((0, 0, 0));
             continue;
         }
-        let shared = prev.and_then(|p| {
+        let before = prev.and_then(|p| {
             let j = match p.cp.fields.get(i) {
                 Some(pf) if pf.name == f.name => i,
                 _ => p.cp.fields.iter().position(|pf| pf.name == f.name)?,
             };
-            (p.cp.field_bytes(j) == Some(bytes))
-                .then(|| p.locs.get(j).copied())
-                .flatten()
+            Some((p, j, p.cp.field_bytes(j)?, *p.locs.get(j)?))
         });
-        match shared {
-            Some(loc) => {
-                locs.push(loc);
+        let Some((p, j, old, old_loc)) = before else {
+            locs.push((own_id, own_len, bytes.len() as u64));
+            own_len += bytes.len() as u64;
+            continue;
+        };
+        if old == bytes {
+            locs.push(old_loc);
+            if let Some(d) = p.delta(j) {
+                deltas.push(Delta {
+                    field: i as u32,
+                    ..d.clone()
+                });
+            }
+            shares = true;
+            continue;
+        }
+        match delta::plan(bytes, old, old_loc, p.delta(j), i, cp.seq) {
+            Some(planned) => {
+                locs.push(planned.base);
+                let chain = planned.delta.chain;
+                if let Some(seg) = planned.segment {
+                    segments.new.push((i, chain, seg));
+                }
+                segments
+                    .folded
+                    .extend(planned.folded.into_iter().map(|f| (chain, f)));
+                deltas.push(planned.delta);
                 shares = true;
             }
             None => {
@@ -72,13 +150,16 @@ fn locate_fields(
 }
 
 /// The row that stores `cp` as checkpoint `cp.seq` of run `ord` with shape
-/// `shape`, after `prev` (the run's previous checkpoint, whose bytes it
+/// `shape` and seal `checksum` ([`checksums`](crate::store::checksums) of
+/// `cp`), after `prev` (the run's previous checkpoint, whose bytes it
 /// shares for fields that did not change), and where its fields' bytes will
 /// be. The caller queues the row and the run's new head (see [`deferred`]).
+#[allow(clippy::too_many_arguments)]
 pub(in crate::store::sqlite) fn checkpoint_row(
     cx: &mut TxnCtx<'_>,
     ord: i64,
     cp: &Arc<CheckpointRecord>,
+    checksum: Vec<u8>,
     prev: Option<&Located>,
     shape: i64,
     floor: u64,
@@ -88,7 +169,15 @@ pub(in crate::store::sqlite) fn checkpoint_row(
     let own_id = to_u64(id, "row id")?;
     let tiled = is_tiled(cp);
     let mut locs = cx.cache.spare_locs.pop().unwrap_or_default();
-    let (own_len, shares) = locate_fields(cp, prev, own_id, tiled, &mut locs);
+    let (mut deltas, mut segments) = (Vec::new(), Segments::default());
+    let layout = Layout {
+        locs: &mut locs,
+        deltas: &mut deltas,
+        segments: &mut segments,
+    };
+    let (own_len, shares) = locate_fields(cp, prev, own_id, tiled, layout);
+    let seq = to_i64(cp.seq, "seq")?;
+    queue_segments(cx, ord, cp, segments)?;
     // The row stores the fields that changed, in order; when all did (or
     // the record is not tiled), that is the record's data as it is. Its own
     // bytes go to the batch's buffer, where the row is about to be queued.
@@ -111,6 +200,7 @@ pub(in crate::store::sqlite) fn checkpoint_row(
         raw: !tiled,
         locs: &locs,
         own: own_id,
+        deltas: &deltas,
     };
     append_postcard(&refs, arena)?;
     let refs_len = arena.len() - meta_start;
@@ -127,7 +217,7 @@ pub(in crate::store::sqlite) fn checkpoint_row(
     let row = CheckpointRow {
         id,
         run: ord,
-        seq: to_i64(cp.seq, "seq")?,
+        seq,
         prev: prev.map(|p| to_i64(p.id, "row id")).transpose()?,
         shape,
         created_at: ts(cp.created_at),
@@ -138,12 +228,14 @@ pub(in crate::store::sqlite) fn checkpoint_row(
         meta,
         refs_len,
         data,
+        checksum,
     };
     let located = Located {
         cp: cp.clone(),
         id: own_id,
         shape,
         locs,
+        deltas,
     };
     Ok((row, located))
 }
@@ -253,6 +345,10 @@ impl TxnCtx<'_> {
         &mut self,
         h: &'h mut Head,
     ) -> R<Option<&'h Located>> {
+        if h.lost_latest {
+            let (run, workflow) = (&h.rec.id, Some(h.rec.workflow.as_str()));
+            return Err(rules::missing_checkpoint(run, workflow, None).into());
+        }
         if h.rec.latest_seq == 0 {
             return Ok(None);
         }
@@ -260,10 +356,9 @@ impl TxnCtx<'_> {
             let run: Arc<str> = Arc::from(h.rec.id.as_str());
             h.prev = load_id(self.conn, h.ord, &run, h.latest_id)?;
             if h.prev.as_ref().map(|p| p.cp.seq) != Some(h.rec.latest_seq) {
-                return Err(corrupt(format_args!(
-                    "run `{}` lost its latest checkpoint",
-                    h.rec.id
-                )));
+                let (run, workflow) = (&h.rec.id, Some(h.rec.workflow.as_str()));
+                let seq = Some(h.rec.latest_seq);
+                return Err(rules::missing_checkpoint(run, workflow, seq).into());
             }
         }
         Ok(h.prev.as_ref())

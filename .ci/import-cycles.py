@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
-"""Import cycles among the files of checkpoint-runtime/src/store: every `use`
+"""Import cycles among the files of checkpoint-runtime/src (the `bin` tree
+aside: a binary is a leaf that only imports): every `use`
 path and every inline `crate::`/`super::`/`self::` path (comments and tests
 excluded) becomes an edge to the file that defines the named item, following
 `pub use` re-exports; then strongly connected components of size > 1 are
 reported."""
 import os, re, sys
 ROOT = sys.argv[1] if len(sys.argv) > 1 else 'checkpoint-runtime/src'
-STORE = os.path.join(ROOT, 'store')
 files = {}
-for d, _, fs in os.walk(STORE):
+for d, _, fs in os.walk(ROOT):
+    if os.path.relpath(d, ROOT).split(os.sep)[0] == 'bin': continue
     for f in fs:
         if not f.endswith('.rs'): continue
         p = os.path.join(d, f)
         rel = os.path.relpath(p, ROOT)[:-3].split(os.sep)
         if rel[-1] == 'mod': rel = rel[:-1]
+        if rel == ['lib']: rel = []
         files[tuple(rel)] = p
-TEST_FILES = {k for k in files if k[-1] in ('tests', 'conformance')}
+TEST_FILES = {k for k in files if k and k[-1] in ('tests', 'conformance')}
 def strip(src):
     src = re.sub(r'//[^\n]*', '', src)
     src = re.sub(r'pub\(in [^)]*\)', 'pub', src)  # visibility, not a dependency
@@ -83,7 +85,7 @@ def resolve(mod, path, depth=0):
     full = absolute(mod, path)
     if full is None: return None
     # longest module prefix
-    for n in range(len(full), 0, -1):
+    for n in range(len(full), -1, -1):
         if tuple(full[:n]) in files:
             target = tuple(full[:n]); rest = full[n:]
             break

@@ -56,11 +56,23 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use crate::executor::{lock, Resources};
-use crate::runtime::{Runtime, RuntimeBuilder};
+pub(crate) mod crash;
+
+pub use crash::SimulatedCrash;
+
+use crate::builder::RuntimeBuilder;
+use crate::run::{lock, Resources};
+use crate::runtime::Runtime;
 use crate::store::{MemoryStore, RunState, Store};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
+
+impl SimulatedCrash {
+    /// Makes the runtime `builder` builds crash here.
+    pub fn install(&self, builder: RuntimeBuilder) -> RuntimeBuilder {
+        builder.save_hook(Arc::new(self.clone()))
+    }
+}
 
 /// A log of side effects, shared by the executions of one check. Workflows
 /// reach it as a resource: `ctx.resource::<SideEffects>().record("...")`
@@ -396,14 +408,17 @@ impl<W: Workflow> Harness<W> {
                 )));
             }
             rt.run_until_idle().await?;
-            if rt.crashed() {
+            if rt.inner.crashed() {
                 return Ok(Ended::Crashed);
             }
             let run = rt.load(id).await?;
             let wait_until = match &run.state {
-                RunState::Completed { .. } | RunState::Failed { .. } | RunState::Cancelled => {
-                    return Ok(Ended::Finished)
-                }
+                // A parked run goes no further with this code: its refusal
+                // is the output's error.
+                RunState::Completed { .. }
+                | RunState::Failed { .. }
+                | RunState::Cancelled
+                | RunState::Parked { .. } => return Ok(Ended::Finished),
                 RunState::Waiting { signal, deadline } => {
                     if let Some(payload) = script.next(signal) {
                         rt.store().put_signal(id, signal, payload).await?;
@@ -446,7 +461,7 @@ impl<W: Workflow> Harness<W> {
         match run.state {
             RunState::Completed { output, .. } => serde_json::from_slice(&output)
                 .map_err(|e| Error::internal(format!("stored output is not JSON: {e}"))),
-            RunState::Failed { error } => Err(error),
+            RunState::Failed { error } | RunState::Parked { error } => Err(error),
             RunState::Cancelled => Err(Error::Cancelled {
                 run: self.run_id.clone(),
             }),
@@ -501,6 +516,25 @@ impl<W: Workflow> Harness<W> {
 
     /// Runs the check.
     pub async fn run(self) -> Result<Report, Error> {
+        let (input, script) = self.inputs()?;
+        let baseline = self.uninterrupted(&input, &script).await?;
+        let mut points = Vec::new();
+        for &mode in &self.modes {
+            for k in 1..=baseline.checkpoints {
+                points.push(self.crash_at(k, mode, &baseline, &input, &script).await?);
+            }
+        }
+        Ok(Report {
+            workflow: W::NAME.to_owned(),
+            checkpoints: baseline.checkpoints,
+            output: baseline.output,
+            effects: baseline.effects,
+            crash_points: points,
+        })
+    }
+
+    /// The run's input as JSON and the signals to deliver, or why not.
+    fn inputs(&self) -> Result<(Vec<u8>, Script), Error> {
         let input = match &self.input {
             Some(Ok(json)) => json.clone(),
             Some(Err(e)) => return Err(e.clone()),
@@ -516,110 +550,168 @@ impl<W: Workflow> Harness<W> {
             let payload = payload.clone()?;
             script.entry(name.clone()).or_default().push_back(payload);
         }
-        let script = Script(script);
+        Ok((input, Script(script)))
+    }
 
-        // The uninterrupted run.
+    /// Runs the workflow without a crash: what every crash point must match.
+    async fn uninterrupted(&self, input: &[u8], script: &Script) -> Result<Baseline, Error> {
         let store = Arc::new(MemoryStore::new());
         let fx = SideEffects::new();
         let rt = self.runtime(store.clone(), &fx).in_memory();
-        self.start(&rt, &input).await?;
+        self.start(&rt, input).await?;
         self.drive(&rt, &mut script.clone()).await?;
-        let expected = self.output(&rt).await?;
-        let baseline_fx = fx.counts();
-        let checkpoints = store.list_checkpoints(&self.run_id).await?;
-        let n = rt.load(&self.run_id).await?.latest_seq;
-        let site_of = |k: u64| {
-            checkpoints
-                .iter()
-                .find(|c| c.seq == k)
-                .map(|c| {
-                    (
-                        c.label.as_ref().map(|l| l.to_string()),
-                        c.site_key.to_string(),
-                    )
-                })
-                .unwrap_or((None, String::new()))
-        };
-
-        let mut points = Vec::new();
-        for &mode in &self.modes {
-            for k in 1..=n {
-                let (label, site) = site_of(k);
-                let what = describe_point(k, mode, n, &label, &site);
-                let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-                let fx = SideEffects::new();
-                let mut script = script.clone();
-                let builder = self.runtime(store.clone(), &fx);
-                let builder = match mode {
-                    CrashMode::AfterCheckpoint => builder.crash_after_checkpoints(k),
-                    CrashMode::BeforeCheckpoint => builder.crash_before_checkpoint(k),
-                };
-                let first = builder.in_memory();
-                self.start(&first, &input).await?;
-                let ended = self
-                    .drive(&first, &mut script)
-                    .await
-                    .map_err(|e| failed(format!("{what}: before the crash: {e}")))?;
-                if let Ended::Finished = ended {
-                    return Err(failed(format!(
-                        "{what}: the run finished without reaching checkpoint {k} (it took {n} \
-                         uninterrupted; is the workflow deterministic in its checkpoints?)"
-                    )));
-                }
-                drop(first);
-                let second = self.runtime(store, &fx).in_memory();
-                second.register_workflow(self.workflow);
-                self.drive(&second, &mut script)
-                    .await
-                    .map_err(|e| failed(format!("{what}: after resuming: {e}")))?;
-                let got = self.output(&second).await.map_err(|e| {
-                    failed(format!("{what}: the resumed run did not complete: {e}"))
-                })?;
-                if got != expected {
-                    return Err(failed(format!(
-                        "{what}: resumed run returned {got}, expected {expected} (the output of \
-                         the uninterrupted run)"
-                    )));
-                }
-                let counts = fx.counts();
-                let mut duplicated = Vec::new();
-                let mut missing = Vec::new();
-                for (effect, &got) in &counts {
-                    let expected = baseline_fx.get(effect).copied().unwrap_or(0);
-                    if got > expected {
-                        duplicated.push(EffectCount {
-                            effect: effect.clone(),
-                            expected,
-                            got,
-                        });
-                    }
-                }
-                for (effect, &expected) in &baseline_fx {
-                    let got = counts.get(effect).copied().unwrap_or(0);
-                    if got < expected {
-                        missing.push(EffectCount {
-                            effect: effect.clone(),
-                            expected,
-                            got,
-                        });
-                    }
-                }
-                points.push(CrashPoint {
-                    k,
-                    mode,
-                    label,
-                    site,
-                    duplicated,
-                    missing,
-                });
-            }
-        }
-        Ok(Report {
-            workflow: W::NAME.to_owned(),
-            checkpoints: n,
-            output: expected,
+        let output = self.output(&rt).await?;
+        let checkpoints = rt.load(&self.run_id).await?.latest_seq;
+        let sites = store
+            .list_checkpoints(&self.run_id)
+            .await?
+            .iter()
+            .map(|c| {
+                let label = c.label.as_ref().map(|l| l.to_string());
+                (c.seq, (label, c.site_key.to_string()))
+            })
+            .collect();
+        Ok(Baseline {
+            output,
+            counts: fx.counts(),
             effects: fx.all(),
-            crash_points: points,
+            checkpoints,
+            sites,
         })
+    }
+
+    /// Crashes a fresh run at checkpoint `k` (`mode`: right after storing
+    /// it or right before), resumes it on another runtime over the same
+    /// store, and compares the output and the side effects with `baseline`.
+    async fn crash_at(
+        &self,
+        k: u64,
+        mode: CrashMode,
+        baseline: &Baseline,
+        input: &[u8],
+        script: &Script,
+    ) -> Result<CrashPoint, Error> {
+        let n = baseline.checkpoints;
+        let (label, site) = baseline.sites.get(&k).cloned().unwrap_or_default();
+        let what = describe_point(k, mode, n, &label, &site);
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let fx = SideEffects::new();
+        let mut script = script.clone();
+        let crash = match mode {
+            CrashMode::AfterCheckpoint => SimulatedCrash::after_checkpoint(k),
+            CrashMode::BeforeCheckpoint => SimulatedCrash::before_checkpoint(k),
+        };
+        let first = crash.install(self.runtime(store.clone(), &fx)).in_memory();
+        self.start(&first, input).await?;
+        let ended = self
+            .drive(&first, &mut script)
+            .await
+            .map_err(|e| failed(format!("{what}: before the crash: {e}")))?;
+        if let Ended::Finished = ended {
+            return Err(failed(format!(
+                "{what}: the run finished without reaching checkpoint {k} (it took {n} \
+                 uninterrupted; is the workflow deterministic in its checkpoints?)"
+            )));
+        }
+        drop(first);
+        let second = self.runtime(store, &fx).in_memory();
+        second.register_workflow(self.workflow);
+        self.drive(&second, &mut script)
+            .await
+            .map_err(|e| failed(format!("{what}: after resuming: {e}")))?;
+        let got = self
+            .output(&second)
+            .await
+            .map_err(|e| failed(format!("{what}: the resumed run did not complete: {e}")))?;
+        if got != baseline.output {
+            return Err(failed(format!(
+                "{what}: resumed run returned {got}, expected {} (the output of the \
+                 uninterrupted run)",
+                baseline.output
+            )));
+        }
+        let (duplicated, missing) = effect_changes(&baseline.counts, &fx.counts());
+        Ok(CrashPoint {
+            k,
+            mode,
+            label,
+            site,
+            duplicated,
+            missing,
+        })
+    }
+}
+
+/// What the uninterrupted run did.
+struct Baseline {
+    output: serde_json::Value,
+    counts: BTreeMap<String, usize>,
+    effects: Vec<String>,
+    checkpoints: u64,
+    /// Per checkpoint number: the site's label and key.
+    sites: HashMap<u64, (Option<String>, String)>,
+}
+
+/// The effects that ran more often (first) and less often (second) than in
+/// the uninterrupted run.
+fn effect_changes(
+    baseline: &BTreeMap<String, usize>,
+    counts: &BTreeMap<String, usize>,
+) -> (Vec<EffectCount>, Vec<EffectCount>) {
+    let mut duplicated = Vec::new();
+    let mut missing = Vec::new();
+    for (effect, &got) in counts {
+        let expected = baseline.get(effect).copied().unwrap_or(0);
+        if got > expected {
+            duplicated.push(EffectCount {
+                effect: effect.clone(),
+                expected,
+                got,
+            });
+        }
+    }
+    for (effect, &expected) in baseline {
+        let got = counts.get(effect).copied().unwrap_or(0);
+        if got < expected {
+            missing.push(EffectCount {
+                effect: effect.clone(),
+                expected,
+                got,
+            });
+        }
+    }
+    (duplicated, missing)
+}
+
+/// A pre-deploy check for CI: panics, listing them, when the code registered
+/// on `rt` could not resume some unfinished runs of its store (see
+/// [`Runtime::check_compatibility`]). Run it with the new code against a
+/// copy of the production store, or against the store itself from a
+/// client-only runtime: the check writes nothing.
+///
+/// ```no_run
+/// # use checkpoint_runtime::prelude::*;
+/// # #[workflow]
+/// # async fn vendor_approval(ctx: &Ctx) {}
+/// #[tokio::test]
+/// async fn the_new_code_resumes_every_run_in_production() {
+///     let url = std::env::var("PRODUCTION_STORE").unwrap();
+///     let rt = Runtime::builder().client_only().open(&url).await.unwrap();
+///     rt.register(vendor_approval); // every workflow the new build runs
+///     checkpoint_runtime::testing::assert_compatible(&rt).await;
+/// }
+/// ```
+pub async fn assert_compatible(rt: &Runtime) {
+    let refused = match rt.check_compatibility().await {
+        Ok(refused) => refused,
+        Err(e) => panic!("the compatibility check could not read the store: {e}"),
+    };
+    if !refused.is_empty() {
+        let lines: Vec<String> = refused.iter().map(|r| format!("  - {r}")).collect();
+        panic!(
+            "the registered code would park {} unfinished run(s):\n{}",
+            refused.len(),
+            lines.join("\n")
+        );
     }
 }

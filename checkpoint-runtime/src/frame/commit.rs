@@ -1,0 +1,413 @@
+//! Taking a checkpoint: the fields the generated code encodes become a
+//! [`CheckpointRecord`] (prepare), the schemas it refers to are stored once,
+//! and the record is stored under the run's lease (commit). The suspension
+//! sites (`wait_for`, `wait_for_timeout`, `sleep`) are checkpoints that then
+//! consume a signal, time out, or end the execution.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+
+use super::Frame;
+use crate::abi::Encoder;
+use crate::history::Event;
+use crate::run::{lock, Halt};
+use crate::schema::{self, SchemaRef};
+use crate::signal_types;
+use crate::store::{CheckpointRecord, SchemaKeys, Suspend, LOOP_ITEMS};
+use crate::Error;
+
+impl Frame {
+    fn prepare<F>(
+        &mut self,
+        site: u32,
+        loops: &[u64],
+        fields: F,
+        suspend: Option<Suspend>,
+    ) -> Result<Arc<CheckpointRecord>, Error>
+    where
+        F: FnOnce(&mut Encoder) -> Result<(), Error>,
+    {
+        // Site numbers start at 1; stored records keep the 0-based index.
+        let index = site.checked_sub(1);
+        let info = index
+            .and_then(|i| self.sites.get(i as usize))
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "workflow `{}` has no checkpoint site #{site}",
+                    self.run.workflow
+                ))
+            })?;
+        // Positions, then (optionally) the current items' fingerprints.
+        let n = info.loops as usize;
+        let well_formed =
+            loops.len() == n || (n > 0 && loops.len() == 2 * n + 1 && loops[n] == LOOP_ITEMS);
+        if !well_formed {
+            return Err(Error::internal(format!(
+                "site `{}` of workflow `{}` is inside {} loop(s) but {} position(s) were given",
+                info.key,
+                self.run.workflow,
+                info.loops,
+                loops.len()
+            )));
+        }
+        let mut enc = Encoder::new(
+            info.fields,
+            self.run.workflow,
+            self.run.id.clone(),
+            info.key,
+            Vec::with_capacity(self.size_hint),
+            std::mem::take(&mut self.schema_buf),
+        );
+        fields(&mut enc)?;
+        if enc.len() != info.fields.len() {
+            return Err(Error::internal(format!(
+                "site `{}` of workflow `{}` declares {} field(s) but {} were encoded",
+                info.key,
+                self.run.workflow,
+                info.fields.len(),
+                enc.len()
+            )));
+        }
+        let (encoded, data, mut spare) = enc.into_parts();
+        let seq = self.run.seq.load(Ordering::Acquire) + 1;
+        let keys = self.schema_keys(&spare);
+        spare.clear();
+        self.schema_buf = spare;
+        Ok(Arc::new(
+            CheckpointRecord::new(
+                self.run.id.clone(),
+                seq,
+                Cow::Borrowed(info.key),
+                info.label.map(Cow::Borrowed),
+                index.unwrap_or(0),
+                loops.to_vec(),
+                encoded,
+                data,
+                suspend,
+                SystemTime::now(),
+            )
+            .with_schemas(keys),
+        ))
+    }
+
+    /// The schema keys of a checkpoint whose fields have `schemas` (shared
+    /// with the previous checkpoint when they are the same); notes the ones
+    /// the store may lack in `new_schemas` (which keeps, for another try,
+    /// those that could not be stored for the previous one).
+    fn schema_keys(&mut self, schemas: &[Option<&'static SchemaRef>]) -> SchemaKeys {
+        let same = schemas.len() == self.last_schemas.len()
+            && schemas
+                .iter()
+                .zip(&self.last_schemas)
+                .all(|(a, b)| match (a, b) {
+                    (Some(a), Some(b)) => std::ptr::eq(*a, *b),
+                    (None, None) => true,
+                    _ => false,
+                });
+        if same {
+            return self.last_keys.clone();
+        }
+        self.new_schemas.clear();
+        for s in schemas.iter().flatten() {
+            let known = self.stored_schemas.iter().any(|k| std::ptr::eq(*k, *s))
+                || self.new_schemas.iter().any(|k| std::ptr::eq(*k, *s));
+            if !known {
+                self.new_schemas.push(s);
+            }
+        }
+        let keys: SchemaKeys = if schemas.iter().all(Option::is_none) {
+            SchemaKeys::default()
+        } else {
+            schemas
+                .iter()
+                .map(|s| s.map(|s| Cow::Borrowed(s.key)))
+                .collect()
+        };
+        self.last_schemas.clear();
+        self.last_schemas.extend_from_slice(schemas);
+        self.last_keys = keys.clone();
+        keys
+    }
+
+    /// Stores the schemas the prepared checkpoint refers to that the store
+    /// may lack (once per schema and runtime). A failure is not the run's
+    /// problem: those fields merely cannot be shown as JSON.
+    async fn store_schemas(&mut self) {
+        if self.new_schemas.is_empty() {
+            return;
+        }
+        let env = &self.run.env;
+        let missing: Vec<(String, String)> = {
+            let stored = lock(&env.schemas_stored);
+            self.new_schemas
+                .iter()
+                .filter(|s| !stored.contains(s.key))
+                .map(|s| (s.key.to_owned(), s.json.to_owned()))
+                .collect()
+        };
+        if !missing.is_empty() {
+            if env.store.put_schemas(missing).await.is_err() {
+                return;
+            }
+            let mut stored = lock(&env.schemas_stored);
+            stored.extend(self.new_schemas.iter().map(|s| s.key));
+        }
+        self.stored_schemas.append(&mut self.new_schemas);
+    }
+
+    /// Stores a prepared checkpoint; halts on failure and on a simulated crash.
+    async fn commit(&mut self, prepared: Result<Arc<CheckpointRecord>, Error>) {
+        let cp = match prepared {
+            Ok(cp) => cp,
+            Err(e) => match self.halt(e).await {},
+        };
+        if self.run.is_halted() {
+            // Cancelled or shut down meanwhile: stop at this checkpoint.
+            match self.stop(Halt::Stop).await {}
+        }
+        let hook = self.run.env.save_hook.clone();
+        let numbered = hook.as_ref().map(|h| h.before_save());
+        if let Some((_, true)) = numbered {
+            match self.stop(Halt::Crash).await {}
+        }
+        let seq = cp.seq;
+        let size = cp.data.len();
+        let site = cp.site_key.clone();
+        self.store_schemas().await;
+        let env = &self.run.env;
+        let began = std::time::Instant::now();
+        let stored = env
+            .store
+            .save_checkpoint(&self.run.lease, cp, env.keep)
+            .await;
+        if let Err(e) = stored {
+            match self.halt(e).await {}
+        }
+        crate::observe::checkpoint_saved(self.run.workflow, &site, seq, size, began.elapsed());
+        self.size_hint = size.max(16);
+        self.run.seq.store(seq, Ordering::Release);
+        self.run.calls.store(0, Ordering::Release);
+        self.run.attempt.store(1, Ordering::Release);
+        self.wake = None;
+        self.checkpoint = None;
+        if let (Some(hook), Some((n, _))) = (hook, numbered) {
+            if hook.after_save(n) {
+                match self.stop(Halt::Crash).await {}
+            }
+        }
+    }
+
+    /// Takes a checkpoint at `site`: encodes the live locals with `fields` (in
+    /// the order of `SITES[site].fields`) and returns once it is stored. On
+    /// failure, cancellation or a lost lease the execution halts instead.
+    pub fn save<F>(
+        &mut self,
+        site: u32,
+        loops: &[u64],
+        fields: F,
+    ) -> impl Future<Output = ()> + Send + '_
+    where
+        F: FnOnce(&mut Encoder) -> Result<(), Error>,
+    {
+        let prepared = self.prepare(site, loops, fields, None);
+        async move { self.commit(prepared).await }
+    }
+
+    /// Notes the payload type of wait site `site` (numbered from 1), so
+    /// that a signal sent to it from this process is checked at once, and
+    /// returns its schema, whose key is stored with the wait so that other
+    /// processes check it too ([`Frame::store_with`] then stores the schema).
+    fn note_payload_type<T: DeserializeOwned>(&self, site: u32) -> Option<&'static SchemaRef> {
+        if let Some(info) = site.checked_sub(1).and_then(|i| self.sites.get(i as usize)) {
+            signal_types::note::<T>(self.run.workflow, info.key);
+        }
+        schema::schema_of::<T>()
+    }
+
+    /// What a suspension at `site` stores of the sites before it (see
+    /// [`SiteInfo::sites_before`](crate::abi::SiteInfo)).
+    fn sites_before(&self, site: u32) -> Option<Vec<String>> {
+        let info = site
+            .checked_sub(1)
+            .and_then(|i| self.sites.get(i as usize))?;
+        Some(info.sites_before.iter().map(|k| (*k).to_owned()).collect())
+    }
+
+    /// Has the next commit store `schema` too (unless this execution
+    /// already stored it), after [`Frame::prepare`] (which picks the
+    /// checkpoint's own).
+    fn store_with(&mut self, schema: Option<&'static SchemaRef>) {
+        let Some(schema) = schema else { return };
+        let known = self.stored_schemas.iter().any(|k| std::ptr::eq(*k, schema))
+            || self.new_schemas.iter().any(|k| std::ptr::eq(*k, schema));
+        if !known {
+            self.new_schemas.push(schema);
+        }
+    }
+
+    /// Consumes a stored signal named `name` if one decodes as `T`; rejected
+    /// (undecodable) ones are discarded with a history event.
+    async fn try_take<T: DeserializeOwned>(&mut self, name: &str) -> Option<T> {
+        loop {
+            let taken = self
+                .run
+                .env
+                .store
+                .take_signal(&self.run.id, &self.run.lease, name)
+                .await;
+            let payload = match taken {
+                Ok(Some(sig)) => sig.payload,
+                Ok(None) => return None,
+                Err(e) => match self.halt(e).await {},
+            };
+            // Checked first and decoded for good after the history write,
+            // so that no `T` is held across it (`T` need not be `Send`).
+            let reason = match serde_json::from_slice::<T>(&payload).map(drop) {
+                Ok(()) => {
+                    let event = Event::SignalConsumed {
+                        name: name.to_owned(),
+                    };
+                    // Informational, as every history event.
+                    let _ = self.run.env.store.append_event(&self.run.id, event).await;
+                    match serde_json::from_slice::<T>(&payload) {
+                        Ok(v) => return Some(v),
+                        Err(e) => format!("{e} (expected `{}`)", std::any::type_name::<T>()),
+                    }
+                }
+                Err(e) => format!("{e} (expected `{}`)", std::any::type_name::<T>()),
+            };
+            let rejected = self
+                .run
+                .env
+                .store
+                .reject_signal(&self.run.id, &self.run.lease, reason)
+                .await;
+            if let Err(e) = rejected {
+                match self.halt(e).await {}
+            }
+        }
+    }
+
+    /// `ctx.wait_for(name)`: an implicit checkpoint (the run is `Waiting`);
+    /// returns a stored signal at once if one decodes as `T`, otherwise ends
+    /// the execution; the run is resumed at this site when the signal arrives.
+    pub fn wait_for<T: DeserializeOwned, F>(
+        &mut self,
+        site: u32,
+        loops: &[u64],
+        fields: F,
+        name: &str,
+    ) -> impl Future<Output = T> + Send + '_
+    where
+        F: FnOnce(&mut Encoder) -> Result<(), Error>,
+    {
+        let name = name.to_owned();
+        let payload = self.note_payload_type::<T>(site);
+        let suspend = Suspend::Waiting {
+            signal: name.clone(),
+            deadline: None,
+            payload_schema: payload.map(|s| s.key.to_owned()),
+            sites_before: self.sites_before(site),
+        };
+        let prepared = self.prepare(site, loops, fields, Some(suspend));
+        self.store_with(payload);
+        async move {
+            self.commit(prepared).await;
+            if let Some(v) = self.try_take::<T>(&name).await {
+                return v;
+            }
+            match self.stop(Halt::Suspended).await {}
+        }
+    }
+
+    /// `ctx.wait_for_timeout(name, timeout)`: like [`Frame::wait_for`] with a
+    /// durable deadline; yields `None` once it passes.
+    pub fn wait_for_timeout<T: DeserializeOwned, F>(
+        &mut self,
+        site: u32,
+        loops: &[u64],
+        fields: F,
+        name: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Option<T>> + Send + '_
+    where
+        F: FnOnce(&mut Encoder) -> Result<(), Error>,
+    {
+        let name = name.to_owned();
+        let deadline = SystemTime::now().checked_add(timeout);
+        let payload = self.note_payload_type::<T>(site);
+        let suspend = Suspend::Waiting {
+            signal: name.clone(),
+            deadline,
+            payload_schema: payload.map(|s| s.key.to_owned()),
+            sites_before: self.sites_before(site),
+        };
+        let prepared = self.prepare(site, loops, fields, Some(suspend));
+        self.store_with(payload);
+        async move {
+            self.commit(prepared).await;
+            if let Some(v) = self.try_take::<T>(&name).await {
+                return Some(v);
+            }
+            if deadline.is_some_and(|d| d <= SystemTime::now()) {
+                let timed_out = self
+                    .run
+                    .env
+                    .store
+                    .time_out(&self.run.id, &self.run.lease)
+                    .await;
+                if let Err(e) = timed_out {
+                    match self.halt(e).await {}
+                }
+                return None;
+            }
+            match self.stop(Halt::Suspended).await {}
+        }
+    }
+
+    /// `ctx.sleep(duration)`: an implicit checkpoint and a durable timer; the
+    /// execution ends and the run is resumed at this site when it is due.
+    pub fn sleep<F>(
+        &mut self,
+        site: u32,
+        loops: &[u64],
+        fields: F,
+        duration: Duration,
+    ) -> impl Future<Output = ()> + Send + '_
+    where
+        F: FnOnce(&mut Encoder) -> Result<(), Error>,
+    {
+        let now = SystemTime::now();
+        // An unrepresentable deadline is as good as "never": cap it at ~100 years.
+        let until = now
+            .checked_add(duration)
+            .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+            .unwrap_or(now);
+        let suspend = Suspend::Sleeping {
+            until,
+            sites_before: self.sites_before(site),
+        };
+        let prepared = self.prepare(site, loops, fields, Some(suspend));
+        async move {
+            self.commit(prepared).await;
+            if until <= SystemTime::now() {
+                let woke = self
+                    .run
+                    .env
+                    .store
+                    .time_out(&self.run.id, &self.run.lease)
+                    .await;
+                if let Err(e) = woke {
+                    match self.halt(e).await {}
+                }
+                return;
+            }
+            match self.stop(Halt::Suspended).await {}
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! The JSON API's handlers. Each reads or changes the store through the
+//! public runtime API; a request that fails validation is refused before
+//! anything is written.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{OriginalUri, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use crate::json::{
+    checkpoint_json, checkpoint_listing_json, entry_json, error_json, field_diff, field_json,
+    run_json, status_json,
+};
+use crate::store::{RunState, Suspend};
+use crate::{Error, RunFilter, Runtime, Status, StatusKind};
+
+type ApiResult = Result<Response, ApiError>;
+
+/// A path's parameters, or a 400 naming what did not parse.
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    p.map(|Path(t)| t).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_path",
+            format!("the request path does not parse: {e}"),
+        )
+    })
+}
+
+/// The body, or a 400 / 413 saying why it could not be read.
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|e| ApiError::new(e.status(), "invalid_body", e.body_text()))
+}
+
+fn ok(v: Value) -> ApiResult {
+    Ok(Json(v).into_response())
+}
+
+/// A sequence number from the path: a positive integer.
+fn parse_seq(id: &str, seq: &str) -> Result<u64, ApiError> {
+    match seq.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(ApiError::bad_request(
+            "invalid_seq",
+            format!("`{seq}` is not a checkpoint sequence number (1, 2, ...) of run `{id}`"),
+        )
+        .detail("run", id)
+        .detail("seq", seq)),
+    }
+}
+
+fn status_kind(s: &str) -> Option<StatusKind> {
+    Some(match s {
+        "queued" => StatusKind::Queued,
+        "running" => StatusKind::Running,
+        "waiting" => StatusKind::Waiting,
+        "sleeping" => StatusKind::Sleeping,
+        "completed" => StatusKind::Completed,
+        "failed" => StatusKind::Failed,
+        "cancelled" => StatusKind::Cancelled,
+        "incompatible" => StatusKind::Incompatible,
+        _ => return None,
+    })
+}
+
+const STATUSES: &str =
+    "queued, running, waiting, sleeping, completed, failed, cancelled, incompatible";
+
+/// `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
+/// first, as `checkpoint runs --json` lists them. An empty parameter is no
+/// filter. `parent` is accepted for the child runs to come; no run has a
+/// parent yet, so a non-empty `parent` lists none.
+pub(crate) async fn list_runs(
+    State(rt): State<Runtime>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let Query(pairs) = query.map_err(|e| {
+        ApiError::bad_request("invalid_query", format!("the query does not parse: {e}"))
+    })?;
+    let mut filter = RunFilter::new();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut parent = None;
+    for (key, value) in &pairs {
+        if seen.contains(&key.as_str()) {
+            return Err(
+                ApiError::bad_request("invalid_query", format!("`{key}` is given twice"))
+                    .detail("parameter", key.as_str()),
+            );
+        }
+        seen.push(key);
+        if value.is_empty() {
+            continue;
+        }
+        match key.as_str() {
+            "status" => {
+                let kind = status_kind(value).ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        format!("unknown status `{value}` (one of {STATUSES})"),
+                    )
+                    .detail("parameter", "status")
+                })?;
+                filter = filter.status(kind);
+            }
+            "workflow" => filter = filter.workflow(value),
+            "prefix" => filter = filter.id_prefix(value),
+            "parent" => parent = Some(value.as_str()),
+            "limit" => {
+                let n = value.parse::<usize>().map_err(|_| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        format!("`limit={value}` is not a count of runs"),
+                    )
+                    .detail("parameter", "limit")
+                })?;
+                filter = filter.limit(n);
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!(
+                        "unknown parameter `{other}` (known: status, workflow, prefix, parent, \
+                         limit)"
+                    ),
+                )
+                .detail("parameter", other))
+            }
+        }
+    }
+    if parent.is_some() {
+        // No run has a parent until child runs exist.
+        return ok(json!([]));
+    }
+    let runs = rt.runs(filter).await?;
+    ok(runs.iter().map(run_json).collect())
+}
+
+/// `GET /api/runs/{id}`: the run as `checkpoint show --json` shows it (its
+/// status and its latest checkpoint's fields as JSON), with its input, its
+/// output once completed, what it waits for (the signal, its deadline, and
+/// the payload type's schema with a hint when the wait stored one), which
+/// actions apply, and its place in a tree of runs (`parent`, `children`:
+/// none until child runs exist).
+pub(crate) async fn get_run(
+    State(rt): State<Runtime>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let id = path(id)?;
+    let store = rt.store();
+    let record = store
+        .load_run(&id)
+        .await?
+        .ok_or_else(|| Error::unknown_run(&id))?;
+    let info = crate::runtime::run_info(record.clone());
+    let mut v = run_json(&info);
+    v["input"] = serde_json::from_slice(&record.input).unwrap_or(Value::Null);
+    v["output"] = match &record.state {
+        RunState::Completed { output, .. } => serde_json::from_slice(output).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+
+    // The latest checkpoint: its summary and fields; a damaged one is
+    // reported in place so that the rest of the run can still be seen.
+    let latest = if record.latest_seq == 0 {
+        Ok(None)
+    } else {
+        store.latest_checkpoint(&id).await
+    };
+    let (checkpoint, suspend) = match latest {
+        Ok(None) => (Value::Null, None),
+        Ok(Some(cp)) => {
+            let mut c = checkpoint_json(&cp.info());
+            match rt.checkpoint_fields_json(&id, cp.seq).await {
+                Ok(fields) => c["fields"] = fields.iter().map(field_json).collect(),
+                Err(e @ (Error::Decode { .. } | Error::Incompatible { .. })) => {
+                    c["fields"] = json!([]);
+                    c["error"] = error_json(&e);
+                }
+                Err(e) => return Err(e.into()),
+            }
+            (c, cp.suspend.clone())
+        }
+        Err(e @ (Error::Decode { .. } | Error::Incompatible { .. })) => (
+            json!({ "seq": record.latest_seq, "fields": [], "error": error_json(&e) }),
+            None,
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    v["checkpoint"] = checkpoint;
+
+    v["waiting_for"] = match &info.status {
+        Status::Waiting { signal, deadline } => {
+            let key = match &suspend {
+                Some(Suspend::Waiting {
+                    signal: s,
+                    payload_schema: Some(key),
+                    ..
+                }) if s == signal => Some(key.clone()),
+                _ => None,
+            };
+            let schema = match key {
+                None => Value::Null,
+                Some(key) => {
+                    let docs = store.schemas(std::slice::from_ref(&key)).await?;
+                    match docs.get(&key) {
+                        None => Value::Null,
+                        Some(doc) => {
+                            let mut s = super::payload::hint(doc).unwrap_or_else(|| json!({}));
+                            s["key"] = json!(key);
+                            s["schema"] = serde_json::from_str(doc).unwrap_or(Value::Null);
+                            s
+                        }
+                    }
+                }
+            };
+            json!({
+                "signal": signal,
+                "deadline": deadline.map(crate::json::rfc3339),
+                "payload_schema": schema,
+            })
+        }
+        _ => Value::Null,
+    };
+    v["actions"] = json!({
+        "signal": matches!(info.status, Status::Waiting { .. }),
+        "cancel": !info.status.is_finished(),
+        "retry": matches!(info.status, Status::Failed { .. } | Status::Incompatible { .. }),
+        "fork": record.latest_seq > 0,
+    });
+    v["parent"] = Value::Null;
+    v["children"] = json!([]);
+    ok(v)
+}
+
+/// `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first, as
+/// `checkpoint checkpoints --json` lists them, with `damaged` (why, or
+/// `null`).
+pub(crate) async fn list_checkpoints(
+    State(rt): State<Runtime>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let id = path(id)?;
+    let cps = rt.checkpoints(&id).await?;
+    ok(cps
+        .iter()
+        .map(|c| {
+            let mut v = checkpoint_listing_json(c);
+            v["damaged"] = json!(c.damaged);
+            v
+        })
+        .collect())
+}
+
+/// `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON (as
+/// `checkpoint checkpoints ID SEQ --json`), and `diff`: what changed from
+/// the kept version before it (`previous_seq`; `null` for the first kept
+/// one), field by field (see [`crate::json::field_diff`]).
+pub(crate) async fn get_checkpoint(
+    State(rt): State<Runtime>,
+    params: Result<Path<(String, String)>, PathRejection>,
+) -> ApiResult {
+    let (id, seq) = path(params)?;
+    let seq = parse_seq(&id, &seq)?;
+    // First: it names an unknown run or checkpoint precisely.
+    let fields = rt.checkpoint_fields_json(&id, seq).await?;
+    let cps = rt.checkpoints(&id).await?;
+    let info = cps.iter().find(|c| c.seq == seq);
+    let previous = cps.iter().rev().find(|c| c.seq < seq);
+    let mut v = match info {
+        Some(info) => checkpoint_json(info),
+        None => json!({ "seq": seq }),
+    };
+    v["run"] = json!(id);
+    v["fields"] = fields.iter().map(field_json).collect();
+    v["previous_seq"] = json!(previous.map(|p| p.seq));
+    let previous_fields = match previous {
+        None => None,
+        Some(p) => match rt.checkpoint_fields_json(&id, p.seq).await {
+            Ok(f) => Some(f),
+            Err(e @ (Error::Decode { .. } | Error::Incompatible { .. })) => {
+                v["previous_error"] = error_json(&e);
+                Some(Vec::new())
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    v["diff"] = field_diff(previous_fields.as_deref(), &fields);
+    ok(v)
+}
+
+/// `GET /api/runs/{id}/history`: the events, oldest first, as `checkpoint
+/// history --json` prints them.
+pub(crate) async fn history(
+    State(rt): State<Runtime>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let id = path(id)?;
+    let entries = rt.history_entries(&id).await?;
+    ok(entries.iter().map(entry_json).collect())
+}
+
+/// `POST /api/runs/{id}/signals/{name}` with a JSON body: stores the signal
+/// (as `checkpoint signal`). The run must exist; a body that is not JSON is
+/// 400, a payload the waiting site cannot decode 422, and neither stores
+/// anything.
+pub(crate) async fn signal(
+    State(rt): State<Runtime>,
+    params: Result<Path<(String, String)>, PathRejection>,
+    payload: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let (id, name) = path(params)?;
+    let payload = body(payload)?;
+    let value: Value = serde_json::from_slice(&payload).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_payload",
+            format!("invalid JSON payload for signal `{name}` to run `{id}`: {e}"),
+        )
+        .detail("run", id.as_str())
+        .detail("signal", name.as_str())
+    })?;
+    // A signal for a run that does not exist is an error, not a stored orphan.
+    let status = rt.status(&id).await?;
+    rt.signal(&id, &name, &value).await?;
+    let mut v = json!({
+        "run": id,
+        "signal": name,
+        "payload": value,
+        "status": status_json(&status),
+    });
+    if status.is_finished() {
+        v["note"] = json!(format!(
+            "the run is {}; nothing will consume the signal",
+            status_json(&status)["state"].as_str().unwrap_or("finished")
+        ));
+    }
+    ok(v)
+}
+
+/// `POST /api/runs/{id}/cancel`: cancels a run that has not finished (as
+/// `checkpoint cancel`); a finished one is left as it is (`"cancelled":
+/// false`).
+pub(crate) async fn cancel(
+    State(rt): State<Runtime>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let id = path(id)?;
+    let before = rt.status(&id).await?;
+    if before.is_finished() {
+        return ok(json!({ "run": id, "cancelled": false, "status": status_json(&before) }));
+    }
+    rt.cancel(&id).await?;
+    let after = rt.status(&id).await?;
+    let cancelled = after == Status::Cancelled;
+    ok(json!({ "run": id, "cancelled": cancelled, "status": status_json(&after) }))
+}
+
+/// `POST /api/runs/{id}/retry`: retries a failed or parked run from its
+/// latest checkpoint (as `checkpoint retry`); 409 for a run in another state.
+pub(crate) async fn retry(
+    State(rt): State<Runtime>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let id = path(id)?;
+    rt.retry(&id).await?;
+    let after = rt.status(&id).await?;
+    ok(json!({ "run": id, "retried": true, "status": status_json(&after) }))
+}
+
+/// The body of `POST /api/runs/{id}/fork`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkRequest {
+    seq: u64,
+    new_id: String,
+}
+
+/// `POST /api/runs/{id}/fork` with `{"seq": N, "new_id": ".."}`: creates
+/// run `new_id` from checkpoint `seq` (as `checkpoint fork`): 201; 409 when
+/// `new_id` exists, 404 for an unknown run or checkpoint.
+pub(crate) async fn fork(
+    State(rt): State<Runtime>,
+    id: Result<Path<String>, PathRejection>,
+    request: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let id = path(id)?;
+    let request = body(request)?;
+    let ForkRequest { seq, new_id } = serde_json::from_slice(&request).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_body",
+            format!("the body must be `{{\"seq\": N, \"new_id\": \"..\"}}`: {e}"),
+        )
+        .detail("run", id.as_str())
+    })?;
+    if seq == 0 {
+        return Err(parse_seq(&id, "0").unwrap_err());
+    }
+    rt.fork(&id, seq, &new_id).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "run": new_id, "from": id, "seq": seq })),
+    )
+        .into_response())
+}
+
+/// Any other path under `/api`: 404.
+pub(crate) async fn not_found(OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no API route `{}`", uri.path()),
+    )
+    .detail("path", uri.path())
+}
+
+/// A known path with another method: 405.
+pub(crate) async fn method_not_allowed(OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("`{}` does not take this method", uri.path()),
+    )
+    .detail("path", uri.path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_are_positive_integers() {
+        assert_eq!(parse_seq("r", "3").unwrap(), 3);
+        for bad in ["0", "-1", "two", "", "1.5", "99999999999999999999999"] {
+            let e = parse_seq("r", bad).unwrap_err();
+            assert_eq!(
+                (e.status, e.kind.as_str()),
+                (StatusCode::BAD_REQUEST, "invalid_seq")
+            );
+        }
+    }
+
+    #[test]
+    fn every_status_filter_is_known() {
+        for s in STATUSES.split(", ") {
+            assert!(status_kind(s).is_some(), "{s}");
+        }
+        assert!(status_kind("done").is_none());
+    }
+}

@@ -1,0 +1,131 @@
+//! API errors: JSON objects in the command line's shape (`kind`, `message`,
+//! `details`) with a status code that says whose fault it is.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+use crate::Error;
+
+/// An error answer: `{"kind": .., "message": .., "details": {..}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) kind: String,
+    pub(crate) message: String,
+    pub(crate) details: Map<String, Value>,
+}
+
+impl ApiError {
+    /// An error of the API's own (not the runtime's).
+    pub(crate) fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind: kind.to_owned(),
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// A 400 with `kind`.
+    pub(crate) fn bad_request(kind: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, kind, message)
+    }
+
+    /// Adds a detail.
+    pub(crate) fn detail(mut self, key: &str, value: impl Into<Value>) -> ApiError {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+/// The status code of a runtime error: 404 for what does not exist, 400 for
+/// a malformed id, 422 for a payload the waiting site cannot decode, 409 for
+/// a request the run's state refuses (an existing id, a run that is not
+/// retryable, a damaged or incompatible checkpoint), 503 for a store that
+/// fails, 500 for the rest.
+pub(crate) fn status_of(e: &Error) -> StatusCode {
+    match e {
+        Error::UnknownRun { .. } | Error::UnknownCheckpoint { .. } => StatusCode::NOT_FOUND,
+        Error::InvalidId { .. } => StatusCode::BAD_REQUEST,
+        Error::SignalPayload { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::AlreadyExists { .. }
+        | Error::NotRetryable { .. }
+        | Error::WorkflowMismatch { .. }
+        | Error::Incompatible { .. }
+        | Error::Decode { .. }
+        | Error::Diverged { .. } => StatusCode::CONFLICT,
+        Error::Store { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let mut v = crate::json::error_json(&e);
+        ApiError {
+            status: status_of(&e),
+            kind: v["kind"].as_str().unwrap_or("runtime").to_owned(),
+            message: e.to_string(),
+            details: match v["details"].take() {
+                Value::Object(details) => details,
+                _ => Map::new(),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "kind": self.kind, "message": self.message, "details": self.details });
+        let mut response = (self.status, axum::Json(body)).into_response();
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_errors_get_the_status_of_whose_fault_it_is() {
+        let run = || "r".to_owned();
+        assert_eq!(
+            status_of(&Error::UnknownRun { run: run() }),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status_of(&Error::UnknownCheckpoint { run: run(), seq: 3 }),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status_of(&Error::AlreadyExists { run: run() }),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status_of(&Error::NotRetryable {
+                run: run(),
+                status: "completed".into()
+            }),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status_of(&Error::SignalPayload {
+                run: run(),
+                signal: "s".into(),
+                detail: "d".into()
+            }),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(
+            status_of(&Error::store("down")),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let e = ApiError::from(Error::UnknownRun { run: run() });
+        assert_eq!(e.kind, "unknown_run");
+        assert_eq!(e.details["run"], "r");
+    }
+}

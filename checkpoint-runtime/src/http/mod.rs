@@ -1,0 +1,185 @@
+//! A JSON API and a web page over a store, as one [axum] router (feature
+//! `http`): what `checkpoint serve` serves, to mount in an application of
+//! your own too.
+//!
+//! ```no_run
+//! use checkpoint_runtime::http::{router, Token};
+//! use checkpoint_runtime::Runtime;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A client: it inspects and steers runs; workers elsewhere execute them.
+//! let rt = Runtime::builder().client_only().open("workflows.db").await?;
+//! let (token, generated) = Token::from_env_or_generate()?;
+//! if generated {
+//!     println!("token: {}", token.as_str());
+//! }
+//! let app = router(rt, token);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
+//! checkpoint_runtime::http::axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Authentication
+//!
+//! Every API request needs `Authorization: Bearer TOKEN` ([`Token`],
+//! compared in constant time); without it the answer is 401 and nothing is
+//! read or changed. The page itself (`/`, `/app.js`, `/style.css`) holds no
+//! data and is served to anyone, since a browser cannot send a header when
+//! it opens a page: it asks for the token in a login form (or takes it from
+//! a `#token=` fragment, which browsers never send to the server), keeps it
+//! in `sessionStorage` and sends it with each API request. It never goes in
+//! a query string. The token travels in clear over plain HTTP: serve on
+//! loopback (the default of `checkpoint serve`), or behind TLS.
+//!
+//! # API
+//!
+//! Run ids are one path segment: percent-encode a `/` in an id as `%2F`.
+//! Answers are JSON in the shapes of `checkpoint --json` (see
+//! [`crate::json`]); errors are `{"kind", "message", "details"}` as there,
+//! with a status code that says whose fault it is: 400 for a malformed
+//! request (a body that is not JSON, a bad sequence number, an unknown
+//! query parameter), 401 without the token, 404 for an unknown run,
+//! checkpoint or route, 409 when the run's state refuses (a fork onto an
+//! existing id, a retry of a run that is neither failed nor parked), 422
+//! for a signal payload the waiting site cannot decode, 503 when the store
+//! fails. A refused request changes nothing.
+//!
+//! - `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
+//!   first. `status` is one of `queued`, `running`, `waiting`, `sleeping`,
+//!   `completed`, `failed`, `cancelled`, `incompatible`; an empty parameter
+//!   is no filter. `parent` is accepted for child runs, which do not exist
+//!   yet: no run has a parent, so a `parent` filter lists none.
+//! - `GET /api/runs/{id}`: the run (as `checkpoint show --json`), its input
+//!   and output, `waiting_for` (`signal`, `deadline`, and `payload_schema`:
+//!   the schema the wait site stored for its payload type, with `type`,
+//!   `definitions` in Rust syntax and an `example` value, or `null`),
+//!   `actions` (which of signal, cancel, retry, fork apply), `parent` and
+//!   `children` (`null` and `[]` until child runs exist).
+//! - `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first.
+//! - `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON
+//!   and `diff`, what changed from the version before, field by field
+//!   ([`crate::json::field_diff`]).
+//! - `GET /api/runs/{id}/history`: the event log, oldest first.
+//! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body.
+//! - `POST /api/runs/{id}/cancel`, `POST /api/runs/{id}/retry`.
+//! - `POST /api/runs/{id}/fork` with `{"seq": N, "new_id": ".."}`: 201.
+//!
+//! ```
+//! use checkpoint_runtime::http::{router, Token};
+//! use checkpoint_runtime::prelude::*;
+//!
+//! #[workflow]
+//! async fn approval(ctx: &Ctx) -> bool {
+//!     let ok: bool = ctx.wait_for("ok").await;
+//!     ok
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = Runtime::in_memory();
+//! rt.start(approval, "a-1", ()).await?;
+//! rt.run_until_idle().await?;
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
+//! let app = router(rt.clone(), Token::new("s3cret")?);
+//! tokio::spawn(async move { checkpoint_runtime::http::axum::serve(listener, app).await });
+//!
+//! // A bare HTTP/1.1 request, to show what goes over the wire.
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! let mut conn = tokio::net::TcpStream::connect(addr).await?;
+//! conn.write_all(
+//!     b"POST /api/runs/a-1/signals/ok HTTP/1.1\r\nHost: x\r\n\
+//!       Authorization: Bearer s3cret\r\nContent-Length: 4\r\nConnection: close\r\n\r\ntrue",
+//! )
+//! .await?;
+//! let mut answer = String::new();
+//! conn.read_to_string(&mut answer).await?;
+//! assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+//! assert!(rt.handle(approval, "a-1").result().await?);
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod error;
+mod page;
+mod payload;
+mod token;
+
+use axum::http::{header, HeaderValue};
+use axum::middleware;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::Runtime;
+
+pub use token::{Token, TokenError, TOKEN_ENV};
+
+/// The axum version the router is built with, to serve it or mount it
+/// without naming a matching version yourself.
+pub use axum;
+
+/// The router: the JSON API under `/api` (every route behind the bearer
+/// `token`) and the page at `/`. `rt` answers every request; make it
+/// [`client_only`](crate::RuntimeBuilder::client_only) to keep the server
+/// from executing runs itself. Nest it under a prefix of your own app
+/// (`Router::new().nest("/workflows", router(rt, token))`): the page finds
+/// its API relative to where it is served.
+///
+/// ```
+/// use checkpoint_runtime::http::{axum::Router, router, Token};
+/// use checkpoint_runtime::Runtime;
+///
+/// let rt = Runtime::builder().client_only().in_memory();
+/// let app: Router = Router::new().nest("/workflows", router(rt, Token::generate().unwrap()));
+/// # let _ = app;
+/// ```
+pub fn router(rt: Runtime, token: Token) -> Router {
+    let api = Router::new()
+        .route("/runs", get(api::list_runs))
+        .route("/runs/{id}", get(api::get_run))
+        .route("/runs/{id}/checkpoints", get(api::list_checkpoints))
+        .route("/runs/{id}/checkpoints/{seq}", get(api::get_checkpoint))
+        .route("/runs/{id}/history", get(api::history))
+        .route("/runs/{id}/signals/{name}", post(api::signal))
+        .route("/runs/{id}/cancel", post(api::cancel))
+        .route("/runs/{id}/retry", post(api::retry))
+        .route("/runs/{id}/fork", post(api::fork))
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .with_state(rt)
+        .layer(middleware::map_response(no_store))
+        .layer(middleware::from_fn_with_state(token, token::require));
+    Router::new()
+        .route("/", get(page::index))
+        .route("/app.js", get(page::script))
+        .route("/style.css", get(page::style))
+        .nest("/api", api)
+        .layer(middleware::map_response(hardened))
+}
+
+/// API answers are never cached: they are live state, behind a token.
+async fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Headers on every answer: no content sniffing, no referrer (a URL may
+/// name a run), no framing.
+async fn hardened(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}

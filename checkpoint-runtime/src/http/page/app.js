@@ -1,0 +1,552 @@
+// The checkpoint web page: a run list with filters and a run page (status,
+// what it waits for with a form to send the signal, cancel / retry / fork,
+// the checkpoint timeline with each version's fields and what changed, the
+// history). Plain script, no build step. Every node is built with
+// textContent: run data is never parsed as HTML.
+"use strict";
+
+const TOKEN_KEY = "checkpoint-token";
+const LIST_LIMIT = 500;
+const STATUSES = ["queued", "running", "waiting", "sleeping", "completed", "failed", "cancelled", "incompatible"];
+
+let timer = null; // the current view's refresh
+
+// ---- helpers -------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+// Replaces the children of `node`, leaving out nulls (absent sections).
+function mount(node, ...children) {
+  node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+// A Rust type name without its paths: `alloc::vec::Vec<alloc::string::String>`
+// reads `Vec<String>`.
+function shortType(t) {
+  return String(t || "").replace(/\b[A-Za-z_][A-Za-z0-9_]*::/g, "");
+}
+
+function pretty(v) {
+  return JSON.stringify(v, null, 2);
+}
+
+function compact(v) {
+  const s = JSON.stringify(v);
+  return s === undefined ? "" : s;
+}
+
+function time(t) {
+  if (!t) return "-";
+  return t.replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+// A link to a route of this page (absolute, so that it works whatever
+// <base> the page has).
+function href(route) {
+  return location.href.split("#")[0] + "#" + route;
+}
+
+function runRoute(id) {
+  return "/runs/" + encodeURIComponent(id);
+}
+
+function api(path) {
+  return "api/" + path;
+}
+
+function runApi(id, rest) {
+  return api("runs/" + encodeURIComponent(id) + (rest || ""));
+}
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || "HTTP " + status);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function call(url, options) {
+  const opts = Object.assign({ method: "GET" }, options || {});
+  opts.headers = Object.assign({ Authorization: "Bearer " + token() }, opts.headers || {});
+  if (opts.json !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = typeof opts.json === "string" ? opts.json : JSON.stringify(opts.json);
+    delete opts.json;
+  }
+  const res = await fetch(url, opts);
+  let body = null;
+  try {
+    body = await res.json();
+  } catch (_) {
+    body = null;
+  }
+  if (res.status === 401) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("The server refused the token: log in again.");
+    throw new ApiError(401, body);
+  }
+  if (!res.ok) throw new ApiError(res.status, body);
+  return body;
+}
+
+function flash(message, kind) {
+  const box = document.getElementById("flash");
+  box.replaceChildren();
+  if (!message) return;
+  box.append(el("p", { class: "flash " + (kind || "ok"), text: message }));
+}
+
+function stopTimer() {
+  if (timer) clearInterval(timer);
+  timer = null;
+}
+
+function statusBadge(status) {
+  return el("span", { class: "badge s-" + status.state, text: status.state });
+}
+
+function statusText(status) {
+  switch (status.state) {
+    case "waiting":
+      return "waiting for signal `" + status.signal + "`" + (status.deadline ? " until " + time(status.deadline) : "");
+    case "sleeping":
+      return "sleeping until " + time(status.until);
+    case "failed":
+      return "failed: " + status.error;
+    case "incompatible":
+      return "parked: site `" + status.site + "`, field `" + status.field + "`: " + status.detail;
+    default:
+      return status.state;
+  }
+}
+
+function errorText(e) {
+  if (e instanceof ApiError) {
+    const kind = e.body && e.body.kind ? " (" + e.body.kind + ", HTTP " + e.status + ")" : " (HTTP " + e.status + ")";
+    return e.message + kind;
+  }
+  return String(e && e.message ? e.message : e);
+}
+
+// ---- login ---------------------------------------------------------------
+
+function showLogin(message) {
+  stopTimer();
+  document.getElementById("logout").hidden = true;
+  const app = document.getElementById("app");
+  const input = el("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true, size: 48 });
+  const form = el("form", { id: "login-form", class: "card login" },
+    el("h1", { text: "Log in" }),
+    el("p", { text: "Paste the token that `checkpoint serve` printed when it started (or its CHECKPOINT_TOKEN)." }),
+    el("label", { for: "token", text: "Token" }),
+    input,
+    el("button", { type: "submit", id: "login", text: "Log in" }),
+    message ? el("p", { class: "error", id: "login-error", text: message }) : null);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    try {
+      await call(api("runs?limit=1"));
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 401)) showLogin(errorText(e));
+      return;
+    }
+    route();
+  });
+  app.replaceChildren(form);
+  input.focus();
+}
+
+// ---- the run list --------------------------------------------------------
+
+function listParams() {
+  const q = location.hash.split("?")[1] || "";
+  return new URLSearchParams(q);
+}
+
+async function showList() {
+  const params = listParams();
+  const app = document.getElementById("app");
+  const select = el("select", { name: "status", id: "f-status" },
+    el("option", { value: "", text: "any" }),
+    STATUSES.map((s) => el("option", { value: s, text: s, selected: params.get("status") === s })));
+  const workflow = el("input", { name: "workflow", id: "f-workflow", value: params.get("workflow") || "", placeholder: "name" });
+  const prefix = el("input", { name: "prefix", id: "f-prefix", value: params.get("prefix") || "", placeholder: "vendor-" });
+  const filters = el("form", { id: "filters", class: "filters" },
+    el("label", {}, "Status ", select),
+    el("label", {}, "Workflow ", workflow),
+    el("label", {}, "Id prefix ", prefix),
+    el("button", { type: "submit", text: "Filter" }),
+    el("button", { type: "button", class: "quiet", text: "Clear", onclick: () => { location.hash = "#/"; } }));
+  filters.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    if (select.value) p.set("status", select.value);
+    if (workflow.value.trim()) p.set("workflow", workflow.value.trim());
+    if (prefix.value) p.set("prefix", prefix.value);
+    const q = p.toString();
+    location.hash = "#/" + (q ? "?" + q : "");
+  });
+  const body = el("tbody");
+  const note = el("p", { class: "muted", id: "runs-note" });
+  mount(app,
+    el("h1", { text: "Runs" }),
+    filters,
+    el("table", { id: "runs", class: "grid" },
+      el("thead", {}, el("tr", {}, ["Run", "Workflow", "Status", "Checkpoint", "Updated"].map((h) => el("th", { text: h })))),
+      body),
+    note);
+
+  const load = async () => {
+    const q = new URLSearchParams();
+    for (const k of ["status", "workflow", "prefix", "parent"]) if (params.get(k)) q.set(k, params.get(k));
+    q.set("limit", String(LIST_LIMIT));
+    let runs;
+    try {
+      runs = await call(api("runs?" + q.toString()));
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 401)) note.textContent = "Cannot list runs: " + errorText(e);
+      return;
+    }
+    body.replaceChildren(...runs.map((r) => el("tr", { "data-run": r.id },
+      el("td", {}, el("a", { href: href(runRoute(r.id)), class: "run-link", text: r.id })),
+      el("td", { text: r.workflow }),
+      el("td", {}, statusBadge(r.status), " ", el("span", { class: "muted", text: statusText(r.status) })),
+      el("td", { text: r.latest_seq ? "#" + r.latest_seq : "-" }),
+      el("td", { text: time(r.updated_at) }))));
+    note.textContent = runs.length === 0
+      ? "No runs match."
+      : runs.length >= LIST_LIMIT
+        ? "The first " + LIST_LIMIT + " runs, oldest first: filter to see others."
+        : runs.length + (runs.length === 1 ? " run" : " runs") + ", oldest first. Refreshes every 5 s.";
+  };
+  await load();
+  stopTimer();
+  timer = setInterval(load, 5000);
+}
+
+// ---- the run page --------------------------------------------------------
+
+function jsonBlock(v, cls) {
+  return el("pre", { class: "json " + (cls || "") }, pretty(v));
+}
+
+function section(title, id, ...children) {
+  return el("section", { class: "card", id }, el("h2", { text: title }), ...children);
+}
+
+function resultLine(id) {
+  return el("p", { class: "result", id, role: "status" });
+}
+
+function setResult(node, message, ok) {
+  node.textContent = message;
+  node.className = "result " + (ok ? "ok" : "error");
+}
+
+function signalSection(run) {
+  const w = run.waiting_for;
+  if (!w) return null;
+  const schema = w.payload_schema;
+  const example = schema && schema.example !== undefined ? pretty(schema.example) : "";
+  const textarea = el("textarea", { id: "signal-payload", name: "payload", rows: 6, spellcheck: "false" });
+  textarea.value = example;
+  const result = resultLine("signal-result");
+  const form = el("form", { id: "signal-form" },
+    el("label", { for: "signal-payload", text: "Payload (JSON)" }),
+    textarea,
+    el("button", { type: "submit", id: "signal-send", text: "Send `" + w.signal + "`" }),
+    result);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const text = textarea.value;
+    try {
+      JSON.parse(text);
+    } catch (e) {
+      setResult(result, "Not JSON: " + e.message + " (a JSON string needs quotes)", false);
+      return;
+    }
+    try {
+      await call(runApi(run.id, "/signals/" + encodeURIComponent(w.signal)), { method: "POST", json: text });
+    } catch (e) {
+      setResult(result, "Refused: " + errorText(e), false);
+      return;
+    }
+    flash("Signal `" + w.signal + "` stored for run `" + run.id + "`: a worker with its workflow registered resumes it.");
+    await showRun(run.id, { follow: true });
+  });
+  const hint = schema
+    ? el("div", { class: "hint", id: "payload-hint" },
+      el("p", {}, "The wait decodes a ", el("code", { text: schema.type || "?" }), ":"),
+      el("pre", { class: "code" }, (schema.definitions || []).join("\n") || schema.type))
+    : el("p", { class: "muted", id: "payload-hint", text: "The wait stored no schema of its payload type: any JSON is accepted here and the workflow decides." });
+  return section("Waiting for `" + w.signal + "`", "waiting",
+    el("p", {}, w.deadline ? "Until " + time(w.deadline) + "; then the wait ends without it." : "No deadline."),
+    hint,
+    form);
+}
+
+function actionsSection(run, checkpoints) {
+  const result = resultLine("action-result");
+  const act = async (label, what, options) => {
+    try {
+      const answer = await call(runApi(run.id, what), Object.assign({ method: "POST" }, options || {}));
+      return answer;
+    } catch (e) {
+      setResult(result, label + " refused: " + errorText(e), false);
+      return null;
+    }
+  };
+  const cancel = el("button", { type: "button", id: "cancel", class: "danger", disabled: !run.actions.cancel, text: "Cancel run" });
+  cancel.addEventListener("click", async () => {
+    if (cancel.dataset.armed !== "yes") {
+      cancel.dataset.armed = "yes";
+      cancel.textContent = "Really cancel?";
+      return;
+    }
+    const a = await act("Cancel", "/cancel");
+    if (a) {
+      flash(a.cancelled ? "Run `" + run.id + "` cancelled." : "Run `" + run.id + "` had already finished.");
+      showRun(run.id);
+    }
+  });
+  const retry = el("button", { type: "button", id: "retry", disabled: !run.actions.retry, text: "Retry" });
+  retry.addEventListener("click", async () => {
+    const a = await act("Retry", "/retry");
+    if (a) {
+      flash("Run `" + run.id + "` will be retried from its latest checkpoint.");
+      showRun(run.id, { follow: true });
+    }
+  });
+  const seq = el("select", { id: "fork-seq", name: "seq" },
+    checkpoints.slice().reverse().filter((c) => !c.damaged).map((c) => el("option", { value: String(c.seq), text: "#" + c.seq + (c.label ? " (" + c.label + ")" : "") })));
+  const newId = el("input", { id: "fork-id", name: "new_id", value: run.id + "-fork", size: 24 });
+  const fork = el("form", { id: "fork-form", class: "inline" },
+    el("label", {}, "Fork from ", seq),
+    el("label", {}, " as ", newId),
+    el("button", { type: "submit", disabled: !run.actions.fork || checkpoints.length === 0, text: "Fork" }));
+  fork.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const a = await act("Fork", "/fork", { json: { seq: Number(seq.value), new_id: newId.value } });
+    if (a) {
+      flash("Run `" + a.run + "` created from checkpoint #" + a.seq + " of `" + a.from + "`.");
+      location.hash = "#" + runRoute(a.run);
+    }
+  });
+  return section("Actions", "actions", el("div", { class: "buttons" }, cancel, retry), fork, result);
+}
+
+function treeSection(run) {
+  const parent = run.parent
+    ? el("a", { href: href(runRoute(run.parent)), text: run.parent })
+    : el("span", { class: "muted", text: "none" });
+  const children = run.children && run.children.length
+    ? el("ul", {}, run.children.map((c) => el("li", {}, el("a", { href: href(runRoute(c.id || c)), text: c.id || c }))))
+    : el("span", { class: "muted", text: "none" });
+  return section("Run tree", "tree",
+    el("dl", { class: "pairs" }, el("dt", { text: "Parent" }), el("dd", {}, parent), el("dt", { text: "Children" }), el("dd", {}, children)));
+}
+
+function fieldsTable(version) {
+  const changed = new Map((version.diff || []).map((d) => [d.name, d]));
+  const rows = version.fields.map((f) => {
+    const d = changed.get(f.name);
+    const change = d ? d.change : "unchanged";
+    return el("tr", { class: "c-" + change, "data-field": f.name },
+      el("td", {}, el("code", { text: f.name })),
+      el("td", { class: "type", title: f.type, text: shortType(f.type) }),
+      el("td", {}, f.value !== null && f.value !== undefined
+        ? jsonBlock(f.value)
+        : el("span", { class: "muted", text: "(not shown: " + (f.note || "no value") + ")" })),
+      el("td", {}, el("span", { class: "tag t-" + change, text: change })));
+  });
+  return el("table", { class: "grid fields" },
+    el("thead", {}, el("tr", {}, ["Field", "Type", "Value", "Change"].map((h) => el("th", { text: h })))),
+    el("tbody", {}, rows.length ? rows : [el("tr", {}, el("td", { colspan: 4, class: "muted", text: "(no fields)" }))]));
+}
+
+function diffList(version) {
+  const diffs = (version.diff || []).filter((d) => d.change !== "unchanged");
+  const from = version.previous_seq ? "#" + version.previous_seq : null;
+  if (!from) return el("p", { class: "muted", text: "The first kept version: every field is new." });
+  if (diffs.length === 0) return el("p", { class: "muted", text: "No field changed since " + from + "." });
+  return el("div", { class: "diff" },
+    el("p", { text: "Changes since " + from + ":" }),
+    el("ul", {}, diffs.map((d) => el("li", { "data-diff": d.name },
+      el("code", { text: d.name }), " ", el("span", { class: "tag t-" + d.change, text: d.change }),
+      d.old_type ? el("span", { class: "muted", text: " (type was " + shortType(d.old_type) + ")" }) : null,
+      d.change === "changed" && d.changes && d.changes.length
+        ? el("ul", { class: "changes" }, d.changes.map((c) => el("li", {},
+          el("code", { text: c.path || "(whole value)" }), " ",
+          c.op === "add" ? el("span", { class: "new", text: "+ " + compact(c.new) })
+            : c.op === "remove" ? el("span", { class: "old", text: "− " + compact(c.old) })
+              : [el("span", { class: "old", text: compact(c.old) }), " → ", el("span", { class: "new", text: compact(c.new) })])),
+          d.truncated ? el("li", { class: "muted", text: "… more changes: compare the whole values" }) : null)
+        : d.change === "removed" ? el("span", { class: "old", text: " was " + compact(d.old) })
+          : d.change === "added" ? el("span", { class: "new", text: " = " + compact(d.new) }) : null))));
+}
+
+function timelineSection(run, checkpoints) {
+  if (checkpoints.length === 0) {
+    return section("Checkpoints", "timeline", el("p", { class: "muted", text: "No checkpoint yet." }));
+  }
+  const items = checkpoints.map((c, i) => {
+    const body = el("div", { class: "version-body" }, el("p", { class: "muted", text: "Loading…" }));
+    const fieldNames = c.fields.map((f) => f.name).join(", ") || "no fields";
+    const details = el("details", { class: "version", "data-seq": String(c.seq) },
+      el("summary", {},
+        el("strong", { text: "#" + c.seq }), " ",
+        c.label ? el("span", { class: "label", text: c.label }) : el("span", { class: "muted", text: c.site }),
+        el("span", { class: "muted", text: " · " + time(c.created_at) + " · " + c.size + " B · " + fieldNames }),
+        c.damaged ? el("span", { class: "tag t-removed", text: "damaged" }) : null),
+      body);
+    let loaded = false;
+    details.addEventListener("toggle", async () => {
+      if (!details.open || loaded) return;
+      loaded = true;
+      if (c.damaged) {
+        body.replaceChildren(el("p", { class: "error", text: "Damaged: " + c.damaged }));
+        return;
+      }
+      try {
+        const v = await call(runApi(run.id, "/checkpoints/" + c.seq));
+        body.replaceChildren(fieldsTable(v), diffList(v));
+      } catch (e) {
+        body.replaceChildren(el("p", { class: "error", text: errorText(e) }));
+      }
+    });
+    // The latest three versions open at once.
+    if (i >= checkpoints.length - 3) details.open = true;
+    return el("li", {}, details);
+  });
+  return section("Checkpoints", "timeline",
+    el("p", { class: "muted", text: checkpoints.length + " kept version(s), oldest first; open one to see its fields and what changed from the one before." }),
+    el("ol", { class: "timeline" }, items));
+}
+
+function historySection(entries) {
+  return section("History", "history",
+    el("table", { class: "grid" },
+      el("thead", {}, el("tr", {}, el("th", { text: "Time" }), el("th", { text: "Event" }))),
+      el("tbody", {}, entries.map((e) => el("tr", { "data-event": e.event }, el("td", { class: "nowrap", text: time(e.at) }), el("td", { text: e.text }))))));
+}
+
+async function showRun(id, options) {
+  stopTimer();
+  const app = document.getElementById("app");
+  let run, checkpoints, entries;
+  try {
+    [run, checkpoints, entries] = await Promise.all([
+      call(runApi(id)),
+      call(runApi(id, "/checkpoints")),
+      call(runApi(id, "/history")),
+    ]);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) return;
+    app.replaceChildren(el("p", {}, el("a", { href: href("/"), text: "← Runs" })), el("p", { class: "error", id: "run-error", text: errorText(e) }));
+    return;
+  }
+  const meta = [
+    ["Workflow", run.workflow],
+    ["Status", statusText(run.status)],
+    ["Created", time(run.created_at)],
+    ["Updated", time(run.updated_at)],
+    ["Worker", run.worker ? run.worker + (run.lease_expires_at ? " (lease until " + time(run.lease_expires_at) + ")" : "") : "-"],
+    ["Latest checkpoint", run.latest_seq ? "#" + run.latest_seq : "none yet"],
+  ];
+  const latest = run.checkpoint && run.checkpoint.error
+    ? el("p", { class: "error", text: "Latest checkpoint: " + run.checkpoint.error.message })
+    : null;
+  mount(app,
+    el("p", {}, el("a", { href: href("/"), id: "back", text: "← Runs" })),
+    el("div", { class: "run-head" },
+      el("h1", { id: "run-id", text: run.id }),
+      el("span", { id: "run-status" }, statusBadge(run.status)),
+      el("button", { type: "button", class: "quiet", id: "refresh", text: "Refresh", onclick: () => showRun(id) })),
+    el("dl", { class: "pairs", id: "run-meta" }, meta.map(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })])),
+    latest,
+    el("div", { class: "io" },
+      el("div", {}, el("h3", { text: "Input" }), jsonBlock(run.input)),
+      run.output !== null ? el("div", {}, el("h3", { text: "Output" }), jsonBlock(run.output, "output")) : null),
+    signalSection(run),
+    actionsSection(run, checkpoints),
+    timelineSection(run, checkpoints),
+    historySection(entries),
+    treeSection(run));
+
+  // After a signal or a retry, look again while the run is on its way.
+  if (options && options.follow) {
+    let left = 40;
+    const before = compact(run.status);
+    timer = setInterval(async () => {
+      left -= 1;
+      if (left <= 0) return stopTimer();
+      let now;
+      try {
+        now = await call(runApi(id));
+      } catch (_) {
+        return stopTimer();
+      }
+      if (compact(now.status) !== before) {
+        stopTimer();
+        showRun(id, { follow: !["completed", "failed", "cancelled", "waiting", "incompatible"].includes(now.status.state) });
+      }
+    }, 500);
+  }
+}
+
+// ---- routing -------------------------------------------------------------
+
+function route() {
+  stopTimer();
+  if (!token()) return showLogin();
+  document.getElementById("logout").hidden = false;
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const path = hash.split("?")[0];
+  if (path.startsWith("/runs/")) {
+    return showRun(decodeURIComponent(path.slice("/runs/".length)));
+  }
+  return showList();
+}
+
+function start() {
+  // A `#token=` fragment logs in (browsers never send fragments to the
+  // server); it is taken out of the address at once.
+  const m = location.hash.match(/^#token=([^&]*)/);
+  if (m) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.href.split("#")[0] + "#/");
+  }
+  document.getElementById("home").setAttribute("href", href("/"));
+  document.getElementById("logout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    flash("");
+    showLogin();
+  });
+  window.addEventListener("hashchange", () => {
+    flash("");
+    route();
+  });
+  route();
+}
+
+start();

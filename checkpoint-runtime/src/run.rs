@@ -1,0 +1,198 @@
+//! What one execution of a run shares with its frame, its `Ctx` clones and
+//! its driver ([`RunShared`]), why an execution stops ([`Halt`]), and the
+//! narrow part of the runtime an execution may use ([`RunEnv`]).
+//!
+//! This is the bottom of the runtime core: it imports only the store, the
+//! error type and the crash hook of [`crate::testing`]; `ctx`, `frame`,
+//! `launch` and `executor` build on it.
+
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use crate::store::{Lease, Store};
+use crate::testing::crash::SaveHook;
+use crate::Error;
+
+/// Locks `m`, going on with the data of a holder that panicked (every
+/// critical section here leaves its data consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Shared, non-serialized dependencies registered on a runtime.
+#[derive(Clone, Default)]
+pub(crate) struct Resources(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl Resources {
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.0.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0
+            .get(&TypeId::of::<T>())
+            .and_then(|r| r.downcast_ref::<T>())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The part of the runtime an execution uses: where it stores checkpoints,
+/// how many it keeps, who it runs as, its resources, and which schemas the
+/// store already has. Everything else (the registry, the worker loops) stays
+/// in the executor, out of reach of the frame and the `Ctx`.
+pub(crate) struct RunEnv {
+    pub(crate) store: Arc<dyn Store>,
+    /// The worker id as configured (what `Ctx::worker_id` reports).
+    pub(crate) worker: Arc<str>,
+    /// How many checkpoint versions a run keeps (`None`: all).
+    pub(crate) keep: Option<usize>,
+    pub(crate) resources: Resources,
+    /// Keys of the schemas this runtime stored (or found stored).
+    pub(crate) schemas_stored: Mutex<HashSet<&'static str>>,
+    /// A simulated crash around checkpoint writes (tests only).
+    pub(crate) save_hook: Option<Arc<dyn SaveHook>>,
+    /// Carries each run's trace context across executions.
+    pub(crate) trace: Option<Arc<dyn crate::observe::TracePropagation>>,
+}
+
+impl RunEnv {
+    /// Whether a simulated crash fired: the runtime then stops executing.
+    pub(crate) fn crashed(&self) -> bool {
+        self.save_hook.as_ref().is_some_and(|h| h.fired())
+    }
+}
+
+/// Why an execution stopped before its workflow returned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Halt {
+    /// Suspended durably (waiting, sleeping): release the lease.
+    Suspended,
+    /// The run cannot go on: record the failure.
+    Failed(Error),
+    /// This code cannot resume the run's latest checkpoint (or decode its
+    /// input): park the run untouched, for code that matches.
+    Park(Error),
+    /// The delivered signal's payload was unusable: reject it, keep waiting.
+    RejectSignal(String),
+    /// Simulated crash: leave everything in the store as it is.
+    Crash,
+    /// Cancelled, or the lease was lost: nothing to write.
+    Stop,
+    /// A store error (a write that failed: disk full, a dropped
+    /// connection): give the run back for a retry.
+    Retry(Error),
+    /// The worker shuts down: give the run back untouched.
+    Shutdown,
+    /// A compatibility probe got past every resume check: user code would
+    /// run next (see [`RunShared::probe`]).
+    Fits,
+}
+
+impl Halt {
+    pub(crate) fn from_error(err: Error, at_wait_site_with_signal: bool) -> Halt {
+        match err {
+            err @ (Error::Cancelled { .. } | Error::LeaseLost { .. }) => {
+                crate::observe::stopped(&err);
+                Halt::Stop
+            }
+            err @ Error::Store { .. } => Halt::Retry(err),
+            // The stored state is intact (checksums passed); this code does
+            // not fit it. Another version, a rollback or a fix may.
+            err @ (Error::Incompatible { .. } | Error::Decode { .. }) => Halt::Park(err),
+            Error::SignalPayload { detail, .. } if at_wait_site_with_signal => {
+                Halt::RejectSignal(detail)
+            }
+            other => Halt::Failed(other),
+        }
+    }
+}
+
+/// State shared by one execution of a run: its frame, its `Ctx` clones and
+/// the driver.
+pub(crate) struct RunShared {
+    pub(crate) id: Arc<str>,
+    pub(crate) workflow: &'static str,
+    pub(crate) env: Arc<RunEnv>,
+    pub(crate) lease: Lease,
+    pub(crate) attempt: AtomicU32,
+    /// The latest checkpoint's sequence number.
+    pub(crate) seq: AtomicU64,
+    /// Idempotency keys handed out since the latest checkpoint.
+    pub(crate) calls: AtomicU64,
+    halt: Mutex<Option<Halt>>,
+    halted: AtomicBool,
+    halt_notify: Notify,
+    /// A compatibility probe ([`Runtime::check_compatibility`](crate::Runtime::check_compatibility)),
+    /// not an execution: the frame loads and checks everything a resume
+    /// would, then halts with [`Halt::Fits`] before any user code runs, and
+    /// writes nothing.
+    pub(crate) probe: bool,
+}
+
+impl RunShared {
+    pub(crate) fn new(
+        id: &str,
+        workflow: &'static str,
+        env: Arc<RunEnv>,
+        lease: Lease,
+        attempt: u32,
+        seq: u64,
+    ) -> Self {
+        RunShared {
+            id: Arc::from(id),
+            workflow,
+            env,
+            lease,
+            attempt: AtomicU32::new(attempt.max(1)),
+            seq: AtomicU64::new(seq),
+            calls: AtomicU64::new(0),
+            halt: Mutex::new(None),
+            halted: AtomicBool::new(false),
+            halt_notify: Notify::new(),
+            probe: false,
+        }
+    }
+
+    /// Records why the execution stops (the first reason wins) and wakes the driver.
+    pub(crate) fn halt(&self, h: Halt) {
+        {
+            let mut g = lock(&self.halt);
+            if g.is_none() {
+                *g = Some(h);
+            }
+        }
+        self.halted.store(true, Ordering::Release);
+        self.halt_notify.notify_one();
+    }
+
+    pub(crate) fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn take_halt(&self) -> Option<Halt> {
+        lock(&self.halt).take()
+    }
+
+    /// Resolves once [`RunShared::halt`] was called (again, after a
+    /// [`RunShared::take_halt`]).
+    pub(crate) async fn halted(&self) {
+        self.halt_notify.notified().await
+    }
+}
+
+impl std::fmt::Debug for RunShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunShared")
+            .field("id", &self.id)
+            .field("workflow", &self.workflow)
+            .field("epoch", &self.lease.epoch)
+            .finish()
+    }
+}

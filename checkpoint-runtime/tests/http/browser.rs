@@ -1,0 +1,225 @@
+//! The page in a real browser: headless Chromium (Debian's `chromium`;
+//! `$CHROMIUM` names another) logs in, shows the run list, opens a waiting
+//! run and sends its signal through the form; the run completes. Screenshots
+//! go under the target directory (`CARGO_TARGET_TMPDIR/http-page/`).
+//!
+//! Without Chromium the test fails, saying so: it never passes without
+//! having run. `.ci/run` installs Chromium when it is missing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use checkpoint_runtime::prelude::*;
+
+use super::cdp::{find_chromium, Browser};
+use super::{Fixture, TOKEN};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Checks that `png` is a PNG of some substance and saves it as `name`
+/// under the target directory; its path.
+fn save_png(png: &[u8], name: &str) -> PathBuf {
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "the screenshot is not a PNG"
+    );
+    assert!(
+        png.len() > 10_000,
+        "the screenshot is nearly empty ({} bytes)",
+        png.len()
+    );
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("http-page");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, png).unwrap();
+    println!("screenshot: {}", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
+    let Some(chromium) = find_chromium() else {
+        panic!(
+            "Chromium not found: install Debian's `chromium` package (`apt-get install -y \
+             chromium`; .ci/run does it when it is missing) or set CHROMIUM to a Chromium binary. \
+             This test drives the web page in a real browser and never passes without one{}",
+            if std::env::var("CI").as_deref() == Ok("true") {
+                " (CI=true: it must run here)"
+            } else {
+                ""
+            }
+        );
+    };
+    let f = Fixture::new().await;
+    let mut browser = Browser::launch(&chromium, 1280, 900).await;
+
+    // Log in with the token, as a person would: the login form.
+    browser.navigate(&f.url("/")).await;
+    browser
+        .wait_for(
+            "document.querySelector('#login-form')",
+            "the login form",
+            WAIT,
+        )
+        .await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login").await;
+
+    // The run list shows the runs.
+    browser
+        .wait_for(
+            "document.querySelector('#runs tbody tr[data-run=\"vendor-42\"]')",
+            "the run `vendor-42` in the list",
+            WAIT,
+        )
+        .await;
+    let rows = browser
+        .eval("[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)")
+        .await;
+    assert_eq!(
+        rows,
+        serde_json::json!(["tally-1", "vendor-42", "vendor-43", "broken-1"])
+    );
+    let row = browser
+        .eval("document.querySelector('#runs tbody tr[data-run=\"vendor-42\"]').innerText")
+        .await;
+    let row = row.as_str().unwrap();
+    assert!(
+        row.contains("onboarding") && row.contains("waiting"),
+        "{row}"
+    );
+    let token_in_url = browser.eval("location.href").await;
+    assert!(
+        !token_in_url.as_str().unwrap().contains(TOKEN),
+        "the token is in the address: {token_in_url}"
+    );
+    save_png(&browser.screenshot(false).await, "run-list.png");
+
+    // The status filter narrows the list.
+    browser
+        .eval("document.querySelector('#f-status').value = 'failed'")
+        .await;
+    browser.click("#filters button[type=submit]").await;
+    browser
+        .wait_for(
+            "document.querySelectorAll('#runs tbody tr').length === 1 && \
+             document.querySelector('#runs tbody tr[data-run=\"broken-1\"]')",
+            "only `broken-1` under status=failed",
+            WAIT,
+        )
+        .await;
+    browser.click("#filters button.quiet").await;
+    browser
+        .wait_for(
+            "document.querySelectorAll('#runs tbody tr').length === 4",
+            "every run again",
+            WAIT,
+        )
+        .await;
+
+    // Open the waiting run: its status, the form with the payload hint, the
+    // timeline with what changed, the history.
+    browser
+        .click("#runs tbody tr[data-run=\"vendor-42\"] a.run-link")
+        .await;
+    browser
+        .wait_for(
+            "document.querySelector('#signal-form') && \
+             document.querySelectorAll('details.version .fields').length >= 3",
+            "the run page of `vendor-42` with its timeline",
+            WAIT,
+        )
+        .await;
+    let hint = browser
+        .eval("document.querySelector('#payload-hint').innerText")
+        .await;
+    assert!(
+        hint.as_str()
+            .unwrap()
+            .contains("struct Approval { approved: bool, by: String }"),
+        "{hint}"
+    );
+    let changed = browser
+        .eval(
+            "[...document.querySelectorAll('details.version[data-seq=\"2\"] [data-diff]')]\
+             .map(e => e.innerText)",
+        )
+        .await;
+    assert!(
+        changed.to_string().contains("acme: bank details"),
+        "version 2 shows what was appended to `done`: {changed}"
+    );
+    let events = browser
+        .eval("[...document.querySelectorAll('#history tbody tr')].map(r => r.dataset.event)")
+        .await;
+    assert!(events.to_string().contains("suspended"), "{events}");
+    browser.resize(1280, 2200).await;
+    save_png(&browser.screenshot(true).await, "run-page-waiting.png");
+    browser.resize(1280, 900).await;
+
+    // A payload that is not JSON is refused on the page, and nothing is sent.
+    let before = f.snapshot().await;
+    browser.type_into("#signal-payload", "{approved: yes").await;
+    browser.click("#signal-send").await;
+    browser
+        .wait_for(
+            "document.querySelector('#signal-result').innerText.startsWith('Not JSON')",
+            "the form's complaint about bad JSON",
+            WAIT,
+        )
+        .await;
+    // JSON of the wrong shape is sent and refused by the server (422).
+    browser
+        .type_into("#signal-payload", r#"{"approved": "yes", "by": 7}"#)
+        .await;
+    browser.click("#signal-send").await;
+    browser
+        .wait_for(
+            "document.querySelector('#signal-result').innerText.includes('signal_payload, HTTP 422')",
+            "the server's refusal of a payload that is not an Approval",
+            WAIT,
+        )
+        .await;
+    assert_eq!(
+        f.snapshot().await,
+        before,
+        "a refused signal changed the store"
+    );
+
+    // Fill the form and send the signal: the run completes.
+    browser
+        .type_into("#signal-payload", r#"{"approved": true, "by": "browser"}"#)
+        .await;
+    browser.click("#signal-send").await;
+    browser
+        .wait_for(
+            "document.querySelector('#flash').innerText.includes('Signal `finance_approval` stored')",
+            "the confirmation that the signal was stored",
+            WAIT,
+        )
+        .await;
+    f.until_status("vendor-42", Status::Completed).await;
+    let out = f
+        .worker
+        .handle(super::onboarding, "vendor-42")
+        .result()
+        .await
+        .unwrap();
+    assert_eq!(out.last().unwrap(), "approved=true by browser");
+    // The page follows the run to its end.
+    browser
+        .wait_for(
+            "document.querySelector('#run-status').innerText === 'completed' && \
+             document.querySelector('pre.output')",
+            "the run page showing `completed` and the output",
+            WAIT,
+        )
+        .await;
+    browser.resize(1280, 2200).await;
+    save_png(&browser.screenshot(true).await, "run-page-completed.png");
+    assert!(
+        browser.exceptions.is_empty(),
+        "the page threw: {:?}",
+        browser.exceptions
+    );
+}

@@ -1,0 +1,443 @@
+//! The PostgreSQL rows of the bench table (`examples/bench.rs`), when a
+//! server is given: `--postgres URL` or `CHECKPOINT_TEST_POSTGRES_URL`.
+//! Each measurement works in PostgreSQL schemas of its own (`cp_bench_*`),
+//! dropped at the end.
+//!
+//! - **Latency**: one run at a time, as a user starts it and awaits its
+//!   result (`rt.start(..)`, `h.result()`), taking `durable_loop`
+//!   checkpoints one after the other; the time between two checkpoints
+//!   returning. The raw floor, in alternating rounds on the same server: a
+//!   tokio-postgres `INSERT` of the same bytes committed on its own (one
+//!   prepared statement in autocommit: one round trip and one WAL flush,
+//!   the fastest durable insert there is; an explicit `BEGIN` / `INSERT` /
+//!   `COMMIT` is shown next to it). The row also shows what the difference
+//!   is made of: a round trip (`SELECT 1`), the server's CPU per checkpoint
+//!   (its sessions' processes, from `/proc`) and the WAL written (the whole
+//!   server's, so other clients count too).
+//! - **Throughput**: 1,000 runs of `durable_loop` on two worker processes
+//!   (this binary run with `--pg-worker`): one starts the runs and awaits
+//!   their results in order, as the README shows it (and works on runs
+//!   too, as every runtime does); the other only works (`run_worker`). The
+//!   figure is checkpoints per second from the first start to the last
+//!   result. The raw floor: the same number of rows of the same bytes in
+//!   multi-row `INSERT ... SELECT unnest($1::bytea[])` statements of 1,000
+//!   rows, one transaction each, on one connection. Rounds alternate the
+//!   floor and the runs (`BENCH_ROUNDS`, default 3; the median is shown).
+//!
+//! `BENCH_PG_RUNS` / `BENCH_PG_CHECKPOINTS` change the throughput case's
+//! size (default 1,000 runs x 20 checkpoints, times `BENCH_SCALE`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use checkpoint_runtime::prelude::*;
+use checkpoint_runtime::store::postgres::PostgresStore;
+use tokio_postgres::{Client, NoTls};
+
+use super::{durable_loop, median_of, met, pct, scaled, us, BoxError, Probe};
+
+/// The server to measure on: `--postgres URL` or `CHECKPOINT_TEST_POSTGRES_URL`.
+pub(crate) fn url(args: &[String]) -> Option<String> {
+    args.iter()
+        .position(|a| a == "--postgres")
+        .and_then(|i| args.get(i + 1).cloned())
+        .or_else(|| std::env::var("CHECKPOINT_TEST_POSTGRES_URL").ok())
+}
+
+/// A fresh PostgreSQL schema name.
+fn schema_name(what: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "cp_bench_{what}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `url` with `key=value` added to its query.
+fn with_param(url: &str, key: &str, value: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{key}={value}")
+}
+
+/// A plain client (its connection runs in a task).
+async fn connect(url: &str) -> Result<Client, BoxError> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// A table of blobs for the raw floors, in a schema of its own.
+async fn raw_table(client: &Client, schema: &str) -> Result<(), BoxError> {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; \
+             CREATE TABLE {schema}.t (id bigserial PRIMARY KEY, data bytea NOT NULL)"
+        ))
+        .await?;
+    Ok(())
+}
+
+/// CPU time (user + system, clock ticks) of the server processes serving
+/// sessions of `app`, by process id.
+async fn server_ticks(client: &Client, app: &str) -> Vec<(i32, u64)> {
+    let pids: Vec<i32> = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default();
+    pids.into_iter()
+        .map(|pid| (pid, proc_ticks(&format!("/proc/{pid}/stat"))))
+        .collect()
+}
+
+/// utime + stime of a `/proc/.../stat` file (0 when unreadable).
+fn proc_ticks(path: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return 0;
+    };
+    let Some(close) = stat.rfind(')') else {
+        return 0;
+    };
+    let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let tick = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    tick(11) + tick(12)
+}
+
+/// Server CPU microseconds between two [`server_ticks`] samples (of the
+/// processes alive at both).
+fn server_us(before: &[(i32, u64)], after: &[(i32, u64)]) -> f64 {
+    after
+        .iter()
+        .filter_map(|(pid, now)| {
+            let was = before.iter().find(|b| b.0 == *pid)?.1;
+            Some(now.saturating_sub(was) as f64 * 1e4)
+        })
+        .sum()
+}
+
+/// CPU microseconds of this process so far.
+fn own_us() -> f64 {
+    proc_ticks("/proc/self/stat") as f64 * 1e4
+}
+
+/// The server's WAL position, in bytes.
+async fn wal_lsn(client: &Client) -> Result<i64, BoxError> {
+    Ok(client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await?
+        .get(0))
+}
+
+/// The PostgreSQL rows (see the module docs).
+pub(crate) async fn rows(url: &str, scale: f64, payload: usize) -> Result<Vec<String>, BoxError> {
+    let mut rows = Vec::new();
+    let only = std::env::var("BENCH_PG").unwrap_or_default();
+    let want = |s: &str| only.is_empty() || only.split(',').any(|o| o.trim() == s);
+    if want("latency") {
+        rows.push(latency_row(url, scale, payload).await?);
+    }
+    if want("throughput") {
+        rows.push(throughput_row(url, scale, payload).await?);
+    }
+    Ok(rows)
+}
+
+async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, BoxError> {
+    let (rounds, per_round) = (8usize, scaled(300, scale) as u32);
+    eprintln!(
+        "postgres latency: {rounds} rounds of {per_round} checkpoints and {per_round} raw commits ..."
+    );
+    let app = format!("cp-bench-{}", std::process::id());
+    let schema = schema_name("seq");
+    let store_url = with_param(
+        &with_param(url, "schema", &schema),
+        "application_name",
+        &app,
+    );
+    let probe = Probe::default();
+    let rt = Runtime::builder()
+        .resource(probe.clone())
+        .open(&store_url)
+        .await?;
+    rt.register(durable_loop);
+    let raw_app = format!("cp-bench-raw-{}", std::process::id());
+    let raw = connect(&with_param(url, "application_name", &raw_app)).await?;
+    let raw_schema = schema_name("raw");
+    raw_table(&raw, &raw_schema).await?;
+    let insert = raw
+        .prepare(&format!("INSERT INTO {raw_schema}.t (data) VALUES ($1)"))
+        .await?;
+    let ping = raw.prepare("SELECT 1").await?;
+    let bytes: Vec<u8> = (0..payload).map(|i| i as u8).collect();
+    let watch = connect(url).await?;
+
+    let (mut ours, mut auto, mut tx, mut rtt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Per checkpoint / raw commit: client CPU, server CPU, WAL bytes.
+    let (mut our_cost, mut raw_cost) = ([0f64; 3], [0f64; 3]);
+    for round in 0..rounds {
+        // Ours: a run as a user starts it and awaits its result.
+        let (srv, cpu, wal) = (
+            server_ticks(&watch, &app).await,
+            own_us(),
+            wal_lsn(&watch).await?,
+        );
+        let h = rt
+            .start(durable_loop, &format!("seq-{round}"), (per_round, 1000))
+            .await?;
+        h.result().await?;
+        let marks = probe.take();
+        ours.extend(marks.windows(2).map(|w| w[1] - w[0]));
+        let n = f64::from(per_round);
+        our_cost[0] += (own_us() - cpu) / n;
+        our_cost[1] += server_us(&srv, &server_ticks(&watch, &app).await) / n;
+        our_cost[2] += (wal_lsn(&watch).await? - wal) as f64 / n;
+
+        // The raw floor: one INSERT committed on its own.
+        let (srv, cpu, wal) = (
+            server_ticks(&watch, &raw_app).await,
+            own_us(),
+            wal_lsn(&watch).await?,
+        );
+        for _ in 0..per_round {
+            let t = Instant::now();
+            raw.execute(&insert, &[&bytes]).await?;
+            auto.push(t.elapsed());
+        }
+        raw_cost[0] += (own_us() - cpu) / n;
+        raw_cost[1] += server_us(&srv, &server_ticks(&watch, &raw_app).await) / n;
+        raw_cost[2] += (wal_lsn(&watch).await? - wal) as f64 / n;
+        // The same in an explicit transaction, and round trips.
+        for _ in 0..per_round / 4 {
+            let t = Instant::now();
+            raw.batch_execute("BEGIN").await?;
+            raw.execute(&insert, &[&bytes]).await?;
+            raw.batch_execute("COMMIT").await?;
+            tx.push(t.elapsed());
+            let t = Instant::now();
+            raw.query_one(&ping, &[]).await?;
+            rtt.push(t.elapsed());
+        }
+    }
+    drop(rt);
+    let r = rounds as f64;
+    let (our_cost, raw_cost) = (our_cost.map(|c| c / r), raw_cost.map(|c| c / r));
+    let mean = |v: &[Duration]| v.iter().sum::<Duration>() / (v.len().max(1) as u32);
+    let (ours_mean, auto_mean) = (mean(&ours), mean(&auto));
+    let (ours_med, ours_p99) = (median_of(&mut ours), pct(&mut ours, 0.99));
+    let (auto_med, auto_p99) = (median_of(&mut auto), pct(&mut auto, 0.99));
+    let (tx_med, rtt_med) = (median_of(&mut tx), median_of(&mut rtt));
+    let ratio = ours_med.as_secs_f64() / auto_med.as_secs_f64().max(1e-12);
+    let mean_ratio = ours_mean.as_secs_f64() / auto_mean.as_secs_f64().max(1e-12);
+    raw.batch_execute(&format!("DROP SCHEMA {raw_schema} CASCADE"))
+        .await?;
+    PostgresStore::drop_schema(url, &schema).await?;
+    Ok(format!(
+        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint, INSERT history) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
+        us(ours_med),
+        us(ours_mean),
+        us(ours_p99),
+        our_cost[0],
+        our_cost[1],
+        our_cost[2] / 1e3,
+        us(auto_med),
+        us(auto_mean),
+        us(auto_p99),
+        raw_cost[0],
+        raw_cost[1],
+        raw_cost[2] / 1e3,
+        us(tx_med),
+        us(rtt_med),
+        met(ratio <= 1.3),
+    ))
+}
+
+/// A worker process of the throughput case (see [`worker`]).
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts this binary as `--pg-worker ROLE URL RUNS N PREFIX`; waits for its
+/// `READY`. Returns it with its stdout lines.
+fn spawn_worker(
+    role: &str,
+    url: &str,
+    runs: usize,
+    n: u32,
+    prefix: &str,
+) -> Result<(Proc, std::io::Lines<BufReader<std::process::ChildStdout>>), BoxError> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args([
+            "--pg-worker",
+            role,
+            url,
+            &runs.to_string(),
+            &n.to_string(),
+            prefix,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let proc = Proc(child);
+    match lines.next() {
+        Some(Ok(l)) if l == "READY" => Ok((proc, lines)),
+        other => Err(format!("worker {role}: expected READY, got {other:?}").into()),
+    }
+}
+
+/// `--pg-worker ROLE URL RUNS N PREFIX`: a worker process of the throughput
+/// case. `work` works until killed; `app` waits for a line on stdin, then
+/// starts runs `PREFIX-0` .. `PREFIX-{RUNS-1}` of `N` checkpoints, awaits
+/// their results in order, and prints `DONE <seconds>` and works on.
+pub(crate) async fn worker(args: &[String]) -> Result<(), BoxError> {
+    let [role, url, runs, n, prefix] = args else {
+        return Err("usage: --pg-worker ROLE URL RUNS N PREFIX".into());
+    };
+    let (runs, n): (usize, u32) = (runs.parse()?, n.parse()?);
+    let rt = Runtime::builder()
+        .worker_id(&format!("bench-{role}"))
+        .open(url)
+        .await?;
+    rt.register(durable_loop);
+    println!("READY");
+    std::io::stdout().flush()?;
+    if role == "app" {
+        let mut go = String::new();
+        std::io::stdin().read_line(&mut go)?;
+        let start = Instant::now();
+        let mut starts = tokio::task::JoinSet::new();
+        for r in 0..runs {
+            let rt = rt.clone();
+            let id = format!("{prefix}-{r}");
+            starts.spawn(async move { rt.start(durable_loop, &id, (n, 1000)).await });
+        }
+        let mut handles = Vec::with_capacity(runs);
+        while let Some(h) = starts.join_next().await {
+            handles.push(h??);
+        }
+        let want: u64 = (0..n)
+            .map(|i| u64::from(((i % 1000) as u8).wrapping_add(1)))
+            .sum();
+        for h in &handles {
+            let got = h.result().await?;
+            if got != want {
+                return Err(format!("run {}: result {got}, expected {want}", h.id()).into());
+            }
+        }
+        println!("DONE {}", start.elapsed().as_secs_f64());
+        std::io::stdout().flush()?;
+    }
+    rt.run_worker().await?;
+    Ok(())
+}
+
+/// Rows per second of `rows` rows of `bytes` inserted `per_tx` at a time
+/// (`INSERT ... SELECT unnest(..)`, one transaction each) on one connection.
+async fn raw_batched(
+    client: &Client,
+    schema: &str,
+    bytes: &[u8],
+    rows: usize,
+    per_tx: usize,
+) -> Result<f64, BoxError> {
+    let insert = client
+        .prepare(&format!(
+            "INSERT INTO {schema}.t (data) SELECT unnest($1::bytea[])"
+        ))
+        .await?;
+    let batch: Vec<&[u8]> = vec![bytes; per_tx];
+    let start = Instant::now();
+    let mut left = rows;
+    while left > 0 {
+        let k = left.min(per_tx);
+        client.batch_execute("BEGIN").await?;
+        client.execute(&insert, &[&&batch[..k]]).await?;
+        client.batch_execute("COMMIT").await?;
+        left -= k;
+    }
+    Ok(rows as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One round of ours: two worker processes, `runs` runs of `n`
+/// checkpoints; checkpoints per second from the first start to the last
+/// result.
+async fn two_workers(url: &str, runs: usize, n: u32) -> Result<f64, BoxError> {
+    let schema = schema_name("tp");
+    let store_url = with_param(url, "schema", &schema);
+    // Creates the tables before either worker starts.
+    drop(PostgresStore::open(&store_url).await?);
+    let (_work, _) = spawn_worker("work", &store_url, runs, n, "tp")?;
+    let (mut app, mut lines) = spawn_worker("app", &store_url, runs, n, "tp")?;
+    writeln!(app.0.stdin.as_mut().ok_or("no stdin")?, "go")?;
+    let done = tokio::task::spawn_blocking(move || lines.next())
+        .await?
+        .ok_or("the app worker ended early")??;
+    let secs: f64 = done
+        .strip_prefix("DONE ")
+        .ok_or_else(|| format!("app worker: {done}"))?
+        .parse()?;
+    drop(app);
+    PostgresStore::drop_schema(url, &schema).await?;
+    Ok((runs as f64 * f64::from(n)) / secs)
+}
+
+async fn throughput_row(url: &str, scale: f64, payload: usize) -> Result<String, BoxError> {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let runs = env("BENCH_PG_RUNS", 1000);
+    let n = scaled(env("BENCH_PG_CHECKPOINTS", 20), scale) as u32;
+    let rounds = env("BENCH_ROUNDS", 3).max(1);
+    let per_tx = 1000;
+    let total = runs * n as usize;
+    let bytes: Vec<u8> = (0..payload.max(1)).map(|i| i as u8).collect();
+    let raw = connect(url).await?;
+    eprintln!(
+        "postgres throughput: warm-up, {runs} runs x {} checkpoints ...",
+        (n / 5).max(1)
+    );
+    two_workers(url, runs, (n / 5).max(1)).await?;
+    let mut measured = Vec::new();
+    for round in 1..=rounds {
+        eprintln!(
+            "postgres throughput, round {round}/{rounds}: raw floor ({total} rows, {per_tx} per tx), then {runs} runs x {n} checkpoints on two worker processes ..."
+        );
+        let raw_schema = schema_name("rawtp");
+        raw_table(&raw, &raw_schema).await?;
+        let floor = raw_batched(&raw, &raw_schema, &bytes, total, per_tx).await?;
+        raw.batch_execute(&format!("DROP SCHEMA {raw_schema} CASCADE"))
+            .await?;
+        let ours = two_workers(url, runs, n).await?;
+        measured.push((ours / floor, ours, floor));
+    }
+    let in_order: Vec<String> = measured
+        .iter()
+        .map(|(r, o, f)| format!("{:.1}% = {:.0}/{:.0}", r * 100.0, o, f))
+        .collect();
+    measured.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (ratio, ours, floor) = measured[measured.len() / 2];
+    Ok(format!(
+        "| PostgreSQL durable checkpoints/s, {runs} runs x {n} checkpoints of {payload} B on two worker processes (one starts the runs and awaits their results; median of {rounds} rounds, each with its own raw floor just before) | {ours:.0}/s | raw batched inserts ({per_tx} rows per INSERT ... unnest, one tx each, {total} rows): {floor:.0} rows/s | {:.1}% (rounds in order: {}) | >= 50% of raw batched | {} |",
+        ratio * 100.0,
+        in_order.join(", "),
+        met(ratio >= 0.5),
+    ))
+}
