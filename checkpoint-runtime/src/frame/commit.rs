@@ -60,7 +60,10 @@ impl Frame {
             self.run.workflow,
             self.run.id.clone(),
             info.key,
-            Vec::with_capacity(self.size_hint),
+            // A state that grows by appending outgrows a buffer of exactly
+            // the previous size on every checkpoint, and each regrowth
+            // copies (and page-faults) the whole state once more.
+            Vec::with_capacity(self.size_hint + self.size_hint / 4 + 64),
             std::mem::take(&mut self.schema_buf),
         );
         fields(&mut enc)?;
