@@ -79,6 +79,7 @@ mod notify;
 mod ops;
 mod schema;
 mod tables;
+mod tls;
 #[cfg(test)]
 mod tests;
 

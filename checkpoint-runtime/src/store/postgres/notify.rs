@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::conn::{describe, Cx, Target};
 use crate::Error;
@@ -195,7 +195,7 @@ async fn listen_loop(
 async fn listen_once(
     target: &Target,
 ) -> Result<(tokio_postgres::Client, i32, mpsc::UnboundedReceiver<String>), Error> {
-    let (client, mut connection) = target.config.connect(NoTls).await.map_err(|e| {
+    let (client, mut connection) = target.config.connect(target.tls.connector()).await.map_err(|e| {
         let message = format!(
             "postgres: cannot connect to `{}`: {}",
             target.shown,

@@ -1,0 +1,275 @@
+//! TLS for the store's connections, over rustls: libpq's `sslmode` and
+//! `sslrootcert`, read from the URL by `conn::Target::parse` and turned
+//! here into one connector that every connection of the store uses (the
+//! pool's, the listener's, the side ones, and each reconnection).
+//!
+//! | `sslmode`            | TLS                             | certificate check               |
+//! |----------------------|---------------------------------|---------------------------------|
+//! | `disable`            | never                           | -                               |
+//! | `prefer` (default)   | if the server offers it         | none                            |
+//! | `require`            | always                          | none (chain, with `sslrootcert`) |
+//! | `verify-ca`          | always                          | chain                           |
+//! | `verify-full`        | always                          | chain and host name             |
+//!
+//! "None" still checks the handshake's signatures against the certificate's
+//! key: the connection is encrypted, but a man in the middle with a
+//! certificate of its own is not detected. The chain is checked against
+//! `sslrootcert` (a PEM file of CA certificates) or, without it, against
+//! the system's roots (`rustls-native-certs`: what the operator installed,
+//! private CAs included, as libpq's `sslrootcert=system`; a compiled-in
+//! Mozilla list such as `webpki-roots` would refuse a company CA and go
+//! stale). Unlike libpq, no `~/.postgresql/root.crt` is read unasked.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// libpq's `sslmode`, all five values (tokio-postgres knows three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    /// Parses a `sslmode` value; `None` for an unknown one.
+    pub fn parse(value: &str) -> Option<SslMode> {
+        Some(match value {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    /// The value as written in a URL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// What tokio-postgres is told: whether to ask for TLS and whether to
+    /// give up without it (the certificate check is the connector's).
+    pub fn for_tokio_postgres(self) -> tokio_postgres::config::SslMode {
+        use tokio_postgres::config::SslMode as T;
+        match self {
+            SslMode::Disable => T::Disable,
+            SslMode::Prefer => T::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => T::Require,
+        }
+    }
+}
+
+/// Where `verify-ca`/`verify-full` find their roots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RootCert {
+    /// `sslrootcert=/path/ca.pem`: the CA certificates in that PEM file.
+    File(String),
+    /// `sslrootcert=system`, or none given: the system's store.
+    System,
+}
+
+/// The TLS connector of a store: built once from the URL, cloned into
+/// every connection attempt.
+#[derive(Clone)]
+pub(super) struct Tls {
+    mode: SslMode,
+    connector: MakeRustlsConnect,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls").field("mode", &self.mode).finish()
+    }
+}
+
+impl Tls {
+    /// The connector for `mode` (libpq's meaning: `require` with a root
+    /// certificate given checks the chain, as `verify-ca`). The error says
+    /// what is wrong with `sslrootcert` (or the system's roots), for
+    /// [`Error::UnsupportedStore`](crate::Error::UnsupportedStore).
+    pub fn new(mode: SslMode, root: Option<&RootCert>) -> Result<Tls, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let algorithms = provider.signature_verification_algorithms;
+        let verifier: Arc<dyn ServerCertVerifier> = match (mode, root) {
+            (SslMode::Disable | SslMode::Prefer, _) | (SslMode::Require, None) => {
+                Arc::new(Unverified { algorithms })
+            }
+            (SslMode::Require | SslMode::VerifyCa, root) => Arc::new(ChainOnly {
+                roots: Arc::new(load_roots(root.unwrap_or(&RootCert::System))?),
+                algorithms,
+            }),
+            (SslMode::VerifyFull, root) => {
+                let roots = Arc::new(load_roots(root.unwrap_or(&RootCert::System))?);
+                WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                    .build()
+                    .map_err(|e| format!("cannot check certificates: {e}"))?
+            }
+        };
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("cannot set up TLS: {e}"))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth();
+        Ok(Tls {
+            mode,
+            connector: MakeRustlsConnect::new(config),
+        })
+    }
+
+    /// The connector to hand `tokio_postgres::Config::connect`.
+    pub fn connector(&self) -> MakeRustlsConnect {
+        self.connector.clone()
+    }
+}
+
+/// The root certificates of `root`.
+fn load_roots(root: &RootCert) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    match root {
+        RootCert::File(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("invalid sslrootcert `{path}`: cannot read it: {e}"))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert
+                    .map_err(|e| format!("invalid sslrootcert `{path}`: not PEM certificates: {e}"))?;
+                roots.add(cert).map_err(|e| {
+                    format!("invalid sslrootcert `{path}`: not a usable CA certificate: {e}")
+                })?;
+            }
+            if roots.is_empty() {
+                return Err(format!(
+                    "invalid sslrootcert `{path}`: no PEM certificate (-----BEGIN CERTIFICATE-----) in it"
+                ));
+            }
+        }
+        RootCert::System => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                let why = found
+                    .errors
+                    .first()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "no root certificates in the system's store{why} to check the server's \
+                     certificate: give `sslrootcert=/path/ca.pem`"
+                ));
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// `verify-ca`: the chain up to a root, not the host name.
+#[derive(Debug)]
+struct ChainOnly {
+    roots: Arc<RootCertStore>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.algorithms.all,
+        )?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// `prefer` and `require` without a root certificate: any certificate is
+/// taken (self-signed included), but the handshake must be signed with its
+/// key, so the session is encrypted to whoever holds that key.
+#[derive(Debug)]
+struct Unverified {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
