@@ -79,9 +79,9 @@ mod notify;
 mod ops;
 mod schema;
 mod tables;
-mod tls;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI32;

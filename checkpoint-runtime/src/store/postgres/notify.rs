@@ -195,14 +195,18 @@ async fn listen_loop(
 async fn listen_once(
     target: &Target,
 ) -> Result<(tokio_postgres::Client, i32, mpsc::UnboundedReceiver<String>), Error> {
-    let (client, mut connection) = target.config.connect(target.tls.connector()).await.map_err(|e| {
-        let message = format!(
-            "postgres: cannot connect to `{}`: {}",
-            target.shown,
-            describe(&e)
-        );
-        Error::store_caused_by(message, e)
-    })?;
+    let (client, mut connection) = target
+        .config
+        .connect(target.tls.connector())
+        .await
+        .map_err(|e| {
+            let message = format!(
+                "postgres: cannot connect to `{}`: {}",
+                target.shown,
+                describe(&e)
+            );
+            Error::store_caused_by(message, e)
+        })?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

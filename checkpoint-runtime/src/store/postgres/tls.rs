@@ -150,8 +150,9 @@ fn load_roots(root: &RootCert) -> Result<RootCertStore, String> {
             let pem = std::fs::read(path)
                 .map_err(|e| format!("invalid sslrootcert `{path}`: cannot read it: {e}"))?;
             for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert
-                    .map_err(|e| format!("invalid sslrootcert `{path}`: not PEM certificates: {e}"))?;
+                let cert = cert.map_err(|e| {
+                    format!("invalid sslrootcert `{path}`: not PEM certificates: {e}")
+                })?;
                 roots.add(cert).map_err(|e| {
                     format!("invalid sslrootcert `{path}`: not a usable CA certificate: {e}")
                 })?;
@@ -271,5 +272,109 @@ impl ServerCertVerifier for Unverified {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::conn::Target;
+    use super::SslMode;
+    use crate::Error;
+    use tokio_postgres::config::SslMode as Told;
+
+    fn refused(url: &str) -> String {
+        match Target::parse(url, None) {
+            Err(e @ Error::UnsupportedStore { .. }) => e.to_string(),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sslmode_is_read_with_libpqs_meaning() {
+        let t = Target::parse("postgres://u@h/db", None).unwrap();
+        assert_eq!(
+            (t.tls.mode, t.config.get_ssl_mode()),
+            (SslMode::Prefer, Told::Prefer)
+        );
+        for (v, mode, told) in [
+            ("disable", SslMode::Disable, Told::Disable),
+            ("prefer", SslMode::Prefer, Told::Prefer),
+            ("require", SslMode::Require, Told::Require),
+        ] {
+            let t = Target::parse(&format!("postgres://u@h/db?sslmode={v}"), None).unwrap();
+            assert_eq!((t.tls.mode, t.config.get_ssl_mode()), (mode, told), "{v}");
+        }
+        // A key=value string, with this backend's own pairs among the rest.
+        let t = Target::parse(
+            "host=h user=u sslmode = require schema='s_1' dbname=db",
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.tls.mode, SslMode::Require);
+        assert_eq!(t.schema.as_deref(), Some("s_1"));
+        assert_eq!(t.config.get_dbname(), Some("db"));
+        // Over a Unix-domain socket `sslmode` does not apply (as libpq).
+        let t = Target::parse("postgres://u@%2Ftmp/db?sslmode=require", None).unwrap();
+        assert_eq!(t.config.get_ssl_mode(), Told::Disable);
+    }
+
+    #[test]
+    fn bad_tls_parameters_are_refused_before_connecting() {
+        let err = refused("postgres://u:pw@h/db?sslmode=bogus");
+        assert!(err.contains("invalid sslmode `bogus`"), "{err}");
+        assert!(!err.contains("pw@"), "{err}");
+        let err = refused("host=h sslmode=Verify-Full");
+        assert!(err.contains("invalid sslmode `Verify-Full`"), "{err}");
+        // Percent-decoded in a URL, unquoted in a key=value string.
+        for url in [
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fno%20such%2Fca.pem",
+            "host=h sslmode=verify-ca sslrootcert='/no such/ca.pem'",
+            "postgres://u@h/db?sslmode=require&sslrootcert=/no%20such/ca.pem",
+        ] {
+            let err = refused(url);
+            assert!(
+                err.contains("invalid sslrootcert `/no such/ca.pem`: cannot read it"),
+                "{err}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text, says) in [
+            ("empty.pem", "", "no PEM certificate"),
+            ("junk.pem", "not a certificate\n", "no PEM certificate"),
+            (
+                "bad.pem",
+                "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                "not a usable CA certificate",
+            ),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let err = refused(&format!(
+                "postgres://u@h/db?sslmode=verify-full&sslrootcert={}",
+                path.display()
+            ));
+            assert!(
+                err.contains("invalid sslrootcert `") && err.contains(says),
+                "{err}"
+            );
+        }
+        let err = refused("postgres://u@h/db?sslmode=require&sslrootcert=system");
+        assert!(
+            err.contains("sslmode `require` may not be used with sslrootcert=system"),
+            "{err}"
+        );
+        let err = refused("postgres://u@h/db?sslrootcert=");
+        assert!(err.contains("invalid sslrootcert ``"), "{err}");
+        // `prefer` checks no certificate, so it reads no file (as libpq).
+        assert!(Target::parse("postgres://u@h/db?sslrootcert=/no/such.pem", None).is_ok());
+    }
+
+    #[test]
+    fn redaction_keeps_tls_parameters_and_hides_the_password() {
+        let url = "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem&password=x";
+        assert_eq!(
+            crate::store::redact_url(url),
+            "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem&password=***"
+        );
     }
 }
