@@ -377,4 +377,54 @@ mod tests {
             "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem&password=***"
         );
     }
+
+    /// Over the connections the store opens (`conn::connect`): TLS is
+    /// used as `sslmode` says. Only opens sessions on the test server (it
+    /// changes nothing there); the server's own certificate, whatever it
+    /// is, is accepted by `require`.
+    #[tokio::test]
+    #[cfg_attr(
+        not(checkpoint_test_postgres),
+        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+    )]
+    async fn connections_use_tls_as_sslmode_says() {
+        let Ok(base) = std::env::var("CHECKPOINT_TEST_POSTGRES_URL") else {
+            eprintln!("skipped: CHECKPOINT_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        let handle = tokio::runtime::Handle::current();
+        let probe = |mode: &'static str| {
+            let sep = if base.contains('?') { '&' } else { '?' };
+            let url = format!("{base}{sep}sslmode={mode}");
+            let handle = handle.clone();
+            async move {
+                let target = Target::parse(&url, None).unwrap();
+                let client = super::super::conn::connect(&handle, &target).await?;
+                let row = client
+                    .query_one(
+                        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                        &[],
+                    )
+                    .await
+                    .map_err(super::super::conn::db_err)?;
+                Ok::<bool, Error>(row.get(0))
+            }
+        };
+        let server_has_tls = match probe("require").await {
+            Ok(ssl) => {
+                assert!(ssl, "sslmode=require connected without TLS");
+                true
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("server does not support TLS"), "{e}");
+                false
+            }
+        };
+        assert!(!probe("disable").await.unwrap(), "sslmode=disable used TLS");
+        assert_eq!(
+            probe("prefer").await.unwrap(),
+            server_has_tls,
+            "sslmode=prefer"
+        );
+    }
 }
