@@ -172,7 +172,10 @@ async fn runs_over_tls(cluster: &Cluster, url: &str, app: &str, id: &str) -> Run
 async fn refused(url: &str) -> String {
     match within(Runtime::open(url)).await {
         Ok(_) => panic!("{url} was accepted"),
-        Err(e) => e.to_string(),
+        Err(e) => {
+            eprintln!("refused as expected: {e}");
+            e.to_string()
+        }
     }
 }
 
@@ -264,6 +267,10 @@ async fn verify_full_refuses_a_certificate_for_another_name_and_verify_ca_takes_
     );
     assert!(err.contains("not valid for name"), "{err}");
     assert!(err.contains("127.0.0.1"), "{err}");
+    assert!(
+        err.contains("(sslmode=verify-full: the server's certificate does not name the host"),
+        "{err}"
+    );
     // verify-ca checks the chain only; so does require with a root
     // certificate (as libpq).
     let app = "cp-tls-verify-ca";
@@ -293,6 +300,13 @@ async fn a_certificate_from_another_ca_is_refused() {
         assert!(err.contains("cannot connect"), "{mode}: {err}");
         assert!(err.contains("invalid peer certificate"), "{mode}: {err}");
         assert!(err.contains("UnknownIssuer"), "{mode}: {err}");
+        assert!(
+            err.contains(&format!(
+                "(sslmode={mode}: the server's certificate is not signed by the CA \
+                 certificates of `{other}`)"
+            )),
+            "{mode}: {err}"
+        );
     }
 }
 

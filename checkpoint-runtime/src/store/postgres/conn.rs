@@ -312,6 +312,17 @@ pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A failed connection attempt as [`Error::Store`], naming the URL (its
+/// password hidden) and, for a refused certificate, what was checked.
+pub(super) fn connect_error(shown: &str, tls: &Tls, e: tokio_postgres::Error) -> Error {
+    let message = format!(
+        "postgres: cannot connect to `{shown}`: {}{}",
+        describe(&e),
+        tls.explain(&e)
+    );
+    Error::store_caused_by(message, e)
+}
+
 /// A database error as the runtime's [`Error::Store`].
 pub(super) fn db_err(e: tokio_postgres::Error) -> Error {
     Error::store_caused_by(format!("postgres: {}", describe(&e)), e)
@@ -437,7 +448,7 @@ async fn connect_with(
     ended: Option<oneshot::Sender<()>>,
 ) -> Result<Client, Error> {
     let config = target.config.clone();
-    let tls = target.tls.connector();
+    let tls = target.tls.clone();
     let schema = target.schema.clone();
     let shown = target.shown.clone();
     let own_idle_timeout = target
@@ -445,10 +456,10 @@ async fn connect_with(
         .get_options()
         .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
     let task = handle.spawn(async move {
-        let (client, connection) = config.connect(tls).await.map_err(|e| {
-            let message = format!("postgres: cannot connect to `{shown}`: {}", describe(&e));
-            Error::store_caused_by(message, e)
-        })?;
+        let (client, connection) = config
+            .connect(tls.connector())
+            .await
+            .map_err(|e| connect_error(&shown, &tls, e))?;
         tokio::spawn(async move {
             // Ends when the client is dropped or the server goes away; the
             // client then reports `is_closed` and is not reused.

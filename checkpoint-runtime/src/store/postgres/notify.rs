@@ -27,7 +27,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::AsyncMessage;
 
-use super::conn::{describe, Cx, Target};
+use super::conn::{Cx, Target};
 use crate::Error;
 
 /// The notification channel.
@@ -199,14 +199,7 @@ async fn listen_once(
         .config
         .connect(target.tls.connector())
         .await
-        .map_err(|e| {
-            let message = format!(
-                "postgres: cannot connect to `{}`: {}",
-                target.shown,
-                describe(&e)
-            );
-            Error::store_caused_by(message, e)
-        })?;
+        .map_err(|e| super::conn::connect_error(&target.shown, &target.tls, e))?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -92,6 +92,8 @@ pub(super) enum RootCert {
 #[derive(Clone)]
 pub(super) struct Tls {
     mode: SslMode,
+    /// What the chain is checked against, for messages (`None`: no check).
+    roots: Option<String>,
     connector: MakeRustlsConnect,
 }
 
@@ -130,10 +132,49 @@ impl Tls {
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
+        let roots = match (mode, root) {
+            (SslMode::Disable | SslMode::Prefer, _) | (SslMode::Require, None) => None,
+            (_, Some(RootCert::File(path))) => Some(format!("the CA certificates of `{path}`")),
+            (_, _) => Some("the system's root certificates".to_owned()),
+        };
         Ok(Tls {
             mode,
+            roots,
             connector: MakeRustlsConnect::new(config),
         })
+    }
+
+    /// For a connection refused over the server's certificate, what was
+    /// checked, as `" (...)"` to append to the error; else empty.
+    pub fn explain(&self, e: &tokio_postgres::Error) -> String {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        let refused = std::iter::from_fn(|| {
+            let now = source?;
+            source = now.source();
+            Some(now)
+        })
+        .find_map(|e| {
+            let e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+            match e.downcast_ref::<rustls::Error>()? {
+                rustls::Error::InvalidCertificate(c) => Some(c.clone()),
+                _ => None,
+            }
+        });
+        let (Some(refused), Some(roots)) = (refused, &self.roots) else {
+            return String::new();
+        };
+        let mode = self.mode.as_str();
+        match refused {
+            rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature => {
+                format!(" (sslmode={mode}: the server's certificate is not signed by {roots})")
+            }
+            rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. } => format!(
+                " (sslmode=verify-full: the server's certificate does not name the host; \
+                 connect by a name it holds, or use sslmode=verify-ca)"
+            ),
+            _ => format!(" (sslmode={mode}, checked against {roots})"),
+        }
     }
 
     /// The connector to hand `tokio_postgres::Config::connect`.
