@@ -82,7 +82,16 @@ pub(super) fn quote_ident(name: &str) -> String {
 
 /// The query parameters (of a URL) or pairs (of a `key=value` string) that
 /// this backend reads itself rather than tokio-postgres.
-const OWN_PARAMS: &[&str] = &["schema", "pool_size", "sslmode", "sslrootcert"];
+/// (`sslcert`, `sslkey` and `sslpassword`: only to be refused clearly.)
+const OWN_PARAMS: &[&str] = &[
+    "schema",
+    "pool_size",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+];
 
 impl Target {
     /// Parses `postgres://...` / `postgresql://...` (or a `key=value`
@@ -98,55 +107,7 @@ impl Target {
             reason,
         };
         let (pg_url, own) = split_own_params(url);
-        let mut own_schema = None;
-        let mut pool_size = DEFAULT_POOL_SIZE;
-        let mut sslmode = None;
-        let mut root = None;
-        for (key, v) in own {
-            match key {
-                "schema" => own_schema = Some(v),
-                "pool_size" => {
-                    pool_size = v
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_POOL_SIZE).contains(n))
-                        .ok_or_else(|| {
-                            bad(format!(
-                                "invalid pool_size `{v}`: expected a number from 1 to \
-                                 {MAX_POOL_SIZE}"
-                            ))
-                        })?;
-                }
-                "sslmode" => {
-                    sslmode = Some(SslMode::parse(&v).ok_or_else(|| {
-                        bad(format!(
-                            "invalid sslmode `{v}`: expected disable, prefer, require, \
-                             verify-ca or verify-full"
-                        ))
-                    })?);
-                }
-                _ => {
-                    root = Some(match v.as_str() {
-                        "" => return Err(bad("invalid sslrootcert ``: empty path".to_owned())),
-                        "system" => RootCert::System,
-                        _ => RootCert::File(v),
-                    })
-                }
-            }
-        }
-        // As libpq: `sslrootcert=system` means `verify-full` and allows no
-        // weaker mode (the system's roots vouch for names, not for a CA of
-        // one's own).
-        let sslmode = match (sslmode, &root) {
-            (None, Some(RootCert::System)) => SslMode::VerifyFull,
-            (Some(m), Some(RootCert::System)) if m != SslMode::VerifyFull => {
-                return Err(bad(format!(
-                    "sslmode `{}` may not be used with sslrootcert=system: use verify-full",
-                    m.as_str()
-                )))
-            }
-            (m, _) => m.unwrap_or(SslMode::Prefer),
-        };
+        let own = OwnParams::read(own).map_err(&bad)?;
         let mut config: tokio_postgres::Config = pg_url
             .parse()
             .map_err(|e| bad(format!("not a valid PostgreSQL URL: {}", describe(&e))))?;
@@ -160,16 +121,17 @@ impl Target {
         config.ssl_mode(if unix_only {
             tokio_postgres::config::SslMode::Disable
         } else {
-            sslmode.for_tokio_postgres()
+            own.sslmode.for_tokio_postgres()
         });
-        let tls = Tls::new(sslmode, root.as_ref()).map_err(&bad)?;
+        let tls = Tls::new(own.sslmode, own.root.as_ref()).map_err(&bad)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         if config.get_application_name().is_none() {
             config.application_name("checkpoint-runtime");
         }
-        let schema = match (schema, own_schema) {
+        let pool_size = own.pool_size;
+        let schema = match (schema, own.schema) {
             (Some(s), _) => Some(s.to_owned()),
             (None, s) => s,
         };
@@ -182,6 +144,82 @@ impl Target {
             schema,
             pool_size,
             shown,
+        })
+    }
+}
+
+/// This backend's own parameters, read.
+struct OwnParams {
+    schema: Option<String>,
+    pool_size: usize,
+    sslmode: SslMode,
+    root: Option<RootCert>,
+}
+
+impl OwnParams {
+    /// Reads the pairs [`split_own_params`] took out; the error names the
+    /// parameter and its value.
+    fn read(pairs: Vec<(&'static str, String)>) -> Result<OwnParams, String> {
+        let mut schema = None;
+        let mut pool_size = DEFAULT_POOL_SIZE;
+        let mut sslmode = None;
+        let mut root = None;
+        for (key, v) in pairs {
+            match key {
+                "schema" => schema = Some(v),
+                "pool_size" => {
+                    pool_size = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_POOL_SIZE).contains(n))
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid pool_size `{v}`: expected a number from 1 to \
+                                 {MAX_POOL_SIZE}"
+                            )
+                        })?;
+                }
+                "sslmode" => {
+                    sslmode = Some(SslMode::parse(&v).ok_or_else(|| {
+                        format!(
+                            "invalid sslmode `{v}`: expected disable, prefer, require, \
+                             verify-ca or verify-full"
+                        )
+                    })?);
+                }
+                "sslrootcert" => {
+                    root = Some(match v.as_str() {
+                        "" => return Err("invalid sslrootcert ``: empty path".to_owned()),
+                        "system" => RootCert::System,
+                        _ => RootCert::File(v),
+                    })
+                }
+                _ => {
+                    return Err(format!(
+                        "`{key}` is not supported: client certificates are not (yet); \
+                         authenticate with a password or trust instead"
+                    ))
+                }
+            }
+        }
+        // As libpq: `sslrootcert=system` means `verify-full` and allows no
+        // weaker mode (the system's roots vouch for names, not for a CA of
+        // one's own).
+        let sslmode = match (sslmode, &root) {
+            (None, Some(RootCert::System)) => SslMode::VerifyFull,
+            (Some(m), Some(RootCert::System)) if m != SslMode::VerifyFull => {
+                return Err(format!(
+                    "sslmode `{}` may not be used with sslrootcert=system: use verify-full",
+                    m.as_str()
+                ))
+            }
+            (m, _) => m.unwrap_or(SslMode::Prefer),
+        };
+        Ok(OwnParams {
+            schema,
+            pool_size,
+            sslmode,
+            root,
         })
     }
 }

@@ -404,6 +404,8 @@ mod tests {
             err.contains("sslmode `require` may not be used with sslrootcert=system"),
             "{err}"
         );
+        let err = refused("postgres://u@h/db?sslmode=verify-full&sslcert=/c.pem&sslkey=/k.pem");
+        assert!(err.contains("`sslcert` is not supported"), "{err}");
         let err = refused("postgres://u@h/db?sslrootcert=");
         assert!(err.contains("invalid sslrootcert ``"), "{err}");
         // `prefer` checks no certificate, so it reads no file (as libpq).
