@@ -20,9 +20,9 @@
 //!   `checkpoint-runtime: worker ... the store failed ...`), and that it
 //!   works again.
 //!
-//! The cluster runs as the current user, or, when the test runs as root
-//! (which `initdb` refuses), as the system user `postgres`. A guard stops
-//! it (SIGQUIT, then SIGKILL) and removes its directory when the test ends,
+//! The cluster (`common::cluster`, shared with `pg_tls.rs`) runs as the
+//! current user, or, when the test runs as root (which `initdb` refuses),
+//! as the system user `postgres`. A guard stops it (SIGQUIT, then SIGKILL) and removes its directory when the test ends,
 //! also when it fails; a watchdog process does the same, and SIGKILLs the
 //! workers, should the test process itself be killed.
 //!

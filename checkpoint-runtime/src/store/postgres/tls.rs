@@ -3,13 +3,13 @@
 //! here into one connector that every connection of the store uses (the
 //! pool's, the listener's, the side ones, and each reconnection).
 //!
-//! | `sslmode`            | TLS                             | certificate check               |
-//! |----------------------|---------------------------------|---------------------------------|
-//! | `disable`            | never                           | -                               |
-//! | `prefer` (default)   | if the server offers it         | none                            |
-//! | `require`            | always                          | none (chain, with `sslrootcert`) |
-//! | `verify-ca`          | always                          | chain                           |
-//! | `verify-full`        | always                          | chain and host name             |
+//! | `sslmode`          | TLS                     | certificate check                |
+//! |--------------------|-------------------------|----------------------------------|
+//! | `disable`          | never                   | -                                |
+//! | `prefer` (default) | if the server offers it | none                             |
+//! | `require`          | always                  | none (chain, with `sslrootcert`) |
+//! | `verify-ca`        | always                  | chain                            |
+//! | `verify-full`      | always                  | chain and host name              |
 //!
 //! "None" still checks the handshake's signatures against the certificate's
 //! key: the connection is encrypted, but a man in the middle with a
