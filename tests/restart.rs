@@ -22,9 +22,10 @@
 //!
 //! The cluster (`common::cluster`, shared with `pg_tls.rs`) runs as the
 //! current user, or, when the test runs as root (which `initdb` refuses),
-//! as the system user `postgres`. A guard stops it (SIGQUIT, then SIGKILL) and removes its directory when the test ends,
-//! also when it fails; a watchdog process does the same, and SIGKILLs the
-//! workers, should the test process itself be killed.
+//! as the system user `postgres`. A guard stops it (SIGQUIT, then
+//! SIGKILL) and removes its directory when the test ends, also when it
+//! fails; a watchdog process does the same, and SIGKILLs the workers,
+//! should the test process itself be killed.
 //!
 //! It needs the PostgreSQL server binaries (`initdb`, `postgres`,
 //! `pg_isready`): from `CHECKPOINT_TEST_PG_BIN`, else the newest
