@@ -169,10 +169,11 @@ impl Tls {
                 format!(" (sslmode={mode}: the server's certificate is not signed by {roots})")
             }
             rustls::CertificateError::NotValidForName
-            | rustls::CertificateError::NotValidForNameContext { .. } => format!(
+            | rustls::CertificateError::NotValidForNameContext { .. } => {
                 " (sslmode=verify-full: the server's certificate does not name the host; \
                  connect by a name it holds, or use sslmode=verify-ca)"
-            ),
+                    .to_owned()
+            }
             _ => format!(" (sslmode={mode}, checked against {roots})"),
         }
     }
