@@ -407,6 +407,9 @@ mod tests {
         );
         let err = refused("postgres://u@h/db?sslmode=verify-full&sslcert=/c.pem&sslkey=/k.pem");
         assert!(err.contains("`sslcert` is not supported"), "{err}");
+        let err = refused("host=h user=u sslpassword='s3 cret'");
+        assert!(err.contains("`sslpassword` is not supported"), "{err}");
+        assert!(!err.contains("s3"), "{err}");
         let err = refused("postgres://u@h/db?sslrootcert=");
         assert!(err.contains("invalid sslrootcert ``"), "{err}");
         // `prefer` checks no certificate, so it reads no file (as libpq).
