@@ -91,6 +91,11 @@ fn pki(test: &str) -> Pki {
 /// skipped, saying why) without `CHECKPOINT_TEST_POSTGRES_URL` or server
 /// binaries.
 fn tls_server(test: &str, tls_only: bool) -> Option<(Cluster, Pki)> {
+    tls_server_with(test, tls_only, "")
+}
+
+/// [`tls_server`] with more lines for `postgresql.conf`.
+fn tls_server_with(test: &str, tls_only: bool, extra_conf: &str) -> Option<(Cluster, Pki)> {
     if std::env::var_os(URL_VAR).is_none() {
         eprintln!("skipped {test}: {URL_VAR} is not set");
         return None;
@@ -108,6 +113,7 @@ fn tls_server(test: &str, tls_only: bool) -> Option<(Cluster, Pki)> {
             cert_pem: &pki.server_cert,
             key_pem: &pki.server_key,
             tls_only,
+            extra_conf,
         })
         .expect("turning TLS on");
     cluster.start();
@@ -379,6 +385,37 @@ async fn prefer_falls_back_to_plain_on_a_server_without_tls() {
     assert!(n >= 1 && tls == 0, "{n} sessions, {tls} over TLS");
     let err = refused(&url(&cluster, "localhost", "sslmode=require")).await;
     assert!(err.contains("server does not support TLS"), "{err}");
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set (the test starts a PostgreSQL cluster of its own)"
+)]
+async fn prefer_falls_back_to_plain_when_the_tls_handshake_fails() {
+    // The server speaks TLS 1.1 at most, which rustls does not: it says
+    // yes to TLS, then the handshake fails.
+    let conf = "ssl_min_protocol_version = 'TLSv1'\nssl_max_protocol_version = 'TLSv1.1'";
+    let Some((cluster, _pki)) = tls_server_with("tls_fallback", false, conf) else {
+        return;
+    };
+    let err = refused(&url(&cluster, "localhost", "sslmode=require")).await;
+    assert!(err.contains("error performing TLS handshake"), "{err}");
+    let app = "cp-tls-fallback";
+    let rt = within(Runtime::open(&url(
+        &cluster,
+        "localhost",
+        &format!("sslmode=prefer&application_name={app}"),
+    )))
+    .await
+    .unwrap();
+    let h = rt.start(greet, "fb-1", "fb".to_owned()).await.unwrap();
+    assert_eq!(
+        within(h.result()).await.unwrap(),
+        Ok("hello, fb".to_owned())
+    );
+    let (n, tls) = sessions(&cluster, app).await;
+    assert!(n >= 1 && tls == 0, "{n} sessions, {tls} over TLS");
 }
 
 /// No server needed: these are refused while the URL is read.

@@ -330,6 +330,8 @@ pub struct ServerTls<'a> {
     pub key_pem: &'a str,
     /// Refuse connections over TCP without TLS (`hostnossl ... reject`).
     pub tls_only: bool,
+    /// More lines for `postgresql.conf` (say, `ssl_max_protocol_version`).
+    pub extra_conf: &'a str,
 }
 
 impl Cluster {
@@ -370,6 +372,8 @@ impl Cluster {
         let mut text = std::fs::read_to_string(&conf)
             .map_err(|e| format!("reading {}: {e}", conf.display()))?;
         text.push_str("\n# Cluster::enable_tls\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        text.push_str(tls.extra_conf);
+        text.push('\n');
         write("postgresql.conf", &text, 0o600)
     }
 }

@@ -494,8 +494,8 @@ async fn connect_with(
         .get_options()
         .is_some_and(|o| o.contains("idle_in_transaction_session_timeout"));
     let task = handle.spawn(async move {
-        let (client, connection) = config
-            .connect(tls.connector())
+        let (client, connection) = tls
+            .connect(&config)
             .await
             .map_err(|e| connect_error(&shown, &tls, e))?;
         tokio::spawn(async move {

@@ -117,21 +117,21 @@ pub use self::schema::SCHEMA_VERSION;
 ///   connection's current schema (normally `public`);
 /// - `pool_size=N`: open at most `N` connections (1 to 1024, default 8),
 ///   plus one that listens for notifications, one that sends them, one for
-///   lease renewals and one per worker id held.
-///
+///   lease renewals and one per worker id held;
 /// - `sslmode` and `sslrootcert`, as in libpq: TLS through rustls (with
 ///   the `ring` provider). `sslmode=disable`: never; `prefer` (the
-///   default): when the server offers it, else plain TCP; `require`:
-///   always, with no certificate check (the handshake's signatures are
-///   checked, the certificate is not: any one is accepted, self-signed
-///   included); `verify-ca`: the certificate must chain up to a root;
-///   `verify-full`: and name the host. The roots are the CA certificates in
-///   the PEM file `sslrootcert=/path/ca.pem`, or, without it, the system's
-///   (`sslrootcert=system` says so, and means `verify-full`). As in libpq,
-///   `require` with a `sslrootcert` checks the chain like `verify-ca`, and
-///   `sslmode` does not apply over a Unix-domain socket. Unlike libpq,
-///   `~/.postgresql/root.crt` is not read unasked. All the store's
-///   connections, and each reconnection, use these settings.
+///   default): when the server offers it, else (or when the handshake
+///   fails) plain TCP; `require`: always, with no certificate check (the
+///   handshake's signatures are checked, the certificate is not: any one
+///   is accepted, self-signed included); `verify-ca`: the certificate must
+///   chain up to a root; `verify-full`: and name the host. The roots are
+///   the CA certificates in the PEM file `sslrootcert=/path/ca.pem`, or,
+///   without it, the system's (`sslrootcert=system` says so, and means
+///   `verify-full`). As in libpq, `require` with a `sslrootcert` checks
+///   the chain like `verify-ca`, and `sslmode` does not apply over a
+///   Unix-domain socket. Unlike libpq, `~/.postgresql/root.crt` is not
+///   read unasked. All the store's connections, and each reconnection,
+///   use these settings.
 ///
 /// The same parameters work in a `key=value` connection string
 /// (`host=db sslmode=verify-full sslrootcert=/etc/ca.pem`). A bad

@@ -196,8 +196,8 @@ async fn listen_once(
     target: &Target,
 ) -> Result<(tokio_postgres::Client, i32, mpsc::UnboundedReceiver<String>), Error> {
     let (client, mut connection) = target
-        .config
-        .connect(target.tls.connector())
+        .tls
+        .connect(&target.config)
         .await
         .map_err(|e| super::conn::connect_error(&target.shown, &target.tls, e))?;
     let (tx, rx) = mpsc::unbounded_channel();

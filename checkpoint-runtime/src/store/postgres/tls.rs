@@ -11,6 +11,9 @@
 //! | `verify-ca`        | always                  | chain                            |
 //! | `verify-full`      | always                  | chain and host name              |
 //!
+//! `prefer` also connects without TLS when the server offers it but the
+//! handshake fails (as libpq; `Tls::connect`).
+//!
 //! "None" still checks the handshake's signatures against the certificate's
 //! key: the connection is encrypted, but a man in the middle with a
 //! certificate of its own is not detected. The chain is checked against
@@ -30,7 +33,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// A connection's I/O (to be polled, or spawned, until it ends).
+pub(super) type Session = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
 
 /// libpq's `sslmode`, all five values (tokio-postgres knows three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,9 +188,29 @@ impl Tls {
         }
     }
 
-    /// The connector to hand `tokio_postgres::Config::connect`.
-    pub fn connector(&self) -> MakeRustlsConnect {
-        self.connector.clone()
+    /// Connects with `config` (whose `ssl_mode` came from this `sslmode`).
+    /// As libpq, `prefer` tries once more without TLS when the TLS
+    /// handshake failed (a server whose TLS this client cannot speak is
+    /// still reached, as it was by a client without TLS).
+    pub async fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<(tokio_postgres::Client, Session), tokio_postgres::Error> {
+        use tokio_postgres::config::SslMode as Told;
+        match config.connect(self.connector.clone()).await {
+            // tokio-postgres shows no error kind but in words: this is its
+            // `Kind::Tls`, a failed handshake (a server without TLS was
+            // already taken as plain by `prefer`).
+            Err(e)
+                if config.get_ssl_mode() == Told::Prefer
+                    && e.to_string().starts_with("error performing TLS handshake") =>
+            {
+                let mut plain = config.clone();
+                plain.ssl_mode(Told::Disable);
+                plain.connect(self.connector.clone()).await
+            }
+            other => other,
+        }
     }
 }
 
