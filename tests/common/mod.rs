@@ -4,6 +4,7 @@
 // Each test crate uses its own part of these helpers.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod pg;
 pub mod worker;
 

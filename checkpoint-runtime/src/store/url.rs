@@ -86,8 +86,8 @@ impl StoreUrl {
 /// A store URL fit for messages and logs: every password in it is replaced
 /// by `***`: the one of `scheme://user:password@host/...` (up to the first
 /// `@`, as tokio-postgres reads it, so a password holding `/` or `?` is
-/// hidden whole), a `password=...` query parameter, and a
-/// `password=...` pair of a `key=value` connection string. Anything else is
+/// hidden whole), a `password=...` (or `sslpassword=...`) query parameter,
+/// and such a pair of a `key=value` connection string. Anything else is
 /// returned as it is.
 ///
 /// ```
@@ -108,6 +108,15 @@ impl StoreUrl {
 /// assert_eq!(
 ///     redact_url("postgres://app:pa/ss?w@db/prod"),
 ///     "postgres://app:***@db/prod"
+/// );
+/// // TLS parameters are kept; the password of a client key is hidden too.
+/// assert_eq!(
+///     redact_url("postgres://app:s3cret@db/prod?sslmode=verify-full&sslrootcert=/etc/ca.pem"),
+///     "postgres://app:***@db/prod?sslmode=verify-full&sslrootcert=/etc/ca.pem"
+/// );
+/// assert_eq!(
+///     redact_url("host=db sslkey=/k.pem sslpassword=s3cret"),
+///     "host=db sslkey=/k.pem sslpassword=***"
 /// );
 /// assert_eq!(redact_url("runs.db"), "runs.db");
 /// ```
@@ -140,7 +149,10 @@ fn redact_password_pairs(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find(KEY) {
-        let starts_pair = i == 0 || matches!(rest.as_bytes()[i - 1], b'?' | b'&' | b' ');
+        // `password=` or libpq's `sslpassword=` (of a client key).
+        let key_start = if rest[..i].ends_with("ssl") { i - 3 } else { i };
+        let starts_pair =
+            key_start == 0 || matches!(rest.as_bytes()[key_start - 1], b'?' | b'&' | b' ');
         out.push_str(&rest[..i + KEY.len()]);
         rest = &rest[i + KEY.len()..];
         if !starts_pair {

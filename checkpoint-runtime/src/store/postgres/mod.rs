@@ -15,6 +15,9 @@
 //!   (`conn::Side`), one statement each, skipping a locked row instead of
 //!   waiting for it, so that no load of checkpoints and claims can hold
 //!   them up.
+//! - **TLS** (`tls`): libpq's `sslmode` and `sslrootcert` over rustls
+//!   (`ring` provider), read with the URL in `conn::Target::parse` into one
+//!   connector that every connection of the store uses.
 //! - **Tables** (`schema`): `cp_runs`, `cp_checkpoints`, `cp_signals`,
 //!   `cp_history`, `cp_schemas`, and `cp_schema_version` with the version of
 //!   the others, created or migrated forward on open. They live in the
@@ -81,6 +84,7 @@ mod schema;
 mod tables;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI32;
@@ -113,10 +117,43 @@ pub use self::schema::SCHEMA_VERSION;
 ///   connection's current schema (normally `public`);
 /// - `pool_size=N`: open at most `N` connections (1 to 1024, default 8),
 ///   plus one that listens for notifications, one that sends them, one for
-///   lease renewals and one per worker id held.
+///   lease renewals and one per worker id held;
+/// - `sslmode` and `sslrootcert`, as in libpq: TLS through rustls (with
+///   the `ring` provider). `sslmode=disable`: never; `prefer` (the
+///   default): when the server offers it, else (or when the handshake
+///   fails) plain TCP; `require`: always, with no certificate check (the
+///   handshake's signatures are checked, the certificate is not: any one
+///   is accepted, self-signed included); `verify-ca`: the certificate must
+///   chain up to a root; `verify-full`: and name the host. The roots are
+///   the CA certificates in the PEM file `sslrootcert=/path/ca.pem`, or,
+///   without it, the system's (`sslrootcert=system` says so, and means
+///   `verify-full`). As in libpq, `require` with a `sslrootcert` checks
+///   the chain like `verify-ca`, and `sslmode` does not apply over a
+///   Unix-domain socket. Unlike libpq, `~/.postgresql/root.crt` is not
+///   read unasked. All the store's connections, and each reconnection,
+///   use these settings.
 ///
-/// TLS is not supported: connect over a trusted network, a local socket or
-/// a tunnel.
+/// The same parameters work in a `key=value` connection string
+/// (`host=db sslmode=verify-full sslrootcert=/etc/ca.pem`). A bad
+/// `pool_size`, `schema`, `sslmode` or `sslrootcert` (an unknown mode, a
+/// file that cannot be read or holds no CA certificate) is
+/// [`Error::UnsupportedStore`] naming the parameter and its value, before
+/// any connection is tried:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use checkpoint_runtime::{store::postgres::PostgresStore, Error};
+///
+/// let url = "postgres://app@db.internal/workflows?sslmode=verify-full&sslrootcert=/no/ca.pem";
+/// let err = PostgresStore::open(url).await.err().unwrap();
+/// assert!(matches!(err, Error::UnsupportedStore { .. }));
+/// assert!(err.to_string().contains("invalid sslrootcert `/no/ca.pem`: cannot read it"), "{err}");
+///
+/// let err = PostgresStore::open("postgres://app@db/w?sslmode=verify").await.err().unwrap();
+/// assert!(err.to_string().contains("invalid sslmode `verify`"), "{err}");
+/// # }
+/// ```
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -125,7 +162,10 @@ pub use self::schema::SCHEMA_VERSION;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
 /// // Usually: Runtime::open("postgres://app@db.internal/workflows?schema=billing")
-/// let store = PostgresStore::open("postgres://app@db.internal/workflows").await?;
+/// let store = PostgresStore::open(
+///     "postgres://app@db.internal/workflows?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
+/// )
+/// .await?;
 /// let rt = Runtime::builder().worker_id("worker-a").store(Arc::new(store)).in_memory();
 /// # let _ = rt; Ok(()) }
 /// ```

@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
-use super::conn::{describe, Cx, Target};
+use super::conn::{Cx, Target};
 use crate::Error;
 
 /// The notification channel.
@@ -195,14 +195,11 @@ async fn listen_loop(
 async fn listen_once(
     target: &Target,
 ) -> Result<(tokio_postgres::Client, i32, mpsc::UnboundedReceiver<String>), Error> {
-    let (client, mut connection) = target.config.connect(NoTls).await.map_err(|e| {
-        let message = format!(
-            "postgres: cannot connect to `{}`: {}",
-            target.shown,
-            describe(&e)
-        );
-        Error::store_caused_by(message, e)
-    })?;
+    let (client, mut connection) = target
+        .tls
+        .connect(&target.config)
+        .await
+        .map_err(|e| super::conn::connect_error(&target.shown, &target.tls, e))?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
