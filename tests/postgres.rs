@@ -303,6 +303,7 @@ async fn stale_owner_is_fenced() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
     })
     .await
     .unwrap();

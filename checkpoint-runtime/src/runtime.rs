@@ -184,6 +184,7 @@ impl Runtime {
                 input: input_json.into(),
                 version: W::VERSION,
                 trace: self.inner.env.trace.as_ref().and_then(|p| p.current()),
+                parent: None,
             })
             .await?;
         if let Created::Existing(run) = created {

@@ -228,6 +228,8 @@ pub struct RunFilter {
     pub id_prefix: Option<String>,
     /// At most this many runs (oldest first).
     pub limit: Option<usize>,
+    /// Only the children of this run (spawned with `ctx.spawn`).
+    pub parent: Option<String>,
 }
 
 impl RunFilter {
@@ -251,6 +253,13 @@ impl RunFilter {
     /// Only runs whose id starts with `prefix`.
     pub fn id_prefix(mut self, prefix: &str) -> Self {
         self.id_prefix = Some(prefix.to_owned());
+        self
+    }
+
+    /// Only the children of run `id` (the runs it spawned with
+    /// [`Ctx::spawn`](crate::Ctx::spawn)).
+    pub fn parent(mut self, id: &str) -> Self {
+        self.parent = Some(id.to_owned());
         self
     }
 

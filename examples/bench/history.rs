@@ -266,6 +266,7 @@ async fn store_alone(
             input: Arc::from(&b"null"[..]),
             version: 1,
             trace: None,
+            parent: None,
         })
         .await?;
     let claimed = store

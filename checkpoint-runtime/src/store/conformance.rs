@@ -141,6 +141,7 @@ pub(crate) fn new_run(store: &dyn Store, id: &str) {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
     }))
     .unwrap();
     assert!(matches!(r, Created::New));
@@ -300,6 +301,7 @@ pub(crate) fn a_run_keeps_the_version_that_started_it(store: &dyn Store) {
         input: Arc::from(&b"null"[..]),
         version: 2,
         trace: None,
+        parent: None,
     }))
     .unwrap();
     assert_eq!(load(store, "v1").version, 1);

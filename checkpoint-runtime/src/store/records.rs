@@ -46,6 +46,8 @@ pub struct RunRecord {
     /// (`#[workflow(version = N)]`, 1 by default): a run without a
     /// checkpoint starts on it. Once it has one, the checkpoint decides.
     pub version: u32,
+    /// The run that spawned this one (`ctx.spawn`), for a child run.
+    pub parent: Option<String>,
 }
 
 impl RunRecord {
@@ -199,15 +201,30 @@ pub enum Suspend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sites_before: Option<Vec<String>>,
     },
+    /// `ctx.join` / `ctx.join_all`: the run waits until every run in
+    /// `children` has ended. Its state is `Waiting` for the signal `token`,
+    /// which the store delivers itself, in the transaction that ends the
+    /// last of them (or in the one storing this checkpoint, when they all
+    /// ended already): see [`Store::save_checkpoint`](super::Store::save_checkpoint).
+    Joining {
+        /// The ids of the runs joined, in the order the join returns them.
+        children: Vec<String>,
+        /// The name of the signal that wakes the run: `join#{seq}`, unique
+        /// per checkpoint of the run.
+        token: String,
+        /// See [`Suspend::Sleeping::sites_before`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sites_before: Option<Vec<String>>,
+    },
 }
 
 impl Suspend {
-    /// [`Suspend::Sleeping::sites_before`], of either kind.
+    /// [`Suspend::Sleeping::sites_before`], of any kind.
     pub fn sites_before(&self) -> Option<&[String]> {
         match self {
-            Suspend::Waiting { sites_before, .. } | Suspend::Sleeping { sites_before, .. } => {
-                sites_before.as_deref()
-            }
+            Suspend::Waiting { sites_before, .. }
+            | Suspend::Sleeping { sites_before, .. }
+            | Suspend::Joining { sites_before, .. } => sites_before.as_deref(),
         }
     }
 }
@@ -400,6 +417,10 @@ impl CheckpointRecord {
                 deadline: *deadline,
             },
             Some(Suspend::Sleeping { until, .. }) => RunState::Sleeping { until: *until },
+            Some(Suspend::Joining { token, .. }) => RunState::Waiting {
+                signal: token.clone(),
+                deadline: None,
+            },
         }
     }
 
@@ -491,6 +512,8 @@ pub struct NewRun {
     /// The trace context it is started in, kept in its `Started` event
     /// (see [`crate::observe::TracePropagation`]).
     pub trace: Option<String>,
+    /// The run that spawns it (`ctx.spawn`), for a child run.
+    pub parent: Option<String>,
 }
 
 /// What [`Store::create_run`](super::Store::create_run) did.

@@ -1033,6 +1033,7 @@ fn saved_run(cp: &CheckpointRecord) -> RunRecord {
         created_at: cp.created_at,
         updated_at: cp.created_at,
         version: 1,
+        parent: None,
     };
     rules::save_checkpoint(&mut rec, cp);
     rec

@@ -619,6 +619,7 @@ fn notifications_reach_other_stores() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
     }))
     .unwrap();
     let changed =

@@ -246,6 +246,7 @@ impl RunRow {
             created_at: from_ts(self.created_at),
             updated_at: from_ts(self.updated_at),
             version: u32::try_from(self.version).unwrap_or(1).max(1),
+            parent: None,
         })
     }
 }

@@ -159,6 +159,7 @@ fn create_load_and_list_runs() {
         input: Arc::from(&b"[1,2]"[..]),
         version: 1,
         trace: None,
+        parent: None,
     }))
     .unwrap();
     let again = block_on(store.create_run(NewRun {
@@ -167,6 +168,7 @@ fn create_load_and_list_runs() {
         input: Arc::from(&b"0"[..]),
         version: 1,
         trace: None,
+        parent: None,
     }))
     .unwrap();
     let Created::Existing(rec) = again else {
@@ -994,6 +996,7 @@ fn group_commit_batches_requests() {
                 input: Arc::from(&b"null"[..]),
                 version: 1,
                 trace: None,
+                parent: None,
             })
         })
         .collect();
@@ -1003,6 +1006,7 @@ fn group_commit_batches_requests() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
     });
     for f in futures {
         assert!(matches!(block_on(f).unwrap(), Created::New));
@@ -1224,6 +1228,7 @@ async fn subscribers_hear_local_and_remote_changes() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
     })
     .await
     .unwrap();
@@ -1249,6 +1254,7 @@ fn busy_database_is_retried() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
     });
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -1508,6 +1514,7 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
                 input: Arc::from(&b"null"[..]),
                 version: 1,
                 trace: None,
+                parent: None,
             };
             let (job, replied) = request(false, move |cx| op_create(cx, run));
             tx.send(Msg::Job(job)).unwrap();

@@ -1,0 +1,301 @@
+//! Child runs (fan-out) on the in-memory store: `ctx.spawn`, `ctx.join`,
+//! `ctx.join_all`, children that fail or are cancelled, cancelling a
+//! parent, and crashes at every checkpoint of the parent and its children.
+//! The SQL stores refuse child runs for now (tested at the end).
+
+use std::time::Duration;
+
+use checkpoint_runtime::prelude::*;
+use checkpoint_runtime::testing::{Harness, SideEffects};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ToolCall {
+    tool: String,
+    arg: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Approval {
+    approved: bool,
+}
+
+/// One tool call as a child run; `charge` waits for a person's approval.
+#[workflow]
+async fn call_tool(ctx: &Ctx, call: ToolCall) -> Result<String, String> {
+    if call.tool == "charge" {
+        let approval: Approval = ctx.wait_for("approval").await;
+        if !approval.approved {
+            return Err(format!("charge of {} refused", call.arg));
+        }
+    }
+    ctx.resource::<SideEffects>()
+        .record(format!("{}({})", call.tool, call.arg));
+    checkpoint!("called");
+    Ok(format!("{} done: {}", call.tool, call.arg))
+}
+
+/// An agent turn: three tool calls in parallel, each a child, joined.
+#[workflow]
+async fn agent_turn(ctx: &Ctx, calls: Vec<ToolCall>) -> Vec<String> {
+    let mut transcript: Vec<String> = vec!["user: book it".to_owned()];
+    let mut children = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        children.push(
+            ctx.spawn(call_tool, &format!("tool-{i}"), call.clone())
+                .await,
+        );
+    }
+    checkpoint!("spawned");
+    let results = ctx.join_all(children).await;
+    for r in results {
+        transcript.push(match r {
+            Ok(Ok(text)) => text,
+            Ok(Err(refused)) => format!("refused: {refused}"),
+            Err(e) => format!("no result: {e}"),
+        });
+    }
+    checkpoint!("answered");
+    transcript
+}
+
+fn calls() -> Vec<ToolCall> {
+    ["search:flights", "charge:$420", "email:alice"]
+        .iter()
+        .map(|s| {
+            let (tool, arg) = s.split_once(':').unwrap();
+            ToolCall {
+                tool: tool.to_owned(),
+                arg: arg.to_owned(),
+            }
+        })
+        .collect()
+}
+
+fn runtime(fx: &SideEffects) -> Runtime {
+    Runtime::builder().resource(fx.clone()).in_memory()
+}
+
+#[tokio::test]
+async fn three_tools_in_parallel_one_waiting_for_a_person() {
+    let fx = SideEffects::new();
+    let rt = runtime(&fx);
+    rt.register(call_tool);
+    let h = rt.start(agent_turn, "turn-1", calls()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    // Two tools ran; the charge waits for approval, and so does the turn.
+    assert!(matches!(
+        rt.handle(call_tool, "turn-1/tool-1")
+            .status()
+            .await
+            .unwrap(),
+        Status::Waiting { .. }
+    ));
+    assert!(matches!(h.status().await.unwrap(), Status::Waiting { .. }));
+    assert_eq!(fx.count("search(flights)"), 1);
+    assert_eq!(fx.count("email(alice)"), 1);
+    let children = rt.runs(RunFilter::new().parent("turn-1")).await.unwrap();
+    let ids: Vec<&str> = children.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["turn-1/tool-0", "turn-1/tool-1", "turn-1/tool-2"]);
+
+    rt.signal("turn-1/tool-1", "approval", &Approval { approved: true })
+        .await
+        .unwrap();
+    let transcript = tokio::time::timeout(Duration::from_secs(10), h.result())
+        .await
+        .expect("the turn ends once its last child does")
+        .unwrap();
+    assert_eq!(
+        transcript,
+        [
+            "user: book it",
+            "search done: flights",
+            "charge done: $420",
+            "email done: alice"
+        ]
+    );
+    assert_eq!(fx.count("charge($420)"), 1);
+}
+
+#[tokio::test]
+async fn a_refused_charge_is_the_childs_own_output() {
+    let fx = SideEffects::new();
+    let rt = runtime(&fx);
+    rt.register(call_tool);
+    let h = rt.start(agent_turn, "turn-2", calls()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.signal("turn-2/tool-1", "approval", &Approval { approved: false })
+        .await
+        .unwrap();
+    let transcript = h.result().await.unwrap();
+    assert_eq!(transcript[2], "refused: charge of $420 refused");
+}
+
+#[tokio::test]
+async fn a_cancelled_child_is_a_child_error() {
+    let fx = SideEffects::new();
+    let rt = runtime(&fx);
+    rt.register(call_tool);
+    let h = rt.start(agent_turn, "turn-3", calls()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.cancel("turn-3/tool-1").await.unwrap();
+    let transcript = h.result().await.unwrap();
+    assert_eq!(
+        transcript[2],
+        "no result: child run `turn-3/tool-1` was cancelled"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_the_parent_cancels_its_unfinished_children() {
+    let fx = SideEffects::new();
+    let rt = runtime(&fx);
+    rt.register(call_tool);
+    let h = rt.start(agent_turn, "turn-4", calls()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.cancel("turn-4").await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    let status = |id: &'static str| {
+        let rt = rt.clone();
+        async move { rt.handle(call_tool, id).status().await.unwrap() }
+    };
+    // The waiting charge is cancelled; the finished tools stay completed.
+    assert_eq!(status("turn-4/tool-1").await, Status::Cancelled);
+    assert_eq!(status("turn-4/tool-0").await, Status::Completed);
+    assert_eq!(status("turn-4/tool-2").await, Status::Completed);
+}
+
+#[workflow]
+async fn square(n: u64) -> u64 {
+    checkpoint!("squared");
+    n * n
+}
+
+#[workflow]
+async fn flaky_square(n: u64) -> u64 {
+    if n == 3 {
+        panic!("three is unlucky");
+    }
+    n * n
+}
+
+/// A batch as fan-out: one child per item, joined one at a time and all
+/// together, with a running total saved between joins.
+#[workflow]
+async fn batch(ctx: &Ctx, n: u64) -> (u64, Vec<String>) {
+    let first = ctx.spawn(square, "first", 10).await;
+    let first_out: Result<u64, ChildError> = ctx.join(first).await;
+    let mut total = first_out.unwrap_or(0);
+    checkpoint!("first joined");
+    let mut rest = Vec::new();
+    for i in 1..=n {
+        ctx.resource::<SideEffects>().record(format!("spawn {i}"));
+        rest.push(ctx.spawn(square, &format!("item-{i}"), i).await);
+    }
+    let mut notes = Vec::new();
+    let outcomes = ctx.join_all(rest).await;
+    for (i, r) in outcomes.into_iter().enumerate() {
+        match r {
+            Ok(v) => total += v,
+            Err(e) => notes.push(format!("item {}: {e}", i + 1)),
+        }
+        checkpoint!("counted");
+    }
+    (total, notes)
+}
+
+#[tokio::test]
+async fn every_crash_point_of_parent_and_children_resumes_exactly() {
+    let report = Harness::new(batch)
+        .register(square)
+        .resource(SideEffects::new())
+        .input(4)
+        .also_crash_before_checkpoints()
+        .run()
+        .await
+        .unwrap();
+    // 1 + 4 children's checkpoints, the parent's own and its joins.
+    assert!(report.checkpoints >= 12, "{}", report.checkpoints);
+    assert_eq!(report.output, serde_json::json!([100 + 1 + 4 + 9 + 16, []]));
+    for point in &report.crash_points {
+        assert!(point.missing.is_empty(), "{point:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_child_that_panics_is_failed_not_the_parent() {
+    #[workflow]
+    async fn tally(ctx: &Ctx, n: u64) -> (u64, Vec<String>) {
+        let mut kids = Vec::new();
+        for i in 1..=n {
+            kids.push(ctx.spawn(flaky_square, &i.to_string(), i).await);
+        }
+        let mut total = 0;
+        let mut errors = Vec::new();
+        let outcomes = ctx.join_all(kids).await;
+        for r in outcomes {
+            match r {
+                Ok(v) => total += v,
+                Err(ChildError::Failed { run, .. }) => errors.push(run),
+                Err(other) => errors.push(other.to_string()),
+            }
+        }
+        (total, errors)
+    }
+    let rt = Runtime::in_memory();
+    let out = rt
+        .start(tally, "t", 4)
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    assert_eq!(out, (1 + 4 + 16, vec!["t/3".to_owned()]));
+}
+
+#[tokio::test]
+async fn spawning_a_key_again_returns_the_same_child() {
+    #[workflow]
+    async fn twice(ctx: &Ctx) -> (bool, u64) {
+        let a = ctx.spawn(square, "same", 5).await;
+        let b = ctx.spawn(square, "same", 6).await;
+        let same = a == b;
+        let out = ctx.join(b).await;
+        (same, out.unwrap_or(0))
+    }
+    let rt = Runtime::in_memory();
+    let out = rt
+        .start(twice, "tw", ())
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    // The second spawn started nothing: the child keeps its first input.
+    assert_eq!(out, (true, 25));
+}
+
+#[tokio::test]
+async fn the_sqlite_store_refuses_child_runs_clearly() {
+    let dir = std::env::temp_dir().join(format!("children-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = Runtime::open(dir.join("runs.db").to_str().unwrap())
+        .await
+        .unwrap();
+    #[workflow]
+    async fn spawner(ctx: &Ctx) -> u64 {
+        let c = ctx.spawn(square, "c", 2).await;
+        let out = ctx.join(c).await;
+        out.unwrap_or(0)
+    }
+    let h = rt.start(spawner, "s", ()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    match h.status().await.unwrap() {
+        Status::Failed { error } => assert!(
+            error.contains("child runs are not supported by this store yet"),
+            "{error}"
+        ),
+        other => panic!("expected a clear refusal, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
