@@ -1,13 +1,16 @@
-//! Child runs (fan-out) on the in-memory store: `ctx.spawn`, `ctx.join`,
+//! Child runs (fan-out): `ctx.spawn`, `ctx.join`,
 //! `ctx.join_all`, children that fail or are cancelled, cancelling a
 //! parent, and crashes at every checkpoint of the parent and its children.
-//! The SQL stores refuse child runs for now (tested at the end).
+//! Each runs on the in-memory store and on SQLite.
 
 use std::time::Duration;
 
 use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::testing::{Harness, SideEffects};
 use serde::{Deserialize, Serialize};
+
+mod common;
+use common::TempDir;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct ToolCall {
@@ -72,14 +75,68 @@ fn calls() -> Vec<ToolCall> {
         .collect()
 }
 
-fn runtime(fx: &SideEffects) -> Runtime {
-    Runtime::builder().resource(fx.clone()).in_memory()
+/// Where a test's runs are stored: each test runs on every store with
+/// child runs (the SQLite file in a temporary directory).
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Memory,
+    Sqlite,
 }
 
-#[tokio::test]
-async fn three_tools_in_parallel_one_waiting_for_a_person() {
+struct Opened {
+    rt: Runtime,
+    _dir: Option<TempDir>,
+}
+
+impl std::ops::Deref for Opened {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+async fn open(backend: Backend, fx: &SideEffects) -> Opened {
+    let builder = Runtime::builder().resource(fx.clone());
+    match backend {
+        Backend::Memory => Opened {
+            rt: builder.in_memory(),
+            _dir: None,
+        },
+        Backend::Sqlite => {
+            let dir = TempDir::new("children");
+            let rt = builder.open(&dir.db()).await.unwrap();
+            Opened {
+                rt,
+                _dir: Some(dir),
+            }
+        }
+    }
+}
+
+/// A test function `$name(backend)` run once per store.
+macro_rules! each_store {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+    };
+}
+
+each_store!(
+    three_tools_in_parallel_one_waiting_for_a_person,
+    a_refused_charge_is_the_childs_own_output,
+    a_cancelled_child_is_a_child_error,
+    cancelling_the_parent_cancels_its_unfinished_children,
+    a_child_that_panics_is_failed_not_the_parent,
+    spawning_a_key_again_returns_the_same_child,
+);
+
+async fn three_tools_in_parallel_one_waiting_for_a_person(backend: Backend) {
     let fx = SideEffects::new();
-    let rt = runtime(&fx);
+    let rt = open(backend, &fx).await;
     rt.register(call_tool);
     let h = rt.start(agent_turn, "turn-1", calls()).await.unwrap();
     rt.run_until_idle().await.unwrap();
@@ -117,10 +174,9 @@ async fn three_tools_in_parallel_one_waiting_for_a_person() {
     assert_eq!(fx.count("charge($420)"), 1);
 }
 
-#[tokio::test]
-async fn a_refused_charge_is_the_childs_own_output() {
+async fn a_refused_charge_is_the_childs_own_output(backend: Backend) {
     let fx = SideEffects::new();
-    let rt = runtime(&fx);
+    let rt = open(backend, &fx).await;
     rt.register(call_tool);
     let h = rt.start(agent_turn, "turn-2", calls()).await.unwrap();
     rt.run_until_idle().await.unwrap();
@@ -131,10 +187,9 @@ async fn a_refused_charge_is_the_childs_own_output() {
     assert_eq!(transcript[2], "refused: charge of $420 refused");
 }
 
-#[tokio::test]
-async fn a_cancelled_child_is_a_child_error() {
+async fn a_cancelled_child_is_a_child_error(backend: Backend) {
     let fx = SideEffects::new();
-    let rt = runtime(&fx);
+    let rt = open(backend, &fx).await;
     rt.register(call_tool);
     let h = rt.start(agent_turn, "turn-3", calls()).await.unwrap();
     rt.run_until_idle().await.unwrap();
@@ -146,17 +201,16 @@ async fn a_cancelled_child_is_a_child_error() {
     );
 }
 
-#[tokio::test]
-async fn cancelling_the_parent_cancels_its_unfinished_children() {
+async fn cancelling_the_parent_cancels_its_unfinished_children(backend: Backend) {
     let fx = SideEffects::new();
-    let rt = runtime(&fx);
+    let rt = open(backend, &fx).await;
     rt.register(call_tool);
     let h = rt.start(agent_turn, "turn-4", calls()).await.unwrap();
     rt.run_until_idle().await.unwrap();
     rt.cancel("turn-4").await.unwrap();
     assert_eq!(h.status().await.unwrap(), Status::Cancelled);
     let status = |id: &'static str| {
-        let rt = rt.clone();
+        let rt = rt.rt.clone();
         async move { rt.handle(call_tool, id).status().await.unwrap() }
     };
     // The waiting charge is cancelled; the finished tools stay completed.
@@ -222,8 +276,7 @@ async fn every_crash_point_of_parent_and_children_resumes_exactly() {
     }
 }
 
-#[tokio::test]
-async fn a_child_that_panics_is_failed_not_the_parent() {
+async fn a_child_that_panics_is_failed_not_the_parent(backend: Backend) {
     #[workflow]
     async fn tally(ctx: &Ctx, n: u64) -> (u64, Vec<String>) {
         let mut kids = Vec::new();
@@ -242,7 +295,7 @@ async fn a_child_that_panics_is_failed_not_the_parent() {
         }
         (total, errors)
     }
-    let rt = Runtime::in_memory();
+    let rt = open(backend, &SideEffects::new()).await;
     let out = rt
         .start(tally, "t", 4)
         .await
@@ -253,8 +306,7 @@ async fn a_child_that_panics_is_failed_not_the_parent() {
     assert_eq!(out, (1 + 4 + 16, vec!["t/3".to_owned()]));
 }
 
-#[tokio::test]
-async fn spawning_a_key_again_returns_the_same_child() {
+async fn spawning_a_key_again_returns_the_same_child(backend: Backend) {
     #[workflow]
     async fn twice(ctx: &Ctx) -> (bool, u64) {
         let a = ctx.spawn(square, "same", 5).await;
@@ -263,7 +315,7 @@ async fn spawning_a_key_again_returns_the_same_child() {
         let out = ctx.join(b).await;
         (same, out.unwrap_or(0))
     }
-    let rt = Runtime::in_memory();
+    let rt = open(backend, &SideEffects::new()).await;
     let out = rt
         .start(twice, "tw", ())
         .await
@@ -273,29 +325,4 @@ async fn spawning_a_key_again_returns_the_same_child() {
         .unwrap();
     // The second spawn started nothing: the child keeps its first input.
     assert_eq!(out, (true, 25));
-}
-
-#[tokio::test]
-async fn the_sqlite_store_refuses_child_runs_clearly() {
-    let dir = std::env::temp_dir().join(format!("children-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let rt = Runtime::open(dir.join("runs.db").to_str().unwrap())
-        .await
-        .unwrap();
-    #[workflow]
-    async fn spawner(ctx: &Ctx) -> u64 {
-        let c = ctx.spawn(square, "c", 2).await;
-        let out = ctx.join(c).await;
-        out.unwrap_or(0)
-    }
-    let h = rt.start(spawner, "s", ()).await.unwrap();
-    rt.run_until_idle().await.unwrap();
-    match h.status().await.unwrap() {
-        Status::Failed { error } => assert!(
-            error.contains("child runs are not supported by this store yet"),
-            "{error}"
-        ),
-        other => panic!("expected a clear refusal, got {other:?}"),
-    }
-    let _ = std::fs::remove_dir_all(&dir);
 }

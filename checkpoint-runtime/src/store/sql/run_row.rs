@@ -156,6 +156,8 @@ pub(crate) struct RunRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub version: i64,
+    /// Written once, with the run; read where a backend needs it.
+    pub parent: Option<String>,
 }
 
 impl RunRow {
@@ -246,7 +248,7 @@ impl RunRow {
             created_at: from_ts(self.created_at),
             updated_at: from_ts(self.updated_at),
             version: u32::try_from(self.version).unwrap_or(1).max(1),
-            parent: None,
+            parent: self.parent,
         })
     }
 }

@@ -88,6 +88,7 @@
 //!   `migrations`) lists one function per version, applied in order on open.
 
 mod checkpoints;
+mod children;
 mod error;
 mod migrations;
 mod ops;
@@ -114,7 +115,6 @@ use self::reads::*;
 use self::runs::fetch_run;
 use self::writer::txn::TxnCtx;
 use self::writer::{answer_loop, Answers, Job, Msg, Pending, Writer};
-use super::rules;
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
     Release, RunRecord, SignalRecord, Store, WorkerHold,
@@ -401,10 +401,6 @@ impl Store for SqliteStore {
     }
 
     fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>> {
-        if run.parent.is_some() {
-            let refused = rules::no_child_runs("SQLite", "spawning a child");
-            return Box::pin(std::future::ready(Err(refused)));
-        }
         self.write(move |cx| op_create(cx, run))
     }
 
@@ -417,10 +413,6 @@ impl Store for SqliteStore {
         &'a self,
         filter: &'a RunFilter,
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>> {
-        if filter.parent.is_some() {
-            let refused = rules::no_child_runs("SQLite", "listing a run's children");
-            return Box::pin(std::future::ready(Err(refused)));
-        }
         let filter = filter.clone();
         self.read(move |c| read_list_runs(c, &filter))
     }
@@ -460,10 +452,6 @@ impl Store for SqliteStore {
         checkpoint: Arc<CheckpointRecord>,
         keep: Option<usize>,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        if rules::is_join(&checkpoint) {
-            let refused = rules::no_child_runs("SQLite", "joining children");
-            return Box::pin(std::future::ready(Err(refused)));
-        }
         let lease = lease.clone();
         // Sealed here, on the caller's thread: the writer thread is what
         // every write of the store waits for.

@@ -9,6 +9,7 @@ use rusqlite::params;
 
 use super::checkpoints::chain::{load_seq, prune};
 use super::checkpoints::refs::Shape;
+use super::children::{cancel_children, child_ended, join};
 use super::error::{Fail, R};
 use super::runs::{
     consume_signal, delete_signal, error_text, fetch_run, insert_run, oldest_signal, run_ord,
@@ -22,7 +23,7 @@ use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED, READY};
 use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 use crate::store::{
     checksums, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
-    Outcome, Release, RunState, SignalRecord,
+    Outcome, Release, RunState, SignalRecord, Suspend,
 };
 use crate::Error;
 
@@ -182,6 +183,7 @@ fn mark_damaged(cx: &mut TxnCtx<'_>, id: &str, fail: Fail, now: SystemTime) -> R
         )?
         .execute(params![ord, FAILED, error, ts(now)])?;
     cx.event(ord, now, &event)?;
+    child_ended(cx, ord)?;
     cx.bump = true;
     Ok(())
 }
@@ -297,7 +299,14 @@ pub(super) fn op_save(
         cx.cache.recycle_locs(std::mem::take(&mut old.locs));
         cx.cache.garbage.push(old);
     }
+    let ord = h.ord;
     cx.put(cp.run.clone(), h);
+    if let Some(Suspend::Joining {
+        children, token, ..
+    }) = &cp.suspend
+    {
+        join(cx, ord, children, token)?;
+    }
     Ok(())
 }
 
@@ -363,6 +372,7 @@ pub(super) fn op_finish(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, outcome: O
     let event = rules::finish(&mut h.rec, outcome, now);
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
+    child_ended(cx, h.ord)?;
     // A finished run is not written again: its head is not kept.
     cx.bump = true;
     Ok(())
@@ -380,6 +390,8 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
     };
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
+    child_ended(cx, h.ord)?;
+    cancel_children(cx, id, now)?;
     cx.bump = true;
     Ok(true)
 }
@@ -476,6 +488,13 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
     cx.event(ord, now, &forked)?;
     rec.input = Arc::from(&[][..]);
     let stored = state_code(&rec.state);
+    // The fork joins the same children (they are not run again).
+    if let Some(Suspend::Joining {
+        children, token, ..
+    }) = &copy.suspend
+    {
+        join(cx, ord, children, token)?;
+    }
     cx.put(
         id,
         Head {

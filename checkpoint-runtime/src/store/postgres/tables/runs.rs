@@ -50,6 +50,8 @@ pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Err
         updated_at: get(row, 17)?,
         version: i64::from(get::<i32>(row, 18)?),
         input: get(row, RUN_COLS)?,
+        // Child runs are not supported by this backend yet.
+        parent: None,
     }
     .into_record()
     .map_err(corrupt)
