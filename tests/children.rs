@@ -1,7 +1,8 @@
 //! Child runs (fan-out): `ctx.spawn`, `ctx.join`,
 //! `ctx.join_all`, children that fail or are cancelled, cancelling a
 //! parent, and crashes at every checkpoint of the parent and its children.
-//! Each runs on the in-memory store and on SQLite.
+//! Each runs on the in-memory store, on SQLite and on PostgreSQL (with
+//! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it).
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use checkpoint_runtime::testing::{Harness, SideEffects};
 use serde::{Deserialize, Serialize};
 
 mod common;
+use common::pg::Schema;
 use common::TempDir;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,11 +83,14 @@ fn calls() -> Vec<ToolCall> {
 enum Backend {
     Memory,
     Sqlite,
+    /// A schema of its own on `CHECKPOINT_TEST_POSTGRES_URL`'s server.
+    Postgres,
 }
 
 struct Opened {
     rt: Runtime,
     _dir: Option<TempDir>,
+    _schema: Option<Schema>,
 }
 
 impl std::ops::Deref for Opened {
@@ -101,6 +106,7 @@ async fn open(backend: Backend, fx: &SideEffects) -> Opened {
         Backend::Memory => Opened {
             rt: builder.in_memory(),
             _dir: None,
+            _schema: None,
         },
         Backend::Sqlite => {
             let dir = TempDir::new("children");
@@ -108,6 +114,17 @@ async fn open(backend: Backend, fx: &SideEffects) -> Opened {
             Opened {
                 rt,
                 _dir: Some(dir),
+                _schema: None,
+            }
+        }
+        Backend::Postgres => {
+            let schema = Schema::new("children", "cp_children")
+                .expect("CHECKPOINT_TEST_POSTGRES_URL is set when these tests are built");
+            let rt = builder.open(&schema.url()).await.unwrap();
+            Opened {
+                rt,
+                _dir: None,
+                _schema: Some(schema),
             }
         }
     }
@@ -121,6 +138,16 @@ macro_rules! each_store {
         }
         mod sqlite {
             $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                #[cfg_attr(
+                    not(checkpoint_test_postgres),
+                    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+                )]
+                async fn $name() { super::$name(super::Backend::Postgres).await }
+            )*
         }
     };
 }

@@ -576,20 +576,3 @@ pub(crate) fn joined_payload<'a>(
         .collect();
     serde_json::to_vec(&outcomes).unwrap_or_else(|_| b"[]".to_vec())
 }
-
-/// What a backend without child runs (yet) answers a request that needs
-/// them: refused, never half done.
-pub(crate) fn no_child_runs(kind: &str, what: &str) -> Error {
-    Error::UnsupportedStore {
-        url: kind.to_owned(),
-        reason: format!(
-            "child runs are not supported by this store yet ({what}); the in-memory store \
-             has them"
-        ),
-    }
-}
-
-/// Whether `cp` suspends its run on children (`ctx.join`/`join_all`).
-pub(crate) fn is_join(cp: &CheckpointRecord) -> bool {
-    matches!(cp.suspend, Some(super::Suspend::Joining { .. }))
-}

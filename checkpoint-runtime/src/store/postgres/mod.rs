@@ -73,6 +73,7 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
+mod children;
 mod conn;
 mod hold;
 mod notify;
@@ -92,7 +93,7 @@ use tokio::sync::{oneshot, watch};
 
 use self::conn::{get, Pool, Side, Target};
 use super::{
-    rules, CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
+    CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
     Release, RunRecord, SignalRecord, Store, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
@@ -324,10 +325,6 @@ impl Store for PostgresStore {
     }
 
     fn create_run(&self, run: NewRun) -> BoxFuture<'_, Result<Created, Error>> {
-        if run.parent.is_some() {
-            let refused = rules::no_child_runs("PostgreSQL", "spawning a child");
-            return Box::pin(std::future::ready(Err(refused)));
-        }
         Box::pin(self.do_create(run))
     }
 
@@ -339,10 +336,6 @@ impl Store for PostgresStore {
         &'a self,
         filter: &'a RunFilter,
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>> {
-        if filter.parent.is_some() {
-            let refused = rules::no_child_runs("PostgreSQL", "listing a run's children");
-            return Box::pin(std::future::ready(Err(refused)));
-        }
         Box::pin(self.do_list(filter))
     }
 
@@ -392,10 +385,6 @@ impl Store for PostgresStore {
         checkpoint: Arc<CheckpointRecord>,
         keep: Option<usize>,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        if rules::is_join(&checkpoint) {
-            let refused = rules::no_child_runs("PostgreSQL", "joining children");
-            return Box::pin(std::future::ready(Err(refused)));
-        }
         Box::pin(self.do_save(lease, checkpoint, keep))
     }
 

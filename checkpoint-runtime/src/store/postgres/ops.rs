@@ -19,14 +19,14 @@ use super::tables::runs::{
     CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, UNREGISTERED,
 };
 use super::tables::{history, signals};
-use super::{notify, PostgresStore};
+use super::{children, notify, PostgresStore};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
 use crate::store::rules::{self, check_lease};
 use crate::store::sql::run_row::status_code;
 use crate::store::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, GcReport, Lease, NewRun,
-    Outcome, Release, RunRecord, RunState, SignalRecord,
+    Outcome, Release, RunRecord, RunState, SignalRecord, Suspend,
 };
 use crate::Error;
 
@@ -65,6 +65,7 @@ impl PostgresStore {
                AND ($2::text IS NULL OR starts_with(r.id, $2)) \
                AND ($3::smallint IS NULL OR (CASE WHEN r.state = 3 AND r.error IS NOT NULL \
                                                THEN 4 ELSE r.state END) = $3) \
+               AND ($5::text IS NULL OR r.parent = $5) \
              ORDER BY r.ord LIMIT $4::bigint"
         );
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -72,7 +73,16 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let rows = cx
-            .query(SQL, &[&filter.workflow, &filter.id_prefix, &status, &limit])
+            .query(
+                SQL,
+                &[
+                    &filter.workflow,
+                    &filter.id_prefix,
+                    &status,
+                    &limit,
+                    &filter.parent,
+                ],
+            )
             .await?;
         rows.iter().map(decode_run).collect()
     }
@@ -377,15 +387,37 @@ impl PostgresStore {
                 history::insert(&mut b, id, now, &event),
             )?;
         }
+        children::child_ended(&mut cx, id).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
         Ok(())
     }
 
+    /// Cancels run `id` and its unfinished descendants, which are locked
+    /// (and cancelled) first: see [`children`] for the lock order.
     pub(super) async fn do_cancel(&self, id: &str) -> Result<bool, Error> {
-        self.apply_rule(id, |rec, now| Ok(rules::cancel(rec, now)))
-            .await
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let now = SystemTime::now();
+        children::cancel_descendants(&mut cx, id, now).await?;
+        let mut rec = lock_run(&mut cx, id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        let Some(event) = rules::cancel(&mut rec, now) else {
+            // Finished already: its descendants' cancellations stand.
+            notify::notify(&mut cx, &self.schema).await?;
+            cx.commit().await?;
+            self.bump();
+            return Ok(false);
+        };
+        write_run(&mut cx, &rec).await?;
+        history::insert(&mut cx, id, now, &event).await?;
+        children::child_ended(&mut cx, id).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(true)
     }
 
     pub(super) async fn do_retry(&self, id: &str) -> Result<(), Error> {
@@ -590,6 +622,9 @@ impl PostgresStore {
         keep: Option<usize>,
     ) -> Result<(), Error> {
         let mut conn = self.pool.get().await?;
+        if let Some(Suspend::Joining { children, token, .. }) = &cp.suspend {
+            return save_joining(&mut conn, lease, &cp, keep, children, token).await;
+        }
         if save_in_one(&mut conn, lease, &cp, keep).await? {
             return Ok(());
         }
@@ -717,6 +752,11 @@ impl PostgresStore {
         }
         checkpoints::insert(&mut cx, &copy).await?;
         history::insert(&mut cx, new_id, now, &forked).await?;
+        // The fork joins the same children (they are not run again).
+        if let Some(Suspend::Joining { children, token, .. }) = &copy.suspend {
+            let live = children::lock_children(&mut cx, children).await?;
+            children::join(&mut cx, new_id, children, token, &live).await?;
+        }
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
@@ -858,6 +898,7 @@ async fn mark_damaged(
         }
     };
     history::insert(cx, id, now, &event).await?;
+    children::child_ended(cx, id).await?;
     Ok(())
 }
 
@@ -1060,7 +1101,37 @@ pub(super) async fn save_locked(
     keep: Option<usize>,
 ) -> Result<(), Error> {
     let mut cx = conn.begin().await?;
-    let mut rec = fenced(&mut cx, &cp.run, lease).await?;
+    save_in(&mut cx, lease, cp, keep).await?;
+    cx.commit().await
+}
+
+/// A checkpoint that suspends its run on children (`ctx.join`): saved as
+/// [`save_locked`] does, with the children's rows locked first and the
+/// join recorded (or the run woken at once) in the same transaction (see
+/// [`children`]).
+async fn save_joining(
+    conn: &mut Pooled<'_>,
+    lease: &Lease,
+    cp: &CheckpointRecord,
+    keep: Option<usize>,
+    children: &[String],
+    token: &str,
+) -> Result<(), Error> {
+    let mut cx = conn.begin().await?;
+    let live = children::lock_children(&mut cx, children).await?;
+    save_in(&mut cx, lease, cp, keep).await?;
+    children::join(&mut cx, &cp.run, children, token, &live).await?;
+    cx.commit().await
+}
+
+/// The writes of [`save_locked`], in the caller's transaction.
+async fn save_in(
+    cx: &mut Cx<'_>,
+    lease: &Lease,
+    cp: &CheckpointRecord,
+    keep: Option<usize>,
+) -> Result<(), Error> {
+    let mut rec = fenced(cx, &cp.run, lease).await?;
     rules::check_next_seq(&rec, cp)?;
     rules::save_checkpoint(&mut rec, cp);
     let saved = Event::CheckpointSaved {
@@ -1086,5 +1157,5 @@ pub(super) async fn save_locked(
             .await?;
         }
     }
-    cx.commit().await
+    Ok(())
 }
