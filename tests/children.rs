@@ -140,8 +140,10 @@ macro_rules! each_store {
             $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
         }
         mod postgres {
+            // Several threads: the schema is dropped (blocking) while the
+            // runtime's tasks may still hold a transaction of their own.
             $(
-                #[tokio::test]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 #[cfg_attr(
                     not(checkpoint_test_postgres),
                     ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"

@@ -16,15 +16,18 @@
 use std::time::SystemTime;
 
 use super::conn::{get, ts, Cx};
-use super::tables::runs::{load, lock_run, write_run};
 use super::tables::history;
+use super::tables::runs::{load, lock_run, write_run};
 use crate::store::sql::run_row::{CANCELLED, COMPLETED, FAILED};
 use crate::store::{rules, RunRecord, Suspend};
 use crate::Error;
 
 /// Locks the rows of `children` for a join (see the module docs); returns
 /// which of them have ended (or do not exist).
-pub(super) async fn lock_children(cx: &mut Cx<'_>, children: &[String]) -> Result<Vec<String>, Error> {
+pub(super) async fn lock_children(
+    cx: &mut Cx<'_>,
+    children: &[String],
+) -> Result<Vec<String>, Error> {
     let rows = cx
         .query(
             "SELECT id, state FROM cp_runs WHERE id = ANY($1) ORDER BY id DESC FOR SHARE",
@@ -73,7 +76,12 @@ pub(super) async fn join(
 
 /// Wakes run `waiter`: stores the signal `token` its join waits for, with
 /// the outcomes of `children` ([`rules::joined_payload`]).
-async fn joined(cx: &mut Cx<'_>, waiter: &str, children: &[String], token: &str) -> Result<(), Error> {
+async fn joined(
+    cx: &mut Cx<'_>,
+    waiter: &str,
+    children: &[String],
+    token: &str,
+) -> Result<(), Error> {
     let mut records: Vec<RunRecord> = Vec::with_capacity(children.len());
     for child in children {
         if let Some(rec) = load(cx, child).await? {
@@ -158,10 +166,7 @@ pub(super) async fn cancel_descendants(
     let mut parents = vec![parent.to_owned()];
     while !parents.is_empty() {
         let rows = cx
-            .query(
-                "SELECT id FROM cp_runs WHERE parent = ANY($1)",
-                &[&parents],
-            )
+            .query("SELECT id FROM cp_runs WHERE parent = ANY($1)", &[&parents])
             .await?;
         parents = rows
             .iter()

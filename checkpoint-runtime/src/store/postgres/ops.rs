@@ -622,7 +622,10 @@ impl PostgresStore {
         keep: Option<usize>,
     ) -> Result<(), Error> {
         let mut conn = self.pool.get().await?;
-        if let Some(Suspend::Joining { children, token, .. }) = &cp.suspend {
+        if let Some(Suspend::Joining {
+            children, token, ..
+        }) = &cp.suspend
+        {
             return save_joining(&mut conn, lease, &cp, keep, children, token).await;
         }
         if save_in_one(&mut conn, lease, &cp, keep).await? {
@@ -753,7 +756,10 @@ impl PostgresStore {
         checkpoints::insert(&mut cx, &copy).await?;
         history::insert(&mut cx, new_id, now, &forked).await?;
         // The fork joins the same children (they are not run again).
-        if let Some(Suspend::Joining { children, token, .. }) = &copy.suspend {
+        if let Some(Suspend::Joining {
+            children, token, ..
+        }) = &copy.suspend
+        {
             let live = children::lock_children(&mut cx, children).await?;
             children::join(&mut cx, new_id, children, token, &live).await?;
         }
