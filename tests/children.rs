@@ -4,6 +4,7 @@
 //! Each runs on the in-memory store, on SQLite and on PostgreSQL (with
 //! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use checkpoint_runtime::prelude::*;
@@ -101,7 +102,15 @@ impl std::ops::Deref for Opened {
 }
 
 async fn open(backend: Backend, fx: &SideEffects) -> Opened {
-    let builder = Runtime::builder().resource(fx.clone());
+    let fx = fx.clone();
+    open_with(backend, move |b| b.resource(fx)).await
+}
+
+async fn open_with(
+    backend: Backend,
+    setup: impl FnOnce(checkpoint_runtime::RuntimeBuilder) -> checkpoint_runtime::RuntimeBuilder,
+) -> Opened {
+    let builder = setup(Runtime::builder());
     match backend {
         Backend::Memory => Opened {
             rt: builder.in_memory(),
@@ -161,6 +170,7 @@ each_store!(
     cancelling_the_parent_cancels_its_unfinished_children,
     a_child_that_panics_is_failed_not_the_parent,
     spawning_a_key_again_returns_the_same_child,
+    a_bound_runs_at_most_n_children_at_once,
 );
 
 async fn three_tools_in_parallel_one_waiting_for_a_person(backend: Backend) {
@@ -354,4 +364,66 @@ async fn spawning_a_key_again_returns_the_same_child(backend: Backend) {
         .unwrap();
     // The second spawn started nothing: the child keeps its first input.
     assert_eq!(out, (true, 25));
+}
+
+/// How many children run their body at once, and the most seen.
+#[derive(Default)]
+struct Concurrency {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[workflow]
+async fn slow_item(ctx: &Ctx, item: u64) -> u64 {
+    use std::sync::atomic::Ordering::SeqCst;
+    let c = ctx.resource::<Arc<Concurrency>>();
+    let now = c.now.fetch_add(1, SeqCst) + 1;
+    c.most.fetch_max(now, SeqCst);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    c.now.fetch_sub(1, SeqCst);
+    item * 10
+}
+
+#[workflow]
+async fn bounded_batch(ctx: &Ctx, n: u64) -> u64 {
+    let mut children = Vec::new();
+    for i in 0..n {
+        children.push(
+            ctx.spawn_limited(slow_item, &format!("item-{i}"), i, 3)
+                .await,
+        );
+    }
+    checkpoint!("spawned");
+    let outcomes = ctx.join_all(children).await;
+    outcomes.into_iter().map(|o| o.unwrap_or(0)).sum()
+}
+
+async fn a_bound_runs_at_most_n_children_at_once(backend: Backend) {
+    let fx = SideEffects::new();
+    let concurrency = Arc::new(Concurrency::default());
+    let c = concurrency.clone();
+    let rt = open_with(backend, move |b| b.resource(c).resource(fx)).await;
+    rt.register(slow_item);
+    let h = rt.start(bounded_batch, "batch", 12).await.unwrap();
+    // Right after the spawns, nine of the twelve are held.
+    let held = loop {
+        let kids = rt.runs(RunFilter::new().parent("batch")).await.unwrap();
+        if kids.len() == 12 {
+            break kids
+                .iter()
+                .filter(|r| matches!(r.status, Status::Held { .. }))
+                .count();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert!(held >= 6, "{held} held");
+    let out = tokio::time::timeout(Duration::from_secs(30), h.result())
+        .await
+        .expect("the batch ends")
+        .unwrap();
+    assert_eq!(out, (0..12).map(|i| i * 10).sum::<u64>());
+    let most = concurrency.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=3).contains(&most), "{most} children ran at once");
+    let kids = rt.runs(RunFilter::new().parent("batch")).await.unwrap();
+    assert!(kids.iter().all(|r| r.status == Status::Completed));
 }

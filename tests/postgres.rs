@@ -304,6 +304,7 @@ async fn stale_owner_is_fenced() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     })
     .await
     .unwrap();

@@ -78,6 +78,7 @@ fn build(store: &SqliteStore, n: usize) {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     }))
     .expect("create");
     let claimed = block_on(store.claim(&ClaimRequest {

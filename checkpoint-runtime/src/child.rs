@@ -21,6 +21,9 @@ use crate::store::{Created, NewRun};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
+/// How the signal that wakes a joining run begins (`join#{seq}`).
+pub(crate) const JOIN_TOKEN_PREFIX: &str = "join#";
+
 /// A child run spawned by [`Ctx::spawn`]: its id, typed by its workflow,
 /// so that joining it yields that workflow's output. Serializable (as the
 /// id), so it may be a live local across checkpoints.
@@ -166,7 +169,10 @@ impl Ctx {
         key: &str,
         input: <I::Workflow as Workflow>::Input,
     ) -> Child<I::Workflow> {
-        match self.try_spawn(workflow.into_workflow(), key, input).await {
+        match self
+            .try_spawn(workflow.into_workflow(), key, input, None)
+            .await
+        {
             Ok(child) => child,
             Err(e) => {
                 self.run.halt(Halt::from_error(e, false));
@@ -222,11 +228,63 @@ impl Ctx {
         AwaitInWorkflowBody::new()
     }
 
+    /// Like [`Ctx::spawn`], with a bound: at most `max_running` of this
+    /// run's children run at once (those not ended; whatever bound each
+    /// was spawned with). A child spawned beyond it is
+    /// [`Status::Held`](crate::Status::Held): it holds no worker slot and
+    /// starts, in spawn order, when a running one ends. The parent itself,
+    /// waiting in a join, holds none either.
+    ///
+    /// ```
+    /// use checkpoint_runtime::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn process(item: u64) -> u64 {
+    ///     item + 1
+    /// }
+    ///
+    /// #[workflow]
+    /// async fn batch(ctx: &Ctx, items: Vec<u64>) -> u64 {
+    ///     let mut children = Vec::new();
+    ///     for item in items {
+    ///         // Two at a time; the others wait, held, for a free slot.
+    ///         children.push(ctx.spawn_limited(process, &item.to_string(), item, 2).await);
+    ///     }
+    ///     let outcomes = ctx.join_all(children).await;
+    ///     outcomes.into_iter().map(|o| o.unwrap_or(0)).sum()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(batch, "b", (1..=10).collect()).await?;
+    /// assert_eq!(h.result().await?, (2..=11).sum::<u64>());
+    /// # Ok(()) }
+    /// ```
+    pub async fn spawn_limited<I: IntoWorkflow>(
+        &self,
+        workflow: I,
+        key: &str,
+        input: <I::Workflow as Workflow>::Input,
+        max_running: u32,
+    ) -> Child<I::Workflow> {
+        let spawned = self
+            .try_spawn(workflow.into_workflow(), key, input, Some(max_running))
+            .await;
+        match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                self.run.halt(Halt::from_error(e, false));
+                std::future::pending().await
+            }
+        }
+    }
+
     async fn try_spawn<W: Workflow>(
         &self,
         workflow: W,
         key: &str,
         input: W::Input,
+        max_running: Option<u32>,
     ) -> Result<Child<W>, Error> {
         let parent = &*self.run.id;
         let id = format!("{parent}/{key}");
@@ -258,6 +316,7 @@ impl Ctx {
                 version: W::VERSION,
                 trace: None,
                 parent: Some(parent.to_owned()),
+                max_running,
             })
             .await?;
         if let Created::Existing(run) = created {

@@ -185,6 +185,7 @@ impl Runtime {
                 version: W::VERSION,
                 trace: self.inner.env.trace.as_ref().and_then(|p| p.current()),
                 parent: None,
+                max_running: None,
             })
             .await?;
         if let Created::Existing(run) = created {

@@ -65,6 +65,13 @@ pub enum Status {
         /// Why.
         detail: String,
     },
+    /// A child run created beyond its parent's bound on running children
+    /// ([`Ctx::spawn_limited`](crate::Ctx::spawn_limited)): it starts, in
+    /// spawn order, when one of its running siblings ends.
+    Held {
+        /// The parent run.
+        parent: String,
+    },
 }
 
 impl Status {
@@ -98,6 +105,7 @@ impl Status {
             Status::Failed { .. } => StatusKind::Failed,
             Status::Cancelled => StatusKind::Cancelled,
             Status::Incompatible { .. } => StatusKind::Incompatible,
+            Status::Held { .. } => StatusKind::Held,
         }
     }
 }
@@ -138,6 +146,10 @@ impl std::fmt::Display for Status {
                 f,
                 "incompatible (parked): site `{site}`, field `{field}`: {detail}"
             ),
+            Status::Held { parent } => write!(
+                f,
+                "held: starts when one of the running children of `{parent}` ends"
+            ),
         }
     }
 }
@@ -168,11 +180,13 @@ pub enum StatusKind {
     Cancelled,
     /// See [`Status::Incompatible`].
     Incompatible,
+    /// See [`Status::Held`].
+    Held,
 }
 
 impl StatusKind {
     /// Every kind, in declaration order.
-    pub const ALL: [StatusKind; 8] = [
+    pub const ALL: [StatusKind; 9] = [
         StatusKind::Queued,
         StatusKind::Running,
         StatusKind::Waiting,
@@ -181,6 +195,7 @@ impl StatusKind {
         StatusKind::Failed,
         StatusKind::Cancelled,
         StatusKind::Incompatible,
+        StatusKind::Held,
     ];
 
     /// The kind in lowercase, as the CLI's `--status` and the metrics name it.
@@ -194,6 +209,7 @@ impl StatusKind {
             StatusKind::Failed => "failed",
             StatusKind::Cancelled => "cancelled",
             StatusKind::Incompatible => "incompatible",
+            StatusKind::Held => "held",
         }
     }
 

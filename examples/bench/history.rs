@@ -267,6 +267,7 @@ async fn store_alone(
             version: 1,
             trace: None,
             parent: None,
+            max_running: None,
         })
         .await?;
     let claimed = store

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::Frame;
 use crate::abi::{Encoder, Slot};
-use crate::child::{Child, ChildError};
+use crate::child::{Child, ChildError, JOIN_TOKEN_PREFIX};
 use crate::run::Halt;
 use crate::store::{Suspend, WakeValue};
 use crate::type_names::readable_type_name;
@@ -57,7 +57,8 @@ impl Frame {
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
         let children: Vec<String> = children.into_iter().map(|c| c.id().to_owned()).collect();
-        let token = format!("join#{}", self.run.seq.load(Ordering::Acquire) + 1);
+        let seq = self.run.seq.load(Ordering::Acquire) + 1;
+        let token = format!("{JOIN_TOKEN_PREFIX}{seq}");
         let suspend = Suspend::Joining {
             children,
             token: token.clone(),

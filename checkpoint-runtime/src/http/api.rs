@@ -63,12 +63,13 @@ fn status_kind(s: &str) -> Option<StatusKind> {
         "failed" => StatusKind::Failed,
         "cancelled" => StatusKind::Cancelled,
         "incompatible" => StatusKind::Incompatible,
+        "held" => StatusKind::Held,
         _ => return None,
     })
 }
 
 const STATUSES: &str =
-    "queued, running, waiting, sleeping, completed, failed, cancelled, incompatible";
+    "queued, running, waiting, sleeping, completed, failed, cancelled, incompatible, held";
 
 /// `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
 /// first, as `checkpoint runs --json` lists them. An empty parameter is no

@@ -142,6 +142,7 @@ pub(crate) fn new_run(store: &dyn Store, id: &str) {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     }))
     .unwrap();
     assert!(matches!(r, Created::New));
@@ -302,6 +303,7 @@ pub(crate) fn a_run_keeps_the_version_that_started_it(store: &dyn Store) {
         version: 2,
         trace: None,
         parent: None,
+        max_running: None,
     }))
     .unwrap();
     assert_eq!(load(store, "v1").version, 1);

@@ -150,11 +150,26 @@ impl MemoryStore {
         if let Some(e) = st.runs.get(run.id.as_str()) {
             return Ok(Created::Existing(Box::new(e.rec.clone())));
         }
+        let held = match (&run.parent, run.max_running) {
+            (Some(parent), Some(_)) => {
+                let running = st
+                    .runs
+                    .values()
+                    .filter(|e| e.rec.parent.as_ref() == Some(parent))
+                    .filter(|e| !e.rec.state.is_terminal() && e.rec.state != RunState::Held)
+                    .count();
+                rules::starts_held(run.max_running, running)
+            }
+            _ => false,
+        };
         let now = SystemTime::now();
         let id: Arc<str> = Arc::from(run.id.as_str());
         let order = st.next_order;
         st.next_order += 1;
-        let (rec, started) = rules::create(run, now);
+        let (mut rec, started) = rules::create(run, now);
+        if held {
+            rec.state = RunState::Held;
+        }
         let mut entry = Entry {
             rec,
             order,
@@ -237,7 +252,7 @@ impl MemoryStore {
             });
         }
         for id in ended {
-            Self::child_ended(&mut st, &id);
+            Self::child_ended(&mut st, &id, true);
         }
         drop(st);
         if changed {
@@ -345,7 +360,11 @@ impl MemoryStore {
     /// What the end of run `child` changes elsewhere, in the same critical
     /// section: each run joining it counts it, and the last one it waited
     /// for delivers its signal.
-    fn child_ended(st: &mut State, child: &str) {
+    fn child_ended(st: &mut State, child: &str, freed_slot: bool) {
+        let parent = st.runs.get(child).and_then(|e| e.rec.parent.clone());
+        if let (true, Some(parent)) = (freed_slot, parent) {
+            Self::promote_sibling(st, &parent);
+        }
         for waiter in st.joins.remove(child).unwrap_or_default() {
             let Some(e) = st.runs.get_mut(&waiter) else {
                 continue;
@@ -354,6 +373,18 @@ impl MemoryStore {
             if e.join_pending == 0 && !e.rec.state.is_terminal() {
                 Self::joined(st, &waiter);
             }
+        }
+    }
+
+    /// Starts the oldest held child of `parent`, if any (a running one ended).
+    fn promote_sibling(st: &mut State, parent: &str) {
+        let next = st
+            .runs
+            .values_mut()
+            .filter(|e| e.rec.parent.as_deref() == Some(parent) && e.rec.state == RunState::Held)
+            .min_by_key(|e| e.order);
+        if let Some(e) = next {
+            rules::promote(&mut e.rec, SystemTime::now());
         }
     }
 
@@ -372,11 +403,12 @@ impl MemoryStore {
                 let Some(e) = st.runs.get_mut(&child) else {
                     continue;
                 };
+                let was_held = e.rec.state == RunState::Held;
                 if let Some(event) = rules::cancel(&mut e.rec, now) {
                     e.event(now, event);
                     let order = e.order;
                     st.active.remove(&order);
-                    Self::child_ended(st, &child);
+                    Self::child_ended(st, &child, !was_held);
                 }
                 parents.push(child.to_string());
             }
@@ -431,7 +463,7 @@ impl MemoryStore {
         e.event(now, event);
         let order = e.order;
         st.active.remove(&order);
-        Self::child_ended(&mut st, id);
+        Self::child_ended(&mut st, id, true);
         drop(st);
         self.bump();
         Ok(())
@@ -441,13 +473,14 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
+        let was_held = e.rec.state == RunState::Held;
         let Some(event) = rules::cancel(&mut e.rec, now) else {
             return Ok(false);
         };
         e.event(now, event);
         let order = e.order;
         st.active.remove(&order);
-        Self::child_ended(&mut st, id);
+        Self::child_ended(&mut st, id, !was_held);
         Self::cancel_children(&mut st, id, now);
         drop(st);
         self.bump();

@@ -73,6 +73,9 @@ impl RunRecord {
                 error: error.to_string(),
             },
             RunState::Cancelled => Status::Cancelled,
+            RunState::Held => Status::Held {
+                parent: self.parent.clone().unwrap_or_default(),
+            },
             RunState::Parked { error } => {
                 let (site, field, detail) = error.refused_at();
                 Status::Incompatible {
@@ -120,6 +123,10 @@ pub enum RunState {
     },
     /// Cancelled.
     Cancelled,
+    /// A child run waiting for a free slot among its parent's running
+    /// children (see [`NewRun::max_running`]); not runnable until the store
+    /// makes it `Ready`, when a running sibling ends.
+    Held,
     /// Parked: runnable, but the code that claimed it last refused its
     /// latest checkpoint with `error` ([`Error::Incompatible`], or an
     /// [`Error::Decode`] of a field or of the input). Claimed only to be
@@ -514,6 +521,10 @@ pub struct NewRun {
     pub trace: Option<String>,
     /// The run that spawns it (`ctx.spawn`), for a child run.
     pub parent: Option<String>,
+    /// For a child: at most this many of its parent's children may be
+    /// running (not ended, not held) at once; created beyond it, the run is
+    /// [`RunState::Held`] (see [`Ctx::spawn_limited`](crate::Ctx::spawn_limited)).
+    pub max_running: Option<u32>,
 }
 
 /// What [`Store::create_run`](super::Store::create_run) did.

@@ -576,3 +576,18 @@ pub(crate) fn joined_payload<'a>(
         .collect();
     serde_json::to_vec(&outcomes).unwrap_or_else(|_| b"[]".to_vec())
 }
+
+/// Whether a child created with `max_running` starts held
+/// ([`RunState::Held`]): when `running` of its parent's children (not
+/// ended, not held) already fill the bound.
+pub(crate) fn starts_held(max_running: Option<u32>, running: usize) -> bool {
+    max_running.is_some_and(|max| running >= max.max(1) as usize)
+}
+
+/// Promote: a held child whose running sibling ended becomes `Ready`.
+pub(crate) fn promote(rec: &mut RunRecord, now: SystemTime) {
+    if rec.state == RunState::Held {
+        rec.state = RunState::Ready;
+        rec.updated_at = now;
+    }
+}

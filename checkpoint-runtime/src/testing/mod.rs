@@ -61,6 +61,7 @@ pub(crate) mod crash;
 pub use crash::SimulatedCrash;
 
 use crate::builder::RuntimeBuilder;
+use crate::child::JOIN_TOKEN_PREFIX;
 use crate::run::{lock, Resources};
 use crate::runtime::Runtime;
 use crate::status::RunFilter;
@@ -460,6 +461,10 @@ impl<W: Workflow> Harness<W> {
                 | RunState::Failed { .. }
                 | RunState::Cancelled
                 | RunState::Parked { .. } => return Ok(Ended::Finished),
+                // Its children end by themselves (this runtime runs them).
+                RunState::Waiting { signal, .. } if signal.starts_with(JOIN_TOKEN_PREFIX) => {
+                    SystemTime::now() + Duration::from_millis(5)
+                }
                 RunState::Waiting { signal, deadline } => {
                     if let Some(payload) = script.next(signal) {
                         rt.store().put_signal(id, signal, payload).await?;
@@ -476,6 +481,7 @@ impl<W: Workflow> Harness<W> {
                     }
                 }
                 RunState::Sleeping { until } => *until,
+                RunState::Held => SystemTime::now() + Duration::from_millis(5),
                 RunState::Ready => match &run.lease {
                     Some(l) => l.expires_at,
                     None => SystemTime::now() + Duration::from_millis(5),

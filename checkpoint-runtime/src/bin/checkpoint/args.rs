@@ -190,6 +190,8 @@ pub enum StatusArg {
     Cancelled,
     /// Parked: no registered code can resume its latest checkpoint.
     Incompatible,
+    /// A child waiting for a free slot among its parent's running children.
+    Held,
 }
 
 impl From<StatusArg> for StatusKind {
@@ -203,6 +205,7 @@ impl From<StatusArg> for StatusKind {
             StatusArg::Failed => StatusKind::Failed,
             StatusArg::Cancelled => StatusKind::Cancelled,
             StatusArg::Incompatible => StatusKind::Incompatible,
+            StatusArg::Held => StatusKind::Held,
         }
     }
 }

@@ -19,7 +19,7 @@ use super::conn::{get, ts, Cx};
 use super::tables::history;
 use super::tables::runs::{load, lock_run, write_run};
 use crate::store::sql::run_row::{CANCELLED, COMPLETED, FAILED};
-use crate::store::{rules, RunRecord, Suspend};
+use crate::store::{rules, RunRecord, RunState, Suspend};
 use crate::Error;
 
 /// Locks the rows of `children` for a join (see the module docs); returns
@@ -103,10 +103,58 @@ async fn joined(
     Ok(())
 }
 
-/// Run `child` ended (its row locked and written by the caller): each run
-/// joining it counts it, and the one it was the last pending child of is
-/// woken.
-pub(super) async fn child_ended(cx: &mut Cx<'_>, child: &str) -> Result<(), Error> {
+/// Locks the row of run `parent` (a spawn with a bound, see
+/// `NewRun::max_running`) and counts its running children (not ended, not
+/// held). The lock orders the spawn against a child's end, which takes it
+/// too before it looks for a held child to start: neither misses the other.
+pub(super) async fn lock_parent_and_count(cx: &mut Cx<'_>, parent: &str) -> Result<usize, Error> {
+    cx.query_opt("SELECT 1 FROM cp_runs WHERE id = $1 FOR UPDATE", &[&parent])
+        .await?;
+    let row = cx
+        .query_one(
+            "SELECT count(*) FROM cp_runs WHERE parent = $1 AND state IN (0, 1, 2, 6)",
+            &[&parent],
+        )
+        .await?;
+    Ok(usize::try_from(get::<i64>(&row, 0)?).unwrap_or(usize::MAX))
+}
+
+/// Starts the oldest held child of the parent of run `child`, if any: a
+/// running child of it ended.
+async fn promote_sibling(cx: &mut Cx<'_>, child: &str) -> Result<(), Error> {
+    let parent = cx
+        .query_opt("SELECT parent FROM cp_runs WHERE id = $1", &[&child])
+        .await?;
+    let Some(parent) = parent
+        .map(|r| get::<Option<String>>(&r, 0))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    cx.query_opt("SELECT 1 FROM cp_runs WHERE id = $1 FOR UPDATE", &[&parent])
+        .await?;
+    cx.execute(
+        "UPDATE cp_runs SET state = 0, updated_at = $2 WHERE id = \
+         (SELECT id FROM cp_runs WHERE parent = $1 AND state = 7 ORDER BY ord LIMIT 1)",
+        &[&parent, &ts(SystemTime::now())],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Run `child` ended (its row locked and written by the caller): a held
+/// sibling takes its slot when it held one (`freed_slot`: it was not held
+/// itself), each run joining it counts it, and the one it was the last
+/// pending child of is woken.
+pub(super) async fn child_ended(
+    cx: &mut Cx<'_>,
+    child: &str,
+    freed_slot: bool,
+) -> Result<(), Error> {
+    if freed_slot {
+        promote_sibling(cx, child).await?;
+    }
     let waiters = cx
         .query(
             "DELETE FROM cp_joins WHERE child = $1 RETURNING waiter",
@@ -179,10 +227,11 @@ pub(super) async fn cancel_descendants(
         let Some(mut rec) = lock_run(cx, &id).await? else {
             continue;
         };
+        let was_held = rec.state == RunState::Held;
         if let Some(event) = rules::cancel(&mut rec, now) {
             write_run(cx, &rec).await?;
             history::insert(cx, &id, now, &event).await?;
-            child_ended(cx, &id).await?;
+            child_ended(cx, &id, !was_held).await?;
         }
     }
     Ok(())

@@ -34,8 +34,18 @@ impl PostgresStore {
     pub(super) async fn do_create(&self, run: NewRun) -> Result<Created, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
+        let held = match (&run.parent, run.max_running) {
+            (Some(parent), Some(_)) => {
+                let running = children::lock_parent_and_count(&mut cx, parent).await?;
+                rules::starts_held(run.max_running, running)
+            }
+            _ => false,
+        };
         let now = SystemTime::now();
-        let (rec, started) = rules::create(run, now);
+        let (mut rec, started) = rules::create(run, now);
+        if held {
+            rec.state = RunState::Held;
+        }
         if !insert_run(&mut cx, &rec).await? {
             let existing = load(&mut cx, &rec.id)
                 .await?
@@ -387,7 +397,7 @@ impl PostgresStore {
                 history::insert(&mut b, id, now, &event),
             )?;
         }
-        children::child_ended(&mut cx, id).await?;
+        children::child_ended(&mut cx, id, true).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
@@ -404,6 +414,7 @@ impl PostgresStore {
         let mut rec = lock_run(&mut cx, id)
             .await?
             .ok_or_else(|| Error::unknown_run(id))?;
+        let was_held = rec.state == RunState::Held;
         let Some(event) = rules::cancel(&mut rec, now) else {
             // Finished already: its descendants' cancellations stand.
             notify::notify(&mut cx, &self.schema).await?;
@@ -413,7 +424,7 @@ impl PostgresStore {
         };
         write_run(&mut cx, &rec).await?;
         history::insert(&mut cx, id, now, &event).await?;
-        children::child_ended(&mut cx, id).await?;
+        children::child_ended(&mut cx, id, !was_held).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
@@ -904,7 +915,7 @@ async fn mark_damaged(
         }
     };
     history::insert(cx, id, now, &event).await?;
-    children::child_ended(cx, id).await?;
+    children::child_ended(cx, id, true).await?;
     Ok(())
 }
 

@@ -110,7 +110,8 @@ const V3: &str = "ALTER TABLE cp_runs ADD COLUMN version integer NOT NULL DEFAUL
 /// joining run waits for, deleted when that child ends.
 const V4: &str = "ALTER TABLE cp_runs ADD COLUMN parent text; \
                   ALTER TABLE cp_runs ADD COLUMN join_pending integer NOT NULL DEFAULT 0; \
-                  CREATE INDEX cp_runs_parent ON cp_runs (parent, ord) WHERE parent IS NOT NULL; \
+                  CREATE INDEX cp_runs_parent ON cp_runs (parent, state, ord) \
+                      WHERE parent IS NOT NULL; \
                   CREATE TABLE cp_joins (child text NOT NULL, waiter text NOT NULL, \
                                          PRIMARY KEY (child, waiter));";
 

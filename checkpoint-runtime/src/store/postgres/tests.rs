@@ -620,6 +620,7 @@ fn notifications_reach_other_stores() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     }))
     .unwrap();
     let changed =

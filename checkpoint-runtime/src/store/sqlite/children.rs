@@ -13,9 +13,11 @@ use super::error::R;
 use super::runs::fetch_run;
 use super::writer::txn::TxnCtx;
 use crate::store::rules;
-use crate::store::sql::run_row::{CANCELLED, COMPLETED, FAILED};
+use crate::store::sql::run_row::{
+    CANCELLED, COMPLETED, FAILED, HELD, PARKED, READY, SLEEPING, WAITING,
+};
 use crate::store::sql::ts;
-use crate::store::{RunRecord, Suspend};
+use crate::store::{RunRecord, RunState, Suspend};
 
 /// Run `waiter` (row `ord`) suspended on `children` with signal `token`:
 /// records the children it still waits for, or wakes it at once when they
@@ -76,9 +78,45 @@ fn joined(cx: &mut TxnCtx<'_>, ord: i64, children: &[String], token: &str) -> R<
     Ok(())
 }
 
-/// Run `child` (row `ord`) ended: each run joining it counts it, and the
-/// one it was the last pending child of is woken.
-pub(super) fn child_ended(cx: &mut TxnCtx<'_>, ord: i64) -> R<()> {
+/// How many children of run `parent` are running (not ended, not held).
+pub(super) fn running_children(cx: &mut TxnCtx<'_>, parent: &str) -> R<usize> {
+    let n: i64 = cx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM runs WHERE parent = ?1 AND state IN ({READY}, {WAITING}, \
+             {SLEEPING}, {PARKED})"
+        ))?
+        .query_row([parent], |r| r.get(0))?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Starts the oldest held child of the parent of run `ord`, if any: a
+/// running child of it ended.
+fn promote_sibling(cx: &mut TxnCtx<'_>, ord: i64) -> R<()> {
+    let next: Option<String> = cx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT s.id FROM runs c JOIN runs s ON s.parent = c.parent AND s.state = {HELD} \
+             WHERE c.ord = ?1 ORDER BY s.ord LIMIT 1"
+        ))?
+        .query_row([ord], |r| r.get(0))
+        .optional()?;
+    let Some(id) = next else { return Ok(()) };
+    let mut h = cx.head(&id)?;
+    rules::promote(&mut h.rec, SystemTime::now());
+    cx.save_run(&mut h)?;
+    cx.put(Arc::from(id.as_str()), h);
+    cx.bump = true;
+    Ok(())
+}
+
+/// Run `child` (row `ord`) ended: a held sibling takes its slot when it
+/// held one (`freed_slot`: it was not held itself), each run joining it
+/// counts it, and the one it was the last pending child of is woken.
+pub(super) fn child_ended(cx: &mut TxnCtx<'_>, ord: i64, freed_slot: bool) -> R<()> {
+    if freed_slot {
+        promote_sibling(cx, ord)?;
+    }
     let waiters: Vec<i64> = cx
         .conn
         .prepare_cached("DELETE FROM joins WHERE child = ?1 RETURNING waiter")?
@@ -128,11 +166,12 @@ pub(super) fn cancel_children(cx: &mut TxnCtx<'_>, parent: &str, now: SystemTime
             .collect::<rusqlite::Result<_>>()?;
         for child in children {
             let mut h = cx.head(&child)?;
+            let was_held = h.rec.state == RunState::Held;
             match rules::cancel(&mut h.rec, now) {
                 Some(event) => {
                     cx.save_run(&mut h)?;
                     cx.event(h.ord, now, &event)?;
-                    child_ended(cx, h.ord)?;
+                    child_ended(cx, h.ord, !was_held)?;
                 }
                 None => cx.put(Arc::from(child.as_str()), h),
             }

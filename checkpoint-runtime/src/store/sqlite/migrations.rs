@@ -217,7 +217,7 @@ pub(super) fn migrate_v5(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "ALTER TABLE runs ADD COLUMN parent TEXT; \
          ALTER TABLE runs ADD COLUMN join_pending INTEGER NOT NULL DEFAULT 0; \
-         CREATE INDEX runs_parent ON runs (parent, ord) WHERE parent IS NOT NULL; \
+         CREATE INDEX runs_parent ON runs (parent, state, ord) WHERE parent IS NOT NULL; \
          CREATE TABLE joins ( \
              child  INTEGER NOT NULL, \
              waiter INTEGER NOT NULL, \

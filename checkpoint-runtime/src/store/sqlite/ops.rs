@@ -9,7 +9,7 @@ use rusqlite::params;
 
 use super::checkpoints::chain::{load_seq, prune};
 use super::checkpoints::refs::Shape;
-use super::children::{cancel_children, child_ended, join};
+use super::children::{cancel_children, child_ended, join, running_children};
 use super::error::{Fail, R};
 use super::runs::{
     consume_signal, delete_signal, error_text, fetch_run, insert_run, oldest_signal, run_ord,
@@ -19,7 +19,7 @@ use super::writer::deferred::HeadUpdate;
 use super::writer::txn::{checkpoint_row, TxnCtx};
 use crate::history::Event;
 use crate::store::rules;
-use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED, READY};
+use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED};
 use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 use crate::store::{
     checksums, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
@@ -31,9 +31,18 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
     if let Some((_, rec)) = fetch_run(cx.conn, &run.id)? {
         return Ok(Created::Existing(Box::new(rec)));
     }
+    let held = match (&run.parent, run.max_running) {
+        (Some(parent), Some(_)) => {
+            rules::starts_held(run.max_running, running_children(cx, parent)?)
+        }
+        _ => false,
+    };
     cx.begin()?;
     let now = SystemTime::now();
     let (mut rec, started) = rules::create(run, now);
+    if held {
+        rec.state = RunState::Held;
+    }
     let ord = insert_run(cx.conn, &rec)?;
     cx.event(ord, now, &started)?;
     rec.input = Arc::from(&[][..]);
@@ -42,8 +51,8 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
         key,
         Head {
             ord,
+            stored: state_code(&rec.state),
             rec,
-            stored: READY,
             latest_id: 0,
             floor: 1,
             pruned: 1,
@@ -183,7 +192,7 @@ fn mark_damaged(cx: &mut TxnCtx<'_>, id: &str, fail: Fail, now: SystemTime) -> R
         )?
         .execute(params![ord, FAILED, error, ts(now)])?;
     cx.event(ord, now, &event)?;
-    child_ended(cx, ord)?;
+    child_ended(cx, ord, true)?;
     cx.bump = true;
     Ok(())
 }
@@ -372,7 +381,7 @@ pub(super) fn op_finish(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, outcome: O
     let event = rules::finish(&mut h.rec, outcome, now);
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
-    child_ended(cx, h.ord)?;
+    child_ended(cx, h.ord, true)?;
     // A finished run is not written again: its head is not kept.
     cx.bump = true;
     Ok(())
@@ -385,12 +394,13 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
     }
     cx.begin()?;
     let now = SystemTime::now();
+    let was_held = h.rec.state == RunState::Held;
     let Some(event) = rules::cancel(&mut h.rec, now) else {
         return Ok(false);
     };
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
-    child_ended(cx, h.ord)?;
+    child_ended(cx, h.ord, !was_held)?;
     cancel_children(cx, id, now)?;
     cx.bump = true;
     Ok(true)

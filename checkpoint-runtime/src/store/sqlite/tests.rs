@@ -160,6 +160,7 @@ fn create_load_and_list_runs() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     }))
     .unwrap();
     let again = block_on(store.create_run(NewRun {
@@ -169,6 +170,7 @@ fn create_load_and_list_runs() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     }))
     .unwrap();
     let Created::Existing(rec) = again else {
@@ -997,6 +999,7 @@ fn group_commit_batches_requests() {
                 version: 1,
                 trace: None,
                 parent: None,
+                max_running: None,
             })
         })
         .collect();
@@ -1007,6 +1010,7 @@ fn group_commit_batches_requests() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     });
     for f in futures {
         assert!(matches!(block_on(f).unwrap(), Created::New));
@@ -1229,6 +1233,7 @@ async fn subscribers_hear_local_and_remote_changes() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     })
     .await
     .unwrap();
@@ -1255,6 +1260,7 @@ fn busy_database_is_retried() {
         version: 1,
         trace: None,
         parent: None,
+        max_running: None,
     });
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -1515,6 +1521,7 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
                 version: 1,
                 trace: None,
                 parent: None,
+                max_running: None,
             };
             let (job, replied) = request(false, move |cx| op_create(cx, run));
             tx.send(Msg::Job(job)).unwrap();
