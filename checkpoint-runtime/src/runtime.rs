@@ -774,5 +774,6 @@ pub(crate) fn run_info(r: RunRecord) -> RunInfo {
         created_at: r.created_at,
         updated_at: r.updated_at,
         latest_seq: r.latest_seq,
+        parent: r.parent,
     }
 }

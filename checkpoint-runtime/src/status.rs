@@ -321,4 +321,7 @@ pub struct RunInfo {
     pub worker: Option<String>,
     /// When that lease expires (a run whose lease expired is `Queued`).
     pub lease_expires_at: Option<SystemTime>,
+    /// The run that spawned this one, for a child run (`ctx.spawn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }

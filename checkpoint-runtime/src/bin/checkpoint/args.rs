@@ -51,9 +51,17 @@ pub enum Command {
         /// Only runs whose id starts with this prefix.
         #[arg(long)]
         prefix: Option<String>,
+        /// Only the children of this run (the runs it spawned).
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
         /// At most this many runs.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
+    },
+    /// Show a run and the runs it spawned, theirs, ..., as a tree.
+    Tree {
+        /// The run id.
+        id: String,
     },
     /// Show a run's status and its latest checkpoint's fields as JSON.
     Show {
