@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::testing::{Harness, SideEffects};
+use checkpoint_runtime::RunInfo;
 use serde::{Deserialize, Serialize};
 
 mod common;
@@ -171,6 +172,8 @@ each_store!(
     a_child_that_panics_is_failed_not_the_parent,
     spawning_a_key_again_returns_the_same_child,
     a_bound_runs_at_most_n_children_at_once,
+    a_retried_parent_does_not_run_its_finished_children_again,
+    a_fork_after_the_spawns_joins_the_same_children,
 );
 
 async fn three_tools_in_parallel_one_waiting_for_a_person(backend: Backend) {
@@ -366,11 +369,12 @@ async fn spawning_a_key_again_returns_the_same_child(backend: Backend) {
     assert_eq!(out, (true, 25));
 }
 
-/// How many children run their body at once, and the most seen.
-#[derive(Default)]
+/// How many children run their body at once, and the most seen; the
+/// children wait for `open` before they end.
 struct Concurrency {
     now: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    open: tokio::sync::watch::Sender<bool>,
 }
 
 #[workflow]
@@ -379,7 +383,8 @@ async fn slow_item(ctx: &Ctx, item: u64) -> u64 {
     let c = ctx.resource::<Arc<Concurrency>>();
     let now = c.now.fetch_add(1, SeqCst) + 1;
     c.most.fetch_max(now, SeqCst);
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _ = c.open.subscribe().wait_for(|open| *open).await;
+    tokio::time::sleep(Duration::from_millis(2)).await;
     c.now.fetch_sub(1, SeqCst);
     item * 10
 }
@@ -400,23 +405,35 @@ async fn bounded_batch(ctx: &Ctx, n: u64) -> u64 {
 
 async fn a_bound_runs_at_most_n_children_at_once(backend: Backend) {
     let fx = SideEffects::new();
-    let concurrency = Arc::new(Concurrency::default());
+    let concurrency = Arc::new(Concurrency {
+        now: Default::default(),
+        most: Default::default(),
+        open: tokio::sync::watch::channel(false).0,
+    });
     let c = concurrency.clone();
     let rt = open_with(backend, move |b| b.resource(c).resource(fx)).await;
     rt.register(slow_item);
     let h = rt.start(bounded_batch, "batch", 12).await.unwrap();
-    // Right after the spawns, nine of the twelve are held.
-    let held = loop {
-        let kids = rt.runs(RunFilter::new().parent("batch")).await.unwrap();
-        if kids.len() == 12 {
-            break kids
-                .iter()
-                .filter(|r| matches!(r.status, Status::Held { .. }))
-                .count();
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    // While the first three wait for the gate, the other nine are held.
+    let held = |kids: &[RunInfo]| {
+        kids.iter()
+            .filter(|r| matches!(&r.status, Status::Held { parent } if parent == "batch"))
+            .count()
     };
-    assert!(held >= 6, "{held} held");
+    let kids = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let kids = rt.runs(RunFilter::new().parent("batch")).await.unwrap();
+            let started = concurrency.now.load(std::sync::atomic::Ordering::SeqCst);
+            if kids.len() == 12 && started == 3 {
+                return kids;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("twelve children, three of them started");
+    assert_eq!(held(&kids), 9, "{kids:#?}");
+    concurrency.open.send_replace(true);
     let out = tokio::time::timeout(Duration::from_secs(30), h.result())
         .await
         .expect("the batch ends")
@@ -426,4 +443,92 @@ async fn a_bound_runs_at_most_n_children_at_once(backend: Backend) {
     assert!((1..=3).contains(&most), "{most} children ran at once");
     let kids = rt.runs(RunFilter::new().parent("batch")).await.unwrap();
     assert!(kids.iter().all(|r| r.status == Status::Completed));
+}
+
+/// Up: the parent fails after its join (the test lowers it to retry).
+struct Flaky(Arc<std::sync::atomic::AtomicBool>);
+
+#[workflow]
+async fn counted(ctx: &Ctx, n: u32) -> u32 {
+    ctx.resource::<SideEffects>().record(format!("child {n}"));
+    n
+}
+
+#[workflow]
+async fn fragile_parent(ctx: &Ctx, n: u32) -> Result<u32, String> {
+    let mut kids = Vec::new();
+    for i in 0..n {
+        kids.push(ctx.spawn(counted, &i.to_string(), i).await);
+    }
+    checkpoint!("spawned");
+    let outcomes = ctx.join_all(kids).await;
+    let sum = outcomes.into_iter().map(|o| o.unwrap_or(0)).sum();
+    if ctx
+        .resource::<Flaky>()
+        .0
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Err("flaky".to_owned());
+    }
+    Ok(sum)
+}
+
+async fn a_retried_parent_does_not_run_its_finished_children_again(backend: Backend) {
+    let fx = SideEffects::new();
+    let flaky = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (fx2, flaky2) = (fx.clone(), flaky.clone());
+    let rt = open_with(backend, move |b| b.resource(fx2).resource(Flaky(flaky2))).await;
+    rt.register(counted);
+    let h = rt.start(fragile_parent, "p", 3).await.unwrap();
+    assert_eq!(h.result().await.unwrap(), Err("flaky".to_owned()));
+    flaky.store(false, std::sync::atomic::Ordering::SeqCst);
+    // From the join's checkpoint, with the outcomes it was woken with.
+    rt.retry("p").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(Ok(v)) = h.result().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the retried parent completes");
+    assert_eq!(out, 3);
+    for i in 0..3 {
+        assert_eq!(fx.count(&format!("child {i}")), 1, "{:?}", fx.all());
+    }
+}
+
+async fn a_fork_after_the_spawns_joins_the_same_children(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    rt.register(call_tool);
+    let h = rt.start(agent_turn, "t", calls()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.signal("t/tool-1", "approval", &Approval { approved: true })
+        .await
+        .unwrap();
+    let original = h.result().await.unwrap();
+    let spawned = rt
+        .checkpoints("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.label.as_deref() == Some("spawned"))
+        .expect("the checkpoint after the spawns")
+        .seq;
+    rt.fork("t", spawned, "t-again").await.unwrap();
+    let again = rt.handle(agent_turn, "t-again").result().await.unwrap();
+    assert_eq!(again, original);
+    // The fork joined the original children: no tool ran twice, and it
+    // spawned none of its own.
+    for effect in ["search(flights)", "charge($420)", "email(alice)"] {
+        assert_eq!(fx.count(effect), 1, "{effect}: {:?}", fx.all());
+    }
+    assert!(rt
+        .runs(RunFilter::new().parent("t-again"))
+        .await
+        .unwrap()
+        .is_empty());
 }

@@ -1139,14 +1139,27 @@ async fn runs_by_parent_and_the_tree_of_a_fan_out() {
         .map(|r| r["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["fan-1/leaf-0", "fan-1/leaf-1", "fan-1/leaf-2"]);
-    assert!(kids.as_array().unwrap().iter().all(|r| r["parent"] == "fan-1"));
+    assert!(kids
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["parent"] == "fan-1"));
 
     let text = f.ok(&["tree", "fan-1"]);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
-    assert!(lines[0].starts_with("fan-1  fan  waiting for signal `join#"), "{text}");
-    assert!(lines[1].starts_with("├─ fan-1/leaf-0  leaf  completed"), "{text}");
-    assert!(lines[2].starts_with("├─ fan-1/leaf-1  leaf  completed"), "{text}");
+    assert!(
+        lines[0].starts_with("fan-1  fan  waiting for signal `join#"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("├─ fan-1/leaf-0  leaf  completed"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("├─ fan-1/leaf-1  leaf  completed"),
+        "{text}"
+    );
     assert!(
         lines[3].starts_with("└─ fan-1/leaf-2  leaf  waiting for signal `go`"),
         "{text}"
@@ -1161,5 +1174,7 @@ async fn runs_by_parent_and_the_tree_of_a_fan_out() {
     f.rt.register(leaf);
     let out = f.rt.handle(fan, "fan-1").result().await.unwrap();
     assert_eq!(out, 3);
-    assert!(f.ok(&["tree", "fan-1"]).starts_with("fan-1  fan  completed"));
+    assert!(f
+        .ok(&["tree", "fan-1"])
+        .starts_with("fan-1  fan  completed"));
 }
