@@ -190,7 +190,7 @@ async fn three_tools_in_parallel_one_waiting_for_a_person(backend: Backend) {
             .unwrap(),
         Status::Waiting { .. }
     ));
-    assert!(matches!(h.status().await.unwrap(), Status::Waiting { .. }));
+    assert!(matches!(h.status().await.unwrap(), Status::Joining));
     assert_eq!(fx.count("search(flights)"), 1);
     assert_eq!(fx.count("email(alice)"), 1);
     let children = rt.runs(RunFilter::new().parent("turn-1")).await.unwrap();

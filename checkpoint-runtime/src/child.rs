@@ -21,9 +21,6 @@ use crate::store::{Created, NewRun};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
-/// How the signal that wakes a joining run begins (`join#{seq}`).
-pub(crate) const JOIN_TOKEN_PREFIX: &str = "join#";
-
 /// A child run spawned by [`Ctx::spawn`]: its id, typed by its workflow,
 /// so that joining it yields that workflow's output. Serializable (as the
 /// id), so it may be a live local across checkpoints.

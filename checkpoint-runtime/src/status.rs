@@ -65,6 +65,9 @@ pub enum Status {
         /// Why.
         detail: String,
     },
+    /// Suspended in `ctx.join` / `ctx.join_all` until the children it
+    /// joins have all ended (its kind is [`StatusKind::Waiting`]).
+    Joining,
     /// A child run created beyond its parent's bound on running children
     /// ([`Ctx::spawn_limited`](crate::Ctx::spawn_limited)): it starts, in
     /// spawn order, when one of its running siblings ends.
@@ -106,6 +109,7 @@ impl Status {
             Status::Cancelled => StatusKind::Cancelled,
             Status::Incompatible { .. } => StatusKind::Incompatible,
             Status::Held { .. } => StatusKind::Held,
+            Status::Joining => StatusKind::Waiting,
         }
     }
 }
@@ -146,6 +150,7 @@ impl std::fmt::Display for Status {
                 f,
                 "incompatible (parked): site `{site}`, field `{field}`: {detail}"
             ),
+            Status::Joining => f.write_str("waiting for its children to end"),
             Status::Held { parent } => write!(
                 f,
                 "held: starts when one of the running children of `{parent}` ends"

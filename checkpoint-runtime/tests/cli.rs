@@ -1149,7 +1149,7 @@ async fn runs_by_parent_and_the_tree_of_a_fan_out() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
     assert!(
-        lines[0].starts_with("fan-1  fan  waiting for signal `join#"),
+        lines[0].starts_with("fan-1  fan  waiting for its children to end"),
         "{text}"
     );
     assert!(

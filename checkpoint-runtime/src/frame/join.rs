@@ -12,8 +12,9 @@ use serde::de::DeserializeOwned;
 
 use super::Frame;
 use crate::abi::{Encoder, Slot};
-use crate::child::{Child, ChildError, JOIN_TOKEN_PREFIX};
+use crate::child::{Child, ChildError};
 use crate::run::Halt;
+use crate::store::JOIN_SIGNAL_PREFIX;
 use crate::store::{Suspend, WakeValue};
 use crate::type_names::readable_type_name;
 use crate::workflow::Workflow;
@@ -58,7 +59,7 @@ impl Frame {
     {
         let children: Vec<String> = children.into_iter().map(|c| c.id().to_owned()).collect();
         let seq = self.run.seq.load(Ordering::Acquire) + 1;
-        let token = format!("{JOIN_TOKEN_PREFIX}{seq}");
+        let token = format!("{JOIN_SIGNAL_PREFIX}{seq}");
         let suspend = Suspend::Joining {
             children,
             token: token.clone(),

@@ -15,6 +15,10 @@ use crate::Error;
 /// in errors and listings.
 pub(crate) const UNREADABLE: &str = "<unreadable>";
 
+/// How the signal that wakes a joining run begins (see
+/// [`Suspend::Joining::token`]): `join#{seq}`.
+pub(crate) const JOIN_SIGNAL_PREFIX: &str = "join#";
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -58,6 +62,9 @@ impl RunRecord {
                 Some(lease) if lease.expires_at > SystemTime::now() => Status::Running,
                 _ => Status::Queued,
             },
+            RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX) => {
+                Status::Joining
+            }
             RunState::Waiting { signal, deadline } => Status::Waiting {
                 signal: signal.clone(),
                 deadline: *deadline,

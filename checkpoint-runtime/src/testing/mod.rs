@@ -61,11 +61,10 @@ pub(crate) mod crash;
 pub use crash::SimulatedCrash;
 
 use crate::builder::RuntimeBuilder;
-use crate::child::JOIN_TOKEN_PREFIX;
 use crate::run::{lock, Resources};
 use crate::runtime::Runtime;
 use crate::status::RunFilter;
-use crate::store::{MemoryStore, RunState, Store};
+use crate::store::{MemoryStore, RunState, Store, JOIN_SIGNAL_PREFIX};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
@@ -462,7 +461,7 @@ impl<W: Workflow> Harness<W> {
                 | RunState::Cancelled
                 | RunState::Parked { .. } => return Ok(Ended::Finished),
                 // Its children end by themselves (this runtime runs them).
-                RunState::Waiting { signal, .. } if signal.starts_with(JOIN_TOKEN_PREFIX) => {
+                RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX) => {
                     SystemTime::now() + Duration::from_millis(5)
                 }
                 RunState::Waiting { signal, deadline } => {
