@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::testing::{Harness, SideEffects};
-use checkpoint_runtime::RunInfo;
+use checkpoint_runtime::{Event, RunInfo};
 use serde::{Deserialize, Serialize};
 
 mod common;
@@ -214,6 +214,20 @@ async fn three_tools_in_parallel_one_waiting_for_a_person(backend: Backend) {
         ]
     );
     assert_eq!(fx.count("charge($420)"), 1);
+    // The parent's history links its children.
+    let history = rt.history("turn-1").await.unwrap();
+    let spawned: Vec<&str> = history
+        .iter()
+        .filter_map(|e| match e {
+            Event::ChildSpawned { child, held, .. } if !held => Some(child.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(spawned, ["turn-1/tool-0", "turn-1/tool-1", "turn-1/tool-2"]);
+    assert!(
+        history.contains(&Event::Joined { children: 3 }),
+        "{history:?}"
+    );
 }
 
 async fn a_refused_charge_is_the_childs_own_output(backend: Backend) {

@@ -179,8 +179,13 @@ impl MemoryStore {
             join_pending: 0,
         };
         entry.event(now, started);
+        let spawned = rules::spawned(&entry.rec);
+        let parent = entry.rec.parent.clone();
         st.active.insert(order, id.clone());
         st.runs.insert(id, entry);
+        if let Some(p) = parent.and_then(|p| st.runs.get_mut(p.as_str())) {
+            p.event(now, spawned);
+        }
         drop(st);
         self.bump();
         Ok(Created::New)
@@ -349,11 +354,16 @@ impl MemoryStore {
         let (children, token) = (children.clone(), token.clone());
         let payload = rules::joined_payload(&children, |c| st.runs.get(c).map(|e| &e.rec));
         if let Some(e) = st.runs.get_mut(waiter) {
+            let now = SystemTime::now();
             e.signals.push_back(SignalRecord {
                 name: token,
                 payload: payload.into(),
-                received_at: SystemTime::now(),
+                received_at: now,
             });
+            let joined = Event::Joined {
+                children: children.len(),
+            };
+            e.event(now, joined);
         }
     }
 

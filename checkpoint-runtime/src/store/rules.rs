@@ -591,3 +591,12 @@ pub(crate) fn promote(rec: &mut RunRecord, now: SystemTime) {
         rec.updated_at = now;
     }
 }
+
+/// The event a parent's history records for a child `rec` just created.
+pub(crate) fn spawned(rec: &RunRecord) -> Event {
+    Event::ChildSpawned {
+        child: rec.id.clone(),
+        workflow: rec.workflow.clone(),
+        held: rec.state == RunState::Held,
+    }
+}

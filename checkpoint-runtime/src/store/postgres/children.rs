@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use super::conn::{get, ts, Cx};
 use super::tables::history;
 use super::tables::runs::{load, lock_run, write_run};
+use crate::history::Event;
 use crate::store::sql::run_row::{CANCELLED, COMPLETED, FAILED};
 use crate::store::{rules, RunRecord, RunState, Suspend};
 use crate::Error;
@@ -100,6 +101,10 @@ async fn joined(
         &[&waiter],
     )
     .await?;
+    let joined = Event::Joined {
+        children: children.len(),
+    };
+    history::insert(cx, waiter, SystemTime::now(), &joined).await?;
     Ok(())
 }
 

@@ -53,6 +53,9 @@ impl PostgresStore {
             return Ok(Created::Existing(Box::new(existing)));
         }
         history::insert(&mut cx, &rec.id, now, &started).await?;
+        if let Some(parent) = &rec.parent {
+            history::insert(&mut cx, parent, now, &rules::spawned(&rec)).await?;
+        }
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();

@@ -12,6 +12,7 @@ use rusqlite::{params, OptionalExtension};
 use super::error::R;
 use super::runs::fetch_run;
 use super::writer::txn::TxnCtx;
+use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::run_row::{
     CANCELLED, COMPLETED, FAILED, HELD, PARKED, READY, SLEEPING, WAITING,
@@ -74,6 +75,10 @@ fn joined(cx: &mut TxnCtx<'_>, ord: i64, children: &[String], token: &str) -> R<
     cx.conn
         .prepare_cached("UPDATE runs SET join_pending = 0 WHERE ord = ?1")?
         .execute([ord])?;
+    let joined = Event::Joined {
+        children: children.len(),
+    };
+    cx.event(ord, SystemTime::now(), &joined)?;
     cx.bump = true;
     Ok(())
 }

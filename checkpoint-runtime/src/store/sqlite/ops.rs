@@ -45,6 +45,10 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
     }
     let ord = insert_run(cx.conn, &rec)?;
     cx.event(ord, now, &started)?;
+    if let Some(parent) = &rec.parent {
+        let parent = ord_of(cx, parent)?;
+        cx.event(parent, now, &rules::spawned(&rec))?;
+    }
     rec.input = Arc::from(&[][..]);
     let key: Arc<str> = Arc::from(rec.id.as_str());
     cx.put(
