@@ -530,13 +530,12 @@ pub(crate) fn join_pending<'a>(
     children: &'a [String],
     ended: impl Fn(&str) -> bool,
 ) -> Vec<&'a str> {
-    let mut pending: Vec<&str> = Vec::new();
-    for child in children {
-        if !ended(child) && !pending.contains(&child.as_str()) {
-            pending.push(child);
-        }
-    }
-    pending
+    let mut seen = std::collections::HashSet::with_capacity(children.len());
+    children
+        .iter()
+        .map(String::as_str)
+        .filter(|c| seen.insert(*c) && !ended(c))
+        .collect()
 }
 
 /// How a joined child ended, as the JSON of the

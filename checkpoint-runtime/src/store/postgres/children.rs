@@ -13,11 +13,12 @@
 //! of a child that commits while it is being saved: the child's end waits
 //! for the join's lock, and then sees its `cp_joins` row.
 
+use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 use super::conn::{get, ts, Cx};
 use super::tables::history;
-use super::tables::runs::{load, lock_run, write_run};
+use super::tables::runs::{decode_run, lock_run, write_run, LOAD_PLAIN_MANY};
 use crate::history::Event;
 use crate::store::sql::run_row::{CANCELLED, COMPLETED, FAILED};
 use crate::store::{rules, RunRecord, RunState, Suspend};
@@ -55,7 +56,8 @@ pub(super) async fn join(
     token: &str,
     live: &[String],
 ) -> Result<(), Error> {
-    let pending = rules::join_pending(children, |c| !live.iter().any(|l| l == c));
+    let live: HashSet<&str> = live.iter().map(String::as_str).collect();
+    let pending = rules::join_pending(children, |c| !live.contains(c));
     if pending.is_empty() {
         return joined(cx, waiter, children, token).await;
     }
@@ -83,13 +85,11 @@ async fn joined(
     children: &[String],
     token: &str,
 ) -> Result<(), Error> {
-    let mut records: Vec<RunRecord> = Vec::with_capacity(children.len());
-    for child in children {
-        if let Some(rec) = load(cx, child).await? {
-            records.push(rec);
-        }
+    let mut records: HashMap<String, RunRecord> = HashMap::with_capacity(children.len());
+    for rec in load_many(cx, children).await? {
+        records.insert(rec.id.clone(), rec);
     }
-    let lookup = |c: &str| records.iter().find(|r| r.id == c);
+    let lookup = |c: &str| records.get(c);
     let payload = rules::joined_payload(children, lookup);
     cx.execute(
         "INSERT INTO cp_signals (run, name, payload, received_at) VALUES ($1, $2, $3, $4)",
@@ -146,6 +146,12 @@ async fn promote_sibling(cx: &mut Cx<'_>, child: &str) -> Result<(), Error> {
     )
     .await?;
     Ok(())
+}
+
+/// The records of `ids` that exist (without their inputs), in one query.
+async fn load_many(cx: &mut Cx<'_>, ids: &[String]) -> Result<Vec<RunRecord>, Error> {
+    let rows = cx.query(LOAD_PLAIN_MANY, &[&ids]).await?;
+    rows.iter().map(decode_run).collect()
 }
 
 /// Run `child` ended (its row locked and written by the caller): a held

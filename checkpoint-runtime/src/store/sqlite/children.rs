@@ -4,6 +4,7 @@
 //! Each function runs inside the request's transaction (the writer's
 //! batch), so a child's end and its parent's wake-up are one commit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -24,26 +25,28 @@ use crate::store::{RunRecord, RunState, Suspend};
 /// records the children it still waits for, or wakes it at once when they
 /// all ended.
 pub(super) fn join(cx: &mut TxnCtx<'_>, ord: i64, children: &[String], token: &str) -> R<()> {
-    let mut states = Vec::with_capacity(children.len());
+    let mut states: HashMap<&str, (i64, i64)> = HashMap::with_capacity(children.len());
     for child in children {
         let row: Option<(i64, i64)> = cx
             .conn
             .prepare_cached("SELECT ord, state FROM runs WHERE id = ?1")?
             .query_row([child], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        states.push((child.as_str(), row));
+        if let Some(row) = row {
+            states.insert(child, row);
+        }
     }
     let ended = |c: &str| {
-        states.iter().any(|(id, row)| {
-            *id == c && row.is_none_or(|(_, s)| [COMPLETED, FAILED, CANCELLED].contains(&s))
-        })
+        states
+            .get(c)
+            .is_none_or(|(_, s)| [COMPLETED, FAILED, CANCELLED].contains(s))
     };
     let pending = rules::join_pending(children, ended);
     if pending.is_empty() {
         return joined(cx, ord, children, token);
     }
     for child in &pending {
-        let Some((_, Some((child_ord, _)))) = states.iter().find(|(id, _)| id == child) else {
+        let Some((child_ord, _)) = states.get(child) else {
             continue;
         };
         cx.conn
@@ -59,13 +62,13 @@ pub(super) fn join(cx: &mut TxnCtx<'_>, ord: i64, children: &[String], token: &s
 /// Wakes run `ord`: stores the signal `token` its join waits for, with the
 /// outcomes of `children` ([`rules::joined_payload`]).
 fn joined(cx: &mut TxnCtx<'_>, ord: i64, children: &[String], token: &str) -> R<()> {
-    let mut records: Vec<(String, RunRecord)> = Vec::with_capacity(children.len());
+    let mut records: HashMap<&str, RunRecord> = HashMap::with_capacity(children.len());
     for child in children {
         if let Some((_, rec)) = fetch_run(cx.conn, child)? {
-            records.push((child.clone(), rec));
+            records.insert(child, rec);
         }
     }
-    let lookup = |c: &str| records.iter().find(|(id, _)| id == c).map(|(_, r)| r);
+    let lookup = |c: &str| records.get(c);
     let payload = rules::joined_payload(children, lookup);
     cx.conn
         .prepare_cached(
