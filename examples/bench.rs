@@ -26,7 +26,7 @@
 //!
 //! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
 //!   look); the counts used are printed in each row;
-//! - `BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history`
+//! - `BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history,children`
 //!   picks sections (`checksum`: the cost of a checkpoint's checksums, as a
 //!   share of the durable checkpoint's latency when `latency` runs too;
 //!   `history`: an agent appending a message per checkpoint to a growing
@@ -57,6 +57,8 @@ use std::time::{Duration, Instant};
 use checkpoint_runtime::prelude::*;
 use rusqlite::Connection;
 
+#[path = "bench/children.rs"]
+mod children;
 #[path = "bench/history.rs"]
 mod history;
 #[path = "bench/postgres.rs"]
@@ -992,6 +994,10 @@ async fn main() -> Result<(), BoxError> {
     }
     if want("history") {
         rows.extend(history::rows(d, scale).await?);
+    }
+    if want("children") {
+        let pg = postgres::url(&args);
+        rows.extend(children::rows(d, pg.as_deref(), scale).await?);
     }
     match postgres::url(&args) {
         Some(url) if want("postgres") => rows.extend(postgres::rows(&url, scale, payload).await?),

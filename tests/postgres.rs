@@ -303,6 +303,8 @@ async fn stale_owner_is_fenced() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     })
     .await
     .unwrap();

@@ -101,7 +101,7 @@ fn generate(
         });
     let wait_slots = sites
         .iter()
-        .filter(|s| matches!(s.kind, SiteKind::WaitFor | SiteKind::WaitForTimeout))
+        .filter(|s| s.kind != SiteKind::Checkpoint && s.kind != SiteKind::Sleep)
         .map(|s| {
             let slot = Lowerer::wait_slot_ident(s.index);
             quote!(let mut #slot = #rt::Slot::new();)
@@ -240,6 +240,8 @@ fn site_table<'a>(
             SiteKind::WaitFor => quote!(WaitFor),
             SiteKind::WaitForTimeout => quote!(WaitForTimeout),
             SiteKind::Sleep => quote!(Sleep),
+            SiteKind::Join => quote!(Join),
+            SiteKind::JoinAll => quote!(JoinAll),
         };
         let fields = field_names(bindings, layout);
         let loops = layout.loops;
@@ -451,6 +453,14 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout])
             SiteKind::WaitForTimeout => {
                 let slot = Lowerer::wait_slot_ident(index);
                 quote!(#rt::load_signal_timeout(&mut #slot, &#frame)?;)
+            }
+            SiteKind::Join => {
+                let slot = Lowerer::wait_slot_ident(index);
+                quote!(#rt::load_join(&mut #slot, &#frame)?;)
+            }
+            SiteKind::JoinAll => {
+                let slot = Lowerer::wait_slot_ident(index);
+                quote!(#rt::load_join_all(&mut #slot, &#frame)?;)
             }
             _ => TokenStream::new(),
         };

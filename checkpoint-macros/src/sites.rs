@@ -1,6 +1,6 @@
 //! Finding checkpoint sites: `checkpoint!()` / `checkpoint!("label")` and the
 //! suspension points `ctx.wait_for(..).await`, `ctx.wait_for_timeout(..).await`,
-//! `ctx.sleep(..).await`.
+//! `ctx.sleep(..).await`, `ctx.join(..).await`, `ctx.join_all(..).await`.
 //!
 //! Sites are numbered in source order. Each site node is tagged with a marker
 //! attribute holding its number, so later passes can tell which sites a piece
@@ -24,6 +24,8 @@ pub enum SiteKind {
     WaitFor,
     WaitForTimeout,
     Sleep,
+    Join,
+    JoinAll,
 }
 
 impl SiteKind {
@@ -32,6 +34,8 @@ impl SiteKind {
             "wait_for" => Some(Self::WaitFor),
             "wait_for_timeout" => Some(Self::WaitForTimeout),
             "sleep" => Some(Self::Sleep),
+            "join" => Some(Self::Join),
+            "join_all" => Some(Self::JoinAll),
             _ => None,
         }
     }
@@ -42,6 +46,8 @@ impl SiteKind {
             Self::WaitFor => "ctx.wait_for(..).await",
             Self::WaitForTimeout => "ctx.wait_for_timeout(..).await",
             Self::Sleep => "ctx.sleep(..).await",
+            Self::Join => "ctx.join(..).await",
+            Self::JoinAll => "ctx.join_all(..).await",
         }
     }
 }
@@ -102,6 +108,8 @@ fn assign_keys(sites: &mut [Site]) {
             SiteKind::WaitFor => "wait_for",
             SiteKind::WaitForTimeout => "wait_for_timeout",
             SiteKind::Sleep => "sleep",
+            SiteKind::Join => "join",
+            SiteKind::JoinAll => "join_all",
         };
         let base = match &site.signal {
             Some(signal) => format!("{call}({signal:?})"),

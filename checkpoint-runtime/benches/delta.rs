@@ -77,6 +77,8 @@ fn build(store: &SqliteStore, n: usize) {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     }))
     .expect("create");
     let claimed = block_on(store.claim(&ClaimRequest {

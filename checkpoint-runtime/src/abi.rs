@@ -81,6 +81,10 @@ pub enum SiteKind {
     WaitForTimeout,
     /// `ctx.sleep(..).await`.
     Sleep,
+    /// `ctx.join(child).await`.
+    Join,
+    /// `ctx.join_all(children).await`.
+    JoinAll,
 }
 
 /// Encodes the fields of one checkpoint.

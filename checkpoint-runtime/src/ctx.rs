@@ -60,7 +60,7 @@ use crate::run::RunShared;
 /// ```
 #[derive(Clone)]
 pub struct Ctx {
-    run: Arc<RunShared>,
+    pub(crate) run: Arc<RunShared>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -347,6 +347,12 @@ impl Ctx {
 #[must_use = "a suspension point does nothing unless awaited directly in a #[workflow] body"]
 pub struct AwaitInWorkflowBody<T>(PhantomData<fn() -> T>);
 
+impl<T> AwaitInWorkflowBody<T> {
+    pub(crate) fn new() -> Self {
+        AwaitInWorkflowBody(PhantomData)
+    }
+}
+
 impl<T> std::fmt::Debug for AwaitInWorkflowBody<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AwaitInWorkflowBody")
@@ -355,7 +361,7 @@ impl<T> std::fmt::Debug for AwaitInWorkflowBody<T> {
 
 /// Never implemented: the bound that makes [`AwaitInWorkflowBody`] impossible to await.
 #[diagnostic::on_unimplemented(
-    message = "`ctx.wait_for`, `ctx.wait_for_timeout` and `ctx.sleep` can only be awaited directly in a #[workflow] body",
+    message = "`ctx.wait_for`, `ctx.wait_for_timeout`, `ctx.sleep`, `ctx.join` and `ctx.join_all` can only be awaited directly in a #[workflow] body",
     label = "awaited outside the body of a #[workflow] fn",
     note = "a suspension point must be written in the workflow body itself (at any depth of blocks, `if`, `match` and loops), where #[workflow] turns it into a durable checkpoint; a helper `async fn`, closure or `async` block cannot be resumed there: return what the helper needs to the body and wait there"
 )]

@@ -38,7 +38,7 @@ pub(crate) struct Inner {
     pub(crate) ttl: Duration,
     pub(crate) concurrency: usize,
     pub(crate) max_attempts: u32,
-    pub(crate) registry: Registry,
+    pub(crate) registry: Arc<Registry>,
     active: Arc<ActiveRuns>,
     /// Renews the leases of [`Inner::active`].
     keeper: LeaseKeeper,
@@ -140,6 +140,7 @@ pub(crate) struct InnerConfig {
 impl Inner {
     pub(crate) fn new(cfg: InnerConfig) -> Self {
         let worker: Arc<str> = Arc::from(cfg.worker);
+        let registry = Arc::new(Registry::default());
         Inner {
             env: Arc::new(RunEnv {
                 store: cfg.store,
@@ -149,6 +150,7 @@ impl Inner {
                 schemas_stored: Mutex::new(HashSet::new()),
                 save_hook: cfg.save_hook,
                 trace: cfg.trace,
+                registry: registry.clone(),
             }),
             instance: Arc::from(new_instance_id()),
             // Bounded so that lease arithmetic on times never overflows.
@@ -158,7 +160,7 @@ impl Inner {
             ),
             concurrency: cfg.concurrency.max(1),
             max_attempts: cfg.max_attempts.max(1),
-            registry: Registry::default(),
+            registry,
             active: Arc::new(ActiveRuns::default()),
             keeper: LeaseKeeper::new(),
             local: watch::channel(0).0,

@@ -199,7 +199,7 @@ impl<W: Workflow> WorkflowHandle<W> {
                 {
                     return Err(error.clone())
                 }
-                RunState::Parked { .. } => None,
+                RunState::Parked { .. } | RunState::Held => None,
                 RunState::Cancelled => {
                     return Err(Error::Cancelled {
                         run: self.id.to_string(),

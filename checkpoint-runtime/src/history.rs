@@ -116,6 +116,23 @@ pub enum Event {
         /// The new run.
         to: String,
     },
+    /// The run spawned a child run (`ctx.spawn`); recorded in the parent's
+    /// history, in the transaction that creates the child.
+    ChildSpawned {
+        /// The child's run id.
+        child: String,
+        /// The child's workflow.
+        workflow: String,
+        /// It was created held: its parent's bound on running children was
+        /// reached (`ctx.spawn_limited`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        held: bool,
+    },
+    /// The children a join waited for have all ended: the run is woken.
+    Joined {
+        /// How many children the join named.
+        children: usize,
+    },
     /// The code that claimed the run could not resume its latest
     /// checkpoint: the run is parked until code that matches is registered.
     Parked {
@@ -177,6 +194,19 @@ impl std::fmt::Display for Event {
             Event::Forked { from, seq, to } => {
                 write!(f, "`{to}` forked from `{from}` checkpoint #{seq}")
             }
+            Event::ChildSpawned {
+                child,
+                workflow,
+                held,
+            } => {
+                write!(f, "spawned child `{child}` (workflow `{workflow}`)")?;
+                if *held {
+                    f.write_str(", held until a running child ends")?;
+                }
+                Ok(())
+            }
+            Event::Joined { children: 1 } => f.write_str("joined its child: it ended"),
+            Event::Joined { children } => write!(f, "joined {children} children: all ended"),
         }
     }
 }

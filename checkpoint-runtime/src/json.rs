@@ -143,6 +143,7 @@ pub fn run_json(r: &RunInfo) -> Value {
         "latest_seq": r.latest_seq,
         "worker": r.worker,
         "lease_expires_at": r.lease_expires_at.map(rfc3339),
+        "parent": r.parent,
     })
 }
 

@@ -115,6 +115,7 @@
 
 mod abi;
 mod builder;
+mod child;
 mod codec;
 mod compatibility;
 mod conclude;
@@ -147,6 +148,7 @@ mod type_names;
 mod workflow;
 
 pub use builder::{RuntimeBuilder, DEFAULT_CONCURRENCY, DEFAULT_WORKER_ID};
+pub use child::{Child, ChildError};
 pub use compatibility::Incompatibility;
 pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
@@ -169,9 +171,9 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CheckpointInfo, Ctx, Error, Event, FieldInfo, FieldJson,
-        IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status, StatusKind, Workflow,
-        WorkflowHandle,
+        checkpoint, workflow, CheckpointInfo, Child, ChildError, Ctx, Error, Event, FieldInfo,
+        FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status, StatusKind,
+        Workflow, WorkflowHandle,
     };
 }
 
@@ -182,6 +184,7 @@ pub mod __private {
     pub use crate::abi::{
         encode, encode_typed, Encoded, Encoder, FieldPlan, SiteInfo, SiteKind, Slot,
     };
+    pub use crate::frame::join::{load_join, load_join_all};
     pub use crate::frame::resume::{load, load_signal, load_signal_timeout};
     pub use crate::frame::{diverged, missing_input, Frame};
     pub use crate::iteration::{

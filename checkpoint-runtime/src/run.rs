@@ -60,6 +60,10 @@ pub(crate) struct RunEnv {
     pub(crate) save_hook: Option<Arc<dyn SaveHook>>,
     /// Carries each run's trace context across executions.
     pub(crate) trace: Option<Arc<dyn crate::observe::TracePropagation>>,
+    /// The runtime's registry of workflows (a `Registry`, kept opaque
+    /// here so that this module stays below it): `ctx.spawn` registers
+    /// the child's workflow, so that this runtime executes it too.
+    pub(crate) registry: Arc<dyn Any + Send + Sync>,
 }
 
 impl RunEnv {

@@ -184,6 +184,8 @@ impl Runtime {
                 input: input_json.into(),
                 version: W::VERSION,
                 trace: self.inner.env.trace.as_ref().and_then(|p| p.current()),
+                parent: None,
+                max_running: None,
             })
             .await?;
         if let Created::Existing(run) = created {
@@ -772,5 +774,6 @@ pub(crate) fn run_info(r: RunRecord) -> RunInfo {
         created_at: r.created_at,
         updated_at: r.updated_at,
         latest_seq: r.latest_seq,
+        parent: r.parent,
     }
 }

@@ -65,6 +65,16 @@ pub enum Status {
         /// Why.
         detail: String,
     },
+    /// Suspended in `ctx.join` / `ctx.join_all` until the children it
+    /// joins have all ended (its kind is [`StatusKind::Waiting`]).
+    Joining,
+    /// A child run created beyond its parent's bound on running children
+    /// ([`Ctx::spawn_limited`](crate::Ctx::spawn_limited)): it starts, in
+    /// spawn order, when one of its running siblings ends.
+    Held {
+        /// The parent run.
+        parent: String,
+    },
 }
 
 impl Status {
@@ -98,6 +108,8 @@ impl Status {
             Status::Failed { .. } => StatusKind::Failed,
             Status::Cancelled => StatusKind::Cancelled,
             Status::Incompatible { .. } => StatusKind::Incompatible,
+            Status::Held { .. } => StatusKind::Held,
+            Status::Joining => StatusKind::Waiting,
         }
     }
 }
@@ -138,6 +150,11 @@ impl std::fmt::Display for Status {
                 f,
                 "incompatible (parked): site `{site}`, field `{field}`: {detail}"
             ),
+            Status::Joining => f.write_str("waiting for its children to end"),
+            Status::Held { parent } => write!(
+                f,
+                "held: starts when one of the running children of `{parent}` ends"
+            ),
         }
     }
 }
@@ -168,11 +185,13 @@ pub enum StatusKind {
     Cancelled,
     /// See [`Status::Incompatible`].
     Incompatible,
+    /// See [`Status::Held`].
+    Held,
 }
 
 impl StatusKind {
     /// Every kind, in declaration order.
-    pub const ALL: [StatusKind; 8] = [
+    pub const ALL: [StatusKind; 9] = [
         StatusKind::Queued,
         StatusKind::Running,
         StatusKind::Waiting,
@@ -181,6 +200,7 @@ impl StatusKind {
         StatusKind::Failed,
         StatusKind::Cancelled,
         StatusKind::Incompatible,
+        StatusKind::Held,
     ];
 
     /// The kind in lowercase, as the CLI's `--status` and the metrics name it.
@@ -194,6 +214,7 @@ impl StatusKind {
             StatusKind::Failed => "failed",
             StatusKind::Cancelled => "cancelled",
             StatusKind::Incompatible => "incompatible",
+            StatusKind::Held => "held",
         }
     }
 
@@ -228,6 +249,8 @@ pub struct RunFilter {
     pub id_prefix: Option<String>,
     /// At most this many runs (oldest first).
     pub limit: Option<usize>,
+    /// Only the children of this run (spawned with `ctx.spawn`).
+    pub parent: Option<String>,
 }
 
 impl RunFilter {
@@ -251,6 +274,13 @@ impl RunFilter {
     /// Only runs whose id starts with `prefix`.
     pub fn id_prefix(mut self, prefix: &str) -> Self {
         self.id_prefix = Some(prefix.to_owned());
+        self
+    }
+
+    /// Only the children of run `id` (the runs it spawned with
+    /// [`Ctx::spawn`](crate::Ctx::spawn)).
+    pub fn parent(mut self, id: &str) -> Self {
+        self.parent = Some(id.to_owned());
         self
     }
 
@@ -296,4 +326,7 @@ pub struct RunInfo {
     pub worker: Option<String>,
     /// When that lease expires (a run whose lease expired is `Queued`).
     pub lease_expires_at: Option<SystemTime>,
+    /// The run that spawned this one, for a child run (`ctx.spawn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }

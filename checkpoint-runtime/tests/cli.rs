@@ -1107,3 +1107,74 @@ async fn runs_shows_queued_running_waiting_and_sleeping_honestly() {
     rt.close().await;
     client.close().await;
 }
+
+#[workflow]
+async fn leaf(ctx: &Ctx, n: u32) -> u32 {
+    if n == 2 {
+        let _: bool = ctx.wait_for("go").await;
+    }
+    n
+}
+
+#[workflow]
+async fn fan(ctx: &Ctx, n: u32) -> u32 {
+    let mut kids = Vec::new();
+    for i in 0..n {
+        kids.push(ctx.spawn(leaf, &format!("leaf-{i}"), i).await);
+    }
+    let outcomes = ctx.join_all(kids).await;
+    outcomes.into_iter().map(|o| o.unwrap_or(0)).sum()
+}
+
+#[tokio::test]
+async fn runs_by_parent_and_the_tree_of_a_fan_out() {
+    let f = Fixture::new().await;
+    f.rt.start(fan, "fan-1", 3).await.expect("start");
+    f.rt.run_until_idle().await.expect("run");
+    let kids = f.json(&["runs", "--parent", "fan-1"]);
+    let ids: Vec<&str> = kids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["fan-1/leaf-0", "fan-1/leaf-1", "fan-1/leaf-2"]);
+    assert!(kids
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["parent"] == "fan-1"));
+
+    let text = f.ok(&["tree", "fan-1"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].starts_with("fan-1  fan  waiting for its children to end"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("├─ fan-1/leaf-0  leaf  completed"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("├─ fan-1/leaf-1  leaf  completed"),
+        "{text}"
+    );
+    assert!(
+        lines[3].starts_with("└─ fan-1/leaf-2  leaf  waiting for signal `go`"),
+        "{text}"
+    );
+    let tree = f.json(&["tree", "fan-1"]);
+    assert_eq!(tree["id"], "fan-1");
+    assert_eq!(tree["children"].as_array().unwrap().len(), 3);
+    assert_eq!(tree["children"][2]["status"]["signal"], "go");
+
+    // The last child's signal, then the parent completes with the sum.
+    f.ok(&["signal", "fan-1/leaf-2", "go", "true"]);
+    f.rt.register(leaf);
+    let out = f.rt.handle(fan, "fan-1").result().await.unwrap();
+    assert_eq!(out, 3);
+    assert!(f
+        .ok(&["tree", "fan-1"])
+        .starts_with("fan-1  fan  completed"));
+}

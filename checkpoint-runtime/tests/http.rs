@@ -413,7 +413,7 @@ async fn runs_are_listed_and_filtered() {
         .len(),
         4
     );
-    // No run has a parent until child runs exist.
+    // vendor-42 spawned nothing.
     assert!(ids(f.get("/api/runs?parent=vendor-42").await).is_empty());
 
     for (query, parameter) in [
@@ -1056,4 +1056,48 @@ fn checkpoint_serve_refuses_a_remote_address_without_the_flag() {
     .unwrap();
     let e: Value = serde_json::from_slice(&out.stderr).unwrap();
     assert_eq!(e["kind"], "invalid_token");
+}
+
+#[workflow]
+async fn leaf(n: u32) -> u32 {
+    n + 1
+}
+
+#[workflow]
+async fn fan(ctx: &Ctx, n: u32) -> u32 {
+    let mut kids = Vec::new();
+    for i in 0..n {
+        kids.push(ctx.spawn(leaf, &format!("leaf-{i}"), i).await);
+    }
+    let outcomes = ctx.join_all(kids).await;
+    outcomes.into_iter().map(|o| o.unwrap_or(0)).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_shows_its_parent_and_children_and_runs_filter_by_parent() {
+    let f = Fixture::new().await;
+    let h = f.worker.start(fan, "fan-1", 2).await.unwrap();
+    assert_eq!(h.result().await.unwrap(), 3);
+    let listed = f.get("/api/runs?parent=fan-1").await;
+    let listed: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["fan-1/leaf-0", "fan-1/leaf-1"]);
+    let run = f.get("/api/runs/fan-1").await;
+    assert_eq!(run["parent"], Value::Null);
+    let children: Vec<&str> = run["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(children, ["fan-1/leaf-0", "fan-1/leaf-1"]);
+    assert_eq!(run["children"][0]["status"], json!({"state": "completed"}));
+    let child = f.get("/api/runs/fan-1%2Fleaf-1").await;
+    assert_eq!(child["parent"], "fan-1");
+    assert_eq!(child["children"], json!([]));
+    assert_eq!(child["output"], 2);
 }

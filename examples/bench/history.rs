@@ -266,6 +266,8 @@ async fn store_alone(
             input: Arc::from(&b"null"[..]),
             version: 1,
             trace: None,
+            parent: None,
+            max_running: None,
         })
         .await?;
     let claimed = store

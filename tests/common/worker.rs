@@ -108,6 +108,20 @@ impl WorkerProc {
         }
     }
 
+    /// The first stdout line starting with `prefix` within `timeout`, if
+    /// one comes.
+    pub fn wait_line(&mut self, prefix: &str, timeout: Duration) -> Option<String> {
+        let until = Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).ok()?;
+            self.seen.push(line.clone());
+            if line.starts_with(prefix) {
+                return Some(line);
+            }
+        }
+    }
+
     /// Sends `sig` (`-STOP`, `-CONT`, ...) with `kill`.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")

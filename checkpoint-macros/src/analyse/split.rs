@@ -220,7 +220,7 @@ pub(crate) fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
             if let Some(init) = &l.init {
                 match site_with_postfix(&init.expr) {
                     // The chain after the call runs after the split.
-                    Some(_) => out.extend(free_in_expr(&init.expr)),
+                    Some(_) => out.extend(postfix_free(&init.expr)),
                     None => out.extend(post_merge_free_expr(&init.expr, refs)),
                 }
                 if let Some((_, d)) = &init.diverge {
@@ -232,7 +232,7 @@ pub(crate) fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
         Stmt::Expr(Expr::Assign(a), _) if sites::sites_in_expr(&a.left).is_none() => {
             let mut out = free_in_expr(&a.left);
             match site_with_postfix(&a.right) {
-                Some(_) => out.extend(free_in_expr(&a.right)),
+                Some(_) => out.extend(postfix_free(&a.right)),
                 None => out.extend(post_merge_free_expr(&a.right, refs)),
             }
             out
@@ -404,6 +404,37 @@ pub(crate) fn site_with_postfix(expr: &Expr) -> Option<(u32, Expr, TokenStream)>
             Some((index, site, quote!(#rest #q)))
         }
         _ => None,
+    }
+}
+
+/// What a suspension call with its chain (see [`site_with_postfix`]) reads
+/// after the split. The arguments of `ctx.join(..)` / `ctx.join_all(..)`
+/// are not among them: they are moved into the call, on the normal path
+/// only (a resume takes the children's outcomes instead). Those of a wait
+/// or a sleep still count, as they always have, so that the fields the
+/// sites of existing workflows save do not change.
+fn postfix_free(expr: &Expr) -> NameSet {
+    if direct_site(expr).is_some() {
+        let joins = match strip_parens(expr) {
+            Expr::Await(a) => matches!(&*a.base, Expr::MethodCall(m)
+                if m.method == "join" || m.method == "join_all"),
+            _ => false,
+        };
+        return if joins {
+            NameSet::new()
+        } else {
+            free_in_expr(expr)
+        };
+    }
+    match expr {
+        Expr::MethodCall(m) => {
+            let mut out = postfix_free(&m.receiver);
+            out.extend(m.args.iter().flat_map(free_in_expr));
+            out
+        }
+        Expr::Field(f) => postfix_free(&f.base),
+        Expr::Try(t) => postfix_free(&t.expr),
+        other => free_in_expr(other),
     }
 }
 

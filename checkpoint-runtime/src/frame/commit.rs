@@ -22,7 +22,7 @@ use crate::store::{CheckpointRecord, SchemaKeys, Suspend, LOOP_ITEMS};
 use crate::Error;
 
 impl Frame {
-    fn prepare<F>(
+    pub(super) fn prepare<F>(
         &mut self,
         site: u32,
         loops: &[u64],
@@ -164,7 +164,7 @@ impl Frame {
     }
 
     /// Stores a prepared checkpoint; halts on failure and on a simulated crash.
-    async fn commit(&mut self, prepared: Result<Arc<CheckpointRecord>, Error>) {
+    pub(super) async fn commit(&mut self, prepared: Result<Arc<CheckpointRecord>, Error>) {
         let cp = match prepared {
             Ok(cp) => cp,
             Err(e) => match self.halt(e).await {},
@@ -234,7 +234,7 @@ impl Frame {
 
     /// What a suspension at `site` stores of the sites before it (see
     /// [`SiteInfo::sites_before`](crate::abi::SiteInfo)).
-    fn sites_before(&self, site: u32) -> Option<Vec<String>> {
+    pub(super) fn sites_before(&self, site: u32) -> Option<Vec<String>> {
         let info = site
             .checked_sub(1)
             .and_then(|i| self.sites.get(i as usize))?;

@@ -17,6 +17,7 @@
 //! The frame reaches the runtime only through the run's [`RunEnv`](crate::run::RunEnv).
 
 mod commit;
+pub(crate) mod join;
 pub(crate) mod resume;
 
 use std::convert::Infallible;

@@ -259,6 +259,10 @@ fn check_site(
             | (SiteKind::WaitFor, Some(Suspend::Waiting { .. }))
             | (SiteKind::WaitForTimeout, Some(Suspend::Waiting { .. }))
             | (SiteKind::Sleep, Some(Suspend::Sleeping { .. }))
+            | (
+                SiteKind::Join | SiteKind::JoinAll,
+                Some(Suspend::Joining { .. })
+            )
     );
     if !kind_ok {
         return Err(incompatible(
@@ -336,7 +340,7 @@ impl Frame {
         let site = &sites[index];
         check_site(&run, sites, site, &cp)?;
         let wake = match site.kind {
-            SiteKind::WaitFor | SiteKind::WaitForTimeout => {
+            SiteKind::WaitFor | SiteKind::WaitForTimeout | SiteKind::Join | SiteKind::JoinAll => {
                 let wake = claimed
                     .run
                     .wake
@@ -346,7 +350,11 @@ impl Frame {
                 match (site.kind, wake) {
                     // A probe checks the saved fields of a run still waiting.
                     (_, None) if run.probe => None,
-                    (SiteKind::WaitFor, Some(WakeValue::TimedOut)) | (_, None) => {
+                    (
+                        SiteKind::WaitFor | SiteKind::Join | SiteKind::JoinAll,
+                        Some(WakeValue::TimedOut),
+                    )
+                    | (_, None) => {
                         // Nothing to resume with: go back to waiting.
                         return Err(Halt::RejectSignal(
                             "no signal was delivered to this wait site".to_owned(),

@@ -63,17 +63,17 @@ fn status_kind(s: &str) -> Option<StatusKind> {
         "failed" => StatusKind::Failed,
         "cancelled" => StatusKind::Cancelled,
         "incompatible" => StatusKind::Incompatible,
+        "held" => StatusKind::Held,
         _ => return None,
     })
 }
 
 const STATUSES: &str =
-    "queued, running, waiting, sleeping, completed, failed, cancelled, incompatible";
+    "queued, running, waiting, sleeping, completed, failed, cancelled, incompatible, held";
 
 /// `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
 /// first, as `checkpoint runs --json` lists them. An empty parameter is no
-/// filter. `parent` is accepted for the child runs to come; no run has a
-/// parent yet, so a non-empty `parent` lists none.
+/// filter. `parent` lists the children of that run (`ctx.spawn`).
 pub(crate) async fn list_runs(
     State(rt): State<Runtime>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -83,7 +83,6 @@ pub(crate) async fn list_runs(
     })?;
     let mut filter = RunFilter::new();
     let mut seen: Vec<&str> = Vec::new();
-    let mut parent = None;
     for (key, value) in &pairs {
         if seen.contains(&key.as_str()) {
             return Err(
@@ -108,7 +107,7 @@ pub(crate) async fn list_runs(
             }
             "workflow" => filter = filter.workflow(value),
             "prefix" => filter = filter.id_prefix(value),
-            "parent" => parent = Some(value.as_str()),
+            "parent" => filter = filter.parent(value),
             "limit" => {
                 let n = value.parse::<usize>().map_err(|_| {
                     ApiError::bad_request(
@@ -131,10 +130,6 @@ pub(crate) async fn list_runs(
             }
         }
     }
-    if parent.is_some() {
-        // No run has a parent until child runs exist.
-        return ok(json!([]));
-    }
     let runs = rt.runs(filter).await?;
     ok(runs.iter().map(run_json).collect())
 }
@@ -143,8 +138,9 @@ pub(crate) async fn list_runs(
 /// status and its latest checkpoint's fields as JSON), with its input, its
 /// output once completed, what it waits for (the signal, its deadline, and
 /// the payload type's schema with a hint when the wait stored one), which
-/// actions apply, and its place in a tree of runs (`parent`, `children`:
-/// none until child runs exist).
+/// actions apply, and its place in a tree of runs: `parent` (`null` for a
+/// run started by `Runtime::start`) and `children` (the runs it spawned,
+/// each as `runs` lists it, in spawn order).
 pub(crate) async fn get_run(
     State(rt): State<Runtime>,
     id: Result<Path<String>, PathRejection>,
@@ -231,8 +227,9 @@ pub(crate) async fn get_run(
         "retry": matches!(info.status, Status::Failed { .. } | Status::Incompatible { .. }),
         "fork": record.latest_seq > 0,
     });
-    v["parent"] = Value::Null;
-    v["children"] = json!([]);
+    v["parent"] = json!(info.parent);
+    let children = rt.runs(RunFilter::new().parent(&info.id)).await?;
+    v["children"] = children.iter().map(run_json).collect();
     ok(v)
 }
 

@@ -48,14 +48,13 @@
 //! - `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
 //!   first. `status` is one of `queued`, `running`, `waiting`, `sleeping`,
 //!   `completed`, `failed`, `cancelled`, `incompatible`; an empty parameter
-//!   is no filter. `parent` is accepted for child runs, which do not exist
-//!   yet: no run has a parent, so a `parent` filter lists none.
+//!   is no filter. `parent` lists the children of that run.
 //! - `GET /api/runs/{id}`: the run (as `checkpoint show --json`), its input
 //!   and output, `waiting_for` (`signal`, `deadline`, and `payload_schema`:
 //!   the schema the wait site stored for its payload type, with `type`,
 //!   `definitions` in Rust syntax and an `example` value, or `null`),
 //!   `actions` (which of signal, cancel, retry, fork apply), `parent` and
-//!   `children` (`null` and `[]` until child runs exist).
+//!   `children` (the runs it spawned, as `runs` lists them).
 //! - `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first.
 //! - `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON
 //!   and `diff`, what changed from the version before, field by field

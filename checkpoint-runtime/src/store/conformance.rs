@@ -141,6 +141,8 @@ pub(crate) fn new_run(store: &dyn Store, id: &str) {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     }))
     .unwrap();
     assert!(matches!(r, Created::New));
@@ -300,6 +302,8 @@ pub(crate) fn a_run_keeps_the_version_that_started_it(store: &dyn Store) {
         input: Arc::from(&b"null"[..]),
         version: 2,
         trace: None,
+        parent: None,
+        max_running: None,
     }))
     .unwrap();
     assert_eq!(load(store, "v1").version, 1);

@@ -335,6 +335,19 @@ fn metadata_sum(cp: &CheckpointRecord) -> u32 {
             h.time(*until);
             feed_sites_before(&mut h, sites_before);
         }
+        Some(Suspend::Joining {
+            children,
+            token,
+            sites_before,
+        }) => {
+            h.u64(3);
+            h.text(token);
+            h.u64(children.len() as u64);
+            for child in children {
+                h.text(child);
+            }
+            feed_sites_before(&mut h, sites_before);
+        }
     }
     h.time(cp.created_at);
     h.finish()

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::rules;
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, Store,
+    RunRecord, RunState, SignalRecord, Store, Suspend,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -44,6 +44,9 @@ struct State {
     next_order: u64,
     /// Schema documents by key.
     schemas: HashMap<String, String>,
+    /// Per child run that a joining run waits for: the runs waiting
+    /// (`Suspend::Joining`).
+    joins: HashMap<Arc<str>, Vec<Arc<str>>>,
 }
 
 struct Entry {
@@ -52,6 +55,8 @@ struct Entry {
     checkpoints: VecDeque<Arc<CheckpointRecord>>,
     history: Vec<Hist>,
     signals: VecDeque<SignalRecord>,
+    /// How many children the run's join still waits for.
+    join_pending: usize,
 }
 
 /// A history entry as kept in memory: the frequent `CheckpointSaved` event
@@ -145,21 +150,42 @@ impl MemoryStore {
         if let Some(e) = st.runs.get(run.id.as_str()) {
             return Ok(Created::Existing(Box::new(e.rec.clone())));
         }
+        let held = match (&run.parent, run.max_running) {
+            (Some(parent), Some(_)) => {
+                let running = st
+                    .runs
+                    .values()
+                    .filter(|e| e.rec.parent.as_ref() == Some(parent))
+                    .filter(|e| !e.rec.state.is_terminal() && e.rec.state != RunState::Held)
+                    .count();
+                rules::starts_held(run.max_running, running)
+            }
+            _ => false,
+        };
         let now = SystemTime::now();
         let id: Arc<str> = Arc::from(run.id.as_str());
         let order = st.next_order;
         st.next_order += 1;
-        let (rec, started) = rules::create(run, now);
+        let (mut rec, started) = rules::create(run, now);
+        if held {
+            rec.state = RunState::Held;
+        }
         let mut entry = Entry {
             rec,
             order,
             checkpoints: VecDeque::new(),
             history: Vec::new(),
             signals: VecDeque::new(),
+            join_pending: 0,
         };
         entry.event(now, started);
+        let spawned = rules::spawned(&entry.rec);
+        let parent = entry.rec.parent.clone();
         st.active.insert(order, id.clone());
         st.runs.insert(id, entry);
+        if let Some(p) = parent.and_then(|p| st.runs.get_mut(p.as_str())) {
+            p.event(now, spawned);
+        }
         drop(st);
         self.bump();
         Ok(Created::New)
@@ -169,6 +195,7 @@ impl MemoryStore {
         let now = SystemTime::now();
         let mut out = ClaimResult::default();
         let mut changed = false;
+        let mut ended: Vec<Arc<str>> = Vec::new();
         let mut st = self.lock();
         let State { runs, active, .. } = &mut *st;
         let candidates: Vec<Arc<str>> = match &req.only {
@@ -211,6 +238,7 @@ impl MemoryStore {
                 let event = rules::finish(&mut e.rec, Outcome::Failed { error }, now);
                 e.event(now, event);
                 active.remove(&e.order);
+                ended.push(id.clone());
                 changed = true;
                 continue;
             }
@@ -227,6 +255,9 @@ impl MemoryStore {
                 run: e.rec.clone(),
                 checkpoint,
             });
+        }
+        for id in ended {
+            Self::child_ended(&mut st, &id, true);
         }
         drop(st);
         if changed {
@@ -271,6 +302,10 @@ impl MemoryStore {
             seq: cp.seq,
             label: cp.label.clone(),
         };
+        let joining = match &cp.suspend {
+            Some(Suspend::Joining { children, .. }) => Some(children.clone()),
+            _ => None,
+        };
         e.checkpoints.push_back(cp);
         if let Some(keep) = keep {
             let floor = rules::retention_floor(e.rec.latest_seq, keep);
@@ -279,7 +314,115 @@ impl MemoryStore {
             }
         }
         e.history.push(saved);
+        let run = Arc::from(e.rec.id.as_str());
+        if let Some(children) = joining {
+            Self::join(&mut st, run, &children);
+        }
         Ok(())
+    }
+
+    /// Records that run `waiter` waits for `children` (see
+    /// [`rules::join_pending`]), or wakes it when they all ended already.
+    fn join(st: &mut State, waiter: Arc<str>, children: &[String]) {
+        let ended = |c: &str| st.runs.get(c).is_none_or(|e| e.rec.state.is_terminal());
+        let pending: Vec<Arc<str>> = rules::join_pending(children, ended)
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        if pending.is_empty() {
+            Self::joined(st, &waiter);
+            return;
+        }
+        if let Some(e) = st.runs.get_mut(&waiter) {
+            e.join_pending = pending.len();
+        }
+        for child in pending {
+            st.joins.entry(child).or_default().push(waiter.clone());
+        }
+    }
+
+    /// Wakes run `waiter`, whose children all ended: stores the signal its
+    /// join waits for, with their outcomes ([`rules::joined_payload`]).
+    fn joined(st: &mut State, waiter: &str) {
+        let Some(e) = st.runs.get(waiter) else { return };
+        let Some(Suspend::Joining {
+            children, token, ..
+        }) = e.checkpoints.back().and_then(|c| c.suspend.as_ref())
+        else {
+            return;
+        };
+        let (children, token) = (children.clone(), token.clone());
+        let payload = rules::joined_payload(&children, |c| st.runs.get(c).map(|e| &e.rec));
+        if let Some(e) = st.runs.get_mut(waiter) {
+            let now = SystemTime::now();
+            e.signals.push_back(SignalRecord {
+                name: token,
+                payload: payload.into(),
+                received_at: now,
+            });
+            let joined = Event::Joined {
+                children: children.len(),
+            };
+            e.event(now, joined);
+        }
+    }
+
+    /// What the end of run `child` changes elsewhere, in the same critical
+    /// section: each run joining it counts it, and the last one it waited
+    /// for delivers its signal.
+    fn child_ended(st: &mut State, child: &str, freed_slot: bool) {
+        let parent = st.runs.get(child).and_then(|e| e.rec.parent.clone());
+        if let (true, Some(parent)) = (freed_slot, parent) {
+            Self::promote_sibling(st, &parent);
+        }
+        for waiter in st.joins.remove(child).unwrap_or_default() {
+            let Some(e) = st.runs.get_mut(&waiter) else {
+                continue;
+            };
+            e.join_pending = e.join_pending.saturating_sub(1);
+            if e.join_pending == 0 && !e.rec.state.is_terminal() {
+                Self::joined(st, &waiter);
+            }
+        }
+    }
+
+    /// Starts the oldest held child of `parent`, if any (a running one ended).
+    fn promote_sibling(st: &mut State, parent: &str) {
+        let next = st
+            .runs
+            .values_mut()
+            .filter(|e| e.rec.parent.as_deref() == Some(parent) && e.rec.state == RunState::Held)
+            .min_by_key(|e| e.order);
+        if let Some(e) = next {
+            rules::promote(&mut e.rec, SystemTime::now());
+        }
+    }
+
+    /// Cancels the unfinished descendants of run `id` (its children, theirs,
+    /// ...), each with its `Cancelled` event.
+    fn cancel_children(st: &mut State, id: &str, now: SystemTime) {
+        let mut parents = vec![id.to_owned()];
+        while let Some(parent) = parents.pop() {
+            let children: Vec<Arc<str>> = st
+                .runs
+                .iter()
+                .filter(|(_, e)| e.rec.parent.as_deref() == Some(parent.as_str()))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for child in children {
+                let Some(e) = st.runs.get_mut(&child) else {
+                    continue;
+                };
+                let was_held = e.rec.state == RunState::Held;
+                if let Some(event) = rules::cancel(&mut e.rec, now) {
+                    e.event(now, event);
+                    let order = e.order;
+                    st.active.remove(&order);
+                    Self::child_ended(st, &child, !was_held);
+                }
+                parents.push(child.to_string());
+            }
+        }
     }
 
     fn do_take_signal(
@@ -330,6 +473,7 @@ impl MemoryStore {
         e.event(now, event);
         let order = e.order;
         st.active.remove(&order);
+        Self::child_ended(&mut st, id, true);
         drop(st);
         self.bump();
         Ok(())
@@ -339,12 +483,15 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
+        let was_held = e.rec.state == RunState::Held;
         let Some(event) = rules::cancel(&mut e.rec, now) else {
             return Ok(false);
         };
         e.event(now, event);
         let order = e.order;
         st.active.remove(&order);
+        Self::child_ended(&mut st, id, !was_held);
+        Self::cancel_children(&mut st, id, now);
         drop(st);
         self.bump();
         Ok(true)
@@ -416,10 +563,19 @@ impl MemoryStore {
             checkpoints: VecDeque::from([Arc::new(copy)]),
             history: Vec::new(),
             signals: VecDeque::new(),
+            join_pending: 0,
         };
         entry.event(now, forked);
+        let joining = match &cp.suspend {
+            Some(Suspend::Joining { children, .. }) => Some(children.clone()),
+            _ => None,
+        };
         st.active.insert(order, id.clone());
-        st.runs.insert(id, entry);
+        st.runs.insert(id.clone(), entry);
+        // The fork joins the same children (they are not run again).
+        if let Some(children) = joining {
+            Self::join(&mut st, id, &children);
+        }
         drop(st);
         self.bump();
         Ok(())
@@ -487,6 +643,10 @@ impl Store for MemoryStore {
                     && filter
                         .status
                         .is_none_or(|k| e.rec.status().kind().stored() == k.stored())
+                    && filter
+                        .parent
+                        .as_ref()
+                        .is_none_or(|p| e.rec.parent.as_deref() == Some(p.as_str()))
             })
             .map(|e| (e.order, e.rec.clone()))
             .collect();

@@ -15,6 +15,10 @@ use crate::Error;
 /// in errors and listings.
 pub(crate) const UNREADABLE: &str = "<unreadable>";
 
+/// How the signal that wakes a joining run begins (see
+/// [`Suspend::Joining::token`]): `join#{seq}`.
+pub(crate) const JOIN_SIGNAL_PREFIX: &str = "join#";
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -46,6 +50,8 @@ pub struct RunRecord {
     /// (`#[workflow(version = N)]`, 1 by default): a run without a
     /// checkpoint starts on it. Once it has one, the checkpoint decides.
     pub version: u32,
+    /// The run that spawned this one (`ctx.spawn`), for a child run.
+    pub parent: Option<String>,
 }
 
 impl RunRecord {
@@ -56,6 +62,9 @@ impl RunRecord {
                 Some(lease) if lease.expires_at > SystemTime::now() => Status::Running,
                 _ => Status::Queued,
             },
+            RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX) => {
+                Status::Joining
+            }
             RunState::Waiting { signal, deadline } => Status::Waiting {
                 signal: signal.clone(),
                 deadline: *deadline,
@@ -71,6 +80,9 @@ impl RunRecord {
                 error: error.to_string(),
             },
             RunState::Cancelled => Status::Cancelled,
+            RunState::Held => Status::Held {
+                parent: self.parent.clone().unwrap_or_default(),
+            },
             RunState::Parked { error } => {
                 let (site, field, detail) = error.refused_at();
                 Status::Incompatible {
@@ -118,6 +130,10 @@ pub enum RunState {
     },
     /// Cancelled.
     Cancelled,
+    /// A child run waiting for a free slot among its parent's running
+    /// children (see [`NewRun::max_running`]); not runnable until the store
+    /// makes it `Ready`, when a running sibling ends.
+    Held,
     /// Parked: runnable, but the code that claimed it last refused its
     /// latest checkpoint with `error` ([`Error::Incompatible`], or an
     /// [`Error::Decode`] of a field or of the input). Claimed only to be
@@ -199,15 +215,30 @@ pub enum Suspend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sites_before: Option<Vec<String>>,
     },
+    /// `ctx.join` / `ctx.join_all`: the run waits until every run in
+    /// `children` has ended. Its state is `Waiting` for the signal `token`,
+    /// which the store delivers itself, in the transaction that ends the
+    /// last of them (or in the one storing this checkpoint, when they all
+    /// ended already): see [`Store::save_checkpoint`](super::Store::save_checkpoint).
+    Joining {
+        /// The ids of the runs joined, in the order the join returns them.
+        children: Vec<String>,
+        /// The name of the signal that wakes the run: `join#{seq}`, unique
+        /// per checkpoint of the run.
+        token: String,
+        /// See [`Suspend::Sleeping::sites_before`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sites_before: Option<Vec<String>>,
+    },
 }
 
 impl Suspend {
-    /// [`Suspend::Sleeping::sites_before`], of either kind.
+    /// [`Suspend::Sleeping::sites_before`], of any kind.
     pub fn sites_before(&self) -> Option<&[String]> {
         match self {
-            Suspend::Waiting { sites_before, .. } | Suspend::Sleeping { sites_before, .. } => {
-                sites_before.as_deref()
-            }
+            Suspend::Waiting { sites_before, .. }
+            | Suspend::Sleeping { sites_before, .. }
+            | Suspend::Joining { sites_before, .. } => sites_before.as_deref(),
         }
     }
 }
@@ -400,6 +431,10 @@ impl CheckpointRecord {
                 deadline: *deadline,
             },
             Some(Suspend::Sleeping { until, .. }) => RunState::Sleeping { until: *until },
+            Some(Suspend::Joining { token, .. }) => RunState::Waiting {
+                signal: token.clone(),
+                deadline: None,
+            },
         }
     }
 
@@ -491,6 +526,12 @@ pub struct NewRun {
     /// The trace context it is started in, kept in its `Started` event
     /// (see [`crate::observe::TracePropagation`]).
     pub trace: Option<String>,
+    /// The run that spawns it (`ctx.spawn`), for a child run.
+    pub parent: Option<String>,
+    /// For a child: at most this many of its parent's children may be
+    /// running (not ended, not held) at once; created beyond it, the run is
+    /// [`RunState::Held`] (see [`Ctx::spawn_limited`](crate::Ctx::spawn_limited)).
+    pub max_running: Option<u32>,
 }
 
 /// What [`Store::create_run`](super::Store::create_run) did.

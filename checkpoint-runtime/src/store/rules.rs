@@ -32,6 +32,7 @@ pub(crate) fn create(run: NewRun, now: SystemTime) -> (RunRecord, Event) {
     };
     let mut rec = started_run(run.id, run.workflow, run.input, RunState::Ready, 0, now);
     rec.version = run.version.max(1);
+    rec.parent = run.parent;
     (rec, started)
 }
 
@@ -82,6 +83,7 @@ fn started_run(
         created_at: now,
         updated_at: now,
         version: 1,
+        parent: None,
     }
 }
 
@@ -517,4 +519,83 @@ pub(crate) fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<E
         from_worker: prev.worker.clone(),
         from_instance: prev.instance.clone(),
     })
+}
+
+/// Join: the children a checkpoint suspending on `ctx.join`/`join_all`
+/// still waits for, each once, in order: those whose run has not ended
+/// (`ended` says; a child the store does not have counts as ended: the
+/// join reports it as missing rather than wait for it forever). When none
+/// is left, the store delivers the join's signal with the checkpoint.
+pub(crate) fn join_pending<'a>(
+    children: &'a [String],
+    ended: impl Fn(&str) -> bool,
+) -> Vec<&'a str> {
+    let mut seen = std::collections::HashSet::with_capacity(children.len());
+    children
+        .iter()
+        .map(String::as_str)
+        .filter(|c| seen.insert(*c) && !ended(c))
+        .collect()
+}
+
+/// How a joined child ended, as the JSON of the
+/// `Result<Output, ChildError>` the join yields for it: its output when it
+/// completed, otherwise the `ChildError` (externally tagged, as serde
+/// writes it). `child` is `None` when the store has no such run.
+pub(crate) fn child_outcome(id: &str, child: Option<&RunRecord>) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let err = |e: Value| json!({ "Err": e });
+    match child.map(|c| &c.state) {
+        Some(RunState::Completed { output, .. }) => match serde_json::from_slice::<Value>(output) {
+            Ok(out) => json!({ "Ok": out }),
+            Err(e) => err(
+                json!({ "Failed": { "run": id, "error": format!("its stored output is not JSON: {e}") } }),
+            ),
+        },
+        Some(RunState::Failed { error }) => {
+            err(json!({ "Failed": { "run": id, "error": error.to_string() } }))
+        }
+        Some(RunState::Cancelled) => err(json!({ "Cancelled": { "run": id } })),
+        Some(_) => err(json!({ "Failed": { "run": id, "error": "it has not ended" } })),
+        None => err(json!({ "Missing": { "run": id } })),
+    }
+}
+
+/// The payload of the signal that wakes a run joining `children`: the
+/// outcome of each ([`child_outcome`]), in order, as a JSON array. It is
+/// taken when the last of them ends, so that every resume of the join
+/// reads the same outcomes (a child retried later changes nothing here).
+pub(crate) fn joined_payload<'a>(
+    children: &[String],
+    lookup: impl Fn(&str) -> Option<&'a RunRecord>,
+) -> Vec<u8> {
+    let outcomes: Vec<serde_json::Value> = children
+        .iter()
+        .map(|c| child_outcome(c, lookup(c)))
+        .collect();
+    serde_json::to_vec(&outcomes).unwrap_or_else(|_| b"[]".to_vec())
+}
+
+/// Whether a child created with `max_running` starts held
+/// ([`RunState::Held`]): when `running` of its parent's children (not
+/// ended, not held) already fill the bound.
+pub(crate) fn starts_held(max_running: Option<u32>, running: usize) -> bool {
+    max_running.is_some_and(|max| running >= max.max(1) as usize)
+}
+
+/// Promote: a held child whose running sibling ended becomes `Ready`.
+pub(crate) fn promote(rec: &mut RunRecord, now: SystemTime) {
+    if rec.state == RunState::Held {
+        rec.state = RunState::Ready;
+        rec.updated_at = now;
+    }
+}
+
+/// The event a parent's history records for a child `rec` just created.
+pub(crate) fn spawned(rec: &RunRecord) -> Event {
+    Event::ChildSpawned {
+        child: rec.id.clone(),
+        workflow: rec.workflow.clone(),
+        held: rec.state == RunState::Held,
+    }
 }

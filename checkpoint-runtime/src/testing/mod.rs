@@ -63,7 +63,8 @@ pub use crash::SimulatedCrash;
 use crate::builder::RuntimeBuilder;
 use crate::run::{lock, Resources};
 use crate::runtime::Runtime;
-use crate::store::{MemoryStore, RunState, Store};
+use crate::status::RunFilter;
+use crate::store::{MemoryStore, RunState, Store, JOIN_SIGNAL_PREFIX};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
@@ -272,6 +273,8 @@ pub struct Harness<W: Workflow> {
     timeout: Duration,
     modes: Vec<CrashMode>,
     run_id: String,
+    /// Registers the other workflows the run needs (its children's).
+    also: Vec<Arc<dyn Fn(&Runtime) + Send + Sync>>,
 }
 
 impl<W: Workflow> std::fmt::Debug for Harness<W> {
@@ -340,7 +343,45 @@ impl<W: Workflow> Harness<W> {
             timeout: Duration::from_secs(30),
             modes: vec![CrashMode::AfterCheckpoint],
             run_id: "harness-run".to_owned(),
+            also: Vec::new(),
         }
+    }
+
+    /// Registers another workflow on every runtime the harness makes: the
+    /// workflow of the children the run spawns (`ctx.spawn`), so that a
+    /// runtime that resumes the run after its spawns can execute them.
+    /// Their checkpoints count as crash points too.
+    ///
+    /// ```
+    /// use checkpoint_runtime::prelude::*;
+    /// use checkpoint_runtime::testing::Harness;
+    ///
+    /// #[workflow]
+    /// async fn double(n: u64) -> u64 {
+    ///     checkpoint!("doubling");
+    ///     n * 2
+    /// }
+    ///
+    /// #[workflow]
+    /// async fn fan_out(ctx: &Ctx, n: u64) -> u64 {
+    ///     let mut kids = Vec::new();
+    ///     for i in 0..n {
+    ///         kids.push(ctx.spawn(double, &i.to_string(), i).await);
+    ///     }
+    ///     let outs = ctx.join_all(kids).await;
+    ///     outs.into_iter().map(|o| o.unwrap_or(0)).sum()
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let out = Harness::new(fan_out).register(double).input(3).assert_exact().await;
+    /// assert_eq!(out, 6);
+    /// # Ok(()) }
+    /// ```
+    pub fn register<I: IntoWorkflow>(mut self, workflow: I) -> Self {
+        let workflow = workflow.into_workflow();
+        self.also
+            .push(Arc::new(move |rt: &Runtime| rt.register_workflow(workflow)));
+        self
     }
 
     /// The workflow's input.
@@ -419,6 +460,10 @@ impl<W: Workflow> Harness<W> {
                 | RunState::Failed { .. }
                 | RunState::Cancelled
                 | RunState::Parked { .. } => return Ok(Ended::Finished),
+                // Its children end by themselves (this runtime runs them).
+                RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX) => {
+                    SystemTime::now() + Duration::from_millis(5)
+                }
                 RunState::Waiting { signal, deadline } => {
                     if let Some(payload) = script.next(signal) {
                         rt.store().put_signal(id, signal, payload).await?;
@@ -435,6 +480,7 @@ impl<W: Workflow> Harness<W> {
                     }
                 }
                 RunState::Sleeping { until } => *until,
+                RunState::Held => SystemTime::now() + Duration::from_millis(5),
                 RunState::Ready => match &run.lease {
                     Some(l) => l.expires_at,
                     None => SystemTime::now() + Duration::from_millis(5),
@@ -450,6 +496,9 @@ impl<W: Workflow> Harness<W> {
 
     /// Starts the run on `rt`.
     async fn start(&self, rt: &Runtime, input: &[u8]) -> Result<(), Error> {
+        for register in &self.also {
+            register(rt);
+        }
         rt.start_encoded(self.workflow, &self.run_id, input.to_vec())
             .await
             .map(drop)
@@ -561,7 +610,16 @@ impl<W: Workflow> Harness<W> {
         self.start(&rt, input).await?;
         self.drive(&rt, &mut script.clone()).await?;
         let output = self.output(&rt).await?;
-        let checkpoints = rt.load(&self.run_id).await?.latest_seq;
+        // With its children's (`ctx.spawn`): a crash point is the k-th
+        // checkpoint stored by any run of the runtime.
+        let children = RunFilter::new().id_prefix(&format!("{}/", self.run_id));
+        let checkpoints = rt.load(&self.run_id).await?.latest_seq
+            + store
+                .list_runs(&children)
+                .await?
+                .iter()
+                .map(|r| r.latest_seq)
+                .sum::<u64>();
         let sites = store
             .list_checkpoints(&self.run_id)
             .await?
@@ -616,6 +674,9 @@ impl<W: Workflow> Harness<W> {
         drop(first);
         let second = self.runtime(store, &fx).in_memory();
         second.register_workflow(self.workflow);
+        for register in &self.also {
+            register(&second);
+        }
         self.drive(&second, &mut script)
             .await
             .map_err(|e| failed(format!("{what}: after resuming: {e}")))?;

@@ -51,9 +51,17 @@ pub enum Command {
         /// Only runs whose id starts with this prefix.
         #[arg(long)]
         prefix: Option<String>,
+        /// Only the children of this run (the runs it spawned).
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
         /// At most this many runs.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
+    },
+    /// Show a run and the runs it spawned, theirs, ..., as a tree.
+    Tree {
+        /// The run id.
+        id: String,
     },
     /// Show a run's status and its latest checkpoint's fields as JSON.
     Show {
@@ -190,6 +198,8 @@ pub enum StatusArg {
     Cancelled,
     /// Parked: no registered code can resume its latest checkpoint.
     Incompatible,
+    /// A child waiting for a free slot among its parent's running children.
+    Held,
 }
 
 impl From<StatusArg> for StatusKind {
@@ -203,6 +213,7 @@ impl From<StatusArg> for StatusKind {
             StatusArg::Failed => StatusKind::Failed,
             StatusArg::Cancelled => StatusKind::Cancelled,
             StatusArg::Incompatible => StatusKind::Incompatible,
+            StatusArg::Held => StatusKind::Held,
         }
     }
 }

@@ -158,8 +158,19 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
             status,
             workflow,
             prefix,
+            parent,
             limit,
-        } => runs(rt, status, workflow, prefix, limit, wide).await,
+        } => {
+            let filter = RunsFilter {
+                status,
+                workflow,
+                prefix,
+                parent,
+                limit,
+            };
+            runs(rt, filter, wide).await
+        }
+        Command::Tree { id } => tree(rt, &id, wide).await,
         Command::Show { id } => show(rt, &id, wide).await,
         Command::Checkpoints { id, seq, fields } => {
             if seq.is_some() || fields {
@@ -209,25 +220,30 @@ pub fn run_status_text(r: &RunInfo) -> String {
 use checkpoint_runtime::json::{checkpoint_json, checkpoint_listing_json, field_json};
 pub use checkpoint_runtime::json::{entry_json, run_json};
 
-async fn runs(
-    rt: &Runtime,
+/// The filters of `runs`.
+struct RunsFilter {
     status: Option<StatusArg>,
     workflow: Option<String>,
     prefix: Option<String>,
+    parent: Option<String>,
     limit: Option<usize>,
-    wide: bool,
-) -> Result<Output, CliError> {
+}
+
+async fn runs(rt: &Runtime, given: RunsFilter, wide: bool) -> Result<Output, CliError> {
     let mut filter = RunFilter::new();
-    if let Some(s) = status {
+    if let Some(s) = given.status {
         filter = filter.status(StatusKind::from(s));
     }
-    if let Some(w) = &workflow {
+    if let Some(w) = &given.workflow {
         filter = filter.workflow(w);
     }
-    if let Some(p) = &prefix {
+    if let Some(p) = &given.prefix {
         filter = filter.id_prefix(p);
     }
-    if let Some(n) = limit {
+    if let Some(p) = &given.parent {
+        filter = filter.parent(p);
+    }
+    if let Some(n) = given.limit {
         filter = filter.limit(n);
     }
     let runs = rt.runs(filter).await?;
@@ -261,6 +277,45 @@ async fn runs(
     Ok(Output {
         text,
         json: Value::Array(runs.iter().map(run_json).collect()),
+    })
+}
+
+/// `tree ID`: the run, then its descendants depth first, each under its
+/// parent, in spawn order.
+async fn tree(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
+    let root = run_info(rt, id).await?;
+    let mut lines = Vec::new();
+    let json = subtree(rt, &root, "", "", &mut lines, wide).await?;
+    Ok(Output {
+        text: lines.concat(),
+        json,
+    })
+}
+
+/// Prints `run` after `lead` and its children below it (`indent` before
+/// theirs), and returns them as JSON (`children` nested).
+fn subtree<'a>(
+    rt: &'a Runtime,
+    run: &'a RunInfo,
+    lead: &'a str,
+    indent: &'a str,
+    lines: &'a mut Vec<String>,
+    wide: bool,
+) -> futures::future::BoxFuture<'a, Result<Value, CliError>> {
+    Box::pin(async move {
+        let status = crate::format::fit(&run_status_text(run), Some(80), wide);
+        lines.push(format!("{lead}{}  {}  {status}\n", run.id, run.workflow));
+        let children = rt.runs(RunFilter::new().parent(&run.id)).await?;
+        let mut nested = Vec::with_capacity(children.len());
+        for (i, child) in children.iter().enumerate() {
+            let last = i + 1 == children.len();
+            let lead = format!("{indent}{}", if last { "└─ " } else { "├─ " });
+            let below = format!("{indent}{}", if last { "   " } else { "│  " });
+            nested.push(subtree(rt, child, &lead, &below, lines, wide).await?);
+        }
+        let mut json = run_json(run);
+        json["children"] = Value::Array(nested);
+        Ok(json)
     })
 }
 

@@ -360,7 +360,9 @@ function treeSection(run) {
     ? el("a", { href: href(runRoute(run.parent)), text: run.parent })
     : el("span", { class: "muted", text: "none" });
   const children = run.children && run.children.length
-    ? el("ul", {}, run.children.map((c) => el("li", {}, el("a", { href: href(runRoute(c.id || c)), text: c.id || c }))))
+    ? el("ul", { class: "children" }, run.children.map((c) => el("li", { "data-run": c.id },
+        el("a", { href: href(runRoute(c.id)), text: c.id }),
+        el("span", { class: "muted", text: " " + c.workflow + ", " + (c.status && c.status.state || "") }))))
     : el("span", { class: "muted", text: "none" });
   return section("Run tree", "tree",
     el("dl", { class: "pairs" }, el("dt", { text: "Parent" }), el("dd", {}, parent), el("dt", { text: "Children" }), el("dd", {}, children)));

@@ -76,6 +76,7 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
+mod children;
 mod conn;
 mod hold;
 mod notify;

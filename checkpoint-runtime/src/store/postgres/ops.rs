@@ -19,14 +19,14 @@ use super::tables::runs::{
     CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, UNREGISTERED,
 };
 use super::tables::{history, signals};
-use super::{notify, PostgresStore};
+use super::{children, notify, PostgresStore};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
 use crate::store::rules::{self, check_lease};
 use crate::store::sql::run_row::status_code;
 use crate::store::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, GcReport, Lease, NewRun,
-    Outcome, Release, RunRecord, RunState, SignalRecord,
+    Outcome, Release, RunRecord, RunState, SignalRecord, Suspend,
 };
 use crate::Error;
 
@@ -34,8 +34,18 @@ impl PostgresStore {
     pub(super) async fn do_create(&self, run: NewRun) -> Result<Created, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
+        let held = match (&run.parent, run.max_running) {
+            (Some(parent), Some(_)) => {
+                let running = children::lock_parent_and_count(&mut cx, parent).await?;
+                rules::starts_held(run.max_running, running)
+            }
+            _ => false,
+        };
         let now = SystemTime::now();
-        let (rec, started) = rules::create(run, now);
+        let (mut rec, started) = rules::create(run, now);
+        if held {
+            rec.state = RunState::Held;
+        }
         if !insert_run(&mut cx, &rec).await? {
             let existing = load(&mut cx, &rec.id)
                 .await?
@@ -43,6 +53,9 @@ impl PostgresStore {
             return Ok(Created::Existing(Box::new(existing)));
         }
         history::insert(&mut cx, &rec.id, now, &started).await?;
+        if let Some(parent) = &rec.parent {
+            history::insert(&mut cx, parent, now, &rules::spawned(&rec)).await?;
+        }
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
@@ -65,6 +78,7 @@ impl PostgresStore {
                AND ($2::text IS NULL OR starts_with(r.id, $2)) \
                AND ($3::smallint IS NULL OR (CASE WHEN r.state = 3 AND r.error IS NOT NULL \
                                                THEN 4 ELSE r.state END) = $3) \
+               AND ($5::text IS NULL OR r.parent = $5) \
              ORDER BY r.ord LIMIT $4::bigint"
         );
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -72,7 +86,16 @@ impl PostgresStore {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let rows = cx
-            .query(SQL, &[&filter.workflow, &filter.id_prefix, &status, &limit])
+            .query(
+                SQL,
+                &[
+                    &filter.workflow,
+                    &filter.id_prefix,
+                    &status,
+                    &limit,
+                    &filter.parent,
+                ],
+            )
             .await?;
         rows.iter().map(decode_run).collect()
     }
@@ -377,15 +400,38 @@ impl PostgresStore {
                 history::insert(&mut b, id, now, &event),
             )?;
         }
+        children::child_ended(&mut cx, id, true).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
         Ok(())
     }
 
+    /// Cancels run `id` and its unfinished descendants, which are locked
+    /// (and cancelled) first: see [`children`] for the lock order.
     pub(super) async fn do_cancel(&self, id: &str) -> Result<bool, Error> {
-        self.apply_rule(id, |rec, now| Ok(rules::cancel(rec, now)))
-            .await
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let now = SystemTime::now();
+        children::cancel_descendants(&mut cx, id, now).await?;
+        let mut rec = lock_run(&mut cx, id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        let was_held = rec.state == RunState::Held;
+        let Some(event) = rules::cancel(&mut rec, now) else {
+            // Finished already: its descendants' cancellations stand.
+            notify::notify(&mut cx, &self.schema).await?;
+            cx.commit().await?;
+            self.bump();
+            return Ok(false);
+        };
+        write_run(&mut cx, &rec).await?;
+        history::insert(&mut cx, id, now, &event).await?;
+        children::child_ended(&mut cx, id, !was_held).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(true)
     }
 
     pub(super) async fn do_retry(&self, id: &str) -> Result<(), Error> {
@@ -590,6 +636,12 @@ impl PostgresStore {
         keep: Option<usize>,
     ) -> Result<(), Error> {
         let mut conn = self.pool.get().await?;
+        if let Some(Suspend::Joining {
+            children, token, ..
+        }) = &cp.suspend
+        {
+            return save_joining(&mut conn, lease, &cp, keep, children, token).await;
+        }
         if save_in_one(&mut conn, lease, &cp, keep).await? {
             return Ok(());
         }
@@ -717,6 +769,14 @@ impl PostgresStore {
         }
         checkpoints::insert(&mut cx, &copy).await?;
         history::insert(&mut cx, new_id, now, &forked).await?;
+        // The fork joins the same children (they are not run again).
+        if let Some(Suspend::Joining {
+            children, token, ..
+        }) = &copy.suspend
+        {
+            let live = children::lock_children(&mut cx, children).await?;
+            children::join(&mut cx, new_id, children, token, &live).await?;
+        }
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;
         self.bump();
@@ -858,6 +918,7 @@ async fn mark_damaged(
         }
     };
     history::insert(cx, id, now, &event).await?;
+    children::child_ended(cx, id, true).await?;
     Ok(())
 }
 
@@ -1033,6 +1094,7 @@ fn saved_run(cp: &CheckpointRecord) -> RunRecord {
         created_at: cp.created_at,
         updated_at: cp.created_at,
         version: 1,
+        parent: None,
     };
     rules::save_checkpoint(&mut rec, cp);
     rec
@@ -1059,7 +1121,37 @@ pub(super) async fn save_locked(
     keep: Option<usize>,
 ) -> Result<(), Error> {
     let mut cx = conn.begin().await?;
-    let mut rec = fenced(&mut cx, &cp.run, lease).await?;
+    save_in(&mut cx, lease, cp, keep).await?;
+    cx.commit().await
+}
+
+/// A checkpoint that suspends its run on children (`ctx.join`): saved as
+/// [`save_locked`] does, with the children's rows locked first and the
+/// join recorded (or the run woken at once) in the same transaction (see
+/// [`children`]).
+async fn save_joining(
+    conn: &mut Pooled<'_>,
+    lease: &Lease,
+    cp: &CheckpointRecord,
+    keep: Option<usize>,
+    children: &[String],
+    token: &str,
+) -> Result<(), Error> {
+    let mut cx = conn.begin().await?;
+    let live = children::lock_children(&mut cx, children).await?;
+    save_in(&mut cx, lease, cp, keep).await?;
+    children::join(&mut cx, &cp.run, children, token, &live).await?;
+    cx.commit().await
+}
+
+/// The writes of [`save_locked`], in the caller's transaction.
+async fn save_in(
+    cx: &mut Cx<'_>,
+    lease: &Lease,
+    cp: &CheckpointRecord,
+    keep: Option<usize>,
+) -> Result<(), Error> {
+    let mut rec = fenced(cx, &cp.run, lease).await?;
     rules::check_next_seq(&rec, cp)?;
     rules::save_checkpoint(&mut rec, cp);
     let saved = Event::CheckpointSaved {
@@ -1085,5 +1177,5 @@ pub(super) async fn save_locked(
             .await?;
         }
     }
-    cx.commit().await
+    Ok(())
 }

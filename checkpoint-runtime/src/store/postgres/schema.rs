@@ -103,8 +103,20 @@ const V2: &str = "ALTER TABLE cp_checkpoints ADD COLUMN checksum bytea;";
 const V3: &str = "ALTER TABLE cp_runs ADD COLUMN version integer NOT NULL DEFAULT 1; \
                   CREATE INDEX cp_runs_parked ON cp_runs (ord) WHERE state = 6;";
 
+/// Version 4: child runs (`ctx.spawn`, see `crate::child`). A run's
+/// `parent` (NULL for runs started by `Runtime::start`, and for every run
+/// from before), and for a run suspended on a join, `join_pending`: how
+/// many of its children have not ended. `cp_joins` has a row per child a
+/// joining run waits for, deleted when that child ends.
+const V4: &str = "ALTER TABLE cp_runs ADD COLUMN parent text; \
+                  ALTER TABLE cp_runs ADD COLUMN join_pending integer NOT NULL DEFAULT 0; \
+                  CREATE INDEX cp_runs_parent ON cp_runs (parent, state, ord) \
+                      WHERE parent IS NOT NULL; \
+                  CREATE TABLE cp_joins (child text NOT NULL, waiter text NOT NULL, \
+                                         PRIMARY KEY (child, waiter));";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -619,6 +619,8 @@ fn notifications_reach_other_stores() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     }))
     .unwrap();
     let changed =
@@ -1269,6 +1271,8 @@ fn rows_written_before_checksums_still_load() {
     db.sql(
         "ALTER TABLE cp_checkpoints DROP COLUMN checksum; DROP INDEX cp_runs_parked; \
          ALTER TABLE cp_runs DROP COLUMN version; \
+         DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
+         ALTER TABLE cp_runs DROP COLUMN join_pending; \
          UPDATE cp_schema_version SET version = 1",
     );
     let other = db.other();

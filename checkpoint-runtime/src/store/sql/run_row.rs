@@ -19,6 +19,9 @@ pub(crate) const CANCELLED: i64 = 5;
 /// Above the terminal codes, so that every `state < 3` (runnable) query
 /// leaves a parked run alone, and no terminal-state query counts it.
 pub(crate) const PARKED: i64 = 6;
+/// A child waiting for a free slot among its parent's running children:
+/// above the terminal codes too, so that no runnable query takes it.
+pub(crate) const HELD: i64 = 7;
 
 /// The code a run in `state` is stored with.
 pub(crate) fn state_code(state: &RunState) -> i64 {
@@ -30,6 +33,7 @@ pub(crate) fn state_code(state: &RunState) -> i64 {
         RunState::Failed { .. } => FAILED,
         RunState::Cancelled => CANCELLED,
         RunState::Parked { .. } => PARKED,
+        RunState::Held => HELD,
     }
 }
 
@@ -44,6 +48,7 @@ pub(crate) fn status_code(kind: StatusKind) -> i64 {
         StatusKind::Failed => FAILED,
         StatusKind::Cancelled => CANCELLED,
         StatusKind::Incompatible => PARKED,
+        StatusKind::Held => HELD,
     }
 }
 
@@ -84,7 +89,7 @@ impl<'a> RunCols<'a> {
     /// The columns of `rec`.
     pub(crate) fn of(rec: &'a RunRecord) -> Result<RunCols<'a>, Error> {
         let (signal, due, output, error) = match &rec.state {
-            RunState::Ready | RunState::Cancelled => (None, None, None, None),
+            RunState::Ready | RunState::Cancelled | RunState::Held => (None, None, None, None),
             RunState::Waiting { signal, deadline } => {
                 (Some(signal.as_str()), deadline.map(ts), None, None)
             }
@@ -156,6 +161,8 @@ pub(crate) struct RunRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub version: i64,
+    /// Written once, with the run; read where a backend needs it.
+    pub parent: Option<String>,
 }
 
 impl RunRow {
@@ -175,6 +182,7 @@ impl RunRow {
         };
         let id = self.id;
         let state = match self.state {
+            HELD => RunState::Held,
             READY => RunState::Ready,
             WAITING => RunState::Waiting {
                 signal: self
@@ -246,6 +254,7 @@ impl RunRow {
             created_at: from_ts(self.created_at),
             updated_at: from_ts(self.updated_at),
             version: u32::try_from(self.version).unwrap_or(1).max(1),
+            parent: self.parent,
         })
     }
 }

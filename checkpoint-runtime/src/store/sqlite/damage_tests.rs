@@ -236,6 +236,8 @@ fn rows_written_before_checksums_still_load() {
             "ALTER TABLE checkpoints DROP COLUMN checksum; DROP INDEX runs_parked; \
              DROP TABLE segments; \
              ALTER TABLE runs DROP COLUMN version; \
+             DROP TABLE joins; DROP INDEX runs_parent; ALTER TABLE runs DROP COLUMN parent; \
+             ALTER TABLE runs DROP COLUMN join_pending; \
              PRAGMA user_version = 1",
         )
         .unwrap();

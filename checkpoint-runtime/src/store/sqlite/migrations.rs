@@ -42,7 +42,7 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// to version `i + 1`. The current version is `MIGRATIONS.len()`. To change
 /// the schema, append a function; never edit one that has shipped.
 pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] =
-    &[migrate_v1, migrate_v2, migrate_v3, migrate_v4];
+    &[migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5];
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -205,6 +205,24 @@ pub(super) fn migrate_v4(conn: &Connection) -> rusqlite::Result<()> {
             PRIMARY KEY (run, chain, level, start)
         ) WITHOUT ROWID;
         "#,
+    )
+}
+
+/// Version 5: child runs (`ctx.spawn`, see `crate::child`). A run's
+/// `parent` (NULL for runs started by `Runtime::start`, and for every run
+/// from before), and for a run suspended on a join, `join_pending`: how
+/// many of its children have not ended. `joins` has a row per child a
+/// joining run waits for, deleted when that child ends.
+pub(super) fn migrate_v5(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE runs ADD COLUMN parent TEXT; \
+         ALTER TABLE runs ADD COLUMN join_pending INTEGER NOT NULL DEFAULT 0; \
+         CREATE INDEX runs_parent ON runs (parent, state, ord) WHERE parent IS NOT NULL; \
+         CREATE TABLE joins ( \
+             child  INTEGER NOT NULL, \
+             waiter INTEGER NOT NULL, \
+             PRIMARY KEY (child, waiter) \
+         ) WITHOUT ROWID;",
     )
 }
 

@@ -88,6 +88,7 @@
 //!   `migrations`) lists one function per version, applied in order on open.
 
 mod checkpoints;
+mod children;
 mod error;
 mod migrations;
 mod ops;

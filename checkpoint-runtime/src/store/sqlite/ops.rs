@@ -9,6 +9,7 @@ use rusqlite::params;
 
 use super::checkpoints::chain::{load_seq, prune};
 use super::checkpoints::refs::Shape;
+use super::children::{cancel_children, child_ended, join, running_children};
 use super::error::{Fail, R};
 use super::runs::{
     consume_signal, delete_signal, error_text, fetch_run, insert_run, oldest_signal, run_ord,
@@ -18,11 +19,11 @@ use super::writer::deferred::HeadUpdate;
 use super::writer::txn::{checkpoint_row, TxnCtx};
 use crate::history::Event;
 use crate::store::rules;
-use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED, READY};
+use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED};
 use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 use crate::store::{
     checksums, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
-    Outcome, Release, RunState, SignalRecord,
+    Outcome, Release, RunState, SignalRecord, Suspend,
 };
 use crate::Error;
 
@@ -30,19 +31,32 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
     if let Some((_, rec)) = fetch_run(cx.conn, &run.id)? {
         return Ok(Created::Existing(Box::new(rec)));
     }
+    let held = match (&run.parent, run.max_running) {
+        (Some(parent), Some(_)) => {
+            rules::starts_held(run.max_running, running_children(cx, parent)?)
+        }
+        _ => false,
+    };
     cx.begin()?;
     let now = SystemTime::now();
     let (mut rec, started) = rules::create(run, now);
+    if held {
+        rec.state = RunState::Held;
+    }
     let ord = insert_run(cx.conn, &rec)?;
     cx.event(ord, now, &started)?;
+    if let Some(parent) = &rec.parent {
+        let parent = ord_of(cx, parent)?;
+        cx.event(parent, now, &rules::spawned(&rec))?;
+    }
     rec.input = Arc::from(&[][..]);
     let key: Arc<str> = Arc::from(rec.id.as_str());
     cx.put(
         key,
         Head {
             ord,
+            stored: state_code(&rec.state),
             rec,
-            stored: READY,
             latest_id: 0,
             floor: 1,
             pruned: 1,
@@ -182,6 +196,7 @@ fn mark_damaged(cx: &mut TxnCtx<'_>, id: &str, fail: Fail, now: SystemTime) -> R
         )?
         .execute(params![ord, FAILED, error, ts(now)])?;
     cx.event(ord, now, &event)?;
+    child_ended(cx, ord, true)?;
     cx.bump = true;
     Ok(())
 }
@@ -297,7 +312,14 @@ pub(super) fn op_save(
         cx.cache.recycle_locs(std::mem::take(&mut old.locs));
         cx.cache.garbage.push(old);
     }
+    let ord = h.ord;
     cx.put(cp.run.clone(), h);
+    if let Some(Suspend::Joining {
+        children, token, ..
+    }) = &cp.suspend
+    {
+        join(cx, ord, children, token)?;
+    }
     Ok(())
 }
 
@@ -363,6 +385,7 @@ pub(super) fn op_finish(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, outcome: O
     let event = rules::finish(&mut h.rec, outcome, now);
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
+    child_ended(cx, h.ord, true)?;
     // A finished run is not written again: its head is not kept.
     cx.bump = true;
     Ok(())
@@ -375,11 +398,14 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
     }
     cx.begin()?;
     let now = SystemTime::now();
+    let was_held = h.rec.state == RunState::Held;
     let Some(event) = rules::cancel(&mut h.rec, now) else {
         return Ok(false);
     };
     cx.save_run(&mut h)?;
     cx.event(h.ord, now, &event)?;
+    child_ended(cx, h.ord, !was_held)?;
+    cancel_children(cx, id, now)?;
     cx.bump = true;
     Ok(true)
 }
@@ -476,6 +502,13 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
     cx.event(ord, now, &forked)?;
     rec.input = Arc::from(&[][..]);
     let stored = state_code(&rec.state);
+    // The fork joins the same children (they are not run again).
+    if let Some(Suspend::Joining {
+        children, token, ..
+    }) = &copy.suspend
+    {
+        join(cx, ord, children, token)?;
+    }
     cx.put(
         id,
         Head {

@@ -42,6 +42,7 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
            AND (?2 IS NULL OR substr(r.id, 1, length(?2)) = ?2) \
            AND (?3 IS NULL OR (CASE WHEN r.state = {COMPLETED} AND r.error IS NOT NULL \
                                     THEN {FAILED} ELSE r.state END) = ?3) \
+           AND (?5 IS NULL OR r.parent = ?5) \
          ORDER BY r.ord LIMIT ?4"
     );
     let limit = filter
@@ -54,7 +55,8 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
                 filter.workflow,
                 filter.id_prefix,
                 filter.status.map(status_code),
-                limit
+                limit,
+                filter.parent
             ],
             RawRun::from_full_row,
         )?

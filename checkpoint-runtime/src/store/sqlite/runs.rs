@@ -22,7 +22,7 @@ pub(super) const RUN_SELECT: &str =
     "SELECT r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, \
      r.error, r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
      r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, \
-     r.input, c.seq, c.created_at \
+     r.input, c.seq, c.created_at, r.parent \
      FROM runs r LEFT JOIN heads h ON h.run = r.ord LEFT JOIN checkpoints c ON c.id = h.latest";
 
 /// A run row as read: the shared columns ([`RunRow`]), its key, and when
@@ -74,6 +74,7 @@ impl RawRun {
                 created_at: num(16),
                 updated_at: num(17),
                 version: opt::<i64>(r, 18).unwrap_or(1),
+                parent: None,
             },
             latest_at: None,
         }
@@ -103,6 +104,7 @@ impl RawRun {
                 created_at: r.get(16)?,
                 updated_at: r.get(17)?,
                 version: r.get(18)?,
+                parent: None,
             },
             latest_at: None,
         })
@@ -118,6 +120,7 @@ impl RawRun {
             Err(e) => return Err(e),
         }
         raw.set_latest(r.get(20)?, r.get(21)?);
+        raw.row.parent = r.get(22).unwrap_or(None);
         Ok(raw)
     }
 
@@ -207,8 +210,8 @@ pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
     let cols = RunCols::of(rec)?;
     conn.prepare_cached(
         "INSERT INTO runs (id, workflow, input, state, signal, due, output, error, epoch, \
-         attempt, created_at, updated_at, version) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+         attempt, created_at, updated_at, version, parent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         rec.id,
@@ -224,6 +227,7 @@ pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
         cols.created_at,
         cols.updated_at,
         cols.version,
+        rec.parent,
     ])?;
     let ord = conn.last_insert_rowid();
     conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?

@@ -159,6 +159,8 @@ fn create_load_and_list_runs() {
         input: Arc::from(&b"[1,2]"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     }))
     .unwrap();
     let again = block_on(store.create_run(NewRun {
@@ -167,6 +169,8 @@ fn create_load_and_list_runs() {
         input: Arc::from(&b"0"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     }))
     .unwrap();
     let Created::Existing(rec) = again else {
@@ -994,6 +998,8 @@ fn group_commit_batches_requests() {
                 input: Arc::from(&b"null"[..]),
                 version: 1,
                 trace: None,
+                parent: None,
+                max_running: None,
             })
         })
         .collect();
@@ -1003,6 +1009,8 @@ fn group_commit_batches_requests() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     });
     for f in futures {
         assert!(matches!(block_on(f).unwrap(), Created::New));
@@ -1134,7 +1142,7 @@ fn retention_never_drops_bytes_a_kept_checkpoint_uses() {
 #[test]
 fn schema_version_is_set_and_newer_is_refused() {
     let (_dir, store) = open();
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     assert_eq!(count(&store, "PRAGMA user_version"), SCHEMA_VERSION);
     let mode: String = peek(&store)
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -1224,6 +1232,8 @@ async fn subscribers_hear_local_and_remote_changes() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     })
     .await
     .unwrap();
@@ -1249,6 +1259,8 @@ fn busy_database_is_retried() {
         input: Arc::from(&b"null"[..]),
         version: 1,
         trace: None,
+        parent: None,
+        max_running: None,
     });
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -1508,6 +1520,8 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
                 input: Arc::from(&b"null"[..]),
                 version: 1,
                 trace: None,
+                parent: None,
+                max_running: None,
             };
             let (job, replied) = request(false, move |cx| op_create(cx, run));
             tx.send(Msg::Job(job)).unwrap();

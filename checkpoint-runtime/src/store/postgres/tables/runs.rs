@@ -18,14 +18,14 @@ macro_rules! run_cols {
     () => {
         "r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, r.lease_worker, \
          r.lease_instance, r.lease_expires, r.epoch, r.attempt, r.latest_seq, r.wake_seq, \
-         r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version"
+         r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, r.parent"
     };
 }
 pub(in crate::store::postgres) use run_cols;
 
 /// How many columns [`run_cols`] has; the input (or an empty `bytea` in its
 /// place) follows them.
-pub(in crate::store::postgres) const RUN_COLS: usize = 19;
+pub(in crate::store::postgres) const RUN_COLS: usize = 20;
 
 /// A run row (the [`run_cols`] columns and the input) as a record.
 pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
@@ -50,6 +50,7 @@ pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Err
         updated_at: get(row, 17)?,
         version: i64::from(get::<i32>(row, 18)?),
         input: get(row, RUN_COLS)?,
+        parent: get(row, 19)?,
     }
     .into_record()
     .map_err(corrupt)
@@ -193,8 +194,8 @@ pub(in crate::store::postgres) async fn insert_run(
     let n = cx
         .execute(
             "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
-             epoch, attempt, latest_seq, created_at, updated_at, version) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             epoch, attempt, latest_seq, created_at, updated_at, version, parent) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT (id) DO NOTHING",
             &[
                 &rec.id,
@@ -211,6 +212,7 @@ pub(in crate::store::postgres) async fn insert_run(
                 &b.cols.created_at,
                 &b.cols.updated_at,
                 &i32::try_from(rec.version).unwrap_or(i32::MAX),
+                &rec.parent.as_deref().map(scrub),
             ],
         )
         .await?;
