@@ -19,7 +19,7 @@
 //!   (`ring` provider), read with the URL in `conn::Target::parse` into one
 //!   connector that every connection of the store uses.
 //! - **Tables** (`schema`): `cp_runs`, `cp_checkpoints`, `cp_signals`,
-//!   `cp_history`, `cp_schemas`, and `cp_schema_version` with the version of
+//!   `cp_history`, `cp_schemas`, `cp_joins`, and `cp_schema_version` with the version of
 //!   the others, created or migrated forward on open. They live in the
 //!   connection's current schema (normally `public`), or in the schema named
 //!   by `?schema=NAME` in the URL / [`PostgresStore::open_in_schema`]
@@ -27,8 +27,9 @@
 //!   database.
 //! - **Code**: `tables/{runs,checkpoints,signals,history}` hold each table's
 //!   SQL and never import each other; `ops` builds the store's transactions
-//!   from them and the run-state rules (`store::rules`); `conn`, `schema`
-//!   and `notify` sit below.
+//!   from them and the run-state rules (`store::rules`), with `children`
+//!   (joins, the bound on running children, cancelling descendants, and
+//!   the lock order they keep); `conn`, `schema` and `notify` sit below.
 //! - **Claims and fencing** (`tables::runs`, `ops`): a claim selects runnable runs with
 //!   `FOR NO KEY UPDATE SKIP LOCKED` (so concurrent workers never wait for,
 //!   nor both take, the same run), bumps the fencing epoch and sets the

@@ -82,7 +82,9 @@
 //!   record, a run's chain of rows and retention); `writer` (the group-commit thread, its `cache` and the
 //!   per-request transaction context `txn::TxnCtx`, the `deferred` rows);
 //!   `ops` (each write operation: a rule of `store::rules` applied to the
-//!   run's head inside the batch), `reads` (reader threads) and `poller`; this
+//!   run's head inside the batch) with `children` (joins, the bound on
+//!   running children, cancelling descendants, in the same transactions),
+//!   `reads` (reader threads) and `poller`; this
 //!   file (`SqliteStore`) on top.
 //! - **Schema versions** live in `PRAGMA user_version`; `MIGRATIONS` (in
 //!   `migrations`) lists one function per version, applied in order on open.
