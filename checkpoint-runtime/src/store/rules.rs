@@ -526,10 +526,7 @@ pub(crate) fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<E
 /// (`ended` says; a child the store does not have counts as ended: the
 /// join reports it as missing rather than wait for it forever). When none
 /// is left, the store delivers the join's signal with the checkpoint.
-pub(crate) fn join_pending<'a>(
-    children: &'a [String],
-    ended: impl Fn(&str) -> bool,
-) -> Vec<&'a str> {
+pub(crate) fn join_pending(children: &[String], ended: impl Fn(&str) -> bool) -> Vec<&str> {
     let mut seen = std::collections::HashSet::with_capacity(children.len());
     children
         .iter()

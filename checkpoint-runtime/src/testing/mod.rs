@@ -274,8 +274,11 @@ pub struct Harness<W: Workflow> {
     modes: Vec<CrashMode>,
     run_id: String,
     /// Registers the other workflows the run needs (its children's).
-    also: Vec<Arc<dyn Fn(&Runtime) + Send + Sync>>,
+    also: Vec<Registration>,
 }
+
+/// Registers a workflow on a runtime (see [`Harness::register`]).
+type Registration = Arc<dyn Fn(&Runtime) + Send + Sync>;
 
 impl<W: Workflow> std::fmt::Debug for Harness<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
