@@ -38,7 +38,9 @@
 //! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
 //!   run's state change and its history event in one statement (`ops::SAVE`);
 //!   retention (`keep`) deletes the oldest rows in the same statement
-//!   (`ops::SAVE_KEEP`), never the latest.
+//!   (`ops::SAVE_KEEP`), never the latest. Saves of several runs waiting at
+//!   the same time are sent as one pipelined transaction, one such statement
+//!   each, fenced each by its own run's lease (`group_commit`).
 //! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
 //! - **History** (`tables::history`): an append-only table of JSON events.
 //! - **Wake-ups** (`notify`): `LISTEN`/`NOTIFY`, the `NOTIFY` sent right
@@ -74,6 +76,7 @@
 //! early (the fencing epoch still keeps the old owner's writes out).
 
 mod conn;
+mod group_commit;
 mod hold;
 mod notify;
 mod ops;
@@ -130,7 +133,9 @@ pub use self::schema::SCHEMA_VERSION;
 /// # let _ = rt; Ok(()) }
 /// ```
 pub struct PostgresStore {
-    pool: Pool,
+    pool: Arc<Pool>,
+    /// The group commit of checkpoint saves.
+    group: group_commit::GroupCommit,
     /// A connection of its own for lease renewals (see [`Side`]).
     side: Side,
     /// The PostgreSQL schema holding the tables (the payload of this store's
@@ -197,7 +202,7 @@ impl PostgresStore {
                 reason: "the PostgreSQL store must be opened inside a tokio runtime".to_owned(),
             })?;
         let first = conn::connect(&handle, &target).await?;
-        let pool = Pool::new(target.clone(), handle.clone(), first);
+        let pool = Arc::new(Pool::new(target.clone(), handle.clone(), first));
         let side = Side::new(target.clone(), handle.clone());
         let schema = {
             let mut c = pool.get().await?;
@@ -229,6 +234,7 @@ impl PostgresStore {
         )
         .await?;
         Ok(PostgresStore {
+            group: group_commit::GroupCommit::new(pool.clone()),
             pool,
             side,
             schema,

@@ -574,7 +574,8 @@ impl PostgresStore {
 
 impl PostgresStore {
     /// One statement in autocommit ([`SAVE`]): one round trip and one WAL
-    /// flush. A save it refuses (no row back) is done again as one
+    /// flush; saves of several runs waiting at the same time share one
+    /// transaction of such statements (see `group_commit`). A save it refuses (no row back) is done again as one
     /// transaction around the locked row ([`save_locked`]), which tells why
     /// with the errors of every fenced write (lost lease, cancelled, unknown
     /// run, wrong seq, damaged row), or saves a row that the statement
@@ -589,11 +590,7 @@ impl PostgresStore {
         cp: Arc<CheckpointRecord>,
         keep: Option<usize>,
     ) -> Result<(), Error> {
-        let mut conn = self.pool.get().await?;
-        if save_in_one(&mut conn, lease, &cp, keep).await? {
-            return Ok(());
-        }
-        save_locked(&mut conn, lease, &cp, keep).await
+        self.group.save(lease, cp, keep).await
     }
 
     pub(super) async fn do_latest(&self, id: &str) -> Result<Option<Arc<CheckpointRecord>>, Error> {
@@ -923,7 +920,7 @@ const SAVE_KEEP: &str = save_sql!(
 );
 
 /// The parameters of [`SAVE`] (and of [`SAVE_KEEP`], with `below`).
-struct Save<'a> {
+pub(super) struct Save<'a> {
     row: CpRow<'a>,
     run: Bound<'a>,
     epoch: i64,
@@ -939,7 +936,7 @@ impl<'a> Save<'a> {
     /// The save of `cp` under `lease` (`after`: [`saved_run`]'s record),
     /// unless a value does not bind as [`SAVE`] needs it: then the fenced
     /// save ([`save_locked`]) decides.
-    fn of(
+    pub(super) fn of(
         lease: &'a Lease,
         cp: &'a CheckpointRecord,
         after: &'a RunRecord,
@@ -972,7 +969,7 @@ impl<'a> Save<'a> {
     }
 
     /// The statement, [`SAVE`] or [`SAVE_KEEP`], and its parameters.
-    fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
+    pub(super) fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
         let fence: [&(dyn ToSql + Sync); 6] = [
             &self.epoch,
             &self.worker,
@@ -1019,7 +1016,7 @@ pub(super) async fn save_in_one(
 
 /// What `rules::save_checkpoint` makes of the run's row, as far as a save
 /// sets it (see [`Bound::saved`]): the rule applied to a blank record.
-fn saved_run(cp: &CheckpointRecord) -> RunRecord {
+pub(super) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
     let mut rec = RunRecord {
         id: cp.run.to_string(),
         workflow: String::new(),

@@ -1981,3 +1981,186 @@ fn bench_save() {
         );
     }
 }
+
+/// Saves `cps` (each under its lease) at the same time, from one task: the
+/// first ones go alone, the rest queue and are sent as batches.
+fn save_together(
+    db: &Db,
+    s: &PostgresStore,
+    cps: &[(Lease, Arc<CheckpointRecord>)],
+) -> Vec<Result<(), Error>> {
+    db.run(futures::future::join_all(
+        cps.iter()
+            .map(|(lease, cp)| s.save_checkpoint(lease, cp.clone(), None)),
+    ))
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_batch_refuses_the_saves_of_runs_taken_over_and_stores_the_rest() {
+    let Some(db) = Db::open("a_batch_refuses_the_saves_of_runs_taken_over_and_stores_the_rest")
+    else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    let ids: Vec<String> = (0..30).map(|i| format!("g{i:02}")).collect();
+    for id in &ids {
+        new_run(a, id);
+    }
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(50);
+    short.limit = ids.len();
+    let old = block_on(a.claim(&short)).unwrap().claimed;
+    assert_eq!(old.len(), ids.len());
+    let first: Vec<_> = old
+        .iter()
+        .map(|c| (c.lease.clone(), cp(&c.run.id, 1)))
+        .collect();
+    assert!(save_together(&db, a, &first).iter().all(Result::is_ok));
+    // Every third run is taken over by b, which saves seq 2 first.
+    std::thread::sleep(Duration::from_millis(80));
+    let taken: Vec<&String> = ids.iter().step_by(3).collect();
+    let mut mine = Vec::new();
+    for id in &taken {
+        let mut only = req("b", "b1");
+        only.only = Some((*id).clone());
+        let new = block_on(b.claim(&only)).unwrap().claimed.remove(0);
+        let cp = rich_cp(id, 2, None);
+        block_on(b.save_checkpoint(&new.lease, cp.clone(), None)).unwrap();
+        mine.push(cp);
+    }
+    // a saves seq 2 of all of them at once.
+    let (batches, rows) = a.group.batches();
+    let stale: Vec<_> = old
+        .iter()
+        .map(|c| (c.lease.clone(), cp(&c.run.id, 2)))
+        .collect();
+    let results = save_together(&db, a, &stale);
+    let (more, more_rows) = a.group.batches();
+    // Two went alone, the other 28 in one batch (9 of them fenced off).
+    assert!(more > batches, "no batch was sent");
+    assert!(
+        more_rows - rows >= 15,
+        "{} saved in batches",
+        more_rows - rows
+    );
+    for ((lease, cp), result) in stale.iter().zip(&results) {
+        let id = &*cp.run;
+        if taken.iter().any(|t| **t == id) {
+            assert!(
+                matches!(result, Err(Error::LeaseLost { .. })),
+                "{id}: {result:?}"
+            );
+        } else {
+            assert!(result.is_ok(), "{id}: {result:?}");
+            assert_eq!(block_on(a.latest_checkpoint(id)).unwrap(), Some(cp.clone()));
+            let run = block_on(a.load_run(id)).unwrap().unwrap();
+            assert_eq!((run.latest_seq, run.epoch), (2, lease.epoch));
+        }
+    }
+    // The new owner's checkpoints are intact.
+    for cp in mine {
+        assert_eq!(
+            block_on(a.latest_checkpoint(&cp.run)).unwrap(),
+            Some(cp.clone())
+        );
+        let run = block_on(a.load_run(&cp.run)).unwrap().unwrap();
+        assert_eq!(run.lease.unwrap().worker, "b");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_save_failing_in_a_batch_fails_alone() {
+    let Some(db) = Db::open("a_save_failing_in_a_batch_fails_alone") else {
+        return;
+    };
+    let s = db.store();
+    let ids: Vec<String> = (0..20).map(|i| format!("h{i:02}")).collect();
+    for id in &ids {
+        new_run(s, id);
+    }
+    let mut all = req("a", "a1");
+    all.limit = ids.len();
+    let claimed = block_on(s.claim(&all)).unwrap().claimed;
+    assert_eq!(claimed.len(), ids.len());
+    // The last ones: a label the server refuses (aborts the statement, and
+    // with it the batch's transaction), a run deleted meanwhile.
+    let (bad, gone) = (&ids[18], &ids[19]);
+    db.sql(&format!("DELETE FROM cp_runs WHERE id = '{gone}'"));
+    let (batches, _) = s.group.batches();
+    let saves: Vec<_> = claimed
+        .iter()
+        .map(|c| {
+            let mut cp = (*rich_cp(&c.run.id, 1, None)).clone();
+            if &c.run.id == bad {
+                cp.label = Some(Cow::Borrowed("bad\0label"));
+            }
+            (c.lease.clone(), Arc::new(cp))
+        })
+        .collect();
+    let results = save_together(&db, s, &saves);
+    for ((_, cp), result) in saves.iter().zip(&results) {
+        let id = &*cp.run;
+        if id == bad {
+            assert!(matches!(result, Err(Error::Store { .. })), "{result:?}");
+            assert_eq!(block_on(s.latest_checkpoint(id)).unwrap(), None);
+        } else if id == gone {
+            assert!(
+                matches!(result, Err(Error::UnknownRun { .. })),
+                "{result:?}"
+            );
+        } else {
+            assert!(result.is_ok(), "{id}: {result:?}");
+            assert_eq!(block_on(s.latest_checkpoint(id)).unwrap(), Some(cp.clone()));
+        }
+    }
+    // Then a batch without them is written as one.
+    let next: Vec<_> = claimed[..18]
+        .iter()
+        .map(|c| (c.lease.clone(), cp(&c.run.id, 2)))
+        .collect();
+    assert!(save_together(&db, s, &next).iter().all(Result::is_ok));
+    assert!(s.group.batches().0 > batches, "no batch was sent");
+    for (_, cp) in &next {
+        assert_eq!(
+            block_on(s.latest_checkpoint(&cp.run)).unwrap(),
+            Some(cp.clone())
+        );
+    }
+    // Each event once: started, saved 1 (but for the bad one), saved 2.
+    for id in &ids[..18] {
+        let history = block_on(s.history(id)).unwrap();
+        assert_eq!(history.len(), 3, "{id}: {history:?}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn saves_one_after_another_are_not_batched() {
+    let Some(db) = Db::open("saves_one_after_another_are_not_batched") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    for seq in 1..=5 {
+        block_on(s.save_checkpoint(&c.lease, cp("r", seq), Some(2))).unwrap();
+    }
+    assert_eq!(s.group.batches(), (0, 0));
+    // Two at a time go alone too (two writers).
+    new_run(s, "q");
+    let d = claim_one(s, "a", "a1");
+    let two = [(c.lease.clone(), cp("r", 6)), (d.lease.clone(), cp("q", 1))];
+    assert!(save_together(&db, s, &two).iter().all(Result::is_ok));
+    assert_eq!(s.group.batches(), (0, 0));
+}
