@@ -2164,3 +2164,68 @@ fn saves_one_after_another_are_not_batched() {
     assert!(save_together(&db, s, &two).iter().all(Result::is_ok));
     assert_eq!(s.group.batches(), (0, 0));
 }
+
+/// Rows of `table` naming run `id`.
+fn rows_of(db: &Db, client: &tokio_postgres::Client, table: &str, id: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {table} WHERE run = $1");
+    db.run(client.query_one(&sql, &[&id])).unwrap().get(0)
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
+    let Some(db) = Db::open("version_3_tables_lose_their_foreign_keys_and_keep_their_rows") else {
+        return;
+    };
+    let s = db.store();
+    let client = schema_client(&db);
+    new_run(s, "r");
+    new_run(s, "gone");
+    let mut both = req("a", "a1");
+    both.limit = 2;
+    let claimed = block_on(s.claim(&both)).unwrap().claimed;
+    for c in &claimed {
+        block_on(s.save_checkpoint(&c.lease, rich_cp(&c.run.id, 1, None), None)).unwrap();
+    }
+    let history = block_on(s.history("r")).unwrap();
+    // As version-3 tables: foreign keys, a primary key, no trigger.
+    db.sql(
+        "DROP TRIGGER cp_runs_deleted ON cp_runs; DROP FUNCTION cp_runs_deleted(); \
+         ALTER TABLE cp_history ADD PRIMARY KEY (id); \
+         ALTER TABLE cp_checkpoints ADD CONSTRAINT cp_checkpoints_run_fkey FOREIGN KEY (run) \
+           REFERENCES cp_runs (id) ON DELETE CASCADE; \
+         ALTER TABLE cp_history ADD CONSTRAINT cp_history_run_fkey FOREIGN KEY (run) \
+           REFERENCES cp_runs (id) ON DELETE CASCADE; \
+         UPDATE cp_schema_version SET version = 3",
+    );
+    let other = db.other();
+    let constraints: i64 = db
+        .run(client.query_one(
+            "SELECT count(*) FROM pg_constraint \
+             WHERE conrelid IN ('cp_checkpoints'::regclass, 'cp_history'::regclass) \
+               AND contype IN ('f', 'p') AND conname <> 'cp_checkpoints_pkey'",
+            &[],
+        ))
+        .unwrap()
+        .get(0);
+    assert_eq!(constraints, 0);
+    assert_eq!(block_on(other.history("r")).unwrap(), history);
+    let c = &claimed[0];
+    let two = rich_cp(&c.run.id, 2, None);
+    block_on(other.save_checkpoint(&c.lease, two.clone(), None)).unwrap();
+    assert_eq!(
+        block_on(other.latest_checkpoint(&c.run.id)).unwrap(),
+        Some(two)
+    );
+    // A run deleted by hand takes its rows with it, as ON DELETE CASCADE did.
+    let gone = &claimed[1].run.id;
+    assert!(rows_of(&db, &client, "cp_history", gone) > 0);
+    db.sql(&format!("DELETE FROM cp_runs WHERE id = '{gone}'"));
+    for table in ["cp_checkpoints", "cp_history"] {
+        assert_eq!(rows_of(&db, &client, table, gone), 0, "{table}");
+    }
+    assert!(rows_of(&db, &client, "cp_checkpoints", &c.run.id) > 0);
+}
