@@ -1592,8 +1592,8 @@ fn stored(db: &Db, client: &tokio_postgres::Client, id: &str) -> Vec<String> {
     let mut out = Vec::new();
     for sql in [
         "SELECT (to_jsonb(r) - 'id' - 'ord')::text FROM cp_runs r WHERE id = $1",
-        "SELECT (to_jsonb(c) - 'run' - 'checksum')::text FROM cp_checkpoints c WHERE run = $1 \
-         ORDER BY seq",
+        "SELECT (to_jsonb(c) - 'run' - 'checksum' - 'event_id')::text FROM cp_checkpoints c \
+         WHERE run = $1 ORDER BY seq",
         "SELECT (to_jsonb(h) - 'id' - 'run')::text FROM cp_history h WHERE run = $1 ORDER BY id",
     ] {
         for row in db.run(client.query(sql, &[&id])).unwrap() {
@@ -1692,9 +1692,25 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let (one, locked) = (stored(&db, &client, "one"), stored(&db, &client, "locked"));
     assert_eq!(one, locked);
     // Retention kept 4 and 5; the run waits for nothing, at seq 5.
-    // Its row, checkpoints 4 and 5, and 7 events: started, saved 1 and 2,
-    // the signal received, saved 3 to 5.
-    assert_eq!(one.len(), 1 + 2 + 7, "{one:#?}");
+    // Its row, checkpoints 4 and 5 (holding their events), and 5 events:
+    // started, saved 1 and 2, the signal received, saved 3 (moved from the
+    // rows retention deleted). The history: 7 events, the same for both.
+    assert_eq!(one.len(), 1 + 2 + 5, "{one:#?}");
+    let history = |run: &str| -> Vec<Event> {
+        let h = block_on(s.history(run)).unwrap();
+        h.into_iter().map(|e| e.event).collect()
+    };
+    assert_eq!(history("one"), history("locked"));
+    let saved: Vec<u64> = history("one")
+        .iter()
+        .filter_map(|e| match e {
+            Event::CheckpointSaved { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(saved, [1, 2, 3, 4, 5]);
+    assert_eq!(history("one").len(), 7);
+    assert!(matches!(history("one")[3], Event::SignalReceived { .. }));
     let kept: Vec<u64> = block_on(s.list_checkpoints("one"))
         .unwrap()
         .iter()
@@ -2191,9 +2207,14 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
         block_on(s.save_checkpoint(&c.lease, rich_cp(&c.run.id, 1, None), None)).unwrap();
     }
     let history = block_on(s.history("r")).unwrap();
-    // As version-3 tables: foreign keys, a primary key, no trigger.
+    // As version-3 tables: events as rows of cp_history, foreign keys, a
+    // primary key, no trigger.
     db.sql(
-        "DROP TRIGGER cp_runs_deleted ON cp_runs; DROP FUNCTION cp_runs_deleted(); \
+        "INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
+           SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
+             jsonb_build_object('seq', seq, 'label', label)) FROM cp_checkpoints; \
+         ALTER TABLE cp_checkpoints DROP COLUMN event_id; \
+         DROP TRIGGER cp_runs_deleted ON cp_runs; DROP FUNCTION cp_runs_deleted(); \
          ALTER TABLE cp_history ADD PRIMARY KEY (id); \
          ALTER TABLE cp_checkpoints ADD CONSTRAINT cp_checkpoints_run_fkey FOREIGN KEY (run) \
            REFERENCES cp_runs (id) ON DELETE CASCADE; \
@@ -2214,12 +2235,27 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
     assert_eq!(constraints, 0);
     assert_eq!(block_on(other.history("r")).unwrap(), history);
     let c = &claimed[0];
+    assert_eq!(c.run.id, "r");
     let two = rich_cp(&c.run.id, 2, None);
-    block_on(other.save_checkpoint(&c.lease, two.clone(), None)).unwrap();
+    block_on(other.save_checkpoint(&c.lease, two.clone(), Some(1))).unwrap();
     assert_eq!(
         block_on(other.latest_checkpoint(&c.run.id)).unwrap(),
         Some(two)
     );
+    // The old row's event and the new one's, in order (retention kept 2
+    // only, and moved 1's event, an old row's, nowhere: it is in cp_history).
+    let events: Vec<Event> = block_on(other.history("r"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let mut want: Vec<Event> = history.into_iter().map(|e| e.event).collect();
+    want.push(Event::CheckpointSaved {
+        seq: 2,
+        label: Some("task_done".into()),
+    });
+    assert_eq!(events, want);
+    assert_eq!(block_on(other.list_checkpoints("r")).unwrap().len(), 1);
     // A run deleted by hand takes its rows with it, as ON DELETE CASCADE did.
     let gone = &claimed[1].run.id;
     assert!(rows_of(&db, &client, "cp_history", gone) > 0);
