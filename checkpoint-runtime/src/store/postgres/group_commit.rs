@@ -5,7 +5,8 @@
 //! A save that finds no other save of this store in flight is done at once
 //! by its caller, as one statement ([`ops::SAVE`](super::ops)): a lone save
 //! waits for nothing (no timer, no hand-over to a task). A save that finds
-//! [`WRITERS`] saves or batches in flight joins a queue; whenever a writer
+//! [`WRITERS`] saves or batches in flight, or saves already queued, joins
+//! the queue; whenever a writer
 //! is free, it takes everything queued (up to [`MAX_BATCH`]) and sends it
 //! as one pipelined transaction ([`Pooled::pipelined`]): `BEGIN`, one
 //! [`SAVE`](super::ops) statement per checkpoint, `COMMIT`, in one flight,
@@ -37,7 +38,7 @@ use crate::Error;
 
 /// Saves or batches of one store in flight at most at a time (the rest
 /// queue). Two: one batch is sent while the server flushes the other's
-/// commit.
+/// commit. (Four measured no better in the bench's throughput row.)
 const WRITERS: usize = 2;
 
 /// Saves in one batch at most.
