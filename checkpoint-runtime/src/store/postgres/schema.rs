@@ -148,8 +148,15 @@ FOR EACH STATEMENT EXECUTE FUNCTION cp_runs_deleted();
 /// copies made by a fork).
 const V5: &str = "ALTER TABLE cp_checkpoints ADD COLUMN IF NOT EXISTS event_id bigint;";
 
+/// Version 6: `cp_runs` pages half full. Every checkpoint updates its run's
+/// row; an update that finds no room on the row's page is not HOT and adds
+/// an entry to each of the table's indexes (id, ord, the active runs). In
+/// the bench's throughput case (1,000 runs) a third of the saves' updates
+/// were HOT with full pages. Applies to pages written from now on.
+const V6: &str = "ALTER TABLE cp_runs SET (fillfactor = 50);";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
