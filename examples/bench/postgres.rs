@@ -240,7 +240,7 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
         .await?;
     PostgresStore::drop_schema(url, &schema).await?;
     Ok(format!(
-        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint, INSERT history) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
+        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint holding its history event) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
         us(ours_med),
         us(ours_mean),
         us(ours_p99),

@@ -626,6 +626,73 @@ impl Pooled<'_> {
         })
     }
 
+    /// Runs `statements` (each answering at most one row) as one
+    /// transaction sent in one flight: `BEGIN`, the statements in order and
+    /// `COMMIT` go out together and their replies are awaited together, so
+    /// the transaction is open only while the server works through them
+    /// (nothing of ours is awaited in between). Returns each statement's
+    /// reply and the commit's. After a statement failed, the server refuses
+    /// the rest and the `COMMIT` rolls back: the caller must then treat
+    /// every statement as not written. Dropped before the replies, the
+    /// transaction is rolled back as [`begin`](Self::begin)'s is.
+    pub async fn pipelined(
+        &mut self,
+        statements: &[(&'static str, &Params<'_>)],
+    ) -> Result<(Vec<Result<Option<Row>, Error>>, Result<(), Error>), Error> {
+        let mut prepared = Vec::with_capacity(statements.len());
+        {
+            let mut cx = self.plain();
+            for (sql, _) in statements {
+                prepared.push(cx.prep(sql).await?);
+            }
+        }
+        let client = &self.conn().client;
+        let mut tx = Tx {
+            client,
+            begun: true,
+            done: false,
+        };
+        let begin = futures::future::maybe_done(client.batch_execute("BEGIN"));
+        let mut each: Vec<_> = prepared
+            .iter()
+            .zip(statements)
+            .map(|(st, (_, params))| {
+                Box::pin(futures::future::maybe_done(client.query_opt(st, params)))
+            })
+            .collect();
+        let commit = futures::future::maybe_done(client.batch_execute("COMMIT"));
+        let (mut begin, mut commit) = (std::pin::pin!(begin), std::pin::pin!(commit));
+        // Polled in order, every time: a request is sent on its future's
+        // first poll, so the server gets them in this order.
+        futures::future::poll_fn(|task| {
+            let mut ready = begin.as_mut().poll(task).is_ready();
+            for f in each.iter_mut() {
+                ready &= f.as_mut().poll(task).is_ready();
+            }
+            ready &= commit.as_mut().poll(task).is_ready();
+            if ready {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        tx.done = true;
+        let missing = || Error::internal("postgres: a pipelined reply went missing");
+        let replies = each
+            .iter_mut()
+            .map(|f| {
+                f.as_mut()
+                    .take_output()
+                    .ok_or_else(missing)?
+                    .map_err(db_err)
+            })
+            .collect();
+        let begun = begin.as_mut().take_output().ok_or_else(missing)?;
+        let committed = commit.as_mut().take_output().ok_or_else(missing)?;
+        Ok((replies, begun.and(committed).map_err(db_err)))
+    }
+
     /// Runs statements without a transaction (each on its own).
     pub fn plain(&mut self) -> Cx<'_> {
         let notifier = self.pool.notifier.get();

@@ -40,11 +40,16 @@
 //!   changes nothing, so a paused or partitioned worker cannot overwrite
 //!   the new owner's checkpoint.
 //! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
-//!   run's state change and its history event in one statement (`ops::SAVE`);
+//!   run's state change in one statement (`ops::SAVE`), the row holding the
+//!   checkpoint's history event;
 //!   retention (`keep`) deletes the oldest rows in the same statement
-//!   (`ops::SAVE_KEEP`), never the latest.
+//!   (`ops::SAVE_KEEP`), never the latest. Saves of several runs waiting at
+//!   the same time are sent as one pipelined transaction, one such statement
+//!   each, fenced each by its own run's lease (`group_commit`).
 //! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
-//! - **History** (`tables::history`): an append-only table of JSON events.
+//! - **History** (`tables::history`): an append-only table of JSON events,
+//!   read together with the `CheckpointSaved` events that the kept
+//!   checkpoints' rows hold (`event_id`: a save writes two rows, not three).
 //! - **Wake-ups** (`notify`): `LISTEN`/`NOTIFY`, the `NOTIFY` sent right
 //!   after the write's commit from a connection of its own (inside the
 //!   transaction it would serialize every notifying commit of every worker
@@ -52,8 +57,8 @@
 //!   by [`Store::next_wakeup`]'s query.
 //! - **Round trips** (`conn`): a checkpoint is one statement in autocommit,
 //!   so one round trip and one WAL flush: a data-modifying `WITH` whose
-//!   fenced `UPDATE` of the run's row gates the checkpoint row, the history
-//!   event and retention (`ops::SAVE`); a save it refuses is done again as
+//!   fenced `UPDATE` of the run's row gates the checkpoint row (holding its
+//!   history event) and retention (`ops::SAVE`); a save it refuses is done again as
 //!   a transaction, which tells why. Elsewhere `BEGIN` is sent with a
 //!   transaction's first statement, and independent statements of one
 //!   transaction are sent together (`Cx::fork`).
@@ -79,6 +84,7 @@
 
 mod children;
 mod conn;
+mod group_commit;
 mod hold;
 mod notify;
 mod ops;
@@ -172,7 +178,9 @@ pub use self::schema::SCHEMA_VERSION;
 /// # let _ = rt; Ok(()) }
 /// ```
 pub struct PostgresStore {
-    pool: Pool,
+    pool: Arc<Pool>,
+    /// The group commit of checkpoint saves.
+    group: group_commit::GroupCommit,
     /// A connection of its own for lease renewals (see [`Side`]).
     side: Side,
     /// The PostgreSQL schema holding the tables (the payload of this store's
@@ -239,7 +247,7 @@ impl PostgresStore {
                 reason: "the PostgreSQL store must be opened inside a tokio runtime".to_owned(),
             })?;
         let first = conn::connect(&handle, &target).await?;
-        let pool = Pool::new(target.clone(), handle.clone(), first);
+        let pool = Arc::new(Pool::new(target.clone(), handle.clone(), first));
         let side = Side::new(target.clone(), handle.clone());
         let schema = {
             let mut c = pool.get().await?;
@@ -271,6 +279,7 @@ impl PostgresStore {
         )
         .await?;
         Ok(PostgresStore {
+            group: group_commit::GroupCommit::new(pool.clone()),
             pool,
             side,
             schema,

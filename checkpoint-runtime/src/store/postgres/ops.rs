@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::types::ToSql;
 
-use super::conn::{corrupt, from_ts, get, scrub, to_i64, to_json, ts, ts_after, Cx, Pooled};
+use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx, Pooled};
 use super::tables::checkpoints::{
     self, cp_cols, cp_insert_cols, decode, decode_listed, load_seq, load_seq_checked, CpRow,
 };
@@ -589,10 +589,18 @@ impl PostgresStore {
     pub(super) async fn do_history(&self, id: &str) -> Result<Vec<HistoryEntry>, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
+        // The events of `cp_history` and those the checkpoints' rows hold
+        // (see the schema's version 5), in the order of their ids.
         let rows = cx
             .query(
-                "SELECT h.at, h.event::text FROM cp_runs r \
-                 LEFT JOIN cp_history h ON h.run = r.id WHERE r.id = $1 ORDER BY h.id",
+                "SELECT e.at, e.event, e.seq, e.label FROM cp_runs r LEFT JOIN LATERAL ( \
+                   SELECT h.id, h.at, h.event::text AS event, NULL::bigint AS seq, \
+                          NULL::text AS label \
+                   FROM cp_history h WHERE h.run = r.id \
+                   UNION ALL \
+                   SELECT c.event_id, c.created_at, NULL, c.seq, c.label \
+                   FROM cp_checkpoints c WHERE c.run = r.id AND c.event_id IS NOT NULL \
+                 ) e ON true WHERE r.id = $1 ORDER BY e.id",
                 &[&id],
             )
             .await?;
@@ -601,14 +609,21 @@ impl PostgresStore {
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
-            let (Some(at), Some(event)) = (
-                get::<Option<i64>>(&row, 0)?,
-                get::<Option<String>>(&row, 1)?,
-            ) else {
+            let Some(at) = get::<Option<i64>>(&row, 0)? else {
                 continue;
             };
-            let event: Event = serde_json::from_str(&event)
-                .map_err(|e| corrupt(format_args!("run `{id}`: history event: {e}")))?;
+            let event = match (
+                get::<Option<String>>(&row, 1)?,
+                get::<Option<i64>>(&row, 2)?,
+            ) {
+                (Some(event), _) => serde_json::from_str(&event)
+                    .map_err(|e| corrupt(format_args!("run `{id}`: history event: {e}")))?,
+                (None, Some(seq)) => Event::CheckpointSaved {
+                    seq: super::conn::to_u64(seq, "seq")?,
+                    label: get(&row, 3)?,
+                },
+                (None, None) => continue,
+            };
             out.push(HistoryEntry {
                 at: from_ts(at),
                 event,
@@ -620,7 +635,8 @@ impl PostgresStore {
 
 impl PostgresStore {
     /// One statement in autocommit ([`SAVE`]): one round trip and one WAL
-    /// flush. A save it refuses (no row back) is done again as one
+    /// flush; saves of several runs waiting at the same time share one
+    /// transaction of such statements (see `group_commit`). A save it refuses (no row back) is done again as one
     /// transaction around the locked row ([`save_locked`]), which tells why
     /// with the errors of every fenced write (lost lease, cancelled, unknown
     /// run, wrong seq, damaged row), or saves a row that the statement
@@ -635,17 +651,15 @@ impl PostgresStore {
         cp: Arc<CheckpointRecord>,
         keep: Option<usize>,
     ) -> Result<(), Error> {
-        let mut conn = self.pool.get().await?;
         if let Some(Suspend::Joining {
             children, token, ..
         }) = &cp.suspend
         {
+            // Not batched: the join locks its children first (see `children`).
+            let mut conn = self.pool.get().await?;
             return save_joining(&mut conn, lease, &cp, keep, children, token).await;
         }
-        if save_in_one(&mut conn, lease, &cp, keep).await? {
-            return Ok(());
-        }
-        save_locked(&mut conn, lease, &cp, keep).await
+        self.group.save(lease, cp, keep).await
     }
 
     pub(super) async fn do_latest(&self, id: &str) -> Result<Option<Arc<CheckpointRecord>>, Error> {
@@ -937,11 +951,10 @@ macro_rules! save_sql {
              RETURNING id), \
              c AS (INSERT INTO cp_checkpoints (",
             cp_insert_cols!(),
-            ") SELECT $1::text, $2::bigint, $3::text, $4::text, $5::integer, $6::bigint[], \
-               $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::bytea, \
-               $13::text::jsonb, $14::bigint, $15::bytea FROM r), \
-             h AS (INSERT INTO cp_history (run, at, event) \
-               SELECT $1::text, $31::bigint, $32::text::jsonb FROM r)",
+            ", event_id) SELECT $1::text, $2::bigint, $3::text, $4::text, $5::integer, \
+               $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], \
+               $12::bytea, $13::text::jsonb, $14::bigint, $15::bytea, \
+               nextval('cp_history_id_seq') FROM r)",
             $more,
             " SELECT 1 FROM r"
         )
@@ -952,7 +965,8 @@ macro_rules! save_sql {
 /// [`CpRow::params`]), `$16`–`$26` the run's columns the save sets (see
 /// [`Bound::saved`]), `$27`–`$30` the fence: the lease's epoch, worker and
 /// instance and the seq the run must be at (the one before the
-/// checkpoint's), `$31`–`$32` the history event's time and JSON. One
+/// checkpoint's). The checkpoint's row is its `CheckpointSaved` event too
+/// (`event_id`, see the schema's version 5). One
 /// statement sent in autocommit is one round trip and one WAL flush: it
 /// replaced a transaction of three round trips (`BEGIN` and the lock; the
 /// three writes; `COMMIT`) that cost a checkpoint 2.4 times a plain
@@ -969,30 +983,43 @@ macro_rules! save_sql {
 /// one, left to the fallback), at the previous seq, and decodable as
 /// `RunRow::into_record` decodes them (a waiting run names its signal, a
 /// sleeping one its time, a wake value has a seq of at least 0, a lease its
-/// expiry). The checkpoint `c` and the event `h` are written only with `r`.
+/// expiry). The checkpoint `c` is written only with `r`.
 /// No row back: nothing was written (see [`save_locked`]).
 const SAVE: &str = save_sql!("");
 
-/// [`SAVE`] with retention: `$33` the seq up to which checkpoints are
-/// deleted. Only with `r` too; `d` waits for it (its `EXISTS` is a one-time
-/// filter), so the run's row is locked before any checkpoint row. A
-/// statement of its own: an empty `DELETE` in every save cost about a tenth
-/// of the statement's server time.
+/// [`SAVE`] with retention: `$31` the seq up to which checkpoints are
+/// deleted, their events moved to `cp_history` (see [`PRUNE`]). Only with
+/// `r` too; `d` waits for it (its `EXISTS` is a one-time filter), so the
+/// run's row is locked before any checkpoint row. A statement of its own:
+/// an empty `DELETE` in every save cost about a tenth of the statement's
+/// server time.
 const SAVE_KEEP: &str = save_sql!(
     ", d AS (DELETE FROM cp_checkpoints \
-     WHERE run = $1 AND seq <= $33 AND EXISTS (SELECT 1 FROM r))"
+     WHERE run = $1 AND seq <= $31 AND EXISTS (SELECT 1 FROM r) \
+     RETURNING run, seq, label, created_at, event_id), \
+     e AS (INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
+     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
+       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL)"
 );
 
+/// Retention in a transaction: deletes run `$1`'s checkpoints up to seq
+/// `$2`, and moves the `CheckpointSaved` events their rows held to
+/// `cp_history`, under the same ids (so in the same place in the history)
+/// and as [`Event`]'s JSON.
+const PRUNE: &str = "WITH d AS (DELETE FROM cp_checkpoints WHERE run = $1 AND seq <= $2 \
+     RETURNING run, seq, label, created_at, event_id) \
+     INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
+     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
+       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL";
+
 /// The parameters of [`SAVE`] (and of [`SAVE_KEEP`], with `below`).
-struct Save<'a> {
+pub(super) struct Save<'a> {
     row: CpRow<'a>,
     run: Bound<'a>,
     epoch: i64,
     worker: &'a str,
     instance: &'a str,
     prev: i64,
-    at: i64,
-    event: String,
     below: Option<i64>,
 }
 
@@ -1000,7 +1027,7 @@ impl<'a> Save<'a> {
     /// The save of `cp` under `lease` (`after`: [`saved_run`]'s record),
     /// unless a value does not bind as [`SAVE`] needs it: then the fenced
     /// save ([`save_locked`]) decides.
-    fn of(
+    pub(super) fn of(
         lease: &'a Lease,
         cp: &'a CheckpointRecord,
         after: &'a RunRecord,
@@ -1015,10 +1042,6 @@ impl<'a> Save<'a> {
             Some(keep) => Some(rules::retention_floor(cp.seq, keep) - 1).filter(|&b| b > 0),
             None => None,
         };
-        let saved = Event::CheckpointSaved {
-            seq: cp.seq,
-            label: cp.label.as_ref().map(|l| l.to_string()),
-        };
         Some(Save {
             row: CpRow::of(cp).ok()?,
             run: Bound::of(after).ok()?,
@@ -1026,23 +1049,15 @@ impl<'a> Save<'a> {
             worker: &lease.worker,
             instance: &lease.instance,
             prev,
-            at: ts(cp.created_at),
-            event: to_json(&saved).ok()?,
             below: below.map(i64::try_from).transpose().ok()?,
         })
     }
 
     /// The statement, [`SAVE`] or [`SAVE_KEEP`], and its parameters.
-    fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
-        let fence: [&(dyn ToSql + Sync); 6] = [
-            &self.epoch,
-            &self.worker,
-            &self.instance,
-            &self.prev,
-            &self.at,
-            &self.event,
-        ];
-        let mut params = Vec::with_capacity(33);
+    pub(super) fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
+        let fence: [&(dyn ToSql + Sync); 4] =
+            [&self.epoch, &self.worker, &self.instance, &self.prev];
+        let mut params = Vec::with_capacity(31);
         params.extend(self.row.params());
         params.extend(self.run.saved());
         params.extend(fence);
@@ -1080,7 +1095,7 @@ pub(super) async fn save_in_one(
 
 /// What `rules::save_checkpoint` makes of the run's row, as far as a save
 /// sets it (see [`Bound::saved`]): the rule applied to a blank record.
-fn saved_run(cp: &CheckpointRecord) -> RunRecord {
+pub(super) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
     let mut rec = RunRecord {
         id: cp.run.to_string(),
         workflow: String::new(),
@@ -1154,27 +1169,19 @@ async fn save_in(
     let mut rec = fenced(cx, &cp.run, lease).await?;
     rules::check_next_seq(&rec, cp)?;
     rules::save_checkpoint(&mut rec, cp);
-    let saved = Event::CheckpointSaved {
-        seq: cp.seq,
-        label: cp.label.as_ref().map(|l| l.to_string()),
-    };
     {
-        let (mut a, mut b, mut c) = (cx.fork()?, cx.fork()?, cx.fork()?);
+        // The checkpoint's row holds its `CheckpointSaved` event.
+        let (mut a, mut b) = (cx.fork()?, cx.fork()?);
         futures::try_join!(
-            checkpoints::insert(&mut a, cp),
+            checkpoints::insert_saved(&mut a, cp),
             write_run(&mut b, &rec),
-            history::insert(&mut c, &cp.run, cp.created_at, &saved),
         )?;
     }
     if let Some(keep) = keep {
         let below = rules::retention_floor(cp.seq, keep) - 1;
         if below > 0 {
             let run: &str = &cp.run;
-            cx.execute(
-                "DELETE FROM cp_checkpoints WHERE run = $1 AND seq <= $2",
-                &[&run, &to_i64(below, "seq")?],
-            )
-            .await?;
+            cx.execute(PRUNE, &[&run, &to_i64(below, "seq")?]).await?;
         }
     }
     Ok(())

@@ -103,12 +103,64 @@ const V2: &str = "ALTER TABLE cp_checkpoints ADD COLUMN checksum bytea;";
 const V3: &str = "ALTER TABLE cp_runs ADD COLUMN version integer NOT NULL DEFAULT 1; \
                   CREATE INDEX cp_runs_parked ON cp_runs (ord) WHERE state = 6;";
 
-/// Version 4: child runs (`ctx.spawn`, see `crate::child`). A run's
+/// Version 4: no foreign keys on the tables every checkpoint writes to
+/// (`cp_checkpoints`, `cp_history`), and no primary key on `cp_history`.
+/// Measured on a save (one statement: the run's row, a checkpoint row, an
+/// event row): the two foreign-key checks (a trigger each, querying and
+/// locking the run's row) and the identity's index were about a fifth of
+/// the server's time (see examples/bench/postgres.rs).
+///
+/// What the foreign keys guaranteed holds without them: the store never
+/// deletes a run, and it inserts a run's checkpoints and events only in
+/// the statement or transaction that has just created or locked the run's
+/// row (the save's fenced `UPDATE`, `fenced`, `lock_run`, `must_exist`,
+/// `insert_run`), so no row can name a missing run. What `ON DELETE
+/// CASCADE` did for a run deleted by hand, a statement trigger on `cp_runs`
+/// does (it costs nothing on the hot path). Events are read by run in `id`
+/// order from `cp_history_by_run (run, id)`; the identity still numbers
+/// them, nothing needs a unique index over `id` alone.
+const V4: &str = r#"
+ALTER TABLE cp_checkpoints DROP CONSTRAINT IF EXISTS cp_checkpoints_run_fkey;
+ALTER TABLE cp_history DROP CONSTRAINT IF EXISTS cp_history_run_fkey;
+ALTER TABLE cp_history DROP CONSTRAINT IF EXISTS cp_history_pkey;
+CREATE OR REPLACE FUNCTION cp_runs_deleted() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM cp_checkpoints c USING cp_deleted_runs d WHERE c.run = d.id;
+    DELETE FROM cp_history h USING cp_deleted_runs d WHERE h.run = d.id;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS cp_runs_deleted ON cp_runs;
+CREATE TRIGGER cp_runs_deleted AFTER DELETE ON cp_runs
+REFERENCING OLD TABLE AS cp_deleted_runs
+FOR EACH STATEMENT EXECUTE FUNCTION cp_runs_deleted();
+"#;
+
+/// Version 5: a checkpoint's `CheckpointSaved` event is no row of
+/// `cp_history` but `event_id` in the checkpoint's row: its place in the
+/// history, drawn from the numbering of `cp_history`'s ids when the
+/// checkpoint is saved, so the history (`cp_history` and these, in id
+/// order) reads as before. When retention deletes the checkpoint, its
+/// event moves to `cp_history` under that id. A save then writes two
+/// rows, not three (measured in examples/bench/postgres.rs). NULL: no
+/// event here (rows written before, whose events are rows of `cp_history`;
+/// copies made by a fork).
+const V5: &str = "ALTER TABLE cp_checkpoints ADD COLUMN IF NOT EXISTS event_id bigint;";
+
+/// Version 6: `cp_runs` pages half full. Every checkpoint updates its run's
+/// row; an update that finds no room on the row's page is not HOT and adds
+/// an entry to each of the table's indexes (id, ord, the active runs). In
+/// the bench's throughput case (1,000 runs) a third of the saves' updates
+/// were HOT with full pages. Applies to pages written from now on.
+const V6: &str = "ALTER TABLE cp_runs SET (fillfactor = 50);";
+
+/// Version 7: child runs (`ctx.spawn`, see `crate::child`). A run's
 /// `parent` (NULL for runs started by `Runtime::start`, and for every run
 /// from before), and for a run suspended on a join, `join_pending`: how
 /// many of its children have not ended. `cp_joins` has a row per child a
 /// joining run waits for, deleted when that child ends.
-const V4: &str = "ALTER TABLE cp_runs ADD COLUMN parent text; \
+const V7: &str = "ALTER TABLE cp_runs ADD COLUMN parent text; \
                   ALTER TABLE cp_runs ADD COLUMN join_pending integer NOT NULL DEFAULT 0; \
                   CREATE INDEX cp_runs_parent ON cp_runs (parent, state, ord) \
                       WHERE parent IS NOT NULL; \
@@ -116,7 +168,7 @@ const V4: &str = "ALTER TABLE cp_runs ADD COLUMN parent text; \
                                          PRIMARY KEY (child, waiter));";
 
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -1596,8 +1596,8 @@ fn stored(db: &Db, client: &tokio_postgres::Client, id: &str) -> Vec<String> {
     let mut out = Vec::new();
     for sql in [
         "SELECT (to_jsonb(r) - 'id' - 'ord')::text FROM cp_runs r WHERE id = $1",
-        "SELECT (to_jsonb(c) - 'run' - 'checksum')::text FROM cp_checkpoints c WHERE run = $1 \
-         ORDER BY seq",
+        "SELECT (to_jsonb(c) - 'run' - 'checksum' - 'event_id')::text FROM cp_checkpoints c \
+         WHERE run = $1 ORDER BY seq",
         "SELECT (to_jsonb(h) - 'id' - 'run')::text FROM cp_history h WHERE run = $1 ORDER BY id",
     ] {
         for row in db.run(client.query(sql, &[&id])).unwrap() {
@@ -1696,9 +1696,25 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let (one, locked) = (stored(&db, &client, "one"), stored(&db, &client, "locked"));
     assert_eq!(one, locked);
     // Retention kept 4 and 5; the run waits for nothing, at seq 5.
-    // Its row, checkpoints 4 and 5, and 7 events: started, saved 1 and 2,
-    // the signal received, saved 3 to 5.
-    assert_eq!(one.len(), 1 + 2 + 7, "{one:#?}");
+    // Its row, checkpoints 4 and 5 (holding their events), and 5 events:
+    // started, saved 1 and 2, the signal received, saved 3 (moved from the
+    // rows retention deleted). The history: 7 events, the same for both.
+    assert_eq!(one.len(), 1 + 2 + 5, "{one:#?}");
+    let history = |run: &str| -> Vec<Event> {
+        let h = block_on(s.history(run)).unwrap();
+        h.into_iter().map(|e| e.event).collect()
+    };
+    assert_eq!(history("one"), history("locked"));
+    let saved: Vec<u64> = history("one")
+        .iter()
+        .filter_map(|e| match e {
+            Event::CheckpointSaved { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(saved, [1, 2, 3, 4, 5]);
+    assert_eq!(history("one").len(), 7);
+    assert!(matches!(history("one")[3], Event::SignalReceived { .. }));
     let kept: Vec<u64> = block_on(s.list_checkpoints("one"))
         .unwrap()
         .iter()
@@ -1984,4 +2000,274 @@ fn bench_save() {
             cpu[i] / n
         );
     }
+}
+
+/// Saves `cps` (each under its lease) at the same time, from one task: the
+/// first ones go alone, the rest queue and are sent as batches.
+fn save_together(
+    db: &Db,
+    s: &PostgresStore,
+    cps: &[(Lease, Arc<CheckpointRecord>)],
+) -> Vec<Result<(), Error>> {
+    db.run(futures::future::join_all(
+        cps.iter()
+            .map(|(lease, cp)| s.save_checkpoint(lease, cp.clone(), None)),
+    ))
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_batch_refuses_the_saves_of_runs_taken_over_and_stores_the_rest() {
+    let Some(db) = Db::open("a_batch_refuses_the_saves_of_runs_taken_over_and_stores_the_rest")
+    else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    let ids: Vec<String> = (0..30).map(|i| format!("g{i:02}")).collect();
+    for id in &ids {
+        new_run(a, id);
+    }
+    let mut short = req("a", "a1");
+    short.ttl = Duration::from_millis(50);
+    short.limit = ids.len();
+    let old = block_on(a.claim(&short)).unwrap().claimed;
+    assert_eq!(old.len(), ids.len());
+    let first: Vec<_> = old
+        .iter()
+        .map(|c| (c.lease.clone(), cp(&c.run.id, 1)))
+        .collect();
+    assert!(save_together(&db, a, &first).iter().all(Result::is_ok));
+    // Every third run is taken over by b, which saves seq 2 first.
+    std::thread::sleep(Duration::from_millis(80));
+    let taken: Vec<&String> = ids.iter().step_by(3).collect();
+    let mut mine = Vec::new();
+    for id in &taken {
+        let mut only = req("b", "b1");
+        only.only = Some((*id).clone());
+        let new = block_on(b.claim(&only)).unwrap().claimed.remove(0);
+        let cp = rich_cp(id, 2, None);
+        block_on(b.save_checkpoint(&new.lease, cp.clone(), None)).unwrap();
+        mine.push(cp);
+    }
+    // a saves seq 2 of all of them at once.
+    let (batches, rows) = a.group.batches();
+    let stale: Vec<_> = old
+        .iter()
+        .map(|c| (c.lease.clone(), cp(&c.run.id, 2)))
+        .collect();
+    let results = save_together(&db, a, &stale);
+    let (more, more_rows) = a.group.batches();
+    // Two went alone, the other 28 in one batch (9 of them fenced off).
+    assert!(more > batches, "no batch was sent");
+    assert!(
+        more_rows - rows >= 15,
+        "{} saved in batches",
+        more_rows - rows
+    );
+    for ((lease, cp), result) in stale.iter().zip(&results) {
+        let id = &*cp.run;
+        if taken.iter().any(|t| **t == id) {
+            assert!(
+                matches!(result, Err(Error::LeaseLost { .. })),
+                "{id}: {result:?}"
+            );
+        } else {
+            assert!(result.is_ok(), "{id}: {result:?}");
+            assert_eq!(block_on(a.latest_checkpoint(id)).unwrap(), Some(cp.clone()));
+            let run = block_on(a.load_run(id)).unwrap().unwrap();
+            assert_eq!((run.latest_seq, run.epoch), (2, lease.epoch));
+        }
+    }
+    // The new owner's checkpoints are intact.
+    for cp in mine {
+        assert_eq!(
+            block_on(a.latest_checkpoint(&cp.run)).unwrap(),
+            Some(cp.clone())
+        );
+        let run = block_on(a.load_run(&cp.run)).unwrap().unwrap();
+        assert_eq!(run.lease.unwrap().worker, "b");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_save_failing_in_a_batch_fails_alone() {
+    let Some(db) = Db::open("a_save_failing_in_a_batch_fails_alone") else {
+        return;
+    };
+    let s = db.store();
+    let ids: Vec<String> = (0..20).map(|i| format!("h{i:02}")).collect();
+    for id in &ids {
+        new_run(s, id);
+    }
+    let mut all = req("a", "a1");
+    all.limit = ids.len();
+    let claimed = block_on(s.claim(&all)).unwrap().claimed;
+    assert_eq!(claimed.len(), ids.len());
+    // The last ones: a label the server refuses (aborts the statement, and
+    // with it the batch's transaction), a run deleted meanwhile.
+    let (bad, gone) = (&ids[18], &ids[19]);
+    db.sql(&format!("DELETE FROM cp_runs WHERE id = '{gone}'"));
+    let (batches, _) = s.group.batches();
+    let saves: Vec<_> = claimed
+        .iter()
+        .map(|c| {
+            let mut cp = (*rich_cp(&c.run.id, 1, None)).clone();
+            if &c.run.id == bad {
+                cp.label = Some(Cow::Borrowed("bad\0label"));
+            }
+            (c.lease.clone(), Arc::new(cp))
+        })
+        .collect();
+    let results = save_together(&db, s, &saves);
+    for ((_, cp), result) in saves.iter().zip(&results) {
+        let id = &*cp.run;
+        if id == bad {
+            assert!(matches!(result, Err(Error::Store { .. })), "{result:?}");
+            assert_eq!(block_on(s.latest_checkpoint(id)).unwrap(), None);
+        } else if id == gone {
+            assert!(
+                matches!(result, Err(Error::UnknownRun { .. })),
+                "{result:?}"
+            );
+        } else {
+            assert!(result.is_ok(), "{id}: {result:?}");
+            assert_eq!(block_on(s.latest_checkpoint(id)).unwrap(), Some(cp.clone()));
+        }
+    }
+    // Then a batch without them is written as one.
+    let next: Vec<_> = claimed[..18]
+        .iter()
+        .map(|c| (c.lease.clone(), cp(&c.run.id, 2)))
+        .collect();
+    assert!(save_together(&db, s, &next).iter().all(Result::is_ok));
+    assert!(s.group.batches().0 > batches, "no batch was sent");
+    for (_, cp) in &next {
+        assert_eq!(
+            block_on(s.latest_checkpoint(&cp.run)).unwrap(),
+            Some(cp.clone())
+        );
+    }
+    // Each event once: started, saved 1 (but for the bad one), saved 2.
+    for id in &ids[..18] {
+        let history = block_on(s.history(id)).unwrap();
+        assert_eq!(history.len(), 3, "{id}: {history:?}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn saves_one_after_another_are_not_batched() {
+    let Some(db) = Db::open("saves_one_after_another_are_not_batched") else {
+        return;
+    };
+    let s = db.store();
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    for seq in 1..=5 {
+        block_on(s.save_checkpoint(&c.lease, cp("r", seq), Some(2))).unwrap();
+    }
+    assert_eq!(s.group.batches(), (0, 0));
+    // Two at a time go alone too (two writers).
+    new_run(s, "q");
+    let d = claim_one(s, "a", "a1");
+    let two = [(c.lease.clone(), cp("r", 6)), (d.lease.clone(), cp("q", 1))];
+    assert!(save_together(&db, s, &two).iter().all(Result::is_ok));
+    assert_eq!(s.group.batches(), (0, 0));
+}
+
+/// Rows of `table` naming run `id`.
+fn rows_of(db: &Db, client: &tokio_postgres::Client, table: &str, id: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {table} WHERE run = $1");
+    db.run(client.query_one(&sql, &[&id])).unwrap().get(0)
+}
+
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
+    let Some(db) = Db::open("version_3_tables_lose_their_foreign_keys_and_keep_their_rows") else {
+        return;
+    };
+    let s = db.store();
+    let client = schema_client(&db);
+    new_run(s, "r");
+    new_run(s, "gone");
+    let mut both = req("a", "a1");
+    both.limit = 2;
+    let claimed = block_on(s.claim(&both)).unwrap().claimed;
+    for c in &claimed {
+        block_on(s.save_checkpoint(&c.lease, rich_cp(&c.run.id, 1, None), None)).unwrap();
+    }
+    let history = block_on(s.history("r")).unwrap();
+    // As version-3 tables: events as rows of cp_history, foreign keys, a
+    // primary key, no trigger.
+    db.sql(
+        "INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
+           SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
+             jsonb_build_object('seq', seq, 'label', label)) FROM cp_checkpoints; \
+         ALTER TABLE cp_checkpoints DROP COLUMN event_id; \
+         DROP TRIGGER cp_runs_deleted ON cp_runs; DROP FUNCTION cp_runs_deleted(); \
+         ALTER TABLE cp_history ADD PRIMARY KEY (id); \
+         ALTER TABLE cp_checkpoints ADD CONSTRAINT cp_checkpoints_run_fkey FOREIGN KEY (run) \
+           REFERENCES cp_runs (id) ON DELETE CASCADE; \
+         ALTER TABLE cp_history ADD CONSTRAINT cp_history_run_fkey FOREIGN KEY (run) \
+           REFERENCES cp_runs (id) ON DELETE CASCADE; \
+         DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
+         ALTER TABLE cp_runs DROP COLUMN join_pending; \
+         UPDATE cp_schema_version SET version = 3",
+    );
+    let other = db.other();
+    let constraints: i64 = db
+        .run(client.query_one(
+            "SELECT count(*) FROM pg_constraint \
+             WHERE conrelid IN ('cp_checkpoints'::regclass, 'cp_history'::regclass) \
+               AND contype IN ('f', 'p') AND conname <> 'cp_checkpoints_pkey'",
+            &[],
+        ))
+        .unwrap()
+        .get(0);
+    assert_eq!(constraints, 0);
+    assert_eq!(block_on(other.history("r")).unwrap(), history);
+    let c = &claimed[0];
+    assert_eq!(c.run.id, "r");
+    let two = rich_cp(&c.run.id, 2, None);
+    block_on(other.save_checkpoint(&c.lease, two.clone(), Some(1))).unwrap();
+    assert_eq!(
+        block_on(other.latest_checkpoint(&c.run.id)).unwrap(),
+        Some(two)
+    );
+    // The old row's event and the new one's, in order (retention kept 2
+    // only, and moved 1's event, an old row's, nowhere: it is in cp_history).
+    let events: Vec<Event> = block_on(other.history("r"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let mut want: Vec<Event> = history.into_iter().map(|e| e.event).collect();
+    want.push(Event::CheckpointSaved {
+        seq: 2,
+        label: Some("task_done".into()),
+    });
+    assert_eq!(events, want);
+    assert_eq!(block_on(other.list_checkpoints("r")).unwrap().len(), 1);
+    // A run deleted by hand takes its rows with it, as ON DELETE CASCADE did.
+    let gone = &claimed[1].run.id;
+    assert!(rows_of(&db, &client, "cp_history", gone) > 0);
+    db.sql(&format!("DELETE FROM cp_runs WHERE id = '{gone}'"));
+    for table in ["cp_checkpoints", "cp_history"] {
+        assert_eq!(rows_of(&db, &client, table, gone), 0, "{table}");
+    }
+    assert!(rows_of(&db, &client, "cp_checkpoints", &c.run.id) > 0);
 }

@@ -239,6 +239,24 @@ pub(in crate::store::postgres) async fn insert(
     Ok(())
 }
 
+/// Inserts `cp`, saved by its run, inside the caller's transaction, with
+/// its `CheckpointSaved` event: the row's `event_id`, the next id of the
+/// history (see the schema's version 5).
+pub(in crate::store::postgres) async fn insert_saved(
+    cx: &mut Cx<'_>,
+    cp: &CheckpointRecord,
+) -> Result<(), Error> {
+    const SQL: &str = concat!(
+        "INSERT INTO cp_checkpoints (",
+        cp_insert_cols!(),
+        ", event_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, \
+         $14, $15, nextval('cp_history_id_seq'))"
+    );
+    let row = CpRow::of(cp)?;
+    cx.execute(SQL, &row.params()).await?;
+    Ok(())
+}
+
 /// Checkpoint `seq` of run `id` (of workflow `workflow`), if kept (`seq`
 /// 0, or one above `i64::MAX`: none).
 pub(in crate::store::postgres) async fn load_seq(

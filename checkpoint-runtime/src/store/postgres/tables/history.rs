@@ -1,5 +1,8 @@
-//! The `cp_history` table: every event of a run (`CheckpointSaved`
-//! included), as JSON rows in insertion order. Retention never removes
+//! The `cp_history` table: the events of a run as JSON rows, in the order
+//! of their ids. A checkpoint's `CheckpointSaved` event is no row here
+//! while the checkpoint is kept: the checkpoint's row holds its id
+//! (`event_id`), and retention moves it here when it deletes the
+//! checkpoint (see the schema's version 5), so retention never removes
 //! events.
 
 use std::time::SystemTime;
