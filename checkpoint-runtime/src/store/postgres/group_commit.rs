@@ -3,13 +3,13 @@
 //! WAL flush.
 //!
 //! A save that finds no other save of this store in flight is done at once
-//! by its caller, as one statement ([`ops::SAVE`](super::ops)): a lone save
+//! by its caller, as one statement ([`save::SAVE`](super::save)): a lone save
 //! waits for nothing (no timer, no hand-over to a task). A save that finds
 //! [`WRITERS`] saves or batches in flight, or saves already queued, joins
 //! the queue; whenever a writer
 //! is free, it takes everything queued (up to [`MAX_BATCH`]) and sends it
 //! as one pipelined transaction ([`Pooled::pipelined`]): `BEGIN`, one
-//! [`SAVE`](super::ops) statement per checkpoint, `COMMIT`, in one flight,
+//! [`SAVE`](super::save) statement per checkpoint, `COMMIT`, in one flight,
 //! so the transaction is open only while the server works through it (the
 //! connection is taken before, nothing of ours is awaited inside). The
 //! writers of queued saves are tasks of their own, so a caller that goes
@@ -19,7 +19,7 @@
 //! a lone save is, and answers for its own run: a save it refuses (lease
 //! lost, wrong seq, a run gone, a row it leaves to the fenced transaction)
 //! changes nothing and is done again on its own after the batch committed
-//! ([`ops::save_locked`]), which gives exactly the error a lone save gives.
+//! ([`save::save_locked`](super::save::save_locked)), which gives exactly the error a lone save gives.
 //! A statement that fails (e.g. a value the server refuses) aborts the
 //! batch: nothing of it is written, and every save of the batch is then
 //! done on its own, so one bad save fails alone. The statements lock the
@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 
 use super::conn::{Pool, Pooled};
-use super::ops::{save_in_one, save_locked, saved_run, Save};
+use super::save::{save_in_one, save_locked, saved_run, Save};
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
 

@@ -40,10 +40,10 @@
 //!   changes nothing, so a paused or partitioned worker cannot overwrite
 //!   the new owner's checkpoint.
 //! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
-//!   run's state change in one statement (`ops::SAVE`), the row holding the
+//!   run's state change in one statement (`save::SAVE`), the row holding the
 //!   checkpoint's history event;
 //!   retention (`keep`) deletes the oldest rows in the same statement
-//!   (`ops::SAVE_KEEP`), never the latest. Saves of several runs waiting at
+//!   (`save::SAVE_KEEP`), never the latest. Saves of several runs waiting at
 //!   the same time are sent as one pipelined transaction, one such statement
 //!   each, fenced each by its own run's lease (`group_commit`).
 //! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
@@ -58,7 +58,7 @@
 //! - **Round trips** (`conn`): a checkpoint is one statement in autocommit,
 //!   so one round trip and one WAL flush: a data-modifying `WITH` whose
 //!   fenced `UPDATE` of the run's row gates the checkpoint row (holding its
-//!   history event) and retention (`ops::SAVE`); a save it refuses is done again as
+//!   history event) and retention (`save::SAVE`); a save it refuses is done again as
 //!   a transaction, which tells why. Elsewhere `BEGIN` is sent with a
 //!   transaction's first statement, and independent statements of one
 //!   transaction are sent together (`Cx::fork`).
@@ -88,6 +88,7 @@ mod group_commit;
 mod hold;
 mod notify;
 mod ops;
+mod save;
 mod schema;
 mod tables;
 #[cfg(test)]

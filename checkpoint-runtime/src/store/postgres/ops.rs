@@ -1,22 +1,21 @@
 //! The operations of [`PostgresStore`]: each opens a transaction, applies a
 //! rule of [`rules`] to the run's row and writes it back through the table
 //! modules ([`tables`](super::tables)). The checkpoint save, the most
-//! frequent write, is the exception: one statement ([`SAVE`]) that writes
-//! what the rule would, and falls back to such a transaction when it
-//! refuses.
+//! frequent write, is the exception: one statement that writes what the
+//! rule would, batched by the group commit ([`save`](super::save),
+//! [`group_commit`](super::group_commit)).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio_postgres::types::ToSql;
-
-use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx, Pooled};
+use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx};
+use super::save::save_joining;
 use super::tables::checkpoints::{
-    self, cp_cols, cp_insert_cols, decode, decode_listed, load_seq, load_seq_checked, CpRow,
+    self, cp_cols, decode, decode_listed, load_seq, load_seq_checked,
 };
 use super::tables::runs::{
-    code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, Bound,
-    CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, UNREGISTERED,
+    code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, CLAIM,
+    CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, UNREGISTERED,
 };
 use super::tables::{history, signals};
 use super::{children, notify, PostgresStore};
@@ -634,10 +633,10 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// One statement in autocommit ([`SAVE`]): one round trip and one WAL
+    /// One statement in autocommit (`save::SAVE`): one round trip and one WAL
     /// flush; saves of several runs waiting at the same time share one
     /// transaction of such statements (see `group_commit`). A save it refuses (no row back) is done again as one
-    /// transaction around the locked row ([`save_locked`]), which tells why
+    /// transaction around the locked row (`save::save_locked`), which tells why
     /// with the errors of every fenced write (lost lease, cancelled, unknown
     /// run, wrong seq, damaged row), or saves a row that the statement
     /// leaves to it. So are values the statement cannot bind (too large for
@@ -933,256 +932,5 @@ async fn mark_damaged(
     };
     history::insert(cx, id, now, &event).await?;
     children::child_ended(cx, id, true).await?;
-    Ok(())
-}
-
-/// [`SAVE`]'s text, with `$more` after its sub-statements.
-macro_rules! save_sql {
-    ($more:literal) => {
-        concat!(
-            "WITH r AS (UPDATE cp_runs SET state = $16, signal = $17, due = $18, output = $19, \
-             error = $20, attempt = $21, latest_seq = $22, wake_seq = $23, wake_signal = $24, \
-             wake_payload = $25, updated_at = $26 \
-             WHERE id = $1 AND epoch = $27 AND lease_worker = $28 AND lease_instance = $29 \
-               AND lease_expires IS NOT NULL AND latest_seq = $30 \
-               AND (state = 0 OR (state = 1 AND signal IS NOT NULL) \
-                    OR (state = 2 AND due IS NOT NULL)) \
-               AND (wake_seq IS NULL OR wake_seq >= 0) \
-             RETURNING id), \
-             c AS (INSERT INTO cp_checkpoints (",
-            cp_insert_cols!(),
-            ", event_id) SELECT $1::text, $2::bigint, $3::text, $4::text, $5::integer, \
-               $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], \
-               $12::bytea, $13::text::jsonb, $14::bigint, $15::bytea, \
-               nextval('cp_history_id_seq') FROM r)",
-            $more,
-            " SELECT 1 FROM r"
-        )
-    };
-}
-
-/// A checkpoint save as one statement: `$1`–`$15` the checkpoint's row (see
-/// [`CpRow::params`]), `$16`–`$26` the run's columns the save sets (see
-/// [`Bound::saved`]), `$27`–`$30` the fence: the lease's epoch, worker and
-/// instance and the seq the run must be at (the one before the
-/// checkpoint's). The checkpoint's row is its `CheckpointSaved` event too
-/// (`event_id`, see the schema's version 5). One
-/// statement sent in autocommit is one round trip and one WAL flush: it
-/// replaced a transaction of three round trips (`BEGIN` and the lock; the
-/// three writes; `COMMIT`) that cost a checkpoint 2.4 times a plain
-/// `INSERT` (see examples/bench/postgres.rs).
-///
-/// `r`, the fenced write of the run's row, is the lock: the `UPDATE` locks
-/// the row and, should another transaction have changed it meanwhile,
-/// evaluates its `WHERE` again on the new version (READ COMMITTED), so a
-/// takeover that commits first fences it off as under [`fenced`]'s lock.
-/// Its `WHERE` accepts only rows that [`fenced`] and
-/// `rules::check_next_seq` accept and that the fenced save writes back
-/// unchanged: held under the lease (`check_lease`: epoch, worker and
-/// instance; a finished or cancelled run holds no lease, nor a parked
-/// one, left to the fallback), at the previous seq, and decodable as
-/// `RunRow::into_record` decodes them (a waiting run names its signal, a
-/// sleeping one its time, a wake value has a seq of at least 0, a lease its
-/// expiry). The checkpoint `c` is written only with `r`.
-/// No row back: nothing was written (see [`save_locked`]).
-const SAVE: &str = save_sql!("");
-
-/// [`SAVE`] with retention: `$31` the seq up to which checkpoints are
-/// deleted, their events moved to `cp_history` (see [`PRUNE`]). Only with
-/// `r` too; `d` waits for it (its `EXISTS` is a one-time filter), so the
-/// run's row is locked before any checkpoint row. A statement of its own:
-/// an empty `DELETE` in every save cost about a tenth of the statement's
-/// server time.
-const SAVE_KEEP: &str = save_sql!(
-    ", d AS (DELETE FROM cp_checkpoints \
-     WHERE run = $1 AND seq <= $31 AND EXISTS (SELECT 1 FROM r) \
-     RETURNING run, seq, label, created_at, event_id), \
-     e AS (INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
-     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
-       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL)"
-);
-
-/// Retention in a transaction: deletes run `$1`'s checkpoints up to seq
-/// `$2`, and moves the `CheckpointSaved` events their rows held to
-/// `cp_history`, under the same ids (so in the same place in the history)
-/// and as [`Event`]'s JSON.
-const PRUNE: &str = "WITH d AS (DELETE FROM cp_checkpoints WHERE run = $1 AND seq <= $2 \
-     RETURNING run, seq, label, created_at, event_id) \
-     INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
-     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
-       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL";
-
-/// The parameters of [`SAVE`] (and of [`SAVE_KEEP`], with `below`).
-pub(super) struct Save<'a> {
-    row: CpRow<'a>,
-    run: Bound<'a>,
-    epoch: i64,
-    worker: &'a str,
-    instance: &'a str,
-    prev: i64,
-    below: Option<i64>,
-}
-
-impl<'a> Save<'a> {
-    /// The save of `cp` under `lease` (`after`: [`saved_run`]'s record),
-    /// unless a value does not bind as [`SAVE`] needs it: then the fenced
-    /// save ([`save_locked`]) decides.
-    pub(super) fn of(
-        lease: &'a Lease,
-        cp: &'a CheckpointRecord,
-        after: &'a RunRecord,
-        keep: Option<usize>,
-    ) -> Option<Save<'a>> {
-        // A NUL cannot be bound as text: such a worker holds no lease.
-        if lease.worker.contains('\0') || lease.instance.contains('\0') {
-            return None;
-        }
-        let prev = i64::try_from(cp.seq.checked_sub(1)?).ok()?;
-        let below = match keep {
-            Some(keep) => Some(rules::retention_floor(cp.seq, keep) - 1).filter(|&b| b > 0),
-            None => None,
-        };
-        Some(Save {
-            row: CpRow::of(cp).ok()?,
-            run: Bound::of(after).ok()?,
-            epoch: i64::try_from(lease.epoch).ok()?,
-            worker: &lease.worker,
-            instance: &lease.instance,
-            prev,
-            below: below.map(i64::try_from).transpose().ok()?,
-        })
-    }
-
-    /// The statement, [`SAVE`] or [`SAVE_KEEP`], and its parameters.
-    pub(super) fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
-        let fence: [&(dyn ToSql + Sync); 4] =
-            [&self.epoch, &self.worker, &self.instance, &self.prev];
-        let mut params = Vec::with_capacity(31);
-        params.extend(self.row.params());
-        params.extend(self.run.saved());
-        params.extend(fence);
-        match &self.below {
-            None => (SAVE, params),
-            Some(below) => {
-                params.push(below);
-                (SAVE_KEEP, params)
-            }
-        }
-    }
-}
-
-/// Runs [`SAVE`] (or [`SAVE_KEEP`]) on `conn`: whether it saved `cp`.
-/// `false`: nothing was written, [`save_locked`] decides (the statement
-/// refused the save, a value does not bind, or the server refused the
-/// statement's data).
-pub(super) async fn save_in_one(
-    conn: &mut Pooled<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-) -> Result<bool, Error> {
-    let after = saved_run(cp);
-    let Some(save) = Save::of(lease, cp, &after, keep) else {
-        return Ok(false);
-    };
-    let (sql, params) = save.statement();
-    match conn.plain().query_opt(sql, &params).await {
-        Ok(row) => Ok(row.is_some()),
-        Err(e) if sqlstate_class(&e) == Some("22") => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// What `rules::save_checkpoint` makes of the run's row, as far as a save
-/// sets it (see [`Bound::saved`]): the rule applied to a blank record.
-pub(super) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
-    let mut rec = RunRecord {
-        id: cp.run.to_string(),
-        workflow: String::new(),
-        input: Arc::from(&[][..]),
-        state: RunState::Ready,
-        lease: None,
-        epoch: 0,
-        attempt: 0,
-        latest_seq: 0,
-        wake: None,
-        created_at: cp.created_at,
-        updated_at: cp.created_at,
-        version: 1,
-        parent: None,
-    };
-    rules::save_checkpoint(&mut rec, cp);
-    rec
-}
-
-/// The class (the first two characters of the SQLSTATE) of the server's
-/// error behind `e`, if the server refused a statement.
-fn sqlstate_class(e: &Error) -> Option<&str> {
-    let source = std::error::Error::source(e)?;
-    let code = source.downcast_ref::<tokio_postgres::Error>()?.code()?;
-    code.code().get(..2)
-}
-
-/// A checkpoint save as one transaction: the run's row locked and checked
-/// by [`fenced`] and `rules::check_next_seq`, then the three writes
-/// pipelined (`Cx::fork`), retention, `COMMIT` (three round trips). What
-/// [`PostgresStore::do_save`] falls back to when its statement refused the
-/// save: it tells why with the same errors as every fenced write, and
-/// saves a run whose row the statement does not judge (a parked one).
-pub(super) async fn save_locked(
-    conn: &mut Pooled<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-) -> Result<(), Error> {
-    let mut cx = conn.begin().await?;
-    save_in(&mut cx, lease, cp, keep).await?;
-    cx.commit().await
-}
-
-/// A checkpoint that suspends its run on children (`ctx.join`): saved as
-/// [`save_locked`] does, with the children's rows locked first and the
-/// join recorded (or the run woken at once) in the same transaction (see
-/// [`children`]).
-async fn save_joining(
-    conn: &mut Pooled<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-    children: &[String],
-    token: &str,
-) -> Result<(), Error> {
-    let mut cx = conn.begin().await?;
-    let live = children::lock_children(&mut cx, children).await?;
-    save_in(&mut cx, lease, cp, keep).await?;
-    children::join(&mut cx, &cp.run, children, token, &live).await?;
-    cx.commit().await
-}
-
-/// The writes of [`save_locked`], in the caller's transaction.
-async fn save_in(
-    cx: &mut Cx<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-) -> Result<(), Error> {
-    let mut rec = fenced(cx, &cp.run, lease).await?;
-    rules::check_next_seq(&rec, cp)?;
-    rules::save_checkpoint(&mut rec, cp);
-    {
-        // The checkpoint's row holds its `CheckpointSaved` event.
-        let (mut a, mut b) = (cx.fork()?, cx.fork()?);
-        futures::try_join!(
-            checkpoints::insert_saved(&mut a, cp),
-            write_run(&mut b, &rec),
-        )?;
-    }
-    if let Some(keep) = keep {
-        let below = rules::retention_floor(cp.seq, keep) - 1;
-        if below > 0 {
-            let run: &str = &cp.run;
-            cx.execute(PRUNE, &[&run, &to_i64(below, "seq")?]).await?;
-        }
-    }
     Ok(())
 }

@@ -82,6 +82,8 @@ pub(crate) struct RunCols<'a> {
     pub wake_payload: Option<&'a [u8]>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Written by SQLite's updates; PostgreSQL writes it only with the run.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub version: i64,
 }
 
