@@ -52,6 +52,10 @@ pub struct Frame {
     schema_buf: Vec<Option<&'static SchemaRef>>,
     /// The workflow version executing (recorded when it resumes).
     pub(crate) version: u32,
+    /// The checkpoints this execution stored lately, so that the bytes of
+    /// one the store let go of are reused by the next (see
+    /// [`Frame::buffer`]).
+    recent: std::collections::VecDeque<Arc<CheckpointRecord>>,
 }
 
 impl std::fmt::Debug for Frame {
@@ -114,6 +118,7 @@ impl Frame {
             last_keys: SchemaKeys::default(),
             schema_buf: Vec::new(),
             version: 1,
+            recent: std::collections::VecDeque::new(),
         }
     }
 
