@@ -546,3 +546,36 @@ async fn a_fork_after_the_spawns_joins_the_same_children(backend: Backend) {
         .unwrap()
         .is_empty());
 }
+
+#[workflow]
+async fn waits_on_a_reserved_name(ctx: &Ctx) -> u32 {
+    let name = format!("join#{}", 1);
+    let n: u32 = ctx.wait_for(&name).await;
+    n
+}
+
+#[tokio::test]
+async fn the_join_signal_names_are_reserved() {
+    let rt = Runtime::in_memory();
+    rt.register(call_tool);
+    let h = rt.start(agent_turn, "t", calls()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Joining);
+    // No one can wake a join with outcomes no child produced.
+    let err = rt
+        .signal("t", "join#1", &json_outcomes())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("reserved for joins"), "{err}");
+    assert_eq!(h.status().await.unwrap(), Status::Joining);
+    // Nor wait on such a name.
+    let w = rt.start(waits_on_a_reserved_name, "w", ()).await.unwrap();
+    match w.result().await.unwrap_err() {
+        Error::Misuse { detail, .. } => assert!(detail.contains("`join#1`"), "{detail}"),
+        other => panic!("expected a misuse error, got {other:?}"),
+    }
+}
+
+fn json_outcomes() -> serde_json::Value {
+    serde_json::json!([{"Ok": {"Ok": "forged"}}, {"Ok": {"Ok": "forged"}}, {"Ok": {"Ok": "forged"}}])
+}

@@ -166,16 +166,8 @@ impl Ctx {
         key: &str,
         input: <I::Workflow as Workflow>::Input,
     ) -> Child<I::Workflow> {
-        match self
-            .try_spawn(workflow.into_workflow(), key, input, None)
-            .await
-        {
-            Ok(child) => child,
-            Err(e) => {
-                self.run.halt(Halt::from_error(e, false));
-                std::future::pending().await
-            }
-        }
+        let spawned = self.try_spawn(workflow.into_workflow(), key, input, None);
+        self.or_halt(spawned.await).await
     }
 
     /// Suspends the run until `child` has ended and returns its output, or
@@ -264,9 +256,13 @@ impl Ctx {
         input: <I::Workflow as Workflow>::Input,
         max_running: u32,
     ) -> Child<I::Workflow> {
-        let spawned = self
-            .try_spawn(workflow.into_workflow(), key, input, Some(max_running))
-            .await;
+        let spawned = self.try_spawn(workflow.into_workflow(), key, input, Some(max_running));
+        self.or_halt(spawned.await).await
+    }
+
+    /// The spawned child, or the execution stops with the error (as any
+    /// store error stops it).
+    async fn or_halt<W>(&self, spawned: Result<Child<W>, Error>) -> Child<W> {
         match spawned {
             Ok(child) => child,
             Err(e) => {

@@ -270,6 +270,7 @@ impl Runtime {
         payload: &T,
     ) -> Result<(), Error> {
         validate_id(name)?;
+        crate::store::user_signal_name(id, name)?;
         let json = serde_json::to_vec(payload).map_err(|e| Error::SignalPayload {
             run: id.to_owned(),
             signal: name.to_owned(),

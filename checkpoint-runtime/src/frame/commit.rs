@@ -18,7 +18,7 @@ use crate::history::Event;
 use crate::run::{lock, Halt};
 use crate::schema::{self, SchemaRef};
 use crate::signal_types;
-use crate::store::{CheckpointRecord, SchemaKeys, Suspend, LOOP_ITEMS};
+use crate::store::{user_signal_name, CheckpointRecord, SchemaKeys, Suspend, LOOP_ITEMS};
 use crate::Error;
 
 impl Frame {
@@ -348,7 +348,8 @@ impl Frame {
             payload_schema: payload.map(|s| s.key.to_owned()),
             sites_before: self.sites_before(site),
         };
-        let prepared = self.prepare(site, loops, fields, Some(suspend));
+        let prepared = user_signal_name(&self.run.id, &name)
+            .and_then(|()| self.prepare(site, loops, fields, Some(suspend)));
         self.store_with(payload);
         async move {
             self.commit(prepared).await;
@@ -381,7 +382,8 @@ impl Frame {
             payload_schema: payload.map(|s| s.key.to_owned()),
             sites_before: self.sites_before(site),
         };
-        let prepared = self.prepare(site, loops, fields, Some(suspend));
+        let prepared = user_signal_name(&self.run.id, &name)
+            .and_then(|()| self.prepare(site, loops, fields, Some(suspend)));
         self.store_with(payload);
         async move {
             self.commit(prepared).await;

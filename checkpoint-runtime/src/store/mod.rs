@@ -62,7 +62,7 @@ pub use crate::error::StoreSource;
 pub use contract::Store;
 pub use integrity::{checksums, verify_checksums, ChecksumMismatch};
 pub use memory::MemoryStore;
-pub(crate) use records::JOIN_SIGNAL_PREFIX;
+pub(crate) use records::{user_signal_name, JOIN_SIGNAL_PREFIX};
 pub use records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
     LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SchemaKeys, SignalRecord, Suspend,

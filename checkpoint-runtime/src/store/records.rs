@@ -19,6 +19,22 @@ pub(crate) const UNREADABLE: &str = "<unreadable>";
 /// [`Suspend::Joining::token`]): `join#{seq}`.
 pub(crate) const JOIN_SIGNAL_PREFIX: &str = "join#";
 
+/// Refuses a signal name the store keeps for joins: a signal sent with it
+/// would wake a joining run with outcomes no child produced, and a wait on
+/// it would look like a join.
+pub(crate) fn user_signal_name(run: &str, name: &str) -> Result<(), crate::Error> {
+    if name.starts_with(JOIN_SIGNAL_PREFIX) {
+        return Err(crate::Error::Misuse {
+            run: run.to_owned(),
+            detail: format!(
+                "signal names starting with `{JOIN_SIGNAL_PREFIX}` are reserved for joins \
+                 (`ctx.join`); `{name}` cannot be sent or waited for"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
