@@ -42,6 +42,8 @@
 #[cfg(test)]
 mod conformance;
 mod contract;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod delta;
 mod integrity;
 mod memory;
 #[cfg(feature = "postgres")]

@@ -4,4 +4,4 @@
 /// Where one field's bytes are: `(checkpoint row id, offset in its data, len)`.
 /// In `StoredRefs` the row id 0 stands for the row itself; in `Located`
 /// it is resolved. Empty fields are `(0, 0, 0)`.
-pub(in crate::store::sqlite) type Loc = (u64, u64, u64);
+pub(in crate::store::sqlite) type Loc = crate::store::delta::Loc;
