@@ -18,6 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::CheckpointRecord;
+
 /// Where the bytes of a field (or a chain's base) are: `(row, offset, len)`,
 /// the row's meaning being the backend's.
 pub(in crate::store) type Loc = (u64, u64, u64);
@@ -293,6 +295,21 @@ pub(in crate::store) fn check(deltas: &[Delta], fields: usize) -> Result<(), Str
     Ok(())
 }
 
+
+/// Whether `cp`'s data is exactly its fields, concatenated in order.
+pub(in crate::store) fn is_tiled(cp: &CheckpointRecord) -> bool {
+    let mut at = 0usize;
+    for f in &cp.fields {
+        if f.offset != at {
+            return false;
+        }
+        match at.checked_add(f.len) {
+            Some(end) => at = end,
+            None => return false,
+        }
+    }
+    at == cp.data.len()
+}
 
 #[cfg(test)]
 mod tests {

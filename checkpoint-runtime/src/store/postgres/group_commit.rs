@@ -3,13 +3,13 @@
 //! WAL flush.
 //!
 //! A save that finds no other save of this store in flight is done at once
-//! by its caller, as one statement ([`save::SAVE`](super::save)): a lone save
+//! by its caller, as one statement ([`save::statement`](super::save)): a lone save
 //! waits for nothing (no timer, no hand-over to a task). A save that finds
 //! [`WRITERS`] saves or batches in flight, or saves already queued, joins
 //! the queue; whenever a writer
 //! is free, it takes everything queued (up to [`MAX_BATCH`]) and sends it
 //! as one pipelined transaction ([`Pooled::pipelined`]): `BEGIN`, one
-//! [`SAVE`](super::save) statement per checkpoint, `COMMIT`, in one flight,
+//! [`save::statement`](super::save) per checkpoint, `COMMIT`, in one flight,
 //! so the transaction is open only while the server works through it (the
 //! connection is taken before, nothing of ours is awaited inside). The
 //! writers of queued saves are tasks of their own, so a caller that goes
@@ -33,6 +33,7 @@ use tokio_postgres::types::ToSql;
 
 use super::conn::{Pool, Pooled};
 use super::save::{save_in_one, save_locked, saved_run, Save};
+use super::tables::checkpoints::segments::RowPlan;
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
 
@@ -69,7 +70,8 @@ struct Queued {
     lease: Lease,
     cp: Arc<CheckpointRecord>,
     keep: Option<usize>,
-    done: oneshot::Sender<Result<(), Error>>,
+    plan: Option<Arc<RowPlan>>,
+    done: oneshot::Sender<Result<bool, Error>>,
 }
 
 /// A caller's place among the writers (see [`State::writers`]), given back
@@ -105,14 +107,16 @@ impl GroupCommit {
         }
     }
 
-    /// Saves `cp` under `lease` (see the module docs): the result of
-    /// `PostgresStore::save_checkpoint`.
+    /// Saves `cp` under `lease` (see the module docs), stored as `plan`
+    /// says or whole: the result of `PostgresStore::save_checkpoint`, and
+    /// whether it was stored as planned.
     pub(super) async fn save(
         &self,
         lease: &Lease,
         cp: Arc<CheckpointRecord>,
         keep: Option<usize>,
-    ) -> Result<(), Error> {
+        plan: Option<Arc<RowPlan>>,
+    ) -> Result<bool, Error> {
         let queued = {
             let mut state = self.inner.lock();
             if state.writers < WRITERS && state.queue.is_empty() {
@@ -124,6 +128,7 @@ impl GroupCommit {
                     lease: lease.clone(),
                     cp: cp.clone(),
                     keep,
+                    plan: plan.clone(),
                     done,
                 });
                 // A free place: a writer task for the queue.
@@ -137,7 +142,7 @@ impl GroupCommit {
         match queued {
             None => {
                 let _slot = Slot(self.inner.clone());
-                save_alone(&self.inner.pool, lease, &cp, keep).await
+                save_alone(&self.inner.pool, lease, &cp, keep, plan.as_deref()).await
             }
             Some((result, spawn)) => {
                 if spawn {
@@ -161,18 +166,17 @@ impl GroupCommit {
 }
 
 /// A save on its own: one statement, or the fenced transaction when the
-/// statement refuses it (see `PostgresStore::do_save`).
+/// statement refuses it (see `PostgresStore::do_save`), which stores the
+/// checkpoint whole. Whether it was stored as `plan` says.
 async fn save_alone(
     pool: &Pool,
     lease: &Lease,
     cp: &CheckpointRecord,
     keep: Option<usize>,
-) -> Result<(), Error> {
+    plan: Option<&RowPlan>,
+) -> Result<bool, Error> {
     let mut conn = pool.get().await?;
-    if save_in_one(&mut conn, lease, cp, keep).await? {
-        return Ok(());
-    }
-    save_locked(&mut conn, lease, cp, keep).await
+    save_alone_on(&mut conn, lease, cp, keep, plan).await
 }
 
 /// A writer task, holding a place among the writers: writes what is
@@ -199,7 +203,7 @@ async fn write_batch(inner: &Inner, mut batch: Vec<Queued>) {
     let pool = &*inner.pool;
     if batch.len() == 1 {
         if let Some(q) = batch.pop() {
-            let result = save_alone(pool, &q.lease, &q.cp, q.keep).await;
+            let result = save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await;
             let _ = q.done.send(result);
         }
         return;
@@ -229,12 +233,12 @@ async fn write_batch(inner: &Inner, mut batch: Vec<Queued>) {
     }
     for (q, outcome) in batch.into_iter().zip(outcome) {
         let result = match outcome {
-            Outcome::Saved => Ok(()),
+            Outcome::Saved => Ok(q.plan.is_some()),
             Outcome::Failed(e) => Err(e),
             Outcome::Alone => {
                 // Refused by its statement, or the batch was not written:
                 // the save on its own tells why, or saves it.
-                save_alone_on(&mut conn, &q.lease, &q.cp, q.keep).await
+                save_alone_on(&mut conn, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await
             }
         };
         let _ = q.done.send(result);
@@ -247,11 +251,13 @@ async fn save_alone_on(
     lease: &Lease,
     cp: &CheckpointRecord,
     keep: Option<usize>,
-) -> Result<(), Error> {
-    if save_in_one(conn, lease, cp, keep).await? {
-        return Ok(());
+    plan: Option<&RowPlan>,
+) -> Result<bool, Error> {
+    if save_in_one(conn, lease, cp, keep, plan).await? {
+        return Ok(plan.is_some());
     }
-    save_locked(conn, lease, cp, keep).await
+    save_locked(conn, lease, cp, keep).await?;
+    Ok(false)
 }
 
 /// What became of one save of a batch.
@@ -272,7 +278,7 @@ async fn send_batch(conn: &mut Pooled<'_>, batch: &[Queued]) -> Vec<Outcome> {
     let saves: Vec<Option<Save<'_>>> = batch
         .iter()
         .zip(&after)
-        .map(|(q, after)| Save::of(&q.lease, &q.cp, after, q.keep))
+        .map(|(q, after)| Save::of(&q.lease, &q.cp, after, q.keep, q.plan.as_deref()))
         .collect();
     let statements: Vec<(&'static str, Vec<&(dyn ToSql + Sync)>)> =
         saves.iter().flatten().map(Save::statement).collect();

@@ -40,7 +40,7 @@
 //!   changes nothing, so a paused or partitioned worker cannot overwrite
 //!   the new owner's checkpoint.
 //! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
-//!   run's state change in one statement (`save::SAVE`), the row holding the
+//!   run's state change in one statement (`save::statement`), the row holding the
 //!   checkpoint's history event;
 //!   retention (`keep`) deletes the oldest rows in the same statement
 //!   (`save::SAVE_KEEP`), never the latest. Saves of several runs waiting at
@@ -58,7 +58,7 @@
 //! - **Round trips** (`conn`): a checkpoint is one statement in autocommit,
 //!   so one round trip and one WAL flush: a data-modifying `WITH` whose
 //!   fenced `UPDATE` of the run's row gates the checkpoint row (holding its
-//!   history event) and retention (`save::SAVE`); a save it refuses is done again as
+//!   history event) and retention (`save::statement`); a save it refuses is done again as
 //!   a transaction, which tells why. Elsewhere `BEGIN` is sent with a
 //!   transaction's first statement, and independent statements of one
 //!   transaction are sent together (`Cx::fork`).
@@ -195,6 +195,9 @@ pub struct PostgresStore {
     listener_pid: Arc<AtomicI32>,
     /// The worker ids this store holds for its runtimes.
     holds: hold::Holds,
+    /// The latest checkpoint of each run this store executes, which the
+    /// run's next save may append to (see `tables::checkpoints::segments`).
+    heads: tables::checkpoints::segments::Heads,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -288,6 +291,7 @@ impl PostgresStore {
             _stop: stop,
             listener_pid,
             holds: hold::Holds::default(),
+            heads: Default::default(),
         })
     }
 

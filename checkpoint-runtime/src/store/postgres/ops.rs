@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx};
 use super::save::save_joining;
 use super::tables::checkpoints::{
-    self, cp_cols, decode, decode_listed, load_seq, load_seq_checked,
+    self, cp_cols, decode, decode_listed, load_seq, load_seq_checked, segments,
 };
 use super::tables::runs::{
     code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, CLAIM,
@@ -346,6 +346,7 @@ impl PostgresStore {
         lease: &Lease,
         how: Release,
     ) -> Result<(), Error> {
+        self.heads.forget(id);
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let mut rec = match fenced(&mut cx, id, lease).await {
@@ -386,6 +387,7 @@ impl PostgresStore {
         lease: &Lease,
         outcome: Outcome,
     ) -> Result<(), Error> {
+        self.heads.forget(id);
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, id, lease).await?;
@@ -633,7 +635,7 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// One statement in autocommit (`save::SAVE`): one round trip and one WAL
+    /// One statement in autocommit (`save::statement`): one round trip and one WAL
     /// flush; saves of several runs waiting at the same time share one
     /// transaction of such statements (see `group_commit`). A save it refuses (no row back) is done again as one
     /// transaction around the locked row (`save::save_locked`), which tells why
@@ -655,10 +657,25 @@ impl PostgresStore {
         }) = &cp.suspend
         {
             // Not batched: the join locks its children first (see `children`).
+            self.heads.forget(&cp.run);
             let mut conn = self.pool.get().await?;
             return save_joining(&mut conn, lease, &cp, keep, children, token).await;
         }
-        self.group.save(lease, cp, keep).await
+        // Fields that extend their previous version are stored as what
+        // they appended (see `segments`).
+        let plan = self
+            .heads
+            .before(lease, &cp)
+            .and_then(|head| segments::plan(&cp, &head))
+            .map(Arc::new);
+        let saved = self.group.save(lease, cp.clone(), keep, plan.clone()).await;
+        let stored = match &saved {
+            Ok(true) => Ok(plan.as_deref()),
+            Ok(false) => Ok(None),
+            Err(_) => Err(()),
+        };
+        self.heads.saved(lease, &cp, stored);
+        saved.map(|_| ())
     }
 
     pub(super) async fn do_latest(&self, id: &str) -> Result<Option<Arc<CheckpointRecord>>, Error> {
@@ -804,11 +821,11 @@ impl PostgresStore {
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND c.relkind = 'r' \
              AND c.relname IN ('cp_runs', 'cp_checkpoints', 'cp_signals', 'cp_history', \
-                               'cp_schemas', 'cp_schema_version')";
+                               'cp_schemas', 'cp_schema_version', 'cp_segments', 'cp_joins')";
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let before: i64 = get(&cx.query_one(SIZE, &[]).await?, 0)?;
-        cx.batch("VACUUM cp_checkpoints, cp_history, cp_signals, cp_runs")
+        cx.batch("VACUUM cp_checkpoints, cp_segments, cp_history, cp_signals, cp_runs")
             .await?;
         let after: i64 = get(&cx.query_one(SIZE, &[]).await?, 0)?;
         Ok(GcReport {

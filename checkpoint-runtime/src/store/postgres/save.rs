@@ -1,5 +1,5 @@
 //! The checkpoint save, the most frequent write: one fenced statement
-//! ([`SAVE`]) that writes what `rules::save_checkpoint` would, the locked
+//! ([`statement`]) that writes what `rules::save_checkpoint` would, the locked
 //! transaction it falls back to when it refuses ([`save_locked`], which
 //! tells why with the errors of every fenced write), and the save of a
 //! join's checkpoint ([`save_joining`], which locks the children first:
@@ -7,52 +7,87 @@
 //! commit ([`group_commit`](super::group_commit)) call them; this module
 //! imports neither.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use tokio_postgres::types::ToSql;
 
 use super::children;
 use super::conn::{to_i64, Cx, Pooled};
+use super::tables::checkpoints::segments::RowPlan;
 use super::tables::checkpoints::{self, cp_insert_cols, CpRow};
 use super::tables::runs::{fenced, write_run, Bound};
 use crate::store::rules;
 use crate::store::{CheckpointRecord, Lease, RunRecord, RunState};
 use crate::Error;
 
-/// [`SAVE`]'s text, with `$more` after its sub-statements.
-macro_rules! save_sql {
-    ($more:literal) => {
-        concat!(
-            "WITH r AS (UPDATE cp_runs SET state = $16, signal = $17, due = $18, output = $19, \
-             error = $20, attempt = $21, latest_seq = $22, wake_seq = $23, wake_signal = $24, \
-             wake_payload = $25, updated_at = $26 \
-             WHERE id = $1 AND epoch = $27 AND lease_worker = $28 AND lease_instance = $29 \
-               AND lease_expires IS NOT NULL AND latest_seq = $30 \
-               AND (state = 0 OR (state = 1 AND signal IS NOT NULL) \
-                    OR (state = 2 AND due IS NOT NULL)) \
-               AND (wake_seq IS NULL OR wake_seq >= 0) \
-             RETURNING id), \
-             c AS (INSERT INTO cp_checkpoints (",
-            cp_insert_cols!(),
-            ", event_id) SELECT $1::text, $2::bigint, $3::text, $4::text, $5::integer, \
-               $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], \
-               $12::bytea, $13::text::jsonb, $14::bigint, $15::bytea, \
-               nextval('cp_history_id_seq') FROM r)",
-            $more,
-            " SELECT 1 FROM r"
-        )
-    };
-}
+/// The start of every save statement: `r`, the fenced write of the run's
+/// row, and `c`, the checkpoint's row. See [`statement`].
+const SAVE_HEAD: &str = concat!(
+    "WITH r AS (UPDATE cp_runs SET state = $16, signal = $17, due = $18, output = $19, \
+     error = $20, attempt = $21, latest_seq = $22, wake_seq = $23, wake_signal = $24, \
+     wake_payload = $25, updated_at = $26 \
+     WHERE id = $1 AND epoch = $27 AND lease_worker = $28 AND lease_instance = $29 \
+       AND lease_expires IS NOT NULL AND latest_seq = $30 \
+       AND (state = 0 OR (state = 1 AND signal IS NOT NULL) \
+            OR (state = 2 AND due IS NOT NULL)) \
+       AND (wake_seq IS NULL OR wake_seq >= 0) \
+     RETURNING id), \
+     c AS (INSERT INTO cp_checkpoints (",
+    cp_insert_cols!(),
+    ", event_id, appended, chains) SELECT $1::text, $2::bigint, $3::text, $4::text, \
+       $5::integer, $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], \
+       $11::text[], $12::bytea, $13::text::jsonb, $14::bigint, $15::bytea, \
+       nextval('cp_history_id_seq'), $31::bytea, $32::bigint[] FROM r)"
+);
 
-/// A checkpoint save as one statement: `$1`–`$15` the checkpoint's row (see
-/// [`CpRow::params`]), `$16`–`$26` the run's columns the save sets (see
-/// [`Bound::saved`]), `$27`–`$30` the fence: the lease's epoch, worker and
-/// instance and the seq the run must be at (the one before the
-/// checkpoint's). The checkpoint's row is its `CheckpointSaved` event too
-/// (`event_id`, see the schema's version 5). One
-/// statement sent in autocommit is one round trip and one WAL flush: it
-/// replaced a transaction of three round trips (`BEGIN` and the lock; the
-/// three writes; `COMMIT`) that cost a checkpoint 2.4 times a plain
+/// Retention, after [`SAVE_HEAD`]: `$below` the seq up to which checkpoints
+/// are deleted, their events moved to `cp_history` (see [`PRUNE`]), and the
+/// segments of the chains no kept checkpoint names (see
+/// [`segments`](super::tables::checkpoints::segments): those the deleted
+/// rows name but the oldest kept one does not, nor the new one, which this
+/// statement does not see yet). Only with `r` too; `d` waits for it (its
+/// `EXISTS` is a one-time filter), so the run's row is locked before any
+/// checkpoint row. Not in every save: an empty `DELETE` in every save cost
+/// about a tenth of the statement's server time.
+const SAVE_KEEP: &str = ", d AS (DELETE FROM cp_checkpoints \
+     WHERE run = $1 AND seq <= $below AND EXISTS (SELECT 1 FROM r) \
+     RETURNING run, seq, label, created_at, event_id, chains), \
+     e AS (INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
+     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
+       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL), \
+     x AS (DELETE FROM cp_segments s USING \
+       (SELECT unnest(d.chains) FROM d \
+        EXCEPT SELECT unnest(k.chains) FROM (SELECT chains FROM cp_checkpoints \
+          WHERE run = $1 AND seq > $below ORDER BY seq LIMIT 1) k \
+        EXCEPT SELECT unnest($32::bigint[])) dead (chain) \
+     WHERE s.run = $1 AND s.chain = dead.chain)";
+
+/// The segment writes of a checkpoint that stores fields by appending,
+/// after [`SAVE_HEAD`] (see [`RowPlan`]): the new segments (`$wc`–`$wb`,
+/// the columns of `Writes`), and the deletion of those folded into them
+/// (`$fc`–`$fh`, of `Folds`: a folded segment starts in the fold's range
+/// and ends before the fold's own segment). Only with `r`.
+const SAVE_SEGMENTS: &str = ", w AS (INSERT INTO cp_segments (run, chain, lo, hi, bytes) \
+     SELECT $1, u.chain, u.lo, u.hi, u.bytes FROM r, \
+       unnest($wc::bigint[], $wl::bigint[], $wh::bigint[], $wb::bytea[]) AS u (chain, lo, hi, bytes)), \
+     f AS (DELETE FROM cp_segments s \
+       USING unnest($fc::bigint[], $fl::bigint[], $fh::bigint[]) AS z (chain, lo, hi) \
+     WHERE s.run = $1 AND s.chain = z.chain AND s.lo >= z.lo AND s.hi < z.hi \
+       AND EXISTS (SELECT 1 FROM r))";
+
+/// A checkpoint save as one statement: [`SAVE_HEAD`], then [`SAVE_KEEP`]
+/// (with retention), then [`SAVE_SEGMENTS`] (when fields append), numbered
+/// on from `$33`.
+///
+/// `$1`–`$15` are the checkpoint's row (see [`CpRow::params`]), `$16`–`$26`
+/// the run's columns the save sets (see [`Bound::saved`]), `$27`–`$30` the
+/// fence: the lease's epoch, worker and instance and the seq the run must
+/// be at (the one before the checkpoint's); `$31`–`$32` the row's
+/// `appended` and `chains` ([`CpRow::stored`]). The checkpoint's row is its
+/// `CheckpointSaved` event too (`event_id`, see the schema's version 5).
+/// One statement sent in autocommit is one round trip and one WAL flush:
+/// it replaced a transaction of three round trips (`BEGIN` and the lock;
+/// the three writes; `COMMIT`) that cost a checkpoint 2.4 times a plain
 /// `INSERT` (see examples/bench/postgres.rs).
 ///
 /// `r`, the fenced write of the run's row, is the lock: the `UPDATE` locks
@@ -66,38 +101,59 @@ macro_rules! save_sql {
 /// one, left to the fallback), at the previous seq, and decodable as
 /// `RunRow::into_record` decodes them (a waiting run names its signal, a
 /// sleeping one its time, a wake value has a seq of at least 0, a lease its
-/// expiry). The checkpoint `c` is written only with `r`.
+/// expiry). Everything else is written only with `r`.
 /// No row back: nothing was written (see [`save_locked`]).
-const SAVE: &str = save_sql!("");
-
-/// [`SAVE`] with retention: `$31` the seq up to which checkpoints are
-/// deleted, their events moved to `cp_history` (see [`PRUNE`]). Only with
-/// `r` too; `d` waits for it (its `EXISTS` is a one-time filter), so the
-/// run's row is locked before any checkpoint row. A statement of its own:
-/// an empty `DELETE` in every save cost about a tenth of the statement's
-/// server time.
-const SAVE_KEEP: &str = save_sql!(
-    ", d AS (DELETE FROM cp_checkpoints \
-     WHERE run = $1 AND seq <= $31 AND EXISTS (SELECT 1 FROM r) \
-     RETURNING run, seq, label, created_at, event_id), \
-     e AS (INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
-     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
-       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL)"
-);
+fn statement(keep: bool, segments: bool) -> &'static str {
+    static TEXTS: LazyLock<[String; 4]> = LazyLock::new(|| {
+        let text = |keep: bool, segments: bool| {
+            let mut sql = SAVE_HEAD.to_owned();
+            let mut n = 33;
+            let mut number = |part: &str, names: &[&str]| {
+                let mut part = part.to_owned();
+                for name in names {
+                    part = part.replace(&format!("${name}"), &format!("${n}"));
+                    n += 1;
+                }
+                part
+            };
+            if keep {
+                sql += &number(SAVE_KEEP, &["below"]);
+            }
+            if segments {
+                sql += &number(SAVE_SEGMENTS, &["wc", "wl", "wh", "wb", "fc", "fl", "fh"]);
+            }
+            sql + " SELECT 1 FROM r"
+        };
+        [
+            text(false, false),
+            text(true, false),
+            text(false, true),
+            text(true, true),
+        ]
+    });
+    &TEXTS[usize::from(keep) + 2 * usize::from(segments)]
+}
 
 /// Retention in a transaction: deletes run `$1`'s checkpoints up to seq
-/// `$2`, and moves the `CheckpointSaved` events their rows held to
+/// `$2`, moves the `CheckpointSaved` events their rows held to
 /// `cp_history`, under the same ids (so in the same place in the history)
-/// and as [`Event`]'s JSON.
+/// and as [`Event`]'s JSON, and deletes the segments of the chains no kept
+/// checkpoint names (as [`SAVE_KEEP`], after the new checkpoint's row).
 const PRUNE: &str = "WITH d AS (DELETE FROM cp_checkpoints WHERE run = $1 AND seq <= $2 \
-     RETURNING run, seq, label, created_at, event_id) \
-     INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
+     RETURNING run, seq, label, created_at, event_id, chains), \
+     e AS (INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
      SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
-       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL";
+       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL) \
+     DELETE FROM cp_segments s USING \
+       (SELECT unnest(d.chains) FROM d \
+        EXCEPT SELECT unnest(k.chains) FROM (SELECT chains FROM cp_checkpoints \
+          WHERE run = $1 AND seq > $2 ORDER BY seq LIMIT 1) k) dead (chain) \
+     WHERE s.run = $1 AND s.chain = dead.chain";
 
-/// The parameters of [`SAVE`] (and of [`SAVE_KEEP`], with `below`).
+/// The parameters of a save's [`statement`].
 pub(super) struct Save<'a> {
     row: CpRow<'a>,
+    plan: Option<&'a RowPlan>,
     run: Bound<'a>,
     epoch: i64,
     worker: &'a str,
@@ -108,13 +164,15 @@ pub(super) struct Save<'a> {
 
 impl<'a> Save<'a> {
     /// The save of `cp` under `lease` (`after`: [`saved_run`]'s record),
-    /// unless a value does not bind as [`SAVE`] needs it: then the fenced
-    /// save ([`save_locked`]) decides.
+    /// stored as `plan` says (or whole), unless a value does not bind as
+    /// the [`statement`] needs it: then the fenced save ([`save_locked`])
+    /// decides.
     pub(super) fn of(
         lease: &'a Lease,
         cp: &'a CheckpointRecord,
         after: &'a RunRecord,
         keep: Option<usize>,
+        plan: Option<&'a RowPlan>,
     ) -> Option<Save<'a>> {
         // A NUL cannot be bound as text: such a worker holds no lease.
         if lease.worker.contains('\0') || lease.instance.contains('\0') {
@@ -126,7 +184,8 @@ impl<'a> Save<'a> {
             None => None,
         };
         Some(Save {
-            row: CpRow::of(cp).ok()?,
+            row: CpRow::planned(cp, plan).ok()?,
+            plan,
             run: Bound::of(after).ok()?,
             epoch: i64::try_from(lease.epoch).ok()?,
             worker: &lease.worker,
@@ -136,36 +195,53 @@ impl<'a> Save<'a> {
         })
     }
 
-    /// The statement, [`SAVE`] or [`SAVE_KEEP`], and its parameters.
+    /// The [`statement`] and its parameters.
     pub(super) fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
         let fence: [&(dyn ToSql + Sync); 4] =
             [&self.epoch, &self.worker, &self.instance, &self.prev];
-        let mut params = Vec::with_capacity(31);
+        let mut params = Vec::with_capacity(40);
         params.extend(self.row.params());
         params.extend(self.run.saved());
         params.extend(fence);
-        match &self.below {
-            None => (SAVE, params),
-            Some(below) => {
-                params.push(below);
-                (SAVE_KEEP, params)
-            }
+        params.extend(self.row.stored());
+        if let Some(below) = &self.below {
+            params.push(below);
         }
+        let segments = self
+            .plan
+            .filter(|p| !p.writes.chain.is_empty() || !p.folds.chain.is_empty());
+        if let Some(p) = segments {
+            let (w, f) = (&p.writes, &p.folds);
+            params.extend([
+                &w.chain as &(dyn ToSql + Sync),
+                &w.lo,
+                &w.hi,
+                &w.bytes,
+                &f.chain,
+                &f.lo,
+                &f.hi,
+            ]);
+        }
+        (
+            statement(self.below.is_some(), segments.is_some()),
+            params,
+        )
     }
 }
 
-/// Runs [`SAVE`] (or [`SAVE_KEEP`]) on `conn`: whether it saved `cp`.
-/// `false`: nothing was written, [`save_locked`] decides (the statement
-/// refused the save, a value does not bind, or the server refused the
-/// statement's data).
+/// Runs the save's [`statement`] on `conn` (`cp` stored as `plan` says,
+/// or whole): whether it saved `cp`. `false`: nothing was written,
+/// [`save_locked`] decides (the statement refused the save, a value does
+/// not bind, or the server refused the statement's data).
 pub(super) async fn save_in_one(
     conn: &mut Pooled<'_>,
     lease: &Lease,
     cp: &CheckpointRecord,
     keep: Option<usize>,
+    plan: Option<&RowPlan>,
 ) -> Result<bool, Error> {
     let after = saved_run(cp);
-    let Some(save) = Save::of(lease, cp, &after, keep) else {
+    let Some(save) = Save::of(lease, cp, &after, keep, plan) else {
         return Ok(false);
     };
     let (sql, params) = save.statement();

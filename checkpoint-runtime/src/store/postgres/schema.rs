@@ -167,8 +167,38 @@ const V7: &str = "ALTER TABLE cp_runs ADD COLUMN parent text; \
                   CREATE TABLE cp_joins (child text NOT NULL, waiter text NOT NULL, \
                                          PRIMARY KEY (child, waiter));";
 
+/// Version 8: fields that grow by appending are stored as what they
+/// appended (see `tables::segments`). A checkpoint row that does so has
+/// `appended` (its descriptors) and `chains` (the chains they name); the
+/// appended bytes are rows of `cp_segments`, stream bytes `lo..hi` of a
+/// chain of a run, keyed by where they end (a fold's segment starts where
+/// the first segment it folds does, in the statement that deletes that
+/// one). The trigger that stands in for `ON DELETE CASCADE` deletes a
+/// deleted run's segments too.
+const V8: &str = r#"
+ALTER TABLE cp_checkpoints ADD COLUMN IF NOT EXISTS appended bytea;
+ALTER TABLE cp_checkpoints ADD COLUMN IF NOT EXISTS chains bigint[];
+CREATE TABLE IF NOT EXISTS cp_segments (
+    run   text   NOT NULL,
+    chain bigint NOT NULL,
+    lo    bigint NOT NULL,
+    hi    bigint NOT NULL,
+    bytes bytea  NOT NULL,
+    PRIMARY KEY (run, chain, hi)
+);
+CREATE OR REPLACE FUNCTION cp_runs_deleted() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM cp_checkpoints c USING cp_deleted_runs d WHERE c.run = d.id;
+    DELETE FROM cp_history h USING cp_deleted_runs d WHERE h.run = d.id;
+    DELETE FROM cp_segments s USING cp_deleted_runs d WHERE s.run = d.id;
+    RETURN NULL;
+END
+$$;
+"#;
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

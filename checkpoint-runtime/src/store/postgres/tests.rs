@@ -1638,7 +1638,7 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let save = |cp: &Arc<CheckpointRecord>, keep: Option<usize>| {
         db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            let one = save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep).await;
+            let one = save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep, None).await;
             let locked = save::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
             (one, locked)
         })
@@ -1743,7 +1743,7 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
         let before = stored(&db, &client, &cp.run);
         let fast = db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            save::save_in_one(&mut conn, lease, &cp, Some(1)).await
+            save::save_in_one(&mut conn, lease, &cp, Some(1), None).await
         });
         assert!(!fast.unwrap(), "saved #{} of {}", cp.seq, cp.run);
         assert_eq!(stored(&db, &client, &cp.run), before);
@@ -1814,7 +1814,7 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
         .unwrap();
     let fast = db.run(async {
         let mut conn = s.pool.get().await.unwrap();
-        save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None).await
+        save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None).await
     });
     assert!(!fast.unwrap());
     block_on(s.save_checkpoint(&new.lease, cp("r", 3), Some(1))).unwrap();
@@ -1865,7 +1865,7 @@ fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
             };
             let save = async {
                 let mut conn = s.pool.get().await.unwrap();
-                save::save_in_one(&mut conn, &c.lease, &cp, None).await
+                save::save_in_one(&mut conn, &c.lease, &cp, None, None).await
             };
             tokio::join!(save, commit).0
         });
@@ -1964,7 +1964,7 @@ fn bench_save() {
                     let cp = make(run, seq[i]);
                     let t = std::time::Instant::now();
                     if i == 0 {
-                        assert!(save::save_in_one(&mut conn, &lease, &cp, Some(10))
+                        assert!(save::save_in_one(&mut conn, &lease, &cp, Some(10), None)
                             .await
                             .unwrap());
                     } else {

@@ -411,17 +411,4 @@ pub(in crate::store::sqlite) fn decode_listed(
     }
 }
 
-/// Whether `cp`'s data is exactly its fields, concatenated in order.
-pub(in crate::store::sqlite) fn is_tiled(cp: &CheckpointRecord) -> bool {
-    let mut at = 0usize;
-    for f in &cp.fields {
-        if f.offset != at {
-            return false;
-        }
-        match at.checked_add(f.len) {
-            Some(end) => at = end,
-            None => return false,
-        }
-    }
-    at == cp.data.len()
-}
+pub(in crate::store::sqlite) use crate::store::delta::is_tiled;

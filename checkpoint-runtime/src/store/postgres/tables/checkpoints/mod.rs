@@ -1,5 +1,8 @@
 //! The `cp_checkpoints` table: every kept version of a run's checkpoint as
-//! one row (retention deletes the oldest beyond `keep`, never the latest).
+//! one row (retention deletes the oldest beyond `keep`, never the latest),
+//! and the `cp_segments` rows of fields stored by appending ([`segments`]).
+
+pub(in crate::store::postgres) mod segments;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -7,17 +10,26 @@ use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use segments::{RowPlan, Segments};
 use crate::store::integrity::{damaged_checkpoint, field_list};
 use crate::store::postgres::conn::{from_ts, get, to_i64, to_json, to_u64, ts, Cx};
 use crate::store::{checksums, verify_checksums, CheckpointRecord, FieldRecord, Suspend};
 use crate::Error;
 
-/// The columns [`decode`] reads, in order, over `cp_checkpoints c`.
+/// The columns [`decode`] reads, in order, over `cp_checkpoints c`: the
+/// row's, then, for a row that stores fields by appending, the segments of
+/// the chains it names, in chain and stream order (see [`segments`]).
 macro_rules! cp_cols {
     () => {
         "c.seq, c.site_key, c.label, c.site_index, c.loops, c.field_names, c.field_types, \
          c.field_offsets, c.field_lens, c.field_schemas, c.data, c.suspend::text, c.created_at, \
-         c.checksum"
+         c.checksum, c.appended, \
+         CASE WHEN c.appended IS NOT NULL THEN ARRAY(SELECT s.chain FROM cp_segments s \
+           WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END, \
+         CASE WHEN c.appended IS NOT NULL THEN ARRAY(SELECT s.lo FROM cp_segments s \
+           WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END, \
+         CASE WHEN c.appended IS NOT NULL THEN ARRAY(SELECT s.bytes FROM cp_segments s \
+           WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END"
     };
 }
 pub(in crate::store::postgres) use cp_cols;
@@ -45,10 +57,25 @@ pub(in crate::store::postgres) fn decode(
     let offsets: Vec<i64> = get(row, at + 7)?;
     let lens: Vec<i64> = get(row, at + 8)?;
     let schemas: Vec<Option<String>> = get(row, at + 9)?;
-    let data: Vec<u8> = get(row, at + 10)?;
+    let mut data: Vec<u8> = get(row, at + 10)?;
     let n = names.len();
     if types.len() != n || offsets.len() != n || lens.len() != n || schemas.len() != n {
         return Err(bad(None, "its field arrays are of different lengths"));
+    }
+    if let Some(appended) = get::<Option<Vec<u8>>>(row, at + 14)? {
+        let segs = Segments {
+            chain: get::<Option<Vec<i64>>>(row, at + 15)?.unwrap_or_default(),
+            lo: get::<Option<Vec<i64>>>(row, at + 16)?.unwrap_or_default(),
+            bytes: get::<Option<Vec<Vec<u8>>>>(row, at + 17)?.unwrap_or_default(),
+        };
+        let sizes = lens
+            .iter()
+            .map(|&l| usize::try_from(l))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| bad(None, "negative field length"))?;
+        data = segments::rebuild(&appended, &sizes, &data, &segs).map_err(|(i, what)| {
+            bad(i.and_then(|i| names.get(i)).map(String::as_str), &what)
+        })?;
     }
     let mut fields = Vec::with_capacity(n);
     for (((name, type_name), offset), len) in names.iter().zip(types).zip(offsets).zip(lens) {
@@ -159,9 +186,26 @@ pub(in crate::store::postgres) struct CpRow<'a> {
     suspend: Option<String>,
     created_at: i64,
     checksum: Vec<u8>,
+    /// The `appended` and `chains` columns (see [`segments`]).
+    appended: Option<&'a [u8]>,
+    chains: Option<&'a [i64]>,
 }
 
 impl<'a> CpRow<'a> {
+    /// `cp` stored as `plan` says (see [`segments::plan`]), or whole.
+    pub(in crate::store::postgres) fn planned(
+        cp: &'a CheckpointRecord,
+        plan: Option<&'a RowPlan>,
+    ) -> Result<CpRow<'a>, Error> {
+        let mut row = CpRow::of(cp)?;
+        if let Some(plan) = plan {
+            row.data = &plan.data;
+            row.appended = Some(&plan.encoded);
+            row.chains = Some(&plan.chains);
+        }
+        Ok(row)
+    }
+
     pub(in crate::store::postgres) fn of(cp: &'a CheckpointRecord) -> Result<CpRow<'a>, Error> {
         let loops = cp
             .loops
@@ -198,7 +242,14 @@ impl<'a> CpRow<'a> {
             suspend,
             created_at: ts(cp.created_at),
             checksum,
+            appended: None,
+            chains: None,
         })
+    }
+
+    /// The values of the `appended` and `chains` columns.
+    pub(in crate::store::postgres) fn stored(&self) -> [&(dyn ToSql + Sync); 2] {
+        [&self.appended, &self.chains]
     }
 
     /// The values of the [`cp_insert_cols`], in order (`suspend` is JSON
