@@ -222,10 +222,7 @@ impl<'a> Save<'a> {
                 &f.hi,
             ]);
         }
-        (
-            statement(self.below.is_some(), segments.is_some()),
-            params,
-        )
+        (statement(self.below.is_some(), segments.is_some()), params)
     }
 }
 

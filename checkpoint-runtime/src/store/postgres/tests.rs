@@ -2271,3 +2271,5 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
     }
     assert!(rows_of(&db, &client, "cp_checkpoints", &c.run.id) > 0);
 }
+
+mod delta;

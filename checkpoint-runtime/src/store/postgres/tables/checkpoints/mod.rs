@@ -10,11 +10,11 @@ use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use segments::{RowPlan, Segments};
 use crate::store::integrity::{damaged_checkpoint, field_list};
 use crate::store::postgres::conn::{from_ts, get, to_i64, to_json, to_u64, ts, Cx};
 use crate::store::{checksums, verify_checksums, CheckpointRecord, FieldRecord, Suspend};
 use crate::Error;
+use segments::{RowPlan, Segments};
 
 /// The columns [`decode`] reads, in order, over `cp_checkpoints c`: the
 /// row's, then, for a row that stores fields by appending, the segments of
@@ -73,9 +73,8 @@ pub(in crate::store::postgres) fn decode(
             .map(|&l| usize::try_from(l))
             .collect::<Result<Vec<usize>, _>>()
             .map_err(|_| bad(None, "negative field length"))?;
-        data = segments::rebuild(&appended, &sizes, &data, &segs).map_err(|(i, what)| {
-            bad(i.and_then(|i| names.get(i)).map(String::as_str), &what)
-        })?;
+        data = segments::rebuild(&appended, &sizes, &data, &segs)
+            .map_err(|(i, what)| bad(i.and_then(|i| names.get(i)).map(String::as_str), &what))?;
     }
     let mut fields = Vec::with_capacity(n);
     for (((name, type_name), offset), len) in names.iter().zip(types).zip(offsets).zip(lens) {

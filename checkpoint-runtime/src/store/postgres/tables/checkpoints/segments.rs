@@ -281,8 +281,12 @@ pub(in crate::store::postgres) fn rebuild(
     own: &[u8],
     segments: &Segments,
 ) -> Result<Vec<u8>, (Option<usize>, String)> {
-    let appended: Vec<Appended> = postcard::from_bytes(appended)
-        .map_err(|e| (None, format!("its appended-field descriptors do not decode: {e}")))?;
+    let appended: Vec<Appended> = postcard::from_bytes(appended).map_err(|e| {
+        (
+            None,
+            format!("its appended-field descriptors do not decode: {e}"),
+        )
+    })?;
     let deltas: Vec<Delta> = appended.iter().map(|a| a.delta.clone()).collect();
     delta::check(&deltas, lens.len()).map_err(|e| (None, e))?;
     let n = segments.chain.len();

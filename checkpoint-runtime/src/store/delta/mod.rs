@@ -16,6 +16,9 @@
 //! once per level. The stores' modules say where the segments are kept and
 //! how a version is read back.
 
+#[cfg(test)]
+pub(in crate::store) mod model;
+
 use serde::{Deserialize, Serialize};
 
 use crate::store::CheckpointRecord;
@@ -23,7 +26,6 @@ use crate::store::CheckpointRecord;
 /// Where the bytes of a field (or a chain's base) are: `(row, offset, len)`,
 /// the row's meaning being the backend's.
 pub(in crate::store) type Loc = (u64, u64, u64);
-
 
 /// The most bytes a header (before the body) may have: a `u64` varint
 /// takes at most 10.
@@ -294,7 +296,6 @@ pub(in crate::store) fn check(deltas: &[Delta], fields: usize) -> Result<(), Str
     }
     Ok(())
 }
-
 
 /// Whether `cp`'s data is exactly its fields, concatenated in order.
 pub(in crate::store) fn is_tiled(cp: &CheckpointRecord) -> bool {
