@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use checkpoint_runtime::store::postgres::PostgresStore;
-use checkpoint_runtime::store::{RunRecord, Store};
+use checkpoint_runtime::store::{RunRecord, RunState, Store};
 use checkpoint_runtime::{Event, RunFilter, StatusKind};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-test-worker");
@@ -90,6 +90,27 @@ fn sessions(tokio: &tokio::runtime::Runtime, base: &str, app: &str) -> i64 {
             )
             .await
             .expect("counting sessions")
+            .get(0);
+        drop(client);
+        let _ = task.await;
+        n
+    })
+}
+
+/// How many checkpoint rows in schema `schema` store fields by appending
+/// (`load_steps`'s growing log).
+fn appended_rows(tokio: &tokio::runtime::Runtime, base: &str, schema: &str) -> i64 {
+    tokio.block_on(async {
+        let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+            .await
+            .expect("connecting to the server");
+        let task = tokio::spawn(conn);
+        let sql =
+            format!("SELECT count(*) FROM \"{schema}\".cp_checkpoints WHERE appended IS NOT NULL");
+        let n: i64 = client
+            .query_one(&sql, &[])
+            .await
+            .expect("counting appended rows")
             .get(0);
         drop(client);
         let _ = task.await;
@@ -209,8 +230,19 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration, fau
     let all = tokio
         .block_on(client.list_runs(&RunFilter::new()))
         .expect("listing runs");
+    // What `load_steps` returns (its log's numbers summed), as JSON.
+    let expected = (0..items as u64).sum::<u64>().to_string();
     for r in &all {
         assert_eq!(r.latest_seq, items as u64, "run {}", r.id);
+        match &r.state {
+            RunState::Completed {
+                output,
+                error: None,
+            } => {
+                assert_eq!(&output[..], expected.as_bytes(), "run {}", r.id)
+            }
+            other => panic!("run {}: {other:?}", r.id),
+        }
         if faults == Faults::None {
             // No lease lapsed: each run was claimed once and never taken
             // over or retried (a worker that took over a run records
@@ -223,6 +255,10 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration, fau
             assert!(odd.is_empty(), "run {} lost its lease: {odd:?}", r.id);
         }
     }
+    // The runs' logs were stored as what each checkpoint appended, and
+    // resumed from that after every fault.
+    let appended = appended_rows(&tokio, &schema.base, &schema.name);
+    assert!(appended > 0, "no checkpoint stored its log by appending");
     if faults == Faults::Chaos {
         assert_eq!(step, 4, "not every fault was injected");
         // Both workers (the restarted A too) hold connections again.

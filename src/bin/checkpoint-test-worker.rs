@@ -110,15 +110,21 @@ async fn story(ctx: &Ctx, input: StoryInput) -> StoryOutput {
     }
 }
 
-/// The load mode's workflow: `steps` checkpoints in a loop.
+/// The load mode's workflow: `steps` checkpoints in a loop, each
+/// appending a line to a log (past about eight lines, the stores keep the
+/// log as what each checkpoint appended). Returns the sum of `i` over the
+/// steps, read back from the log, so that a log resumed wrong is a wrong
+/// result (`tests/load.rs` checks every run's output).
 #[workflow]
-async fn load_steps(steps: u32) -> u64 {
-    let mut sum = 0u64;
+async fn load_steps(ctx: &Ctx, steps: u32) -> u64 {
+    let mut log: Vec<String> = Vec::new();
     for i in 0..steps {
-        sum += u64::from(i);
+        log.push(format!("step {i} of {}: {i}", ctx.id()));
         checkpoint!("step");
     }
-    sum
+    log.iter()
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Where `acked_steps` appends its `begin` and `ack` lines (one `write` per
