@@ -79,7 +79,7 @@ const STILL: u32 = 8;
 
 /// The content of a message (about 500 bytes encoded), and of one in the
 /// run with smaller messages.
-const CONTENT: usize = 486;
+pub(crate) const CONTENT: usize = 486;
 const SMALL: usize = 236;
 
 /// The raw commit floor, measured between the agent's last checkpoints:
@@ -168,6 +168,9 @@ pub(crate) async fn agent(ctx: &Ctx, args: (u32, usize)) -> usize {
         checkpoint!("turn");
         if let Some(f) = ctx.try_resource::<RawFloor>() {
             f.checkpointed(turn);
+        }
+        if let Some(p) = ctx.try_resource::<super::Probe>() {
+            p.mark();
         }
     }
     history.len()

@@ -147,7 +147,88 @@ pub(crate) async fn rows(url: &str, scale: f64, payload: usize) -> Result<Vec<St
     if want("throughput") {
         rows.push(throughput_row(url, scale, payload).await?);
     }
+    if want("history") {
+        rows.push(history_row(url, scale).await?);
+    }
     Ok(rows)
+}
+
+/// The growing-history agent of `history.rs` on PostgreSQL: 4,000 turns
+/// (times `BENCH_SCALE`) of one ~500-byte message appended, every version
+/// kept, one run started and awaited as a user does. Shows the bytes the
+/// rows and segments hold and the tables' size on disk (with their TOAST
+/// and indexes) against the final state (target: at most 3x), the WAL the
+/// server wrote per checkpoint against the appended bytes, and the time
+/// between checkpoints over the last twentieth and over the whole run.
+async fn history_row(url: &str, scale: f64) -> Result<String, BoxError> {
+    use checkpoint_runtime::store::Store;
+    let n = scaled(4000, scale) as u32;
+    eprintln!("postgres history: one agent of {n} turns ...");
+    let schema = schema_name("history");
+    let store_url = with_param(url, "schema", &schema);
+    let probe = Probe::default();
+    let rt = Runtime::builder()
+        .resource(probe.clone())
+        .open(&store_url)
+        .await?;
+    rt.register(super::history::agent);
+    let watch = connect(url).await?;
+    let wal = wal_lsn(&watch).await?;
+    let began = Instant::now();
+    rt.start(
+        super::history::agent,
+        "history",
+        (n, super::history::CONTENT),
+    )
+    .await?
+    .result()
+    .await?;
+    let took = began.elapsed();
+    let wal = (wal_lsn(&watch).await? - wal) as f64 / f64::from(n.max(1));
+    let marks = probe.take();
+    let gaps: Vec<Duration> = marks.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut tail = gaps[gaps.len() - gaps.len() / 20..].to_vec();
+    let tail = median_of(&mut tail);
+    drop(rt);
+    let store = PostgresStore::open(&store_url).await?;
+    let state = store
+        .latest_checkpoint("history")
+        .await?
+        .map(|c| c.data.len())
+        .unwrap_or(0)
+        .max(1);
+    drop(store);
+    let q = |sql: String| {
+        let watch = &watch;
+        async move { Ok::<i64, BoxError>(watch.query_one(&sql, &[]).await?.get(0)) }
+    };
+    let rows = q(format!(
+        "SELECT ((SELECT coalesce(sum(length(data)), 0) FROM {schema}.cp_checkpoints) \
+         + (SELECT coalesce(sum(length(bytes)), 0) FROM {schema}.cp_segments))::bigint"
+    ))
+    .await?;
+    let disk = q(format!(
+        "SELECT (pg_total_relation_size('{schema}.cp_checkpoints') \
+         + pg_total_relation_size('{schema}.cp_segments'))::bigint"
+    ))
+    .await?;
+    PostgresStore::drop_schema(url, &schema).await?;
+    let appended = state as f64 / f64::from(n.max(1));
+    let (rows_x, disk_x) = (rows as f64 / state as f64, disk as f64 / state as f64);
+    Ok(format!(
+        "| PostgreSQL growing history, {n} x ~500 B, every version kept | rows and segments \
+         hold {:.2}x the final state ({:.1} MiB), on disk {:.2}x {}; WAL {:.1}x the appended \
+         bytes per checkpoint; checkpoint latency {:.0} us over the last twentieth, {:.0} us \
+         on average | final state {:.2} MiB | <= 3x |",
+        rows_x,
+        rows as f64 / 1048576.0,
+        disk_x,
+        met(disk_x <= 3.0),
+        wal / appended,
+        us(tail),
+        us(took) / f64::from(n.max(1)),
+        state as f64 / 1048576.0,
+    ))
 }
 
 async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, BoxError> {
