@@ -135,18 +135,19 @@ impl PostgresStore {
         // decode, or the signal it waits for went elsewhere) does not use
         // up the limit: the claim asks again for the rest.
         let mut seen: Vec<String> = Vec::new();
+        let mut taken = Vec::new();
         if let (true, Some(only)) = (req.revisit_parked, &req.only) {
             for row in cx.query(CLAIM_PARKED, &[&workflows, only]).await? {
                 seen.push(get(&row, 0)?);
                 if let Some(claimed) =
                     claim_row(&mut cx, &row, req, expires, now, &self.schema).await?
                 {
-                    out.claimed.push(claimed);
+                    taken.push(claimed);
                 }
             }
         }
         loop {
-            let want = limit - i64::try_from(out.claimed.len()).unwrap_or(limit);
+            let want = limit - i64::try_from(taken.len()).unwrap_or(limit);
             if want <= 0 {
                 break;
             }
@@ -164,7 +165,7 @@ impl PostgresStore {
                 if let Some(claimed) =
                     claim_row(&mut cx, &row, req, expires, now, &self.schema).await?
                 {
-                    out.claimed.push(claimed);
+                    taken.push(claimed);
                 }
             }
             if exhausted {
@@ -172,6 +173,13 @@ impl PostgresStore {
             }
         }
         cx.commit().await?;
+        // What each run's next save may append to (see `segments`).
+        for (claimed, appended) in taken {
+            if let Some(cp) = &claimed.checkpoint {
+                self.heads.claimed(&claimed.lease, cp.clone(), appended);
+            }
+            out.claimed.push(claimed);
+        }
         Ok(out)
     }
 
@@ -837,7 +845,9 @@ impl PostgresStore {
 }
 
 /// Claims the run of a [`CLAIM`] row (locked by the query), or leaves it
-/// untouched (`None`) when it turns out not to be claimable.
+/// untouched (`None`) when it turns out not to be claimable. With the
+/// claim, the descriptors of the fields its latest checkpoint stores by
+/// appending (see [`segments`]).
 async fn claim_row(
     cx: &mut Cx<'_>,
     row: &tokio_postgres::Row,
@@ -845,7 +855,7 @@ async fn claim_row(
     expires: SystemTime,
     now: SystemTime,
     schema: &str,
-) -> Result<Option<Claimed>, Error> {
+) -> Result<Option<(Claimed, Vec<segments::Appended>)>, Error> {
     // A run whose row or latest checkpoint this build cannot decode must
     // not make every worker's claim fail: it is marked failed (see
     // `rules::damaged`) and skipped.
@@ -868,11 +878,12 @@ async fn claim_row(
     let found = load_seq_checked(cx, &rec.id, &rec.workflow, rec.latest_seq).await?;
     // Never started over without the checkpoint it had (see the rule).
     let checkpoint = found.and_then(|cp| {
-        rules::latest_checkpoint(&rec, cp.as_deref())?;
+        rules::latest_checkpoint(&rec, cp.as_ref().map(|(cp, _)| &**cp))?;
         Ok(cp)
     });
-    let checkpoint = match checkpoint {
-        Ok(checkpoint) => checkpoint,
+    let (checkpoint, appended) = match checkpoint {
+        Ok(Some((cp, appended))) => (Some(cp), appended),
+        Ok(None) => (None, Vec::new()),
         Err(e) => {
             let (id, workflow) = (rec.id.clone(), rec.workflow.clone());
             mark_damaged(cx, &id, Some(workflow), Some(rec), e, now).await?;
@@ -895,11 +906,12 @@ async fn claim_row(
     if let Some(event) = taken {
         history::insert(cx, &rec.id, now, &event).await?;
     }
-    Ok(Some(Claimed {
+    let claimed = Claimed {
         run: rec,
         lease,
         checkpoint,
-    }))
+    };
+    Ok(Some((claimed, appended)))
 }
 
 /// Marks run `id` (its row locked by the claim), which cannot be loaded or

@@ -273,6 +273,23 @@ pg_test!(a_run_taken_over_goes_on_appending, db => {
     assert!(db.run(s.save_checkpoint(&lease, stale, None)).is_err());
     all_load(s, "r", &saved, 1);
     all_load(&other, "r", &saved, 1);
+    // Claimed back: the claim read the latest version, and the next saves
+    // append to its chain from the first on.
+    db.run(other.release("r", &c.lease, Release::Abandon)).unwrap();
+    let back = claim_one(s, "w3", "w3");
+    for seq in 131..=135u64 {
+        history.push(vec![seq as u8; 40]);
+        let cp = record("r", seq, &[("history", enc(&history))]);
+        db.run(s.save_checkpoint(&back.lease, cp.clone(), None)).unwrap();
+        saved.push(cp);
+    }
+    let appended = count(
+        &db,
+        &client,
+        "SELECT count(*) FROM cp_checkpoints WHERE run = 'r' AND seq > 130 AND appended IS NOT NULL",
+    );
+    assert_eq!(appended, 5);
+    all_load(&db.other(), "r", &saved, 1);
 });
 
 pg_test!(concurrent_runs_appending_share_batches, db => {

@@ -14,7 +14,7 @@ use crate::store::integrity::{damaged_checkpoint, field_list};
 use crate::store::postgres::conn::{from_ts, get, to_i64, to_json, to_u64, ts, Cx};
 use crate::store::{checksums, verify_checksums, CheckpointRecord, FieldRecord, Suspend};
 use crate::Error;
-use segments::{RowPlan, Segments};
+use segments::{Appended, RowPlan, Segments};
 
 /// The columns [`decode`] reads, in order, over `cp_checkpoints c`: the
 /// row's, then, for a row that stores fields by appending, the segments of
@@ -45,6 +45,17 @@ pub(in crate::store::postgres) fn decode(
     row: &Row,
     at: usize,
 ) -> Result<CheckpointRecord, Error> {
+    decode_stored(run, workflow, row, at).map(|(cp, _)| cp)
+}
+
+/// [`decode`], with the descriptors of the fields the row stores by
+/// appending (see [`segments`]).
+pub(in crate::store::postgres) fn decode_stored(
+    run: &Arc<str>,
+    workflow: Option<&str>,
+    row: &Row,
+    at: usize,
+) -> Result<(CheckpointRecord, Vec<Appended>), Error> {
     let seq = to_u64(get(row, at)?, "seq")?;
     let site_key: String = get(row, at + 1)?;
     let names: Vec<String> = get(row, at + 5)?;
@@ -58,6 +69,7 @@ pub(in crate::store::postgres) fn decode(
     let lens: Vec<i64> = get(row, at + 8)?;
     let schemas: Vec<Option<String>> = get(row, at + 9)?;
     let mut data: Vec<u8> = get(row, at + 10)?;
+    let mut stored = Vec::new();
     let n = names.len();
     if types.len() != n || offsets.len() != n || lens.len() != n || schemas.len() != n {
         return Err(bad(None, "its field arrays are of different lengths"));
@@ -73,7 +85,7 @@ pub(in crate::store::postgres) fn decode(
             .map(|&l| usize::try_from(l))
             .collect::<Result<Vec<usize>, _>>()
             .map_err(|_| bad(None, "negative field length"))?;
-        data = segments::rebuild(&appended, &sizes, &data, &segs)
+        (data, stored) = segments::rebuild(&appended, &sizes, &data, &segs)
             .map_err(|(i, what)| bad(i.and_then(|i| names.get(i)).map(String::as_str), &what))?;
     }
     let mut fields = Vec::with_capacity(n);
@@ -125,7 +137,7 @@ pub(in crate::store::postgres) fn decode(
     if let Some(seal) = get::<Option<Vec<u8>>>(row, at + 13)? {
         verify_checksums(&cp, &seal).map_err(|m| m.to_error(&cp, workflow))?;
     }
-    Ok(cp)
+    Ok((cp, stored))
 }
 
 /// [`decode`] for a listing of versions: a damaged one (an
@@ -315,17 +327,21 @@ pub(in crate::store::postgres) async fn load_seq(
     workflow: &str,
     seq: u64,
 ) -> Result<Option<Arc<CheckpointRecord>>, Error> {
-    load_seq_checked(cx, id, workflow, seq).await?
+    Ok(load_seq_checked(cx, id, workflow, seq)
+        .await??
+        .map(|(cp, _)| cp))
 }
 
-/// Like [`load_seq`], telling a database error (outside, the transaction is
-/// then unusable) from a stored row this build cannot decode (inside).
+/// Like [`load_seq`], with the descriptors of the fields stored by
+/// appending, telling a database error (outside, the transaction is then
+/// unusable) from a stored row this build cannot decode (inside).
+#[allow(clippy::type_complexity)]
 pub(in crate::store::postgres) async fn load_seq_checked(
     cx: &mut Cx<'_>,
     id: &str,
     workflow: &str,
     seq: u64,
-) -> Result<Result<Option<Arc<CheckpointRecord>>, Error>, Error> {
+) -> Result<Result<Option<(Arc<CheckpointRecord>, Vec<Appended>)>, Error>, Error> {
     const SQL: &str = concat!(
         "SELECT ",
         cp_cols!(),
@@ -342,6 +358,6 @@ pub(in crate::store::postgres) async fn load_seq_checked(
     Ok(cx
         .query_opt(SQL, &[&id, &seq])
         .await?
-        .map(|row| decode(&run, Some(workflow), &row, 0).map(Arc::new))
+        .map(|row| decode_stored(&run, Some(workflow), &row, 0).map(|(cp, a)| (Arc::new(cp), a)))
         .transpose())
 }

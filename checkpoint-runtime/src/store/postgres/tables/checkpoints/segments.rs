@@ -30,10 +30,10 @@
 //! others (see `save`'s statements).
 //!
 //! **The previous version.** To see what a field appended, the store
-//! keeps the run's latest checkpoint as this store saved it ([`Head`]),
-//! for the runs it executes. Without one (the first save after a claim,
-//! or after a suspension) the checkpoint is stored whole, and the next one
-//! appends to it.
+//! keeps the run's latest checkpoint as this store saved or claimed it
+//! ([`Head`]), for the runs it executes. Without one (a save whose
+//! previous version this store did not see) the checkpoint is stored
+//! whole, and the next one appends to it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -116,6 +116,23 @@ impl Heads {
                 heads.remove(&cp.run);
             }
         }
+    }
+
+    /// After a claim of `cp`'s run under `lease`: its latest checkpoint,
+    /// stored with `appended`, is what its next save may append to.
+    pub(in crate::store::postgres) fn claimed(
+        &self,
+        lease: &Lease,
+        cp: Arc<CheckpointRecord>,
+        appended: Vec<Appended>,
+    ) {
+        let head = Head {
+            epoch: lease.epoch,
+            instance: lease.instance.clone(),
+            cp: cp.clone(),
+            appended,
+        };
+        self.lock().insert(cp.run.clone(), Arc::new(head));
     }
 
     /// Forgets run `id` (it ended, or left this worker).
@@ -270,17 +287,17 @@ pub(in crate::store::postgres) struct Segments {
     pub(in crate::store::postgres) bytes: Vec<Vec<u8>>,
 }
 
-/// The record's bytes of a row that stores fields by appending: each
-/// field, in order, from `own` (the row's `data`, the fields stored whole)
-/// or from its chain's stream in `segments`. `lens`: the fields' lengths
-/// (the record's fields tile its bytes). The error says what is damaged,
-/// and in which field (by index) when one is.
+/// The record's bytes of a row that stores fields by appending, and its
+/// descriptors: each field, in order, from `own` (the row's `data`, the
+/// fields stored whole) or from its chain's stream in `segments`. `lens`:
+/// the fields' lengths (the record's fields tile its bytes). The error
+/// says what is damaged, and in which field (by index) when one is.
 pub(in crate::store::postgres) fn rebuild(
     appended: &[u8],
     lens: &[usize],
     own: &[u8],
     segments: &Segments,
-) -> Result<Vec<u8>, (Option<usize>, String)> {
+) -> Result<(Vec<u8>, Vec<Appended>), (Option<usize>, String)> {
     let appended: Vec<Appended> = postcard::from_bytes(appended).map_err(|e| {
         (
             None,
@@ -339,5 +356,5 @@ pub(in crate::store::postgres) fn rebuild(
     if cursor != own.len() {
         return Err((None, "the row holds more bytes than its fields".into()));
     }
-    Ok(data)
+    Ok((data, appended))
 }
