@@ -1,41 +1,44 @@
 //! Group commit of checkpoint saves: the saves of the runs of one store
-//! instance that wait at the same time share one transaction and its one
-//! WAL flush.
+//! instance that wait at the same time share one statement (or one
+//! transaction) and its one WAL flush.
 //!
 //! A save that finds no other save of this store in flight is done at once
-//! by its caller, as one statement ([`save::statement`](super::save)): a lone save
-//! waits for nothing (no timer, no hand-over to a task). A save that finds
-//! [`WRITERS`] saves or batches in flight, or saves already queued, joins
-//! the queue; whenever a writer
-//! is free, it takes everything queued (up to [`MAX_BATCH`]) and sends it
-//! as one pipelined transaction ([`Pooled::pipelined`]): `BEGIN`, one
-//! [`save::statement`](super::save) per checkpoint, `COMMIT`, in one flight,
-//! so the transaction is open only while the server works through it (the
-//! connection is taken before, nothing of ours is awaited inside). The
-//! writers of queued saves are tasks of their own, so a caller that goes
-//! away (a cancelled run) never strands the others' saves.
+//! by its caller, as one statement ([`save::statement`](super::save)): a
+//! lone save waits for nothing (no timer, no hand-over to a task). A save
+//! that finds [`WRITERS`] saves or batches in flight, or saves already
+//! queued, joins the queue; whenever a writer is free, it takes everything
+//! queued (up to [`MAX_BATCH`]) and sends the saves without retention as
+//! one statement in autocommit ([`save_batch::BATCH`](super::save_batch)),
+//! and those with retention as one pipelined transaction of their own
+//! statements ([`Pooled::pipelined`]: `BEGIN`, the statements, `COMMIT` in
+//! one flight). Either way a transaction is open only while the server
+//! works through it (the connection is taken before, nothing of ours is
+//! awaited inside). The writers of queued saves are tasks of their own, so
+//! a caller that goes away (a cancelled run) never strands the others'
+//! saves.
 //!
-//! Each statement is fenced by its own run's lease epoch in its `WHERE`, as
-//! a lone save is, and answers for its own run: a save it refuses (lease
-//! lost, wrong seq, a run gone, a row it leaves to the fenced transaction)
-//! changes nothing and is done again on its own after the batch committed
-//! ([`save::save_locked`](super::save::save_locked)), which gives exactly the error a lone save gives.
-//! A statement that fails (e.g. a value the server refuses) aborts the
-//! batch: nothing of it is written, and every save of the batch is then
-//! done on its own, so one bad save fails alone. The statements lock the
-//! runs' rows in the order of the run ids, so two batches (of two workers)
-//! never wait for each other in a cycle.
+//! Each save is fenced by its own run's lease epoch, as a lone save is, and
+//! answers for its own run: a save the statement refuses (lease lost, wrong
+//! seq, a run gone, a row it leaves to the fenced transaction) changes
+//! nothing and is done again on its own after the batch committed
+//! ([`save::save_locked`](super::save::save_locked)), which gives exactly
+//! the error a lone save gives. A statement that fails (e.g. a value the
+//! server refuses) writes nothing of its saves, which are then done on
+//! their own, so one bad save fails alone. Both lock the runs' rows in the
+//! order of the run ids, so two batches (of two workers) never wait for
+//! each other in a cycle.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
-use tokio_postgres::types::ToSql;
 
 use super::conn::{Pool, Pooled};
-use super::save::{save_in_one, save_locked, saved_run, Save};
+use super::save::{save_in_one, save_locked, saved_run, sqlstate_class, Save};
+use super::save_batch::{Columns, BATCH};
 use super::tables::checkpoints::segments::RowPlan;
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
+use tokio_postgres::types::ToSql;
 
 /// Saves or batches of one store in flight at most at a time (the rest
 /// queue). Two: one batch is sent while the server flushes the other's
@@ -60,9 +63,11 @@ struct State {
     queue: Vec<Queued>,
     /// Saves done by their callers and writer tasks, in flight.
     writers: usize,
-    /// Batches of more than one save committed, and their saves (for tests).
+    /// Batches of more than one save committed, their saves, and those of
+    /// their saves that appended fields and were written by the batch
+    /// statement (no retention) (for tests).
     #[cfg(test)]
-    batches: (u64, u64),
+    batches: (u64, u64, u64),
 }
 
 /// A save waiting in the queue, and where its result goes.
@@ -158,9 +163,10 @@ impl GroupCommit {
         }
     }
 
-    /// Batches of more than one save committed so far, and their saves.
+    /// Batches of more than one save committed so far, their saves, and
+    /// their saves that appended fields in the batch statement.
     #[cfg(test)]
-    pub(super) fn batches(&self) -> (u64, u64) {
+    pub(super) fn batches(&self) -> (u64, u64, u64) {
         self.inner.lock().batches
     }
 }
@@ -225,10 +231,16 @@ async fn write_batch(inner: &Inner, mut batch: Vec<Queued>) {
             .iter()
             .filter(|o| matches!(o, Outcome::Saved))
             .count();
+        let appended = outcome
+            .iter()
+            .zip(&batch)
+            .filter(|(o, q)| matches!(o, Outcome::Saved) && q.keep.is_none() && q.plan.is_some())
+            .count();
         if saved > 1 {
             let mut state = inner.lock();
             state.batches.0 += 1;
             state.batches.1 += saved as u64;
+            state.batches.2 += appended as u64;
         }
     }
     for (q, outcome) in batch.into_iter().zip(outcome) {
@@ -271,8 +283,11 @@ enum Outcome {
     Alone,
 }
 
-/// Sends `batch` as one pipelined transaction of [`Save`] statements; what
-/// became of each save.
+/// Sends `batch`: the saves without retention as one statement
+/// ([`save_batch::BATCH`](super::save_batch)) in autocommit (one round
+/// trip, one transaction), then those with retention as one pipelined
+/// transaction of their own statements ([`Save::statement`]); what became
+/// of each save. (Two transactions, each locking its runs in id order.)
 async fn send_batch(conn: &mut Pooled<'_>, batch: &[Queued]) -> Vec<Outcome> {
     let after: Vec<_> = batch.iter().map(|q| saved_run(&q.cp)).collect();
     let saves: Vec<Option<Save<'_>>> = batch
@@ -280,37 +295,87 @@ async fn send_batch(conn: &mut Pooled<'_>, batch: &[Queued]) -> Vec<Outcome> {
         .zip(&after)
         .map(|(q, after)| Save::of(&q.lease, &q.cp, after, q.keep, q.plan.as_deref()))
         .collect();
-    let statements: Vec<(&'static str, Vec<&(dyn ToSql + Sync)>)> =
-        saves.iter().flatten().map(Save::statement).collect();
-    if statements.is_empty() {
-        return batch.iter().map(|_| Outcome::Alone).collect();
+    let mut outcomes: Vec<Outcome> = batch.iter().map(|_| Outcome::Alone).collect();
+    let mut columns = Columns::default();
+    let mut pruning = Vec::new();
+    for (idx, save) in saves.iter().enumerate() {
+        match save {
+            Some(save) if save.below.is_some() => pruning.push((idx, save)),
+            Some(save) => {
+                if let Ok(i) = i32::try_from(idx) {
+                    columns.push(i, save);
+                }
+            }
+            None => {}
+        }
     }
+    if !columns.is_empty() {
+        let params = columns.params();
+        match conn.plain().query(BATCH, &params).await {
+            Ok(rows) => {
+                for row in rows {
+                    let saved = row.try_get::<_, i32>(0).ok();
+                    if let Some(o) = saved.and_then(|i| outcomes.get_mut(usize::try_from(i).ok()?))
+                    {
+                        *o = Outcome::Saved;
+                    }
+                }
+            }
+            // Refused by the server (it rolled the statement back): nothing
+            // was written.
+            Err(e) if sqlstate_class(&e).is_some() => {}
+            // The connection failed with the statement in flight: whether
+            // it committed is unknown.
+            Err(e) => {
+                for (o, save) in outcomes.iter_mut().zip(&saves) {
+                    if save.as_ref().is_some_and(|s| s.below.is_none()) {
+                        *o = Outcome::Failed(e.clone());
+                    }
+                }
+            }
+        }
+    }
+    if !pruning.is_empty() {
+        for (idx, outcome) in send_pipelined(conn, &pruning).await {
+            outcomes[idx] = outcome;
+        }
+    }
+    outcomes
+}
+
+/// Sends `saves` (by their index in the batch) as one pipelined
+/// transaction of their own statements; what became of each.
+async fn send_pipelined(
+    conn: &mut Pooled<'_>,
+    saves: &[(usize, &Save<'_>)],
+) -> Vec<(usize, Outcome)> {
+    let statements: Vec<(&'static str, Vec<&(dyn ToSql + Sync)>)> =
+        saves.iter().map(|(_, save)| save.statement()).collect();
     let refs: Vec<(&'static str, &[&(dyn ToSql + Sync)])> = statements
         .iter()
         .map(|(sql, params)| (*sql, &params[..]))
         .collect();
+    let alone = || saves.iter().map(|(i, _)| (*i, Outcome::Alone)).collect();
     let (replies, committed) = match conn.pipelined(&refs).await {
         Ok(done) => done,
         // Not sent (a statement could not be prepared): nothing written.
-        Err(_) => return batch.iter().map(|_| Outcome::Alone).collect(),
+        Err(_) => return alone(),
     };
     // A statement refused by the server aborted the transaction: nothing
     // was written.
     if replies.iter().any(Result::is_err) {
-        return batch.iter().map(|_| Outcome::Alone).collect();
+        return alone();
     }
-    let mut replies = replies.into_iter();
     saves
         .iter()
-        .map(|save| {
-            let Some(_) = save else {
-                return Outcome::Alone;
-            };
-            match (replies.next(), &committed) {
-                (Some(Ok(Some(_))), Ok(())) => Outcome::Saved,
-                (Some(Ok(Some(_))), Err(e)) => Outcome::Failed(e.clone()),
+        .zip(replies)
+        .map(|((i, _), reply)| {
+            let outcome = match (reply, &committed) {
+                (Ok(Some(_)), Ok(())) => Outcome::Saved,
+                (Ok(Some(_)), Err(e)) => Outcome::Failed(e.clone()),
                 _ => Outcome::Alone,
-            }
+            };
+            (*i, outcome)
         })
         .collect()
 }

@@ -89,6 +89,7 @@ mod hold;
 mod notify;
 mod ops;
 mod save;
+mod save_batch;
 mod schema;
 mod tables;
 #[cfg(test)]

@@ -152,14 +152,14 @@ const PRUNE: &str = "WITH d AS (DELETE FROM cp_checkpoints WHERE run = $1 AND se
 
 /// The parameters of a save's [`statement`].
 pub(super) struct Save<'a> {
-    row: CpRow<'a>,
-    plan: Option<&'a RowPlan>,
-    run: Bound<'a>,
-    epoch: i64,
-    worker: &'a str,
-    instance: &'a str,
-    prev: i64,
-    below: Option<i64>,
+    pub(super) row: CpRow<'a>,
+    pub(super) plan: Option<&'a RowPlan>,
+    pub(super) run: Bound<'a>,
+    pub(super) epoch: i64,
+    pub(super) worker: &'a str,
+    pub(super) instance: &'a str,
+    pub(super) prev: i64,
+    pub(super) below: Option<i64>,
 }
 
 impl<'a> Save<'a> {
@@ -273,7 +273,7 @@ pub(super) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
 
 /// The class (the first two characters of the SQLSTATE) of the server's
 /// error behind `e`, if the server refused a statement.
-fn sqlstate_class(e: &Error) -> Option<&str> {
+pub(super) fn sqlstate_class(e: &Error) -> Option<&str> {
     let source = std::error::Error::source(e)?;
     let code = source.downcast_ref::<tokio_postgres::Error>()?.code()?;
     code.code().get(..2)

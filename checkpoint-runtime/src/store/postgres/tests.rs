@@ -2053,13 +2053,13 @@ fn a_batch_refuses_the_saves_of_runs_taken_over_and_stores_the_rest() {
         mine.push(cp);
     }
     // a saves seq 2 of all of them at once.
-    let (batches, rows) = a.group.batches();
+    let (batches, rows, _) = a.group.batches();
     let stale: Vec<_> = old
         .iter()
         .map(|c| (c.lease.clone(), cp(&c.run.id, 2)))
         .collect();
     let results = save_together(&db, a, &stale);
-    let (more, more_rows) = a.group.batches();
+    let (more, more_rows, _) = a.group.batches();
     // Two went alone, the other 28 in one batch (9 of them fenced off).
     assert!(more > batches, "no batch was sent");
     assert!(
@@ -2114,7 +2114,7 @@ fn a_save_failing_in_a_batch_fails_alone() {
     // with it the batch's transaction), a run deleted meanwhile.
     let (bad, gone) = (&ids[18], &ids[19]);
     db.sql(&format!("DELETE FROM cp_runs WHERE id = '{gone}'"));
-    let (batches, _) = s.group.batches();
+    let (batches, _, _) = s.group.batches();
     let saves: Vec<_> = claimed
         .iter()
         .map(|c| {
@@ -2176,13 +2176,13 @@ fn saves_one_after_another_are_not_batched() {
     for seq in 1..=5 {
         block_on(s.save_checkpoint(&c.lease, cp("r", seq), Some(2))).unwrap();
     }
-    assert_eq!(s.group.batches(), (0, 0));
+    assert_eq!(s.group.batches(), (0, 0, 0));
     // Two at a time go alone too (two writers).
     new_run(s, "q");
     let d = claim_one(s, "a", "a1");
     let two = [(c.lease.clone(), cp("r", 6)), (d.lease.clone(), cp("q", 1))];
     assert!(save_together(&db, s, &two).iter().all(Result::is_ok));
-    assert_eq!(s.group.batches(), (0, 0));
+    assert_eq!(s.group.batches(), (0, 0, 0));
 }
 
 /// Rows of `table` naming run `id`.

@@ -108,6 +108,40 @@ impl<'a> Bound<'a> {
     }
 }
 
+/// The run columns several saves set ([`Bound::saved`]'s, in its order),
+/// as the columns one statement unnests (see `save_batch`).
+#[derive(Default)]
+pub(in crate::store::postgres) struct SavedColumns<'a> {
+    pub(in crate::store::postgres) state: Vec<i16>,
+    pub(in crate::store::postgres) signal: Vec<Option<&'a str>>,
+    pub(in crate::store::postgres) due: Vec<Option<i64>>,
+    pub(in crate::store::postgres) output: Vec<Option<&'a [u8]>>,
+    pub(in crate::store::postgres) error: Vec<Option<&'a str>>,
+    pub(in crate::store::postgres) attempt: Vec<i32>,
+    pub(in crate::store::postgres) latest_seq: Vec<i64>,
+    pub(in crate::store::postgres) wake_seq: Vec<Option<i64>>,
+    pub(in crate::store::postgres) wake_signal: Vec<Option<&'a str>>,
+    pub(in crate::store::postgres) wake_payload: Vec<Option<&'a [u8]>>,
+    pub(in crate::store::postgres) updated_at: Vec<i64>,
+}
+
+impl<'a> SavedColumns<'a> {
+    /// Adds the columns `run` sets.
+    pub(in crate::store::postgres) fn push(&mut self, run: &'a Bound<'a>) {
+        self.state.push(run.state);
+        self.signal.push(run.signal.as_deref());
+        self.due.push(run.cols.due);
+        self.output.push(run.cols.output);
+        self.error.push(run.error.as_deref());
+        self.attempt.push(run.attempt);
+        self.latest_seq.push(run.cols.latest_seq);
+        self.wake_seq.push(run.cols.wake_seq);
+        self.wake_signal.push(run.wake_signal.as_deref());
+        self.wake_payload.push(run.cols.wake_payload);
+        self.updated_at.push(run.cols.updated_at);
+    }
+}
+
 /// A state code as the `smallint` column holds it (codes are 0 to 5).
 pub(in crate::store::postgres) fn code(state: i64) -> i16 {
     i16::try_from(state).unwrap_or(i16::MAX)

@@ -286,6 +286,87 @@ impl<'a> CpRow<'a> {
     }
 }
 
+/// The checkpoint rows of several saves as the columns one statement
+/// unnests (see `save_batch`): one element per row, and the rows' arrays
+/// (loops, fields, chains) flattened, each element with its row's index
+/// (`owner`) and its place in the row's array (`at`).
+#[derive(Default)]
+pub(in crate::store::postgres) struct CpColumns<'a> {
+    pub(in crate::store::postgres) run: Vec<&'a str>,
+    pub(in crate::store::postgres) seq: Vec<i64>,
+    pub(in crate::store::postgres) site_key: Vec<&'a str>,
+    pub(in crate::store::postgres) label: Vec<Option<&'a str>>,
+    pub(in crate::store::postgres) site_index: Vec<i32>,
+    pub(in crate::store::postgres) data: Vec<&'a [u8]>,
+    pub(in crate::store::postgres) suspend: Vec<Option<&'a str>>,
+    pub(in crate::store::postgres) created_at: Vec<i64>,
+    pub(in crate::store::postgres) checksum: Vec<&'a [u8]>,
+    pub(in crate::store::postgres) appended: Vec<Option<&'a [u8]>>,
+    pub(in crate::store::postgres) loops: Flat<i64>,
+    pub(in crate::store::postgres) chains: Flat<i64>,
+    pub(in crate::store::postgres) field_owner: Vec<i32>,
+    pub(in crate::store::postgres) field_at: Vec<i32>,
+    pub(in crate::store::postgres) names: Vec<&'a str>,
+    pub(in crate::store::postgres) types: Vec<&'a str>,
+    pub(in crate::store::postgres) offsets: Vec<i64>,
+    pub(in crate::store::postgres) lens: Vec<i64>,
+    pub(in crate::store::postgres) schemas: Vec<Option<&'a str>>,
+}
+
+/// One array column of several rows, flattened (see [`CpColumns`]).
+pub(in crate::store::postgres) struct Flat<T> {
+    pub(in crate::store::postgres) owner: Vec<i32>,
+    pub(in crate::store::postgres) at: Vec<i32>,
+    pub(in crate::store::postgres) value: Vec<T>,
+}
+
+impl<T> Default for Flat<T> {
+    fn default() -> Self {
+        Flat {
+            owner: Vec::new(),
+            at: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy> Flat<T> {
+    fn push(&mut self, owner: i32, values: &[T]) {
+        for (at, v) in values.iter().enumerate() {
+            self.owner.push(owner);
+            self.at.push(i32::try_from(at).unwrap_or(i32::MAX));
+            self.value.push(*v);
+        }
+    }
+}
+
+impl<'a> CpColumns<'a> {
+    /// Adds `row` as row `owner`.
+    pub(in crate::store::postgres) fn push(&mut self, owner: i32, row: &'a CpRow<'a>) {
+        self.run.push(row.run);
+        self.seq.push(row.seq);
+        self.site_key.push(row.site_key);
+        self.label.push(row.label);
+        self.site_index.push(row.site_index);
+        self.data.push(row.data);
+        self.suspend.push(row.suspend.as_deref());
+        self.created_at.push(row.created_at);
+        self.checksum.push(&row.checksum);
+        self.appended.push(row.appended);
+        self.loops.push(owner, &row.loops);
+        self.chains.push(owner, row.chains.unwrap_or_default());
+        for i in 0..row.names.len() {
+            self.field_owner.push(owner);
+            self.field_at.push(i32::try_from(i).unwrap_or(i32::MAX));
+        }
+        self.names.extend(&row.names);
+        self.types.extend(&row.types);
+        self.offsets.extend(&row.offsets);
+        self.lens.extend(&row.lens);
+        self.schemas.extend(&row.schemas);
+    }
+}
+
 /// Inserts a checkpoint row.
 pub(in crate::store::postgres) async fn insert(
     cx: &mut Cx<'_>,
