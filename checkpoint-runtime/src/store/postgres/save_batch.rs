@@ -103,9 +103,30 @@ pub(super) struct Columns<'a> {
     worker: Vec<&'a str>,
     instance: Vec<&'a str>,
     prev: Vec<i64>,
-    writes: (Vec<i32>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<&'a [u8]>),
-    folds: (Vec<i32>, Vec<i64>, Vec<i64>, Vec<i64>),
+    writes: SegmentColumns<'a>,
+    folds: FoldColumns,
     folding: bool,
+}
+
+/// The segment writes of the saves (see `segments::Writes`), each with its
+/// save's index.
+#[derive(Default)]
+struct SegmentColumns<'a> {
+    owner: Vec<i32>,
+    chain: Vec<i64>,
+    lo: Vec<i64>,
+    hi: Vec<i64>,
+    bytes: Vec<&'a [u8]>,
+}
+
+/// The folds of the saves (see `segments::Folds`), each with its save's
+/// index.
+#[derive(Default)]
+struct FoldColumns {
+    owner: Vec<i32>,
+    chain: Vec<i64>,
+    lo: Vec<i64>,
+    hi: Vec<i64>,
 }
 
 impl<'a> Columns<'a> {
@@ -123,18 +144,18 @@ impl<'a> Columns<'a> {
         if let Some(plan) = save.plan {
             let (w, f) = (&plan.writes, &plan.folds);
             for k in 0..w.chain.len() {
-                self.writes.0.push(idx);
-                self.writes.1.push(w.chain[k]);
-                self.writes.2.push(w.lo[k]);
-                self.writes.3.push(w.hi[k]);
-                self.writes.4.push(&w.bytes[k]);
+                self.writes.owner.push(idx);
+                self.writes.chain.push(w.chain[k]);
+                self.writes.lo.push(w.lo[k]);
+                self.writes.hi.push(w.hi[k]);
+                self.writes.bytes.push(&w.bytes[k]);
             }
             self.folding |= !f.chain.is_empty();
             for k in 0..f.chain.len() {
-                self.folds.0.push(idx);
-                self.folds.1.push(f.chain[k]);
-                self.folds.2.push(f.lo[k]);
-                self.folds.3.push(f.hi[k]);
+                self.folds.owner.push(idx);
+                self.folds.chain.push(f.chain[k]);
+                self.folds.lo.push(f.lo[k]);
+                self.folds.hi.push(f.hi[k]);
             }
         }
     }
@@ -187,15 +208,15 @@ impl<'a> Columns<'a> {
             &self.worker,
             &self.instance,
             &self.prev,
-            &self.writes.0,
-            &self.writes.1,
-            &self.writes.2,
-            &self.writes.3,
-            &self.writes.4,
-            &self.folds.0,
-            &self.folds.1,
-            &self.folds.2,
-            &self.folds.3,
+            &self.writes.owner,
+            &self.writes.chain,
+            &self.writes.lo,
+            &self.writes.hi,
+            &self.writes.bytes,
+            &self.folds.owner,
+            &self.folds.chain,
+            &self.folds.lo,
+            &self.folds.hi,
             &self.folding,
         ]
     }

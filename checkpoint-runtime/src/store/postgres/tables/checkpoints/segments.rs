@@ -279,6 +279,10 @@ fn append(
     }))
 }
 
+/// What is damaged in a row that stores fields by appending: the field (by
+/// index) when one is, and what.
+pub(in crate::store::postgres) type Damage = (Option<usize>, String);
+
 /// The segments a row read along (the chains its `chains` names, in chain
 /// and stream order), as the three arrays of `checkpoints::cp_cols`.
 pub(in crate::store::postgres) struct Segments {
@@ -297,7 +301,7 @@ pub(in crate::store::postgres) fn rebuild(
     lens: &[usize],
     own: &[u8],
     segments: &Segments,
-) -> Result<(Vec<u8>, Vec<Appended>), (Option<usize>, String)> {
+) -> Result<(Vec<u8>, Vec<Appended>), Damage> {
     let appended: Vec<Appended> = postcard::from_bytes(appended).map_err(|e| {
         (
             None,
