@@ -14,7 +14,13 @@
 //! The statement returns the index of every save it wrote; the others
 //! changed nothing and are done on their own after the batch committed,
 //! as a refused statement's are. The runs' rows are locked in the order of
-//! their ids (`k`), so two batches never wait for each other in a cycle.
+//! their ids (`k`, which `r` runs first as a one-time filter), so two
+//! batches never wait for each other in a cycle.
+//!
+//! The statement is prepared once, so its plan is generic: it takes every
+//! unnested column for about 10 rows. No step may then rescan one of them
+//! per row of another (a nested loop over `k` or `i` made a batch of 400
+//! saves take 200 ms): `r` joins only `i`, by `cp_runs`' primary key.
 
 use tokio_postgres::types::ToSql;
 
@@ -62,8 +68,9 @@ pub(super) const BATCH: &str = concat!(
        output = i.output, error = i.error, attempt = i.attempt, latest_seq = i.latest_seq, \
        wake_seq = i.wake_seq, wake_signal = i.wake_signal, wake_payload = i.wake_payload, \
        updated_at = i.updated_at \
-       FROM i JOIN k ON k.id = i.run \
-       WHERE cp_runs.id = i.run AND cp_runs.epoch = i.epoch AND lease_worker = i.worker \
+       FROM i \
+       WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = i.run \
+         AND cp_runs.epoch = i.epoch AND lease_worker = i.worker \
          AND lease_instance = i.instance AND lease_expires IS NOT NULL \
          AND cp_runs.latest_seq = i.prev \
          AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
