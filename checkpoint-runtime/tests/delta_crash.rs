@@ -153,6 +153,8 @@ async fn sigkill_while_a_history_grows() {
     let db = dir.path().join("killed.db");
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let (mut kills, mut result) = (0, None);
+    // The latest checkpoint stored before the next process starts.
+    let mut base = 0u64;
     let started = Instant::now();
     while result.is_none() {
         assert!(started.elapsed() < Duration::from_secs(300), "too slow");
@@ -182,15 +184,21 @@ async fn sigkill_while_a_history_grows() {
                 }
             }
         });
-        // The first two dozen processes are killed after 20 to 500 ms
-        // (through the folds of level 0, every 64 versions); then the run
-        // is left to finish.
+        // The first two dozen processes are killed once they acknowledged
+        // 1 to 30 more checkpoints (so through the folds of level 0, every
+        // 64 versions, however fast the machine), a few milliseconds on,
+        // at a random point of the next one; then the run is left to
+        // finish.
         if kills < 24 {
-            let wait = Duration::from_millis(20 + next(&mut seed) % 480);
-            let end = Instant::now() + wait;
-            while Instant::now() < end && child.try_wait().expect("wait").is_none() {
-                std::thread::sleep(Duration::from_millis(2));
+            let more = 1 + next(&mut seed) % 30;
+            let end = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < end
+                && acked.load(Ordering::SeqCst) < base + more
+                && child.try_wait().expect("wait").is_none()
+            {
+                std::thread::sleep(Duration::from_millis(1));
             }
+            std::thread::sleep(Duration::from_micros(next(&mut seed) % 3_000));
             if child.try_wait().expect("wait").is_none() {
                 child.kill().expect("SIGKILL");
                 kills += 1;
@@ -208,6 +216,7 @@ async fn sigkill_while_a_history_grows() {
             .expect("latest loads")
             .map_or(0, |c| c.seq);
         assert!(latest >= acked, "acknowledged #{acked}, latest #{latest}");
+        base = latest;
         if acked > 0 {
             let bytes = history_of(&store, acked).await;
             assert!(history.is(acked, &bytes), "version #{acked} differs");
