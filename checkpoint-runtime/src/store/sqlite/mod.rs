@@ -110,6 +110,7 @@ use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{oneshot, watch};
 
+use self::checkpoints::seal::PartialSeal;
 use self::error::{retry_busy, Fail, R};
 use self::ops::*;
 use self::poller::{data_version, poller_loop};
@@ -455,10 +456,11 @@ impl Store for SqliteStore {
         keep: Option<usize>,
     ) -> BoxFuture<'a, Result<(), Error>> {
         let lease = lease.clone();
-        // Sealed here, on the caller's thread: the writer thread is what
-        // every write of the store waits for.
-        let checksum = super::checksums(&checkpoint);
-        self.write_deferred(move |cx| op_save(cx, &lease, checkpoint, checksum, keep))
+        // Sealed here, on the caller's thread, but for large fields (see
+        // `checkpoints::seal`): the writer thread is what every write of
+        // the store waits for.
+        let seal = PartialSeal::of(&checkpoint);
+        self.write_deferred(move |cx| op_save(cx, &lease, checkpoint, seal, keep))
     }
 
     fn take_signal<'a>(

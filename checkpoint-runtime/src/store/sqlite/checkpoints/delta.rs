@@ -157,12 +157,17 @@ pub(in crate::store::sqlite) struct Fold {
 
 /// A field stored by appending, as [`plan`] found it: where its base is,
 /// its descriptor, the segment this version writes (if any) and the
-/// segments it folded into that one.
+/// segments it folded into that one; and how its bytes were found to
+/// extend the old ones: `new[..new_header] ++ old[old_header..] ++ tail`,
+/// the old body being `body_len` bytes (compared).
 pub(in crate::store::sqlite) struct Planned {
     pub(in crate::store::sqlite) base: Loc,
     pub(in crate::store::sqlite) delta: Delta,
     pub(in crate::store::sqlite) segment: Option<NewSegment>,
     pub(in crate::store::sqlite) folded: Vec<Fold>,
+    pub(in crate::store::sqlite) old_header: usize,
+    pub(in crate::store::sqlite) new_header: usize,
+    pub(in crate::store::sqlite) body_len: usize,
 }
 
 /// The length of the postcard varint at the start of `b`, if there is one.
@@ -225,9 +230,10 @@ pub(in crate::store::sqlite) fn plan(
             new[h..h + body.len()] == *body
         })
     };
-    let (base, mut delta, h_new, body_len) = match old_delta {
+    let (base, mut delta, h_old, h_new, body_len) = match old_delta {
         Some(d) => {
-            let body = old.get(d.header.len()..)?;
+            let h_old = d.header.len();
+            let body = old.get(h_old..)?;
             if body.len() as u64 != old_loc.2.checked_add(d.total())? {
                 return None;
             }
@@ -238,7 +244,7 @@ pub(in crate::store::sqlite) fn plan(
                 chain: d.chain,
                 levels: d.levels.clone(),
             };
-            (old_loc, delta, h_new, body.len())
+            (old_loc, delta, h_old, h_new, body.len())
         }
         None => {
             if index >= MAX_INDEX || old.len() < MIN_BODY || old_loc.2 != old.len() as u64 {
@@ -255,7 +261,7 @@ pub(in crate::store::sqlite) fn plan(
                 chain: seq.checked_mul(MAX_INDEX as u64)? | index as u64,
                 levels: Vec::new(),
             };
-            (base, delta, h_new, old.len() - h_old)
+            (base, delta, h_old, h_new, old.len() - h_old)
         }
     };
     let tail = (new.len() - (h_new + body_len)) as u64;
@@ -265,6 +271,9 @@ pub(in crate::store::sqlite) fn plan(
         delta,
         segment,
         folded,
+        old_header: h_old,
+        new_header: h_new,
+        body_len,
     })
 }
 
