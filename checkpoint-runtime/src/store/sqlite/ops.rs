@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::params;
 
+use super::checkpoints::ahead::Ahead;
 use super::checkpoints::chain::{load_seq, prune};
 use super::checkpoints::refs::Shape;
 use super::checkpoints::seal::PartialSeal;
@@ -253,12 +254,13 @@ pub(super) fn op_release(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, how: Rele
 
 /// Stores `cp`, sealed with what `seal` completes (its checksums, taken by
 /// the caller, outside the writer thread which every write waits for, but
-/// for large fields: see `checkpoints::seal`).
+/// for large fields: see `checkpoints::seal`), with what the caller found
+/// out about its large fields meanwhile (`ahead`, see `checkpoints::ahead`).
 pub(super) fn op_save(
     cx: &mut TxnCtx<'_>,
     lease: &Lease,
     cp: Arc<CheckpointRecord>,
-    seal: PartialSeal,
+    (seal, ahead): (PartialSeal, Option<Arc<Ahead>>),
     keep: Option<usize>,
 ) -> R<()> {
     let mut h = cx.fenced(&cp.run, lease)?;
@@ -287,7 +289,9 @@ pub(super) fn op_save(
         None => cx.shape_id(&cp)?,
     };
     let prev = h.prev.as_ref();
-    let (row, located) = checkpoint_row(cx, h.ord, &cp, seal, prev, shape, floor, false)?;
+    let ahead = ahead.map(|a| a.take()).unwrap_or_default();
+    let sealing = (seal, &ahead[..]);
+    let (row, located) = checkpoint_row(cx, h.ord, &cp, sealing, prev, shape, floor, false)?;
     let pruned = if prunes { floor } else { h.pruned };
     let head = HeadUpdate {
         run: h.ord,
@@ -492,8 +496,8 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;
-    let seal = PartialSeal::of(&copy);
-    let (row, located) = checkpoint_row(cx, ord, &copy, seal, None, shape, 1, true)?;
+    let sealing = (PartialSeal::of(&copy), &[][..]);
+    let (row, located) = checkpoint_row(cx, ord, &copy, sealing, None, shape, 1, true)?;
     let latest_id = row.id;
     cx.cache.deferred.push_row(row);
     cx.cache.deferred.push_head(HeadUpdate {

@@ -49,7 +49,7 @@ impl Fixture for (tempfile::TempDir, SqliteStore) {
 /// [`op_save`] as [`SqliteStore::save_checkpoint`] calls it (sealed).
 fn save_sealed(cx: &mut TxnCtx<'_>, lease: &Lease, cp: Arc<CheckpointRecord>) -> R<()> {
     let seal = super::checkpoints::seal::PartialSeal::of(&cp);
-    op_save(cx, lease, cp, seal, None)
+    op_save(cx, lease, cp, (seal, None), None)
 }
 
 conformance_tests!(|_test: &str| Some(open()));

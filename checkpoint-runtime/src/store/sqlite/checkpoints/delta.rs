@@ -201,18 +201,41 @@ fn candidates(first: Option<usize>, max: usize) -> impl Iterator<Item = usize> {
 /// byte passes the quick checks of every candidate).
 const MAX_COMPARES: usize = 4;
 
+/// Header lengths `(h_old, h_new)` such that `new[h_new..]` starts with
+/// `old[h_old..]`, an old body of at least [`MIN_BODY`] bytes (compared),
+/// if there are any (the likeliest first, as [`plan`] looks for them).
+pub(in crate::store::sqlite) fn find_extension(new: &[u8], old: &[u8]) -> Option<(usize, usize)> {
+    let max_old = old.len().checked_sub(MIN_BODY)?;
+    let mut compares = 0;
+    candidates(varint_len(old), max_old).find_map(|h_old| {
+        let body = &old[h_old..];
+        let max = new.len().checked_sub(body.len())?;
+        let h_new = candidates(varint_len(new), max).find(|&h| {
+            if !may_extend(new, h, body) || compares >= MAX_COMPARES {
+                return false;
+            }
+            compares += 1;
+            new[h..h + body.len()] == *body
+        })?;
+        Some((h_old, h_new))
+    })
+}
+
 /// How field `index` of checkpoint `seq`, with bytes `new`, can be stored
 /// by appending to the previous version of the field, whose bytes are
 /// `old`, stored at `old_loc` (its base, when `old_delta` is set). `None`:
 /// it does not extend them (it did not grow, or not from an old body of at
-/// least [`MIN_BODY`] bytes); store it whole.
+/// least [`MIN_BODY`] bytes); store it whole. `known`: header lengths
+/// `(h_old, h_new)` already found to make `new[h_new..]` start with
+/// `old[h_old..]` ([`find_extension`]), whose bodies are then not compared
+/// again.
 pub(in crate::store::sqlite) fn plan(
     new: &[u8],
     old: &[u8],
     old_loc: Loc,
     old_delta: Option<&Delta>,
-    index: usize,
-    seq: u64,
+    (index, seq): (usize, u64),
+    known: Option<(usize, usize)>,
 ) -> Option<Planned> {
     // Only a field that grew appended something (a cheap test: the writer
     // asks for every changed field).
@@ -220,7 +243,15 @@ pub(in crate::store::sqlite) fn plan(
         return None;
     }
     let mut compares = 0;
-    let mut find_h_new = |body: &[u8]| {
+    // `body` is `old[at..]`.
+    let mut find_h_new = |body: &[u8], at: usize| {
+        if let Some((k_old, k_new)) = known.filter(|k| k.0 <= at) {
+            // `old[k_old..]` is in `new` from `k_new`: so is any later part.
+            let h = k_new + (at - k_old);
+            if h <= MAX_HEADER && h + body.len() <= new.len() {
+                return Some(h);
+            }
+        }
         let max = new.len().checked_sub(body.len())?;
         candidates(varint_len(new), max).find(|&h| {
             if !may_extend(new, h, body) || compares >= MAX_COMPARES {
@@ -237,7 +268,7 @@ pub(in crate::store::sqlite) fn plan(
             if body.len() as u64 != old_loc.2.checked_add(d.total())? {
                 return None;
             }
-            let h_new = find_h_new(body)?;
+            let h_new = find_h_new(body, h_old)?;
             let delta = Delta {
                 field: u32::try_from(index).ok()?,
                 header: new[..h_new].to_vec(),
@@ -251,8 +282,9 @@ pub(in crate::store::sqlite) fn plan(
                 return None;
             }
             let max_old = old.len() - MIN_BODY;
-            let (h_old, h_new) = candidates(varint_len(old), max_old)
-                .find_map(|h_old| find_h_new(&old[h_old..]).map(|h_new| (h_old, h_new)))?;
+            let first = known.map(|k| k.0).filter(|&h| h <= max_old);
+            let (h_old, h_new) = candidates(first.or(varint_len(old)), max_old)
+                .find_map(|h_old| find_h_new(&old[h_old..], h_old).map(|h_new| (h_old, h_new)))?;
             let (src, off, len) = old_loc;
             let base = (src, off + h_old as u64, len - h_old as u64);
             let delta = Delta {
@@ -529,7 +561,7 @@ mod tests {
         v.push(vec![9; 40]);
         v.push(vec![8; 2]);
         let new = enc(&v);
-        let p = plan(&new, &old, (5, 0, old.len() as u64), None, 2, 7).unwrap();
+        let p = plan(&new, &old, (5, 0, old.len() as u64), None, (2, 7), None).unwrap();
         // 126 -> 128 elements: the varint goes from 1 to 2 bytes.
         assert_eq!(p.base, (5, 1, old.len() as u64 - 1));
         assert_eq!(p.delta.header, new[..2].to_vec());
@@ -552,15 +584,45 @@ mod tests {
     }
 
     #[test]
+    fn a_known_extension_is_planned_as_found() {
+        let mut v: Vec<Vec<u8>> = (0..126u8).map(|i| vec![i; 3]).collect();
+        let old = enc(&v);
+        v.push(vec![9; 40]);
+        v.push(vec![8; 2]);
+        let new = enc(&v);
+        let known = find_extension(&new, &old);
+        assert_eq!(known, Some((1, 2)));
+        let loc = (5, 0, old.len() as u64);
+        let found = plan(&new, &old, loc, None, (2, 7), None).unwrap();
+        let given = plan(&new, &old, loc, None, (2, 7), known).unwrap();
+        assert_eq!(
+            (given.base, given.new_header),
+            (found.base, found.new_header)
+        );
+        assert_eq!(given.delta, found.delta);
+        let mut changed = v.clone();
+        changed[60][1] ^= 1;
+        assert_eq!(find_extension(&enc(&changed), &old), None);
+    }
+
+    #[test]
     fn what_does_not_extend_is_not_planned() {
         let v: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 3]).collect();
         let old = enc(&v);
         let mut changed = v.clone();
         changed[50][0] = 0xFF;
         changed.push(vec![1]);
-        assert!(plan(&enc(&changed), &old, (1, 0, old.len() as u64), None, 0, 2).is_none());
+        assert!(plan(
+            &enc(&changed),
+            &old,
+            (1, 0, old.len() as u64),
+            None,
+            (0, 2),
+            None
+        )
+        .is_none());
         let shorter = enc(&v[..99]);
-        assert!(plan(&shorter, &old, (1, 0, old.len() as u64), None, 0, 2).is_none());
+        assert!(plan(&shorter, &old, (1, 0, old.len() as u64), None, (0, 2), None).is_none());
         // Too small to be worth it.
         let small = enc(&v[..10]);
         assert!(plan(
@@ -568,8 +630,8 @@ mod tests {
             &small,
             (1, 0, small.len() as u64),
             None,
-            0,
-            2
+            (0, 2),
+            None
         )
         .is_none());
     }
@@ -601,7 +663,7 @@ mod tests {
         let mut new = vec![0x81, 0x02];
         new.extend_from_slice(&body);
         new.extend_from_slice(&[4; 10]);
-        let p = plan(&new, &old, (1, 0, 1000), Some(&d), 0, 300).unwrap();
+        let p = plan(&new, &old, (1, 0, 1000), Some(&d), (0, 300), None).unwrap();
         let seg = p.segment.unwrap();
         assert_eq!((seg.level, seg.start), (2, 0));
         assert_eq!(seg.at, new.len() - (b1 + b0 + 10) as usize);
@@ -629,6 +691,6 @@ mod tests {
         assert_eq!(p.delta.header, [0x81, 0x02]);
         assert!(p.delta.uses(1 << 16, 2, 0) && !p.delta.uses(1 << 16, 1, 0));
         // A base that does not match the old descriptor is not continued.
-        assert!(plan(&new, &old, (1, 0, 999), Some(&d), 0, 300).is_none());
+        assert!(plan(&new, &old, (1, 0, 999), Some(&d), (0, 300), None).is_none());
     }
 }

@@ -2,6 +2,7 @@
 //! ([`refs`]), reading a row back into a record ([`rows`]), and the chain of
 //! a run's rows with retention ([`chain`]).
 
+pub(super) mod ahead;
 pub(super) mod chain;
 pub(super) mod delta;
 mod loc;

@@ -13,6 +13,7 @@ use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::run_row::state_code;
 use crate::store::sql::{to_i64, to_json, ts};
+use crate::store::sqlite::checkpoints::ahead::Extension;
 use crate::store::sqlite::checkpoints::delta::{self, Delta, Fold, NewSegment};
 use crate::store::sqlite::checkpoints::refs::{same_shape, RefsOf, Shape};
 use crate::store::sqlite::checkpoints::rows::is_tiled;
@@ -72,6 +73,8 @@ struct Layout<'a> {
     deltas: &'a mut Vec<Delta>,
     segments: &'a mut Segments,
     seal: &'a mut PartialSeal,
+    /// What the caller found out (see `checkpoints::ahead`).
+    ahead: &'a [Extension],
 }
 
 /// Where the fields of `cp`, stored as row `own_id` after `prev`, will have
@@ -93,6 +96,7 @@ fn locate_fields(
         deltas,
         segments,
         seal,
+        ahead,
     } = out;
     locs.reserve(cp.fields.len());
     if !tiled {
@@ -132,7 +136,11 @@ fn locate_fields(
             shares = true;
             continue;
         }
-        match delta::plan(bytes, old, old_loc, p.delta(j), i, cp.seq) {
+        let known = ahead
+            .iter()
+            .find(|e| e.field == i && e.old_field == j && e.against(&p.cp))
+            .map(|e| (e.old_header, e.new_header));
+        match delta::plan(bytes, old, old_loc, p.delta(j), (i, cp.seq), known) {
             Some(planned) => {
                 if seal.pending(i) {
                     let end = planned.new_header + planned.body_len;
@@ -176,7 +184,7 @@ pub(in crate::store::sqlite) fn checkpoint_row(
     cx: &mut TxnCtx<'_>,
     ord: i64,
     cp: &Arc<CheckpointRecord>,
-    mut seal: PartialSeal,
+    (mut seal, ahead): (PartialSeal, &[Extension]),
     prev: Option<&Located>,
     shape: i64,
     floor: u64,
@@ -192,6 +200,7 @@ pub(in crate::store::sqlite) fn checkpoint_row(
         deltas: &mut deltas,
         segments: &mut segments,
         seal: &mut seal,
+        ahead,
     };
     let (own_len, shares) = locate_fields(cp, prev, own_id, tiled, layout);
     let (checksum, sums) = seal.finish(cp);
