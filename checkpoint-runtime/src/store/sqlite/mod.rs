@@ -110,7 +110,7 @@ use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{oneshot, watch};
 
-use self::checkpoints::ahead::{extensions, Ahead, Recent};
+use self::checkpoints::ahead::{Ahead, Recent};
 use self::checkpoints::seal::PartialSeal;
 use self::error::{retry_busy, Fail, R};
 use self::ops::*;
@@ -470,12 +470,13 @@ impl Store for SqliteStore {
                 .write_deferred(move |cx| op_save(cx, &lease, checkpoint, (seal, None), keep));
         };
         // Sent first: the large fields are compared with the previous
-        // version's here while the writer wakes up (see `checkpoints::ahead`).
+        // version's, half here while the writer wakes up and half by the
+        // writer (see `checkpoints::ahead`).
         let (ahead, filler) = Ahead::new();
         let cp = checkpoint.clone();
         let saved = self
             .write_deferred(move |cx| op_save(cx, &lease, checkpoint, (seal, Some(ahead)), keep));
-        filler.fill(extensions(&cp, &prev));
+        filler.fill(&cp, &prev);
         saved
     }
 

@@ -289,7 +289,10 @@ pub(super) fn op_save(
         None => cx.shape_id(&cp)?,
     };
     let prev = h.prev.as_ref();
-    let ahead = ahead.map(|a| a.take()).unwrap_or_default();
+    let ahead = match ahead {
+        Some(a) => a.take(&cp, prev.map(|p| &p.cp)),
+        None => Vec::new(),
+    };
     let sealing = (seal, &ahead[..]);
     let (row, located) = checkpoint_row(cx, h.ord, &cp, sealing, prev, shape, floor, false)?;
     let pruned = if prunes { floor } else { h.pruned };

@@ -1,5 +1,5 @@
-//! What the caller of `save_checkpoint` finds out about a large field
-//! while the writer thread wakes up: whether its bytes extend those of the
+//! What the caller of `save_checkpoint` and the writer thread find out
+//! together about a large field: whether its bytes extend those of the
 //! same field in the run's previous record.
 //!
 //! Planning a delta (see [`delta`](super::delta)) compares the field's old
@@ -7,22 +7,27 @@
 //! after the 50-100 us it takes to wake up, both in every checkpoint's
 //! latency. The caller has the previous record at hand (the one it saved
 //! last, kept here by reference) and an idle moment: the request is sent
-//! first, the caller compares while the writer wakes and opens its
-//! transaction, and the writer takes the result ([`Ahead::take`]) instead
-//! of comparing again. It uses it only if its own previous record of the
-//! run is the very record the caller compared with (the same allocation):
-//! otherwise (its cache was reset, another process wrote) it compares
-//! itself, as before.
+//! first; the caller picks the likely header lengths (a quick check of a
+//! few bytes) and hands them over, then compares the first half of each
+//! body while the writer, awake by then, compares the second half
+//! ([`Ahead::take`]). The writer plans the delta without comparing again
+//! when both halves matched and its own previous record of the run is
+//! the very record the caller looked at (the same allocation); otherwise
+//! (another header, its cache was reset, another process wrote) it
+//! compares by itself, as before.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
-use super::delta::find_extension;
+use super::delta::likely_extension;
 use super::seal::LARGE_FIELD;
 use crate::store::CheckpointRecord;
 
 /// Field `field` is `new[..new_header] ++ old[old_header..] ++ tail`,
-/// where `old` is field `old_field` of record `prev` (compared).
+/// where `old` is field `old_field` of record `prev` (once both halves of
+/// the body compared equal: see [`Ahead::take`]).
 #[derive(Clone, Debug)]
 pub(in crate::store::sqlite) struct Extension {
     pub(in crate::store::sqlite) field: usize,
@@ -37,38 +42,49 @@ impl Extension {
     pub(in crate::store::sqlite) fn against(&self, prev: &Arc<CheckpointRecord>) -> bool {
         std::ptr::eq(self.prev.as_ptr(), Arc::as_ptr(prev))
     }
+
+    /// Field `field`'s new bytes and `old_field`'s old ones, from the
+    /// header on, as long as the old body: the bytes to compare.
+    fn bodies<'a>(
+        &self,
+        new: &'a CheckpointRecord,
+        old: &'a CheckpointRecord,
+    ) -> Option<(&'a [u8], &'a [u8])> {
+        let old = old.field_bytes(self.old_field)?.get(self.old_header..)?;
+        let new = new.field_bytes(self.field)?.get(self.new_header..)?;
+        Some((new.get(..old.len())?, old))
+    }
 }
 
-/// The extensions found for one request, handed from the caller to the
-/// writer.
+/// How far the caller got: [`Ahead::stage`].
+const PICKED: u8 = 1;
+const COMPARED: u8 = 2;
+
+/// The writer waits this long for the caller by spinning (the caller is at
+/// it on its own thread, for about as long as the writer's half takes),
+/// then by sleeping.
+const SPIN_FOR: Duration = Duration::from_millis(1);
+
+#[derive(Default)]
+struct Found {
+    /// The likely extensions, and whether the first half of each body
+    /// matched.
+    picked: Vec<Extension>,
+    first_halves: Vec<bool>,
+}
+
+/// The hand-over between the caller and the writer for one request.
 #[derive(Default)]
 pub(in crate::store::sqlite) struct Ahead {
-    found: Mutex<Option<Vec<Extension>>>,
+    stage: AtomicU8,
+    found: Mutex<Found>,
     ready: Condvar,
 }
 
-impl Ahead {
-    /// The extensions, once the caller is done (it is already at it, on its
-    /// own thread, when the writer asks: see [`Filler`]).
-    pub(in crate::store::sqlite) fn take(&self) -> Vec<Extension> {
-        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(found) = found.take() {
-                return found;
-            }
-            found = self.ready.wait(found).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    fn put(&self, found: Vec<Extension>) {
-        *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(found);
-        self.ready.notify_all();
-    }
+/// Where a body is split between the two comparers.
+fn half(len: usize) -> usize {
+    len / 2
 }
-
-/// Fills an [`Ahead`]; if dropped unfilled (a panic while comparing), with
-/// nothing, so that the writer never waits for good.
-pub(in crate::store::sqlite) struct Filler(Option<Arc<Ahead>>);
 
 impl Ahead {
     /// A hand-over, and what fills it.
@@ -76,22 +92,131 @@ impl Ahead {
         let ahead = Arc::new(Ahead::default());
         (ahead.clone(), Filler(Some(ahead)))
     }
+
+    fn wait_for(&self, stage: u8) {
+        let start = Instant::now();
+        while self.stage.load(Ordering::Acquire) < stage {
+            if start.elapsed() >= SPIN_FOR {
+                let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+                while self.stage.load(Ordering::Acquire) < stage {
+                    found = self.ready.wait(found).unwrap_or_else(|e| e.into_inner());
+                }
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn publish(&self, stage: u8, f: impl FnOnce(&mut Found)) {
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut found);
+        self.stage.store(stage, Ordering::Release);
+        self.ready.notify_all();
+    }
+
+    /// The writer's part, for new record `cp` whose run's previous record
+    /// is `prev`: compares the second half of each likely extension's body
+    /// the caller picked, then keeps those whose first half the caller
+    /// found equal too.
+    pub(in crate::store::sqlite) fn take(
+        &self,
+        cp: &CheckpointRecord,
+        prev: Option<&Arc<CheckpointRecord>>,
+    ) -> Vec<Extension> {
+        self.wait_for(PICKED);
+        let picked =
+            std::mem::take(&mut self.found.lock().unwrap_or_else(|e| e.into_inner()).picked);
+        let second_halves: Vec<bool> = picked
+            .iter()
+            .map(|e| {
+                let bodies = prev.filter(|p| e.against(p)).and_then(|p| e.bodies(cp, p));
+                bodies.is_some_and(|(new, old)| {
+                    let mid = half(old.len());
+                    new[mid..] == old[mid..]
+                })
+            })
+            .collect();
+        self.wait_for(COMPARED);
+        let first = std::mem::take(
+            &mut self
+                .found
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .first_halves,
+        );
+        picked
+            .into_iter()
+            .zip(second_halves)
+            .zip(first.into_iter().chain(std::iter::repeat(false)))
+            .filter_map(|((e, second), first)| (first && second).then_some(e))
+            .collect()
+    }
 }
 
+/// The caller's side of an [`Ahead`]; if dropped before it is done (a
+/// panic while comparing), it hands over that nothing matched, so that
+/// the writer never waits for good.
+pub(in crate::store::sqlite) struct Filler(Option<Arc<Ahead>>);
+
 impl Filler {
-    pub(in crate::store::sqlite) fn fill(mut self, found: Vec<Extension>) {
-        if let Some(a) = self.0.take() {
-            a.put(found);
-        }
+    /// The caller's part: picks the likely extensions of `cp`'s large
+    /// fields over those of `prev`, hands them over, then compares the
+    /// first half of each body.
+    pub(in crate::store::sqlite) fn fill(
+        mut self,
+        cp: &CheckpointRecord,
+        prev: &Arc<CheckpointRecord>,
+    ) {
+        let Some(ahead) = self.0.take() else { return };
+        let picked = pick(cp, prev);
+        let bodies: Vec<_> = picked.iter().map(|e| e.bodies(cp, prev)).collect();
+        ahead.publish(PICKED, |f| f.picked = picked);
+        let first_halves = bodies
+            .into_iter()
+            .map(|b| {
+                b.is_some_and(|(new, old)| {
+                    let mid = half(old.len());
+                    new[..mid] == old[..mid]
+                })
+            })
+            .collect();
+        ahead.publish(COMPARED, |f| f.first_halves = first_halves);
     }
 }
 
 impl Drop for Filler {
     fn drop(&mut self) {
         if let Some(a) = self.0.take() {
-            a.put(Vec::new());
+            a.publish(COMPARED, |f| f.first_halves.clear());
         }
     }
+}
+
+/// The likely extensions of `cp`'s large fields over the same fields of
+/// `prev` (not compared yet).
+fn pick(cp: &CheckpointRecord, prev: &Arc<CheckpointRecord>) -> Vec<Extension> {
+    let mut picked = Vec::new();
+    for (i, f) in cp.fields.iter().enumerate() {
+        if f.len < LARGE_FIELD {
+            continue;
+        }
+        let Some(j) = prev.fields.iter().position(|pf| pf.name == f.name) else {
+            continue;
+        };
+        let (Some(new), Some(old)) = (cp.field_bytes(i), prev.field_bytes(j)) else {
+            continue;
+        };
+        if let Some((old_header, new_header)) = likely_extension(new, old) {
+            picked.push(Extension {
+                field: i,
+                old_field: j,
+                old_header,
+                new_header,
+                prev: Arc::downgrade(prev),
+            });
+        }
+    }
+    picked
 }
 
 /// The latest record with a large field saved through this store, per run.
@@ -127,31 +252,79 @@ impl Recent {
     }
 }
 
-/// The large fields of `cp` that extend the same field of `prev`.
-pub(in crate::store::sqlite) fn extensions(
-    cp: &CheckpointRecord,
-    prev: &Arc<CheckpointRecord>,
-) -> Vec<Extension> {
-    let mut found = Vec::new();
-    for (i, f) in cp.fields.iter().enumerate() {
-        if f.len < LARGE_FIELD {
-            continue;
-        }
-        let Some(j) = prev.fields.iter().position(|pf| pf.name == f.name) else {
-            continue;
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::store::FieldRecord;
+
+    fn record(seq: u64, field: Vec<u8>) -> Arc<CheckpointRecord> {
+        let len = field.len();
+        let f = FieldRecord {
+            name: Cow::Borrowed("history"),
+            type_name: Cow::Borrowed("Vec<Vec<u8>>"),
+            offset: 0,
+            len,
         };
-        let (Some(new), Some(old)) = (cp.field_bytes(i), prev.field_bytes(j)) else {
-            continue;
-        };
-        if let Some((old_header, new_header)) = find_extension(new, old) {
-            found.push(Extension {
-                field: i,
-                old_field: j,
-                old_header,
-                new_header,
-                prev: Arc::downgrade(prev),
-            });
-        }
+        Arc::new(CheckpointRecord::new(
+            Arc::from("r"),
+            seq,
+            Cow::Borrowed("s"),
+            None,
+            0,
+            vec![],
+            vec![f],
+            field,
+            None,
+            SystemTime::now(),
+        ))
     }
-    found
+
+    fn enc(v: &[Vec<u8>]) -> Vec<u8> {
+        postcard::to_allocvec(v).unwrap()
+    }
+
+    /// What the writer takes for `cp` after `prev`, the caller comparing
+    /// on another thread.
+    fn found(cp: &Arc<CheckpointRecord>, prev: &Arc<CheckpointRecord>) -> Vec<Extension> {
+        let (ahead, filler) = Ahead::new();
+        let (c, p) = (cp.clone(), prev.clone());
+        let caller = std::thread::spawn(move || filler.fill(&c, &p));
+        let got = ahead.take(cp, Some(prev));
+        caller.join().unwrap();
+        got
+    }
+
+    #[test]
+    fn an_extension_counts_once_both_halves_matched() {
+        let mut v: Vec<Vec<u8>> = (0..LARGE_FIELD / 100).map(|i| vec![i as u8; 100]).collect();
+        let prev = record(1, enc(&v));
+        v.push(vec![7; 300]);
+        let grown = record(2, enc(&v));
+        let got = found(&grown, &prev);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].against(&prev));
+        // A change in either half of the body, keeping its first and last
+        // bytes (which the quick check looks at): not an extension.
+        for at in [10, v.len() - 10] {
+            let mut changed = v.clone();
+            changed[at][50] ^= 1;
+            assert!(found(&record(2, enc(&changed)), &prev).is_empty(), "{at}");
+        }
+        // Against another record than the writer's previous one: nothing.
+        let other = record(1, enc(&v[..v.len() - 1]));
+        let (ahead, filler) = Ahead::new();
+        filler.fill(&grown, &prev);
+        assert!(ahead.take(&grown, Some(&other)).is_empty());
+    }
+
+    #[test]
+    fn a_caller_gone_before_comparing_leaves_nothing_to_wait_for() {
+        let prev = record(1, vec![1; LARGE_FIELD]);
+        let (ahead, filler) = Ahead::new();
+        drop(filler);
+        assert!(ahead.take(&prev, Some(&prev)).is_empty());
+    }
 }
