@@ -8,16 +8,16 @@
 //! latency. The caller has the previous record at hand (the one it saved
 //! last, kept here by reference) and an idle moment: the request is sent
 //! first; the caller picks the likely header lengths (a quick check of a
-//! few bytes) and hands them over, then compares the first half of each
-//! body while the writer, awake by then, compares the second half
-//! ([`Ahead::take`]). The writer plans the delta without comparing again
-//! when both halves matched and its own previous record of the run is
-//! the very record the caller looked at (the same allocation); otherwise
-//! (another header, its cache was reset, another process wrote) it
-//! compares by itself, as before.
+//! few bytes) and hands them over, then compares the bodies chunk by
+//! chunk, and the writer, once awake, takes chunks too ([`Ahead::take`]).
+//! The writer plans the delta without comparing again when every chunk
+//! matched and its own previous record of the run is the very record the
+//! caller looked at (the same allocation); otherwise (another header, its
+//! cache was reset, another process wrote) it compares by itself, as
+//! before.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use super::seal::LARGE_FIELD;
 use crate::store::CheckpointRecord;
 
 /// Field `field` is `new[..new_header] ++ old[old_header..] ++ tail`,
-/// where `old` is field `old_field` of record `prev` (once both halves of
+/// where `old` is field `old_field` of record `prev` (once every chunk of
 /// the body compared equal: see [`Ahead::take`]).
 #[derive(Clone, Debug)]
 pub(in crate::store::sqlite) struct Extension {
@@ -56,34 +56,88 @@ impl Extension {
     }
 }
 
-/// How far the caller got: [`Ahead::stage`].
+/// The caller has handed over what it picked: [`Ahead::stage`].
 const PICKED: u8 = 1;
-const COMPARED: u8 = 2;
 
 /// The writer waits this long for the caller by spinning (the caller is at
-/// it on its own thread, for about as long as the writer's half takes),
+/// it on its own thread, for about as long as the writer's share takes),
 /// then by sleeping.
 const SPIN_FOR: Duration = Duration::from_millis(1);
 
-#[derive(Default)]
-struct Found {
-    /// The likely extensions, and whether the first half of each body
-    /// matched.
+/// Bytes of a body compared per claim (see [`Work`]).
+const CHUNK: usize = 32 << 10;
+
+/// The comparison of the picked bodies, in chunks that the caller and the
+/// writer claim in turn from one counter: the caller starts at once, the
+/// writer joins once awake, and whichever is free takes the next chunk
+/// (the writer's wake-up time varies too much for a fixed split).
+struct Work {
     picked: Vec<Extension>,
-    first_halves: Vec<bool>,
+    /// `(extension, offset in its body)` of each chunk.
+    chunks: Vec<(usize, usize)>,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    differs: Vec<AtomicBool>,
+    /// The caller stopped before its chunks were done (a panic).
+    abandoned: AtomicBool,
+}
+
+impl Work {
+    fn new(picked: Vec<Extension>, lens: &[usize]) -> Work {
+        let chunks = lens
+            .iter()
+            .enumerate()
+            .flat_map(|(e, &len)| (0..len).step_by(CHUNK).map(move |at| (e, at)))
+            .collect();
+        let differs = picked.iter().map(|_| AtomicBool::new(false)).collect();
+        Work {
+            picked,
+            chunks,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            differs,
+            abandoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Compares chunks until none is left; `bodies` gives an extension's
+    /// bodies (new, old) as this thread sees them.
+    fn run<'a>(&self, bodies: impl Fn(&Extension) -> Option<(&'a [u8], &'a [u8])>) {
+        loop {
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(e, at)) = self.chunks.get(k) else {
+                return;
+            };
+            let same = bodies(&self.picked[e]).is_some_and(|(new, old)| {
+                let end = old.len().min(at + CHUNK);
+                new.get(at..end) == old.get(at..end)
+            });
+            if !same {
+                self.differs[e].store(true, Ordering::Relaxed);
+            }
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// The hand-over between the caller and the writer for one request.
 #[derive(Default)]
 pub(in crate::store::sqlite) struct Ahead {
     stage: AtomicU8,
-    found: Mutex<Found>,
+    work: Mutex<Option<Arc<Work>>>,
     ready: Condvar,
 }
 
-/// Where a body is split between the two comparers.
-fn half(len: usize) -> usize {
-    len / 2
+/// Waits for `done` by spinning, then by sleeping a little at a time.
+fn wait_until(done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() < SPIN_FOR {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
 }
 
 impl Ahead {
@@ -93,62 +147,40 @@ impl Ahead {
         (ahead.clone(), Filler(Some(ahead)))
     }
 
-    fn wait_for(&self, stage: u8) {
-        let start = Instant::now();
-        while self.stage.load(Ordering::Acquire) < stage {
-            if start.elapsed() >= SPIN_FOR {
-                let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-                while self.stage.load(Ordering::Acquire) < stage {
-                    found = self.ready.wait(found).unwrap_or_else(|e| e.into_inner());
-                }
-                return;
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    fn publish(&self, stage: u8, f: impl FnOnce(&mut Found)) {
-        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut found);
-        self.stage.store(stage, Ordering::Release);
+    fn publish(&self, work: Option<Arc<Work>>) {
+        let mut slot = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = work;
+        self.stage.store(PICKED, Ordering::Release);
         self.ready.notify_all();
     }
 
     /// The writer's part, for new record `cp` whose run's previous record
-    /// is `prev`: compares the second half of each likely extension's body
-    /// the caller picked, then keeps those whose first half the caller
-    /// found equal too.
+    /// is `prev`: compares chunks of the bodies of the likely extensions
+    /// the caller picked, alongside the caller, and keeps those whose every
+    /// chunk matched.
     pub(in crate::store::sqlite) fn take(
         &self,
         cp: &CheckpointRecord,
         prev: Option<&Arc<CheckpointRecord>>,
     ) -> Vec<Extension> {
-        self.wait_for(PICKED);
-        let picked =
-            std::mem::take(&mut self.found.lock().unwrap_or_else(|e| e.into_inner()).picked);
-        let second_halves: Vec<bool> = picked
+        wait_until(|| self.stage.load(Ordering::Acquire) >= PICKED);
+        let work = self.work.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(work) = work else {
+            return Vec::new();
+        };
+        work.run(|e| prev.filter(|p| e.against(p)).and_then(|p| e.bodies(cp, p)));
+        let total = work.chunks.len();
+        wait_until(|| {
+            work.done.load(Ordering::Acquire) >= total || work.abandoned.load(Ordering::Acquire)
+        });
+        if work.done.load(Ordering::Acquire) < total {
+            return Vec::new();
+        }
+        work.picked
             .iter()
-            .map(|e| {
-                let bodies = prev.filter(|p| e.against(p)).and_then(|p| e.bodies(cp, p));
-                bodies.is_some_and(|(new, old)| {
-                    let mid = half(old.len());
-                    new[mid..] == old[mid..]
-                })
-            })
-            .collect();
-        self.wait_for(COMPARED);
-        let first = std::mem::take(
-            &mut self
-                .found
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .first_halves,
-        );
-        picked
-            .into_iter()
-            .zip(second_halves)
-            .zip(first.into_iter().chain(std::iter::repeat(false)))
-            .filter_map(|((e, second), first)| (first && second).then_some(e))
+            .zip(&work.differs)
+            .filter(|(e, d)| !d.load(Ordering::Relaxed) && prev.is_some_and(|p| e.against(p)))
+            .map(|(e, _)| e.clone())
             .collect()
     }
 }
@@ -160,34 +192,43 @@ pub(in crate::store::sqlite) struct Filler(Option<Arc<Ahead>>);
 
 impl Filler {
     /// The caller's part: picks the likely extensions of `cp`'s large
-    /// fields over those of `prev`, hands them over, then compares the
-    /// first half of each body.
+    /// fields over those of `prev`, hands them over, then compares their
+    /// bodies alongside the writer.
     pub(in crate::store::sqlite) fn fill(
         mut self,
         cp: &CheckpointRecord,
         prev: &Arc<CheckpointRecord>,
     ) {
-        let Some(ahead) = self.0.take() else { return };
+        let Some(ahead) = self.0.clone() else { return };
         let picked = pick(cp, prev);
-        let bodies: Vec<_> = picked.iter().map(|e| e.bodies(cp, prev)).collect();
-        ahead.publish(PICKED, |f| f.picked = picked);
-        let first_halves = bodies
-            .into_iter()
-            .map(|b| {
-                b.is_some_and(|(new, old)| {
-                    let mid = half(old.len());
-                    new[..mid] == old[..mid]
-                })
-            })
+        let lens: Vec<usize> = picked
+            .iter()
+            .map(|e| e.bodies(cp, prev).map_or(0, |(_, old)| old.len()))
             .collect();
-        ahead.publish(COMPARED, |f| f.first_halves = first_halves);
+        let work = Arc::new(Work::new(picked, &lens));
+        ahead.publish(Some(work.clone()));
+        let guard = Abandon(&work);
+        work.run(|e| e.bodies(cp, prev));
+        std::mem::forget(guard);
+        self.0 = None;
+    }
+}
+
+/// Marks its work abandoned when dropped (a panic while comparing).
+struct Abandon<'a>(&'a Work);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        self.0.abandoned.store(true, Ordering::Release);
     }
 }
 
 impl Drop for Filler {
     fn drop(&mut self) {
         if let Some(a) = self.0.take() {
-            a.publish(COMPARED, |f| f.first_halves.clear());
+            if a.stage.load(Ordering::Acquire) < PICKED {
+                a.publish(None);
+            }
         }
     }
 }
@@ -298,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn an_extension_counts_once_both_halves_matched() {
+    fn an_extension_counts_once_every_chunk_matched() {
         let mut v: Vec<Vec<u8>> = (0..LARGE_FIELD / 100).map(|i| vec![i as u8; 100]).collect();
         let prev = record(1, enc(&v));
         v.push(vec![7; 300]);
@@ -306,9 +347,9 @@ mod tests {
         let got = found(&grown, &prev);
         assert_eq!(got.len(), 1);
         assert!(got[0].against(&prev));
-        // A change in either half of the body, keeping its first and last
-        // bytes (which the quick check looks at): not an extension.
-        for at in [10, v.len() - 10] {
+        // A change anywhere in the body, keeping its first and last bytes
+        // (which the quick check looks at): not an extension.
+        for at in [10, v.len() / 2, v.len() - 10] {
             let mut changed = v.clone();
             changed[at][50] ^= 1;
             assert!(found(&record(2, enc(&changed)), &prev).is_empty(), "{at}");
