@@ -26,8 +26,9 @@
 //!
 //! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
 //!   look); the counts used are printed in each row;
-//! - `BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history,children`
-//!   picks sections (`checksum`: the cost of a checkpoint's checksums, as a
+//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children`
+//!   picks sections (`short`: 1,000 short runs started and awaited as the
+//!   README does, see `examples/bench/short.rs`; `checksum`: the cost of a checkpoint's checksums, as a
 //!   share of the durable checkpoint's latency when `latency` runs too;
 //!   `history`: an agent appending a message per checkpoint to a growing
 //!   history, 4,000 times: store size, bytes written and latency against
@@ -63,6 +64,8 @@ mod children;
 mod history;
 #[path = "bench/postgres.rs"]
 mod postgres;
+#[path = "bench/short.rs"]
+mod short;
 
 /// Any error (runtime, raw SQLite, I/O).
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -177,8 +180,16 @@ async fn durable_loop(ctx: &Ctx, args: (u32, u32)) -> u64 {
     sum
 }
 
-/// `n` checkpoints of a ~1 KB state, then waits for `go` signals; the first
-/// statement after each wait records when it ran. `go = 0` ends the run.
+/// Called by [`long_history`] once its last checkpoint is stored, when the
+/// runtime has one: the crash child's, which aborts the process there.
+#[derive(Clone)]
+struct CrashAt(Arc<dyn Fn() + Send + Sync>);
+
+/// `n` checkpoints of a ~1 KB state (with a [`CrashAt`], the process
+/// aborts right after the last), then waits for `go` signals. The first
+/// statement after the loop and after each wait records when it ran (a
+/// resume after the crash reaches the one after the loop first). `go = 0`
+/// ends the run.
 #[workflow]
 async fn long_history(ctx: &Ctx, n: u32) -> u32 {
     let mut state = state();
@@ -188,6 +199,14 @@ async fn long_history(ctx: &Ctx, n: u32) -> u32 {
         state[at] = state[at].wrapping_add(1);
         i += 1;
         checkpoint!("step");
+        if i == n {
+            if let Some(crash) = ctx.try_resource::<CrashAt>() {
+                (crash.0)();
+            }
+        }
+    }
+    if let Some(p) = ctx.try_resource::<Probe>() {
+        p.mark();
     }
     loop {
         let go: u32 = ctx.wait_for("go").await;
@@ -668,7 +687,8 @@ async fn bytes_per_checkpoint(
 }
 
 /// A history of [`long_history`] left by a crash: built by a child process
-/// ([`crash_history`]) that then aborted, its WAL not folded into the file.
+/// ([`crash_history`]) that aborted right after the run's last checkpoint,
+/// the run still leased to it and the WAL as its store kept it.
 struct Crashed {
     /// The database (its `-wal` and `-shm` files beside it).
     path: PathBuf,
@@ -683,8 +703,8 @@ struct Crashed {
     page: u64,
 }
 
-/// Builds, in a child process, a run with `n` checkpoints waiting for `go`,
-/// signals it once and aborts the child (see [`crash_history`]).
+/// Builds, in a child process, a run with `n` checkpoints and aborts the
+/// child right after the last (see [`crash_history`]).
 ///
 /// Each checkpoint of one run is its own durable commit, so on a busy disk
 /// 100,000 of them take minutes. The file is therefore built on tmpfs
@@ -730,34 +750,36 @@ fn build_crashed(dir: &Path, name: &str, n: u32) -> Result<Crashed, BoxError> {
     })
 }
 
-/// Child process (`--crash-history PATH N`): builds a run of
-/// [`long_history`] with `n` checkpoints at `path`, signals it `go` once
-/// (left for the parent's resume), prints `build-seconds WAL-max WAL-len
-/// live-frames page-size` and aborts: the WAL is left as a crash leaves it,
-/// with what the store kept in it while running.
+/// Child process (`--crash-history PATH N`): runs [`long_history`] with `n`
+/// checkpoints at `path` on a worker and, right after the last checkpoint
+/// is stored, prints `build-seconds WAL-max WAL-len live-frames page-size`
+/// and aborts: nothing is closed, the run is still leased to this process
+/// (a restarted worker with the same id takes it over at once) and the WAL
+/// is what the store kept in it while running.
 async fn crash_history(path: &str, n: u32) -> Result<(), BoxError> {
-    // Opened first and kept open: the worker's store, closed before the
-    // signal, would otherwise fold the WAL into the file as the file's last
-    // connection. It signals from a runtime that does not execute, so the
-    // run is still waiting when the process ends.
-    let client = Runtime::builder().client_only().open(path).await?;
-    let probe = Probe::default();
-    let rt = open_rt(Path::new(path), &probe, 64).await?;
-    let wal = WalWatch::start(Path::new(path));
+    let db = PathBuf::from(path);
+    let wal = Arc::new(Mutex::new(Some(WalWatch::start(&db))));
     let start = Instant::now();
+    let crash = CrashAt(Arc::new(move || {
+        let took = start.elapsed();
+        let watch = wal.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let wal_max = watch.map_or(0, WalWatch::stop);
+        let wal_len = file_len(&wal_path(&db));
+        let (page, frames) = wal_live_frames(&db);
+        println!("{} {wal_max} {wal_len} {frames} {page}", took.as_secs_f64());
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::process::abort();
+    }));
+    let rt = Runtime::builder()
+        .concurrency(64)
+        .resource(crash)
+        .open(path)
+        .await?;
+    rt.register(long_history);
     rt.start(long_history, "hist", n).await?;
     rt.run_until_idle().await?;
-    let took = start.elapsed();
-    rt.close().await;
-    drop(rt);
-    client.signal("hist", "go", &1u32).await?;
-    let wal_max = wal.stop();
-    let wal_len = file_len(&wal_path(Path::new(path)));
-    let (page, frames) = wal_live_frames(Path::new(path));
-    println!("{} {wal_max} {wal_len} {frames} {page}", took.as_secs_f64());
-    use std::io::Write as _;
-    std::io::stdout().flush()?;
-    std::process::abort();
+    Err("the history run went past its last checkpoint without aborting".into())
 }
 
 /// Copies the database at `from` with its `-wal` and `-shm` files to `to`.
@@ -798,8 +820,8 @@ fn recovery_time(image: &Crashed) -> Result<Duration, BoxError> {
 }
 
 /// One resume of a [`Crashed`] history, on a fresh copy of it at `path`:
-/// times open (with SQLite's recovery of the WAL) + claim + load + the
-/// first statement after the wait.
+/// times open (with SQLite's recovery of the WAL) + taking over the dead
+/// process's lease + load + the first statement after the last checkpoint.
 async fn resume_crashed(image: &Crashed, path: &Path) -> Result<Duration, BoxError> {
     remove_db(path);
     copy_db(&image.path, path)?;
@@ -975,10 +997,13 @@ async fn main() -> Result<(), BoxError> {
     let (page, vacuum) = store_file_settings(d).await?;
     eprintln!("store files: page_size {page}, auto_vacuum {vacuum} (the raw floors use the same)");
     if want("latency") {
-        rows.push(latency_row(d, scale, payload).await?);
+        rows.push(latency_row(d, scale).await?);
     }
     if want("throughput") {
         rows.extend(throughput_rows(d, scale, payload).await?);
+    }
+    if want("short") {
+        rows.extend(short::rows(d, scale, payload).await?);
     }
     if want("resume") {
         rows.extend(resume_rows(d, scale).await?);
@@ -1081,12 +1106,25 @@ async fn memory_rows(rows: &mut Vec<String>) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn latency_row(d: &Path, scale: f64, payload: usize) -> Result<String, BoxError> {
+/// The state of the sequential latency row: about 700 bytes, as the
+/// target asks (its payload is a few bytes more, the loop's counters).
+const LATENCY_STATE: u32 = 700;
+
+async fn latency_row(d: &Path, scale: f64) -> Result<String, BoxError> {
     // Sequential latency: one run at a time taking checkpoints one after the
     // other, vs INSERT + COMMIT of as many bytes; alternating rounds of each
     // (so that a disturbance of the disk hits both alike). The target is
     // checked on the medians; means are shown too.
     let (rounds, per_round) = (8usize, scaled(500, scale) as u32);
+    let payload = {
+        let rt = Runtime::in_memory();
+        rt.start(durable_loop, "size", (per_round, LATENCY_STATE))
+            .await?
+            .result()
+            .await?;
+        let cps = rt.checkpoints("size").await?;
+        cps.last().map(|c| c.size).unwrap_or(LATENCY_STATE as usize)
+    };
     eprintln!(
         "sequential latency: {rounds} rounds of {per_round} checkpoints and {per_round} raw commits ..."
     );
@@ -1110,7 +1148,9 @@ async fn latency_row(d: &Path, scale: f64, payload: usize) -> Result<String, Box
     settle();
     for round in 0..rounds {
         let id = format!("seq-{round}");
-        let h = seq_rt.start(durable_loop, &id, (per_round, 1000)).await?;
+        let h = seq_rt
+            .start(durable_loop, &id, (per_round, LATENCY_STATE))
+            .await?;
         let ticks = thread_ticks();
         h.result().await?;
         let (w, m) = cpu_split(&ticks, &thread_ticks());
@@ -1341,7 +1381,7 @@ async fn resume_rows(d: &Path, scale: f64) -> Result<Vec<String>, BoxError> {
         ))
     };
     let mut rows = vec![format!(
-        "| resume latency after a crash (child aborted, WAL not folded; open with WAL recovery, claim, load, first statement) after {long_n} checkpoints of ~1 KB (history built in {:.1} s {}, then copied to the temp dir for each resume; median of {crash_rounds}, alternating with the short history's) | {:.2} ms ({}) | same after 10 checkpoints: {:.2} ms ({}) | {ratio:.2} | <= 1.5 | {} |",
+        "| resume latency after a crash (child aborted right after its last checkpoint, nothing closed, its lease and WAL left; open with WAL recovery, lease takeover, load, first statement) after {long_n} checkpoints of ~1 KB (history built in {:.1} s {}, then copied to the temp dir for each resume; median of {crash_rounds}, alternating with the short history's) | {:.2} ms ({}) | same after 10 checkpoints: {:.2} ms ({}) | {ratio:.2} | <= 1.5 | {} |",
         long.took.as_secs_f64(),
         long.built_where,
         ms(long_med),
@@ -1358,7 +1398,13 @@ async fn resume_rows(d: &Path, scale: f64) -> Result<Vec<String>, BoxError> {
     let long_db = d.join("hist-long.db");
     for (image, db) in [(&short, &short_db), (&long, &long_db)] {
         copy_db(&image.path, db)?;
-        db_size(db); // folds the WAL into the file
+        // Resumed once, untimed: the run then waits for `go`, as each
+        // round below expects, and the clean close folds the WAL.
+        let rt = open_rt(db, &Probe::default(), 64).await?;
+        rt.run_until_idle().await?;
+        rt.close().await;
+        drop(rt);
+        db_size(db);
         remove_db(&image.path);
     }
     settle();

@@ -95,13 +95,65 @@ const FORMAT: u8 = 1;
 /// assert_eq!(checksums(&cp).len(), 5);
 /// ```
 pub fn checksums(cp: &CheckpointRecord) -> Vec<u8> {
-    let mut seal = Vec::with_capacity(5 + 4 * cp.fields.len());
+    seal_of(
+        metadata_sum(cp),
+        (0..cp.fields.len()).map(|i| field_sum(cp, i)),
+    )
+}
+
+/// The seal made of a metadata sum ([`metadata_sum`]) and field sums
+/// ([`field_sum`], in field order): what [`checksums`] returns when they
+/// are a record's.
+pub(crate) fn seal_of(meta: u32, fields: impl ExactSizeIterator<Item = u32>) -> Vec<u8> {
+    let mut seal = Vec::with_capacity(5 + 4 * fields.len());
     seal.push(FORMAT);
-    seal.extend_from_slice(&metadata_sum(cp).to_le_bytes());
-    for i in 0..cp.fields.len() {
-        seal.extend_from_slice(&field_sum(cp, i).to_le_bytes());
+    seal.extend_from_slice(&meta.to_le_bytes());
+    for sum in fields {
+        seal.extend_from_slice(&sum.to_le_bytes());
     }
     seal
+}
+
+/// The field sums of a seal, if it is one of the current format.
+pub(crate) fn field_sums(seal: &[u8]) -> Option<Vec<u32>> {
+    let (&format, rest) = seal.split_first()?;
+    if format != FORMAT || rest.len() % 4 != 0 || rest.len() < 4 {
+        return None;
+    }
+    Some(
+        rest.chunks_exact(4)
+            .skip(1)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// The [`field_sum`] of bytes `new_header ++ body ++ tail`, where `body` is
+/// what follows the first `old_header.len()` bytes of bytes whose sum is
+/// `old_sum` (`body_len` bytes): without reading the body, since CRC-32 of
+/// a concatenation follows from the parts' (`crc32fast::Hasher::combine`).
+/// A field that grew by appending is sealed this way at the cost of its
+/// header and tail; the caller must know that the body is the same bytes.
+pub(crate) fn extended_sum(
+    old_sum: u32,
+    old_header: &[u8],
+    body_len: u64,
+    new_header: &[u8],
+    tail: &[u8],
+) -> u32 {
+    use crc32fast::Hasher;
+    // CRC(a ++ b) = shift(CRC(a), len b) ^ CRC(b), so CRC(b) is
+    // shift(CRC(a), len b) ^ CRC(a ++ b): the same combination.
+    let mut body = Hasher::new_with_initial_len(crc32fast::hash(old_header), 0);
+    body.combine(&Hasher::new_with_initial_len(old_sum, body_len));
+    let body = body.finalize();
+    let mut sum = Hasher::new();
+    sum.update(new_header);
+    sum.combine(&Hasher::new_with_initial_len(body, body_len));
+    let mut rest = Hasher::new();
+    rest.update(tail);
+    sum.combine(&rest);
+    sum.finalize()
 }
 
 /// Checks `cp`, as read back, against the `seal` stored with it
@@ -276,13 +328,13 @@ pub(crate) fn field_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String
     }
 }
 
-fn field_sum(cp: &CheckpointRecord, i: usize) -> u32 {
+pub(crate) fn field_sum(cp: &CheckpointRecord, i: usize) -> u32 {
     crc32fast::hash(cp.field_bytes(i).unwrap_or_default())
 }
 
 /// The CRC of everything in `cp` but its fields' bytes, each part
 /// length-prefixed so that no two records feed it the same bytes.
-fn metadata_sum(cp: &CheckpointRecord) -> u32 {
+pub(crate) fn metadata_sum(cp: &CheckpointRecord) -> u32 {
     let mut h = Feed::new();
     h.text(&cp.run);
     h.u64(cp.seq);
@@ -442,6 +494,38 @@ mod tests {
 
     use super::*;
     use crate::store::FieldRecord;
+
+    #[test]
+    fn an_extended_sum_is_the_sum_of_the_bytes() {
+        let body: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for (old_header, new_header, tail) in [
+            (&[3u8][..], &[4u8][..], &[9u8, 8, 7][..]),
+            (&[0x80, 0x01], &[0x81, 0x01], &[]),
+            (&[], &[1, 2, 3], &[5; 600]),
+            (&[7, 7], &[], &[1]),
+        ] {
+            let old = [old_header, &body].concat();
+            let new = [new_header, &body, tail].concat();
+            let sum = extended_sum(
+                crc32fast::hash(&old),
+                old_header,
+                body.len() as u64,
+                new_header,
+                tail,
+            );
+            assert_eq!(sum, crc32fast::hash(&new));
+        }
+    }
+
+    #[test]
+    fn a_seal_gives_back_its_field_sums() {
+        let cp = record();
+        let seal = checksums(&cp);
+        let sums: Vec<u32> = (0..cp.fields.len()).map(|i| field_sum(&cp, i)).collect();
+        assert_eq!(field_sums(&seal), Some(sums.clone()));
+        assert_eq!(seal_of(metadata_sum(&cp), sums.into_iter()), seal);
+        assert_eq!(field_sums(&seal[..3]), None);
+    }
 
     fn record() -> CheckpointRecord {
         let fields = vec![

@@ -118,12 +118,17 @@ pub(in crate::store) struct Fold {
 
 /// A field stored by appending, as [`plan`] found it: where its base is,
 /// its descriptor, the segment this version writes (if any) and the
-/// segments it folded into that one.
+/// segments it folded into that one; and how its bytes were found to
+/// extend the old ones: `new[..new_header] ++ old[old_header..] ++ tail`,
+/// the old body being `body_len` bytes (compared).
 pub(in crate::store) struct Planned {
     pub(in crate::store) base: Loc,
     pub(in crate::store) delta: Delta,
     pub(in crate::store) segment: Option<NewSegment>,
     pub(in crate::store) folded: Vec<Fold>,
+    pub(in crate::store) old_header: usize,
+    pub(in crate::store) new_header: usize,
+    pub(in crate::store) body_len: usize,
 }
 
 /// The length of the postcard varint at the start of `b`, if there is one.
@@ -157,18 +162,35 @@ fn candidates(first: Option<usize>, max: usize) -> impl Iterator<Item = usize> {
 /// byte passes the quick checks of every candidate).
 const MAX_COMPARES: usize = 4;
 
+/// Header lengths `(h_old, h_new)` such that `new[h_new..]` may start
+/// with `old[h_old..]`, an old body of at least [`MIN_BODY`] bytes: the
+/// first pair, in the order [`plan`] tries them, that passes the quick
+/// checks (the bodies are not compared).
+pub(in crate::store) fn likely_extension(new: &[u8], old: &[u8]) -> Option<(usize, usize)> {
+    let max_old = old.len().checked_sub(MIN_BODY)?;
+    candidates(varint_len(old), max_old).find_map(|h_old| {
+        let body = &old[h_old..];
+        let max = new.len().checked_sub(body.len())?;
+        let h_new = candidates(varint_len(new), max).find(|&h| may_extend(new, h, body))?;
+        Some((h_old, h_new))
+    })
+}
+
 /// How field `index` of checkpoint `seq`, with bytes `new`, can be stored
 /// by appending to the previous version of the field, whose bytes are
 /// `old`, stored at `old_loc` (its base, when `old_delta` is set). `None`:
 /// it does not extend them (it did not grow, or not from an old body of at
-/// least [`MIN_BODY`] bytes); store it whole.
+/// least [`MIN_BODY`] bytes); store it whole. `known`: header lengths
+/// `(h_old, h_new)` already found to make `new[h_new..]` start with
+/// `old[h_old..]` ([`find_extension`]), whose bodies are then not compared
+/// again.
 pub(in crate::store) fn plan(
     new: &[u8],
     old: &[u8],
     old_loc: Loc,
     old_delta: Option<&Delta>,
-    index: usize,
-    seq: u64,
+    (index, seq): (usize, u64),
+    known: Option<(usize, usize)>,
 ) -> Option<Planned> {
     // Only a field that grew appended something (a cheap test: the writer
     // asks for every changed field).
@@ -176,7 +198,15 @@ pub(in crate::store) fn plan(
         return None;
     }
     let mut compares = 0;
-    let mut find_h_new = |body: &[u8]| {
+    // `body` is `old[at..]`.
+    let mut find_h_new = |body: &[u8], at: usize| {
+        if let Some((k_old, k_new)) = known.filter(|k| k.0 <= at) {
+            // `old[k_old..]` is in `new` from `k_new`: so is any later part.
+            let h = k_new + (at - k_old);
+            if h <= MAX_HEADER && h + body.len() <= new.len() {
+                return Some(h);
+            }
+        }
         let max = new.len().checked_sub(body.len())?;
         candidates(varint_len(new), max).find(|&h| {
             if !may_extend(new, h, body) || compares >= MAX_COMPARES {
@@ -186,28 +216,30 @@ pub(in crate::store) fn plan(
             new[h..h + body.len()] == *body
         })
     };
-    let (base, mut delta, h_new, body_len) = match old_delta {
+    let (base, mut delta, h_old, h_new, body_len) = match old_delta {
         Some(d) => {
-            let body = old.get(d.header.len()..)?;
+            let h_old = d.header.len();
+            let body = old.get(h_old..)?;
             if body.len() as u64 != old_loc.2.checked_add(d.total())? {
                 return None;
             }
-            let h_new = find_h_new(body)?;
+            let h_new = find_h_new(body, h_old)?;
             let delta = Delta {
                 field: u32::try_from(index).ok()?,
                 header: new[..h_new].to_vec(),
                 chain: d.chain,
                 levels: d.levels.clone(),
             };
-            (old_loc, delta, h_new, body.len())
+            (old_loc, delta, h_old, h_new, body.len())
         }
         None => {
             if index >= MAX_INDEX || old.len() < MIN_BODY || old_loc.2 != old.len() as u64 {
                 return None;
             }
             let max_old = old.len() - MIN_BODY;
-            let (h_old, h_new) = candidates(varint_len(old), max_old)
-                .find_map(|h_old| find_h_new(&old[h_old..]).map(|h_new| (h_old, h_new)))?;
+            let first = known.map(|k| k.0).filter(|&h| h <= max_old);
+            let (h_old, h_new) = candidates(first.or(varint_len(old)), max_old)
+                .find_map(|h_old| find_h_new(&old[h_old..], h_old).map(|h_new| (h_old, h_new)))?;
             let (src, off, len) = old_loc;
             let base = (src, off + h_old as u64, len - h_old as u64);
             let delta = Delta {
@@ -216,7 +248,7 @@ pub(in crate::store) fn plan(
                 chain: seq.checked_mul(MAX_INDEX as u64)? | index as u64,
                 levels: Vec::new(),
             };
-            (base, delta, h_new, old.len() - h_old)
+            (base, delta, h_old, h_new, old.len() - h_old)
         }
     };
     let tail = (new.len() - (h_new + body_len)) as u64;
@@ -226,6 +258,9 @@ pub(in crate::store) fn plan(
         delta,
         segment,
         folded,
+        old_header: h_old,
+        new_header: h_new,
+        body_len,
     })
 }
 
@@ -327,7 +362,7 @@ mod tests {
         v.push(vec![9; 40]);
         v.push(vec![8; 2]);
         let new = enc(&v);
-        let p = plan(&new, &old, (5, 0, old.len() as u64), None, 2, 7).unwrap();
+        let p = plan(&new, &old, (5, 0, old.len() as u64), None, (2, 7), None).unwrap();
         // 126 -> 128 elements: the varint goes from 1 to 2 bytes.
         assert_eq!(p.base, (5, 1, old.len() as u64 - 1));
         assert_eq!(p.delta.header, new[..2].to_vec());
@@ -350,15 +385,43 @@ mod tests {
     }
 
     #[test]
+    fn a_known_extension_is_planned_as_found() {
+        let mut v: Vec<Vec<u8>> = (0..126u8).map(|i| vec![i; 3]).collect();
+        let old = enc(&v);
+        v.push(vec![9; 40]);
+        v.push(vec![8; 2]);
+        let new = enc(&v);
+        let known = likely_extension(&new, &old);
+        assert_eq!(known, Some((1, 2)));
+        let loc = (5, 0, old.len() as u64);
+        let found = plan(&new, &old, loc, None, (2, 7), None).unwrap();
+        let given = plan(&new, &old, loc, None, (2, 7), known).unwrap();
+        assert_eq!(
+            (given.base, given.new_header),
+            (found.base, found.new_header)
+        );
+        assert_eq!(given.delta, found.delta);
+        assert_eq!(likely_extension(&old, &new), None);
+    }
+
+    #[test]
     fn what_does_not_extend_is_not_planned() {
         let v: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 3]).collect();
         let old = enc(&v);
         let mut changed = v.clone();
         changed[50][0] = 0xFF;
         changed.push(vec![1]);
-        assert!(plan(&enc(&changed), &old, (1, 0, old.len() as u64), None, 0, 2).is_none());
+        assert!(plan(
+            &enc(&changed),
+            &old,
+            (1, 0, old.len() as u64),
+            None,
+            (0, 2),
+            None
+        )
+        .is_none());
         let shorter = enc(&v[..99]);
-        assert!(plan(&shorter, &old, (1, 0, old.len() as u64), None, 0, 2).is_none());
+        assert!(plan(&shorter, &old, (1, 0, old.len() as u64), None, (0, 2), None).is_none());
         // Too small to be worth it.
         let small = enc(&v[..10]);
         assert!(plan(
@@ -366,8 +429,8 @@ mod tests {
             &small,
             (1, 0, small.len() as u64),
             None,
-            0,
-            2
+            (0, 2),
+            None
         )
         .is_none());
     }
@@ -399,7 +462,7 @@ mod tests {
         let mut new = vec![0x81, 0x02];
         new.extend_from_slice(&body);
         new.extend_from_slice(&[4; 10]);
-        let p = plan(&new, &old, (1, 0, 1000), Some(&d), 0, 300).unwrap();
+        let p = plan(&new, &old, (1, 0, 1000), Some(&d), (0, 300), None).unwrap();
         let seg = p.segment.unwrap();
         assert_eq!((seg.level, seg.start), (2, 0));
         assert_eq!(seg.at, new.len() - (b1 + b0 + 10) as usize);
@@ -427,6 +490,6 @@ mod tests {
         assert_eq!(p.delta.header, [0x81, 0x02]);
         assert!(p.delta.uses(1 << 16, 2, 0) && !p.delta.uses(1 << 16, 1, 0));
         // A base that does not match the old descriptor is not continued.
-        assert!(plan(&new, &old, (1, 0, 999), Some(&d), 0, 300).is_none());
+        assert!(plan(&new, &old, (1, 0, 999), Some(&d), (0, 300), None).is_none());
     }
 }

@@ -217,6 +217,57 @@ fn an_appended_history_costs_what_was_appended() {
     }
 }
 
+#[test]
+fn large_fields_are_sealed_as_if_summed_whole() {
+    // Fields past `seal::LARGE_FIELD` are summed by the writer, from the
+    // previous version's sum when they appended or did not change: every
+    // row's seal must be the record's own checksums, across a reopen (the
+    // previous version's sums then come from its row) and a change in the
+    // middle (stored whole, summed from its bytes).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let big = super::checkpoints::seal::LARGE_FIELD;
+    let mut store = open_at(&path);
+    new_run(&store, "r");
+    let mut lease = claim_one(&store, "w", "i").lease;
+    let mut rng = Rng(5);
+    let mut history: Vec<Vec<u8>> = (0..big / 500 + 2).map(|_| rng.bytes(500)).collect();
+    let still = enc(&rng.bytes(big + 3));
+    let mut saved = Vec::new();
+    for seq in 1..=40u64 {
+        if seq == 20 {
+            drop(store);
+            store = open_at(&path);
+            block_on(store.release("r", &lease, Release::Abandon)).unwrap();
+            lease = claim_one(&store, "w2", "i").lease;
+        }
+        if seq == 30 {
+            history[3][7] ^= 1;
+        } else {
+            let n = 1 + rng.below(600) as usize;
+            history.push(rng.bytes(n));
+        }
+        let fields = [
+            ("history", enc(&history)),
+            ("still", still.clone()),
+            ("turn", enc(&seq)),
+        ];
+        let cp = record("r", seq, &fields);
+        block_on(store.save_checkpoint(&lease, cp.clone(), None)).unwrap();
+        saved.push(cp);
+    }
+    all_load(&store, "r", &saved, 1);
+    let conn = peek(&path);
+    let mut stmt = conn
+        .prepare("SELECT checksum FROM checkpoints WHERE seq = ?1")
+        .unwrap();
+    for cp in &saved {
+        let seal: Vec<u8> = stmt.query_row([cp.seq as i64], |r| r.get(0)).unwrap();
+        assert_eq!(seal, crate::store::checksums(cp), "version #{}", cp.seq);
+    }
+    assert!(count(&path, "SELECT count(*) FROM segments") > 0);
+}
+
 /// The decode error of a version read back.
 fn refused(r: Result<Option<Arc<CheckpointRecord>>, Error>) -> String {
     match r {

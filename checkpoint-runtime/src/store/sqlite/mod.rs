@@ -110,6 +110,8 @@ use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{oneshot, watch};
 
+use self::checkpoints::ahead::{Ahead, Recent};
+use self::checkpoints::seal::PartialSeal;
 use self::error::{retry_busy, Fail, R};
 use self::ops::*;
 use self::poller::{data_version, poller_loop};
@@ -164,6 +166,9 @@ pub struct SqliteStore {
     fold: Arc<AtomicBool>,
     /// See [`SqliteStore::bytes_written`].
     written: Arc<AtomicU64>,
+    /// The latest record with a large field saved per run (see
+    /// `checkpoints::ahead`).
+    recent: Recent,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -229,6 +234,7 @@ impl SqliteStore {
             changes: changes.clone(),
             fold: Arc::new(AtomicBool::new(true)),
             written: Arc::new(AtomicU64::new(0)),
+            recent: Recent::default(),
         };
         // From here on, dropping `store` on an error stops the threads
         // started so far.
@@ -455,10 +461,23 @@ impl Store for SqliteStore {
         keep: Option<usize>,
     ) -> BoxFuture<'a, Result<(), Error>> {
         let lease = lease.clone();
-        // Sealed here, on the caller's thread: the writer thread is what
-        // every write of the store waits for.
-        let checksum = super::checksums(&checkpoint);
-        self.write_deferred(move |cx| op_save(cx, &lease, checkpoint, checksum, keep))
+        // Sealed here, on the caller's thread, but for large fields (see
+        // `checkpoints::seal`): the writer thread is what every write of
+        // the store waits for.
+        let seal = PartialSeal::of(&checkpoint);
+        let Some(prev) = self.recent.note(&checkpoint) else {
+            return self
+                .write_deferred(move |cx| op_save(cx, &lease, checkpoint, (seal, None), keep));
+        };
+        // Sent first: the large fields are compared with the previous
+        // version's, half here while the writer wakes up and half by the
+        // writer (see `checkpoints::ahead`).
+        let (ahead, filler) = Ahead::new();
+        let cp = checkpoint.clone();
+        let saved = self
+            .write_deferred(move |cx| op_save(cx, &lease, checkpoint, (seal, Some(ahead)), keep));
+        filler.fill(&cp, &prev);
+        saved
     }
 
     fn take_signal<'a>(
@@ -649,7 +668,7 @@ impl Store for SqliteStore {
 /// not (it would be stored whole).
 #[doc(hidden)]
 pub fn __appended_tail(new: &[u8], old: &[u8]) -> Option<usize> {
-    let planned = checkpoints::delta::plan(new, old, (1, 0, old.len() as u64), None, 0, 1)?;
+    let planned = checkpoints::delta::plan(new, old, (1, 0, old.len() as u64), None, (0, 1), None)?;
     Some(planned.segment.map_or(0, |s| new.len() - s.at))
 }
 

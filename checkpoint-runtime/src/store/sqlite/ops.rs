@@ -7,8 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::params;
 
+use super::checkpoints::ahead::Ahead;
 use super::checkpoints::chain::{load_seq, prune};
 use super::checkpoints::refs::Shape;
+use super::checkpoints::seal::PartialSeal;
 use super::children::{cancel_children, child_ended, join, running_children};
 use super::error::{Fail, R};
 use super::runs::{
@@ -22,8 +24,8 @@ use crate::store::rules;
 use crate::store::sql::run_row::{state_code, ErrorCol, FAILED, PARKED};
 use crate::store::sql::{from_ts, to_i64, ts, ts_after};
 use crate::store::{
-    checksums, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
-    Outcome, Release, RunState, SignalRecord, Suspend,
+    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
+    RunState, SignalRecord, Suspend,
 };
 use crate::Error;
 
@@ -250,13 +252,15 @@ pub(super) fn op_release(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, how: Rele
     Ok(())
 }
 
-/// Stores `cp`, sealed with `checksum` (its [`checksums`], taken by the
-/// caller: outside the writer thread, which every write waits for).
+/// Stores `cp`, sealed with what `seal` completes (its checksums, taken by
+/// the caller, outside the writer thread which every write waits for, but
+/// for large fields: see `checkpoints::seal`), with what the caller found
+/// out about its large fields meanwhile (`ahead`, see `checkpoints::ahead`).
 pub(super) fn op_save(
     cx: &mut TxnCtx<'_>,
     lease: &Lease,
     cp: Arc<CheckpointRecord>,
-    checksum: Vec<u8>,
+    (seal, ahead): (PartialSeal, Option<Arc<Ahead>>),
     keep: Option<usize>,
 ) -> R<()> {
     let mut h = cx.fenced(&cp.run, lease)?;
@@ -285,7 +289,12 @@ pub(super) fn op_save(
         None => cx.shape_id(&cp)?,
     };
     let prev = h.prev.as_ref();
-    let (row, located) = checkpoint_row(cx, h.ord, &cp, checksum, prev, shape, floor, false)?;
+    let ahead = match ahead {
+        Some(a) => a.take(&cp, prev.map(|p| &p.cp)),
+        None => Vec::new(),
+    };
+    let sealing = (seal, &ahead[..]);
+    let (row, located) = checkpoint_row(cx, h.ord, &cp, sealing, prev, shape, floor, false)?;
     let pruned = if prunes { floor } else { h.pruned };
     let head = HeadUpdate {
         run: h.ord,
@@ -490,8 +499,8 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
     let shape = cx.shape_id(&copy)?;
-    let checksum = checksums(&copy);
-    let (row, located) = checkpoint_row(cx, ord, &copy, checksum, None, shape, 1, true)?;
+    let sealing = (PartialSeal::of(&copy), &[][..]);
+    let (row, located) = checkpoint_row(cx, ord, &copy, sealing, None, shape, 1, true)?;
     let latest_id = row.id;
     cx.cache.deferred.push_row(row);
     cx.cache.deferred.push_head(HeadUpdate {

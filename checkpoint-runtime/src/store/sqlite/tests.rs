@@ -48,8 +48,8 @@ impl Fixture for (tempfile::TempDir, SqliteStore) {
 
 /// [`op_save`] as [`SqliteStore::save_checkpoint`] calls it (sealed).
 fn save_sealed(cx: &mut TxnCtx<'_>, lease: &Lease, cp: Arc<CheckpointRecord>) -> R<()> {
-    let checksum = crate::store::checksums(&cp);
-    op_save(cx, lease, cp, checksum, None)
+    let seal = super::checkpoints::seal::PartialSeal::of(&cp);
+    op_save(cx, lease, cp, (seal, None), None)
 }
 
 conformance_tests!(|_test: &str| Some(open()));

@@ -63,7 +63,9 @@ use rusqlite::{params, Connection};
 
 #[cfg(test)]
 pub(in crate::store::sqlite) use crate::store::delta::fan_out;
-pub(in crate::store::sqlite) use crate::store::delta::{check, plan, Delta, Fold, NewSegment};
+pub(in crate::store::sqlite) use crate::store::delta::{
+    check, likely_extension, plan, Delta, Fold, NewSegment,
+};
 use crate::store::sql::to_i64;
 use crate::store::sqlite::error::{corrupt, to_u64, R};
 

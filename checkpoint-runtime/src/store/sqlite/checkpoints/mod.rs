@@ -2,11 +2,13 @@
 //! ([`refs`]), reading a row back into a record ([`rows`]), and the chain of
 //! a run's rows with retention ([`chain`]).
 
+pub(super) mod ahead;
 pub(super) mod chain;
 pub(super) mod delta;
 mod loc;
 pub(super) mod refs;
 pub(super) mod rows;
+pub(super) mod seal;
 
 use std::sync::Arc;
 
@@ -26,12 +28,20 @@ pub(in crate::store::sqlite) struct Located {
     pub(in crate::store::sqlite) locs: Vec<Loc>,
     /// The fields stored by appending, by field index (see [`delta`]).
     pub(in crate::store::sqlite) deltas: Vec<delta::Delta>,
+    /// The record's field sums, from its seal (empty for a row stored
+    /// without one): what [`seal`] derives a next version's from.
+    pub(in crate::store::sqlite) sums: Vec<u32>,
 }
 
 impl Located {
     /// The descriptor of field `i`, if it is stored by appending.
     pub(in crate::store::sqlite) fn delta(&self, i: usize) -> Option<&delta::Delta> {
         self.deltas.iter().find(|d| d.field as usize == i)
+    }
+
+    /// The sum of field `i`'s bytes, if known.
+    pub(in crate::store::sqlite) fn sum(&self, i: usize) -> Option<u32> {
+        self.sums.get(i).copied()
     }
 }
 

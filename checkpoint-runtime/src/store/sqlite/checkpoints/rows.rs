@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use super::delta::{append_segments, Delta};
 use super::refs::{decode_refs, Shape, Source, Sources};
 use super::{bytes, Loc, Located};
+use crate::store::integrity::field_sums;
 use crate::store::integrity::{damaged_checkpoint, field_list};
 use crate::store::sql::from_ts;
 use crate::store::sqlite::error::{to_u64, Fail, R};
@@ -370,12 +371,15 @@ pub(in crate::store::sqlite) fn decode_checkpoint(
             return Err(Fail::from(mismatch.to_error(&cp, workflow.as_deref())));
         }
     }
+    // Checked above against the record's fields.
+    let sums = row.checksum.as_deref().and_then(field_sums);
     Ok(Located {
         cp: Arc::new(cp),
         id: own_id,
         shape: row.shape,
         locs,
         deltas,
+        sums: sums.unwrap_or_default(),
     })
 }
 

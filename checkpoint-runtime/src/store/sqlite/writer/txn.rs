@@ -13,9 +13,11 @@ use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::run_row::state_code;
 use crate::store::sql::{to_i64, to_json, ts};
+use crate::store::sqlite::checkpoints::ahead::Extension;
 use crate::store::sqlite::checkpoints::delta::{self, Delta, Fold, NewSegment};
 use crate::store::sqlite::checkpoints::refs::{same_shape, RefsOf, Shape};
 use crate::store::sqlite::checkpoints::rows::is_tiled;
+use crate::store::sqlite::checkpoints::seal::PartialSeal;
 use crate::store::sqlite::checkpoints::{chain::load_id, Loc, Located};
 use crate::store::sqlite::error::{append_postcard, to_postcard, to_u64, R};
 use crate::store::sqlite::runs::write_run;
@@ -63,11 +65,16 @@ fn queue_segments(
     Ok(())
 }
 
-/// Where the fields of a new row go (see [`locate_fields`]).
+/// Where the fields of a new row go (see [`locate_fields`]), and the
+/// record's seal, whose large fields' sums follow from how they relate
+/// to the previous version's.
 struct Layout<'a> {
     locs: &'a mut Vec<Loc>,
     deltas: &'a mut Vec<Delta>,
     segments: &'a mut Segments,
+    seal: &'a mut PartialSeal,
+    /// What the caller found out (see `checkpoints::ahead`).
+    ahead: &'a [Extension],
 }
 
 /// Where the fields of `cp`, stored as row `own_id` after `prev`, will have
@@ -88,6 +95,8 @@ fn locate_fields(
         locs,
         deltas,
         segments,
+        seal,
+        ahead,
     } = out;
     locs.reserve(cp.fields.len());
     if !tiled {
@@ -116,6 +125,7 @@ fn locate_fields(
             continue;
         };
         if old == bytes {
+            seal.same_as(i, p.sum(j));
             locs.push(old_loc);
             if let Some(d) = p.delta(j) {
                 deltas.push(Delta {
@@ -126,8 +136,23 @@ fn locate_fields(
             shares = true;
             continue;
         }
-        match delta::plan(bytes, old, old_loc, p.delta(j), i, cp.seq) {
+        let known = ahead
+            .iter()
+            .find(|e| e.field == i && e.old_field == j && e.against(&p.cp))
+            .map(|e| (e.old_header, e.new_header));
+        match delta::plan(bytes, old, old_loc, p.delta(j), (i, cp.seq), known) {
             Some(planned) => {
+                if seal.pending(i) {
+                    let end = planned.new_header + planned.body_len;
+                    seal.extends(
+                        i,
+                        p.sum(j),
+                        &old[..planned.old_header],
+                        planned.body_len,
+                        &bytes[..planned.new_header],
+                        &bytes[end..],
+                    );
+                }
                 locs.push(planned.base);
                 let chain = planned.delta.chain;
                 if let Some(seg) = planned.segment {
@@ -150,8 +175,8 @@ fn locate_fields(
 }
 
 /// The row that stores `cp` as checkpoint `cp.seq` of run `ord` with shape
-/// `shape` and seal `checksum` ([`checksums`](crate::store::checksums) of
-/// `cp`), after `prev` (the run's previous checkpoint, whose bytes it
+/// `shape` and the seal `seal` completes ([`checksums`](crate::store::checksums)
+/// of `cp`), after `prev` (the run's previous checkpoint, whose bytes it
 /// shares for fields that did not change), and where its fields' bytes will
 /// be. The caller queues the row and the run's new head (see [`deferred`]).
 #[allow(clippy::too_many_arguments)]
@@ -159,7 +184,7 @@ pub(in crate::store::sqlite) fn checkpoint_row(
     cx: &mut TxnCtx<'_>,
     ord: i64,
     cp: &Arc<CheckpointRecord>,
-    checksum: Vec<u8>,
+    (mut seal, ahead): (PartialSeal, &[Extension]),
     prev: Option<&Located>,
     shape: i64,
     floor: u64,
@@ -174,8 +199,11 @@ pub(in crate::store::sqlite) fn checkpoint_row(
         locs: &mut locs,
         deltas: &mut deltas,
         segments: &mut segments,
+        seal: &mut seal,
+        ahead,
     };
     let (own_len, shares) = locate_fields(cp, prev, own_id, tiled, layout);
+    let (checksum, sums) = seal.finish(cp);
     let seq = to_i64(cp.seq, "seq")?;
     queue_segments(cx, ord, cp, segments)?;
     // The row stores the fields that changed, in order; when all did (or
@@ -236,6 +264,7 @@ pub(in crate::store::sqlite) fn checkpoint_row(
         shape,
         locs,
         deltas,
+        sums,
     };
     Ok((row, located))
 }

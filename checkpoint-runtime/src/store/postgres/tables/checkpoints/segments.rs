@@ -248,7 +248,7 @@ fn append(
         Some(a) => (0, 0, a.base),
         None => (0, 0, old.len() as u64),
     };
-    let Some(p) = delta::plan(new, old, old_loc, was.map(|a| &a.delta), index, seq) else {
+    let Some(p) = delta::plan(new, old, old_loc, was.map(|a| &a.delta), (index, seq), None) else {
         return Some(None);
     };
     let chain = i64::try_from(p.delta.chain).ok()?;
