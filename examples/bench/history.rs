@@ -354,7 +354,7 @@ async fn in_memory(n: u32, tail: u32) -> Result<Duration, BoxError> {
 }
 
 /// The median of `rounds` timings of `f`.
-fn timed<T>(rounds: usize, mut f: impl FnMut() -> T) -> Duration {
+pub(crate) fn timed<T>(rounds: usize, mut f: impl FnMut() -> T) -> Duration {
     let mut times: Vec<Duration> = (0..rounds)
         .map(|_| {
             let t = Instant::now();

@@ -199,6 +199,8 @@ pub struct PostgresStore {
     /// The latest checkpoint of each run this store executes, which the
     /// run's next save may append to (see `tables::checkpoints::segments`).
     heads: tables::checkpoints::segments::Heads,
+    /// See [`PostgresStore::bytes_written`].
+    written: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -293,6 +295,7 @@ impl PostgresStore {
             listener_pid,
             holds: hold::Holds::default(),
             heads: Default::default(),
+            written: Default::default(),
         })
     }
 
@@ -308,6 +311,25 @@ impl PostgresStore {
     /// ```
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// The bytes of checkpoint fields this store has saved since it was
+    /// opened, in committed saves: what each checkpoint row holds of its
+    /// fields' bytes itself, and the segments written for fields stored by
+    /// appending (folds included). What PostgreSQL makes of them (tuples,
+    /// indexes, TOAST, the WAL) is more; the rest of a row and other
+    /// writes (runs, signals, history) are not counted.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::store::postgres::PostgresStore;
+    /// let store = PostgresStore::open("postgres://app@localhost/db").await?;
+    /// assert_eq!(store.bytes_written(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn bytes_written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Drops PostgreSQL schema `schema` with everything in it (`DROP SCHEMA

@@ -5,6 +5,7 @@
 //! rule would, batched by the group commit ([`save`](super::save),
 //! [`group_commit`](super::group_commit)).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -682,6 +683,10 @@ impl PostgresStore {
             Ok(false) => Ok(None),
             Err(_) => Err(()),
         };
+        if let Ok(plan) = stored {
+            let bytes = plan.map_or(cp.data.len(), segments::RowPlan::bytes);
+            self.written.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
         self.heads.saved(lease, &cp, stored);
         saved.map(|_| ())
     }

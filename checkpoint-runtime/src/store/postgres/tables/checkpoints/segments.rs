@@ -172,6 +172,14 @@ pub(in crate::store::postgres) struct RowPlan {
     pub(in crate::store::postgres) folds: Folds,
 }
 
+impl RowPlan {
+    /// The bytes of fields this plan writes: the row's own and the
+    /// segments' (see `PostgresStore::bytes_written`).
+    pub(in crate::store::postgres) fn bytes(&self) -> usize {
+        self.data.len() + self.writes.bytes.iter().map(Vec::len).sum::<usize>()
+    }
+}
+
 /// How `cp` can be stored after `head`: `None` when no field appends
 /// (store it whole).
 pub(in crate::store::postgres) fn plan(cp: &CheckpointRecord, head: &Head) -> Option<RowPlan> {
