@@ -1,5 +1,6 @@
 //! Criterion benchmarks of fields stored by appending in the SQLite store
-//! (see `src/store/sqlite/checkpoints/delta.rs`), on a history of ~500-byte
+//! (see `src/store/delta/`, the planning both SQL stores share, and
+//! `src/store/sqlite/checkpoints/delta.rs`), on a history of ~500-byte
 //! messages (a postcard `Vec<Vec<u8>>`) at 1,000 and 4,000 messages:
 //!
 //! - `delta/append_<n>`: finding what a grown history appended to the one
