@@ -37,9 +37,9 @@ use super::tables::runs::SavedColumns;
 /// owner, a place, the values), the run columns they set (`$25`–`$35`, as
 /// `Bound::saved`), their fences (`$36`–`$39`: epoch, worker, instance,
 /// previous seq), and their segment writes and folds (`$40`–`$44`,
-/// `$45`–`$48`, each with its save's index first; `$49`: whether there are
-/// folds, a one-time filter, so that a batch without folds does not scan
-/// for segments to delete).
+/// `$45`–`$48`, each with its save's index first; a batch without folds
+/// does not look for segments to delete: `cardinality($45)` is a one-time
+/// filter).
 pub(super) const BATCH: &str = concat!(
     "WITH i AS MATERIALIZED (SELECT * FROM unnest($1::integer[], $2::text[], $3::bigint[], \
        $4::text[], $5::text[], $6::integer[], $7::bytea[], $8::text[], $9::bigint[], \
@@ -95,7 +95,7 @@ pub(super) const BATCH: &str = concat!(
        USING unnest($45::integer[], $46::bigint[], $47::bigint[], $48::bigint[]) \
          AS z (owner, chain, lo, hi) \
        JOIN r ON r.idx = z.owner JOIN i ON i.idx = z.owner \
-       WHERE $49::boolean AND s.run = i.run AND s.chain = z.chain AND s.lo >= z.lo \
+       WHERE cardinality($45::integer[]) > 0 AND s.run = i.run AND s.chain = z.chain AND s.lo >= z.lo \
          AND s.hi < z.hi) \
      SELECT idx FROM r"
 );
@@ -112,7 +112,6 @@ pub(super) struct Columns<'a> {
     prev: Vec<i64>,
     writes: SegmentColumns<'a>,
     folds: FoldColumns,
-    folding: bool,
 }
 
 /// The segment writes of the saves (see `segments::Writes`), each with its
@@ -157,7 +156,6 @@ impl<'a> Columns<'a> {
                 self.writes.hi.push(w.hi[k]);
                 self.writes.bytes.push(&w.bytes[k]);
             }
-            self.folding |= !f.chain.is_empty();
             for k in 0..f.chain.len() {
                 self.folds.owner.push(idx);
                 self.folds.chain.push(f.chain[k]);
@@ -224,7 +222,6 @@ impl<'a> Columns<'a> {
             &self.folds.chain,
             &self.folds.lo,
             &self.folds.hi,
-            &self.folding,
         ]
     }
 }
