@@ -10,8 +10,8 @@ use std::time::SystemTime;
 
 use futures::executor::block_on;
 
-use crate::store::conformance::{claim_one, new_run};
-use crate::store::{CheckpointRecord, FieldRecord, Lease, Store};
+use crate::store::conformance::{new_run, req};
+use crate::store::{CheckpointRecord, ClaimRequest, FieldRecord, Lease, Store};
 
 /// xorshift64*: the same sequences on every machine.
 pub(in crate::store) struct Rng(pub(in crate::store) u64);
@@ -172,8 +172,15 @@ pub(in crate::store) fn save_model(
     keep: Option<usize>,
 ) -> (Vec<Arc<CheckpointRecord>>, Lease) {
     new_run(store, run);
-    // Each run its own worker: claiming one run does not take another over.
-    let c = claim_one(store, run, run);
+    // Only this run: on a slow machine another model's run may have
+    // outlived its lease by now, and must not be taken over.
+    let only = ClaimRequest {
+        only: Some(run.to_owned()),
+        ..req(run, run)
+    };
+    let mut claimed = block_on(store.claim(&only)).unwrap().claimed;
+    assert_eq!(claimed.len(), 1, "run {run}: expected it to be claimable");
+    let c = claimed.remove(0);
     let mut rng = Rng(seed);
     let mut model = Model::new(&mut rng);
     let mut saved = Vec::new();

@@ -836,6 +836,42 @@ impl Cx<'_> {
         .map_err(db_err)
     }
 
+    /// [`query`](Cx::query), but planned for these parameters' values
+    /// every time: sent as an unnamed statement (parse, bind and execute in
+    /// one round trip), typed as the prepared statement's parameters are.
+    /// For a statement whose best plan depends on the sizes of the arrays
+    /// it unnests: a prepared statement's generic plan takes each for
+    /// about 10 elements, and after five executions it is kept if it looks
+    /// no dearer than the plans made for the real sizes, which it always
+    /// does (see `save_batch`).
+    pub async fn query_planned(
+        &mut self,
+        sql: &'static str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Error> {
+        let st = self.prep(sql).await?;
+        let typed: Vec<(&(dyn ToSql + Sync), tokio_postgres::types::Type)> = params
+            .iter()
+            .copied()
+            .zip(st.params().iter().cloned())
+            .collect();
+        if typed.len() != params.len() {
+            return Err(Error::internal(format!(
+                "postgres: {} parameters for a statement of {}",
+                params.len(),
+                st.params().len()
+            )));
+        }
+        match &mut self.db {
+            Db::Tx(t) => {
+                let c = t.client;
+                t.run(c.query_typed(sql, &typed)).await
+            }
+            Db::Plain(c) => c.query_typed(sql, &typed).await,
+        }
+        .map_err(db_err)
+    }
+
     pub async fn query_opt(
         &mut self,
         sql: &'static str,

@@ -311,7 +311,7 @@ async fn send_batch(conn: &mut Pooled<'_>, batch: &[Queued]) -> Vec<Outcome> {
     }
     if !columns.is_empty() {
         let params = columns.params();
-        match conn.plain().query(BATCH, &params).await {
+        match conn.plain().query_planned(BATCH, &params).await {
             Ok(rows) => {
                 for row in rows {
                     let saved = row.try_get::<_, i32>(0).ok();

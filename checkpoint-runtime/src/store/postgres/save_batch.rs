@@ -19,8 +19,15 @@
 //!
 //! The statement is prepared once, so its plan is generic: it takes every
 //! unnested column for about 10 rows. No step may then rescan one of them
-//! per row of another (a nested loop over `k` or `i` made a batch of 400
-//! saves take 200 ms): `r` joins only `i`, by `cp_runs`' primary key.
+//! per row of another (a nested loop over a CTE of the saves made a batch
+//! of 400 saves take 200 ms), nor compare every run's id with every saved
+//! one (`id = ANY (..)` over `cp_runs`). And the `UPDATE` reads only the
+//! run columns (`u`, an `unnest` of them alone): an `UPDATE .. FROM` keeps
+//! the whole row of what it joins, for rechecking it after waiting for a
+//! lock, and when that row held the checkpoints' bytes too, building it
+//! was the largest part of the server's time (`ExecEvalWholeRowVar`,
+//! `heap_form_tuple`). The checkpoint rows are unnested once more, for the
+//! `INSERT` alone (`v`).
 
 use tokio_postgres::types::ToSql;
 
@@ -41,17 +48,8 @@ use super::tables::runs::SavedColumns;
 /// does not look for segments to delete: `cardinality($45)` is a one-time
 /// filter).
 pub(super) const BATCH: &str = concat!(
-    "WITH i AS MATERIALIZED (SELECT * FROM unnest($1::integer[], $2::text[], $3::bigint[], \
-       $4::text[], $5::text[], $6::integer[], $7::bytea[], $8::text[], $9::bigint[], \
-       $10::bytea[], $11::bytea[], \
-       $25::smallint[], $26::text[], $27::bigint[], $28::bytea[], $29::text[], $30::integer[], \
-       $31::bigint[], $32::bigint[], $33::text[], $34::bytea[], $35::bigint[], \
-       $36::bigint[], $37::text[], $38::text[], $39::bigint[]) \
-     AS i (idx, run, seq, site_key, label, site_index, data, suspend, created_at, checksum, \
-       appended, state, signal, due, output, error, attempt, latest_seq, wake_seq, \
-       wake_signal, wake_payload, updated_at, epoch, worker, instance, prev)), \
-     k AS MATERIALIZED (SELECT id FROM cp_runs WHERE id = ANY ($2::text[]) \
-       ORDER BY id FOR UPDATE), \
+    "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
+       WHERE id IN (SELECT unnest($2::text[])) ORDER BY id FOR UPDATE), \
      l AS (SELECT owner, array_agg(v ORDER BY at) AS loops \
        FROM unnest($12::integer[], $13::integer[], $14::bigint[]) AS l (owner, at, v) \
        GROUP BY owner), \
@@ -64,39 +62,48 @@ pub(super) const BATCH: &str = concat!(
      ch AS (SELECT owner, array_agg(v ORDER BY at) AS chains \
        FROM unnest($22::integer[], $23::integer[], $24::bigint[]) AS ch (owner, at, v) \
        GROUP BY owner), \
-     r AS (UPDATE cp_runs SET state = i.state, signal = i.signal, due = i.due, \
-       output = i.output, error = i.error, attempt = i.attempt, latest_seq = i.latest_seq, \
-       wake_seq = i.wake_seq, wake_signal = i.wake_signal, wake_payload = i.wake_payload, \
-       updated_at = i.updated_at \
-       FROM i \
-       WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = i.run \
-         AND cp_runs.epoch = i.epoch AND lease_worker = i.worker \
-         AND lease_instance = i.instance AND lease_expires IS NOT NULL \
-         AND cp_runs.latest_seq = i.prev \
+     r AS (UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
+       output = u.output, error = u.error, attempt = u.attempt, latest_seq = u.latest_seq, \
+       wake_seq = u.wake_seq, wake_signal = u.wake_signal, wake_payload = u.wake_payload, \
+       updated_at = u.updated_at \
+       FROM unnest($1::integer[], $2::text[], \
+         $25::smallint[], $26::text[], $27::bigint[], $28::bytea[], $29::text[], \
+         $30::integer[], $31::bigint[], $32::bigint[], $33::text[], $34::bytea[], \
+         $35::bigint[], $36::bigint[], $37::text[], $38::text[], $39::bigint[]) \
+       AS u (idx, run, state, signal, due, output, error, attempt, latest_seq, wake_seq, \
+         wake_signal, wake_payload, updated_at, epoch, worker, instance, prev) \
+       WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
+         AND cp_runs.epoch = u.epoch AND lease_worker = u.worker \
+         AND lease_instance = u.instance AND lease_expires IS NOT NULL \
+         AND cp_runs.latest_seq = u.prev \
          AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
               OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
          AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0) \
-       RETURNING i.idx), \
+       RETURNING u.idx, u.run), \
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
-    ", event_id, appended, chains) SELECT i.run, i.seq, i.site_key, i.label, i.site_index, \
+    ", event_id, appended, chains) SELECT r.run, v.seq, v.site_key, v.label, v.site_index, \
        coalesce(l.loops, '{}'), coalesce(f.names, '{}'), coalesce(f.types, '{}'), \
        coalesce(f.offsets, '{}'), coalesce(f.lens, '{}'), coalesce(f.schemas, '{}'), \
-       i.data, i.suspend::jsonb, i.created_at, i.checksum, nextval('cp_history_id_seq'), \
-       i.appended, ch.chains \
-       FROM r JOIN i ON i.idx = r.idx LEFT JOIN l ON l.owner = i.idx \
-       LEFT JOIN f ON f.owner = i.idx LEFT JOIN ch ON ch.owner = i.idx), \
+       v.data, v.suspend::jsonb, v.created_at, v.checksum, nextval('cp_history_id_seq'), \
+       v.appended, ch.chains \
+       FROM r JOIN unnest($1::integer[], $3::bigint[], $4::text[], $5::text[], \
+         $6::integer[], $7::bytea[], $8::text[], $9::bigint[], $10::bytea[], $11::bytea[]) \
+         AS v (idx, seq, site_key, label, site_index, data, suspend, created_at, checksum, \
+           appended) ON v.idx = r.idx \
+       LEFT JOIN l ON l.owner = r.idx LEFT JOIN f ON f.owner = r.idx \
+       LEFT JOIN ch ON ch.owner = r.idx), \
      w AS (INSERT INTO cp_segments (run, chain, lo, hi, bytes) \
-       SELECT i.run, u.chain, u.lo, u.hi, u.bytes \
+       SELECT r.run, s.chain, s.lo, s.hi, s.bytes \
        FROM unnest($40::integer[], $41::bigint[], $42::bigint[], $43::bigint[], $44::bytea[]) \
-         AS u (owner, chain, lo, hi, bytes) \
-       JOIN r ON r.idx = u.owner JOIN i ON i.idx = u.owner), \
+         AS s (owner, chain, lo, hi, bytes) \
+       JOIN r ON r.idx = s.owner), \
      z AS (DELETE FROM cp_segments s \
        USING unnest($45::integer[], $46::bigint[], $47::bigint[], $48::bigint[]) \
          AS z (owner, chain, lo, hi) \
-       JOIN r ON r.idx = z.owner JOIN i ON i.idx = z.owner \
-       WHERE cardinality($45::integer[]) > 0 AND s.run = i.run AND s.chain = z.chain AND s.lo >= z.lo \
-         AND s.hi < z.hi) \
+       JOIN r ON r.idx = z.owner \
+       WHERE cardinality($45::integer[]) > 0 AND s.run = r.run AND s.chain = z.chain \
+         AND s.lo >= z.lo AND s.hi < z.hi) \
      SELECT idx FROM r"
 );
 
