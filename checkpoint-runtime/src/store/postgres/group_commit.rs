@@ -311,7 +311,12 @@ async fn send_batch(conn: &mut Pooled<'_>, batch: &[Queued]) -> Vec<Outcome> {
     }
     if !columns.is_empty() {
         let params = columns.params();
-        match conn.plain().query_planned(BATCH, &params).await {
+        let sent = if columns.replan() {
+            conn.plain().query_planned(BATCH, &params).await
+        } else {
+            conn.plain().query(BATCH, &params).await
+        };
+        match sent {
             Ok(rows) => {
                 for row in rows {
                     let saved = row.try_get::<_, i32>(0).ok();
