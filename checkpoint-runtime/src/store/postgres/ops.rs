@@ -15,8 +15,8 @@ use super::tables::checkpoints::{
     self, cp_cols, decode, decode_listed, load_seq, load_seq_checked, segments,
 };
 use super::tables::runs::{
-    code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run, CLAIM,
-    CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, UNREGISTERED,
+    code, decode_run, fenced, insert_run, insert_run_started, load, lock_run, must_exist, run_cols,
+    write_run, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, UNREGISTERED,
 };
 use super::tables::{history, signals};
 use super::{children, notify, PostgresStore};
@@ -33,6 +33,21 @@ use crate::Error;
 impl PostgresStore {
     pub(super) async fn do_create(&self, run: NewRun) -> Result<Created, Error> {
         let mut conn = self.pool.get().await?;
+        if run.parent.is_none() {
+            // A top-level run: one statement, the row and its first event.
+            let now = SystemTime::now();
+            let (rec, started) = rules::create(run, now);
+            let mut cx = conn.plain();
+            if !insert_run_started(&mut cx, &rec, now, &started).await? {
+                let existing = load(&mut cx, &rec.id)
+                    .await?
+                    .ok_or_else(|| Error::internal(format!("run `{}` vanished", rec.id)))?;
+                return Ok(Created::Existing(Box::new(existing)));
+            }
+            notify::notify(&mut cx, &self.schema).await?;
+            self.bump();
+            return Ok(Created::New);
+        }
         let mut cx = conn.begin().await?;
         let held = match (&run.parent, run.max_running) {
             (Some(parent), Some(_)) => {

@@ -3,11 +3,13 @@
 //! queries.
 
 use std::borrow::Cow;
+use std::time::SystemTime;
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use crate::store::postgres::conn::{corrupt, get, scrub, to_json, Cx};
+use crate::history::Event;
+use crate::store::postgres::conn::{corrupt, get, scrub, to_json, ts, Cx};
 use crate::store::rules::check_lease;
 use crate::store::sql::run_row::{ErrorCol, RunCols, RunRow};
 use crate::store::{Lease, RunRecord};
@@ -219,38 +221,76 @@ pub(in crate::store::postgres) async fn write_run(
     Ok(())
 }
 
+/// The insertion of a new run's row unless its id exists, from `$1`–`$15`
+/// (see [`insert_run`]).
+macro_rules! insert_run_sql {
+    () => {
+        "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
+         epoch, attempt, latest_seq, created_at, updated_at, version, parent) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         ON CONFLICT (id) DO NOTHING"
+    };
+}
+
 /// Inserts a new run unless its id exists; returns whether it did.
 pub(in crate::store::postgres) async fn insert_run(
     cx: &mut Cx<'_>,
     rec: &RunRecord,
 ) -> Result<bool, Error> {
+    insert_run_then(cx, rec, insert_run_sql!(), &[]).await
+}
+
+/// Inserts a new run unless its id exists and, only if it did, its first
+/// event (`RunStarted`), as one statement: a start in autocommit is one
+/// round trip and one commit, where the transaction of [`insert_run`] and
+/// `history::insert` took three. Returns whether the run was new.
+pub(in crate::store::postgres) async fn insert_run_started(
+    cx: &mut Cx<'_>,
+    rec: &RunRecord,
+    at: SystemTime,
+    started: &Event,
+) -> Result<bool, Error> {
+    const SQL: &str = concat!(
+        "WITH r AS (",
+        insert_run_sql!(),
+        " RETURNING id) INSERT INTO cp_history (run, at, event) \
+         SELECT id, $16, $17::text::jsonb FROM r"
+    );
+    let json = to_json(started)?;
+    insert_run_then(cx, rec, SQL, &[&ts(at), &json]).await
+}
+
+/// Runs `sql`, [`insert_run_sql`] and what follows it, with the run's
+/// columns as `$1`–`$15` and `more` after them; whether it wrote a row.
+async fn insert_run_then(
+    cx: &mut Cx<'_>,
+    rec: &RunRecord,
+    sql: &'static str,
+    more: &[&(dyn ToSql + Sync)],
+) -> Result<bool, Error> {
     let b = Bound::of(rec)?;
-    let n = cx
-        .execute(
-            "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
-             epoch, attempt, latest_seq, created_at, updated_at, version, parent) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-             ON CONFLICT (id) DO NOTHING",
-            &[
-                &rec.id,
-                &rec.workflow,
-                &&rec.input[..],
-                &b.state,
-                &b.signal,
-                &b.cols.due,
-                &b.cols.output,
-                &b.error,
-                &b.cols.epoch,
-                &b.attempt,
-                &b.cols.latest_seq,
-                &b.cols.created_at,
-                &b.cols.updated_at,
-                &i32::try_from(rec.version).unwrap_or(i32::MAX),
-                &rec.parent.as_deref().map(scrub),
-            ],
-        )
-        .await?;
-    Ok(n == 1)
+    let version = i32::try_from(rec.version).unwrap_or(i32::MAX);
+    let parent = rec.parent.as_deref().map(scrub);
+    let input = &rec.input[..];
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &rec.id,
+        &rec.workflow,
+        &input,
+        &b.state,
+        &b.signal,
+        &b.cols.due,
+        &b.cols.output,
+        &b.error,
+        &b.cols.epoch,
+        &b.attempt,
+        &b.cols.latest_seq,
+        &b.cols.created_at,
+        &b.cols.updated_at,
+        &version,
+        &parent,
+    ];
+    params.extend_from_slice(more);
+    Ok(cx.execute(sql, &params).await? == 1)
 }
 
 /// Loads a run with its input.
