@@ -384,6 +384,26 @@ pub(in crate::store::postgres) const RENEW_MANY: &str = "UPDATE cp_runs SET leas
                   WHERE r.state < 3 FOR NO KEY UPDATE OF r SKIP LOCKED) \
      RETURNING id";
 
+/// [`RENEW_MANY`] waiting for the rows' locks, for runs it found locked
+/// every time for a while: a run that checkpoints without pause is in
+/// nearly every batch of saves, each locking its row, and may never be
+/// found unlocked. The rows are locked in the order of their ids, as a
+/// batch locks them, so the two never wait for each other in a cycle; `$6`
+/// bounds each wait (`lock_timeout`, for this statement only: it is its
+/// own transaction on the side connection, and the filter that sets it
+/// runs before any row is locked).
+pub(in crate::store::postgres) const RENEW_MANY_WAITING: &str =
+    "UPDATE cp_runs SET lease_expires = $5 \
+     WHERE id IN (SELECT r.id FROM cp_runs r \
+                  JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) \
+                       AS w(id, epoch, worker, instance) \
+                    ON r.id = w.id AND r.epoch = w.epoch AND r.lease_worker = w.worker \
+                   AND r.lease_instance = w.instance \
+                  WHERE r.state < 3 \
+                    AND (SELECT set_config('lock_timeout', $6::text, true)) IS NOT NULL \
+                  ORDER BY r.id FOR NO KEY UPDATE OF r) \
+     RETURNING id";
+
 /// Runs' rows without their input and without a lock (`$1` the ids, an array).
 pub(in crate::store::postgres) const LOAD_PLAIN_MANY: &str = concat!(
     "SELECT ",
