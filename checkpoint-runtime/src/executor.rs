@@ -289,6 +289,8 @@ impl Inner {
             only: only.map(str::to_owned),
             revisit_parked,
         };
+        // The store computes the leases' expiry after this, never before.
+        let asked = std::time::Instant::now();
         let res = self.env.store.claim(&req).await?;
         for (id, workflow) in res.unregistered {
             let first = lock(&self.noted).insert(id.clone());
@@ -319,6 +321,7 @@ impl Inner {
                 claimed.run.attempt,
                 claimed.run.latest_seq,
             ));
+            shared.note_lease_set(asked);
             let replaced = self.active.insert(shared.clone());
             if let Some(old) = replaced {
                 // Our own earlier execution whose lease lapsed: it is fenced off now.
@@ -327,7 +330,7 @@ impl Inner {
             tokio::spawn(drive(self.clone(), shared, claimed));
         }
         if n > 0 {
-            self.keeper.ensure_started(
+            self.keeper.claimed(
                 &self.active,
                 self.env.store.clone(),
                 self.ttl,

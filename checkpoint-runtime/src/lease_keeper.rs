@@ -10,6 +10,9 @@
 //! [`Store::renew_many`] instead: one statement per period, whatever the
 //! number of runs.
 //!
+//! Each lease is renewed a third of its TTL after its expiry was last set
+//! (see [`keep`]), so a slow claim is followed by a prompt renewal.
+//!
 //! The keeper is a task of its own, never polled instead of a workflow
 //! future: a run may be inside a store transaction that locks its row, and
 //! renewing it must not wait on that transaction's progress.
@@ -17,9 +20,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::run::{lock, Halt, RunShared};
 use crate::store::{Lease, Store};
@@ -72,76 +75,120 @@ impl ActiveRuns {
 /// Renews the leases of a runtime's [`ActiveRuns`] (see the module docs).
 pub(crate) struct LeaseKeeper {
     started: AtomicBool,
+    /// Wakes the keeper to look at runs claimed since it last did.
+    poke: Arc<Notify>,
 }
 
 impl LeaseKeeper {
     pub(crate) fn new() -> Self {
         LeaseKeeper {
             started: AtomicBool::new(false),
+            poke: Arc::new(Notify::new()),
         }
     }
 
-    /// Starts the keeper task, once (inside a tokio runtime). It ends when
-    /// the runtime is gone, or shut down with no execution left.
-    pub(crate) fn ensure_started(
+    /// Starts the keeper task, once (inside a tokio runtime), and has it
+    /// look at the runs claimed since it last did: a claim that took long
+    /// may have left them little of their TTL. The task ends when the
+    /// runtime is gone, or shut down with no execution left.
+    pub(crate) fn claimed(
         &self,
         runs: &Arc<ActiveRuns>,
         store: Arc<dyn Store>,
         ttl: Duration,
         shutdown: watch::Receiver<bool>,
     ) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
+        if !self.started.swap(true, Ordering::AcqRel) {
+            let poke = self.poke.clone();
+            tokio::spawn(keep(Arc::downgrade(runs), store, ttl, shutdown, poke));
         }
-        tokio::spawn(keep(Arc::downgrade(runs), store, ttl, shutdown));
+        self.poke.notify_one();
     }
 }
 
-/// How often leases are renewed: a lease outlives two missed renewals.
+/// How long after its expiry was set a lease is renewed: a third of the
+/// TTL, so that it outlives two missed renewals.
 pub(crate) fn renewal_period(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(10))
 }
 
+/// The keeper's loop. Each lease is renewed a [`renewal_period`] after its
+/// expiry was last set ([`RunShared::lease_set`]), not on one clock for
+/// all: a claim of hundreds of runs can take a second on a loaded machine,
+/// and it computes their expiry before it starts, so a run may begin its
+/// execution with a good part of its TTL gone (3 s leases lapsed under the
+/// 1,000-run load of `tests/load.rs` when the first renewal came a whole
+/// period after such a claim). The runs due within half a period are
+/// renewed with those due now, so that runs claimed at different times
+/// share calls.
 async fn keep(
     runs: Weak<ActiveRuns>,
     store: Arc<dyn Store>,
     ttl: Duration,
     shutdown: watch::Receiver<bool>,
+    poke: Arc<Notify>,
 ) {
     let period = renewal_period(ttl);
-    let mut pause = period;
+    let mut wake = Instant::now() + period;
     loop {
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = poke.notified() => {}
+        }
         let Some(active) = runs.upgrade() else { return };
         let going = active.going();
         if going.is_empty() {
             if *shutdown.borrow() && active.len() == 0 {
                 return;
             }
-            pause = period;
+            wake = Instant::now() + period;
             continue;
         }
         drop(active);
-        let leases: Vec<(Arc<str>, Lease)> = going
+        let now = Instant::now();
+        let due: Vec<&Arc<RunShared>> = going
             .iter()
-            .map(|r| (r.id.clone(), r.lease.clone()))
+            .filter(|r| r.lease_set() + period / 2 <= now)
             .collect();
-        let mut results = store.renew_many(&leases, ttl).await.into_iter();
-        let mut missed = false;
-        for run in &going {
-            match results.next() {
-                Some(Ok(())) => {}
-                // Fenced off (another worker holds the run now) or cancelled:
-                // the execution stops and hands nothing back.
-                Some(Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. })) => {
-                    run.halt(Halt::Stop)
-                }
-                // Transient (a dropped connection, a row locked too long),
-                // or a backend that answered for fewer runs than asked:
-                // tried again soon; the lease outlives a few misses.
-                Some(Err(_)) | None => missed = true,
-            }
-        }
-        pause = if missed { period / 4 } else { period };
+        let missed = !due.is_empty() && !renew(&*store, &due, ttl).await;
+        let next = going
+            .iter()
+            .filter(|r| !r.is_halted())
+            .map(|r| r.lease_set() + period)
+            .min()
+            .unwrap_or(now + period);
+        // A miss is tried again soon, not at once: the lease outlives a few.
+        let soonest = Instant::now() + if missed { period / 4 } else { MIN_PAUSE };
+        wake = next.max(soonest);
     }
+}
+
+/// The least time between two rounds of the keeper.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+
+/// Renews the leases of `due` in one store call. Returns whether every
+/// one was renewed or found fenced off (its execution then stops).
+async fn renew(store: &dyn Store, due: &[&Arc<RunShared>], ttl: Duration) -> bool {
+    let leases: Vec<(Arc<str>, Lease)> = due
+        .iter()
+        .map(|r| (r.id.clone(), r.lease.clone()))
+        .collect();
+    let asked = Instant::now();
+    let mut results = store.renew_many(&leases, ttl).await.into_iter();
+    let mut all = true;
+    for run in due {
+        match results.next() {
+            Some(Ok(())) => run.note_lease_set(asked),
+            // Fenced off (another worker holds the run now) or cancelled:
+            // the execution stops and hands nothing back.
+            Some(Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. })) => {
+                run.halt(Halt::Stop)
+            }
+            // Transient (a dropped connection, a row locked too long),
+            // or a backend that answered for fewer runs than asked:
+            // tried again soon; the lease outlives a few misses.
+            Some(Err(_)) | None => all = false,
+        }
+    }
+    all
 }

@@ -10,6 +10,7 @@ use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -125,6 +126,11 @@ pub(crate) struct RunShared {
     pub(crate) workflow: &'static str,
     pub(crate) env: Arc<RunEnv>,
     pub(crate) lease: Lease,
+    /// When the lease's expiry was last set, by the claim or a renewal: the
+    /// instant just before the store was asked (it computes the expiry
+    /// later, never earlier). The lease keeper renews a third of the TTL
+    /// after it.
+    lease_set: Mutex<Instant>,
     pub(crate) attempt: AtomicU32,
     /// The latest checkpoint's sequence number.
     pub(crate) seq: AtomicU64,
@@ -154,6 +160,7 @@ impl RunShared {
             workflow,
             env,
             lease,
+            lease_set: Mutex::new(Instant::now()),
             attempt: AtomicU32::new(attempt.max(1)),
             seq: AtomicU64::new(seq),
             calls: AtomicU64::new(0),
@@ -174,6 +181,17 @@ impl RunShared {
         }
         self.halted.store(true, Ordering::Release);
         self.halt_notify.notify_one();
+    }
+
+    /// When the lease's expiry was last set (see the field).
+    pub(crate) fn lease_set(&self) -> Instant {
+        *lock(&self.lease_set)
+    }
+
+    /// Records that the lease's expiry was set from `at` on (a claim that
+    /// began then, or a renewal).
+    pub(crate) fn note_lease_set(&self, at: Instant) {
+        *lock(&self.lease_set) = at;
     }
 
     pub(crate) fn is_halted(&self) -> bool {

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::__private::{load, load_signal, load_signal_timeout, Frame, SiteInfo, SiteKind, Slot};
-use crate::store::MemoryStore;
+use crate::store::{MemoryStore, Store};
 use crate::testing::{CrashMode, Harness, SideEffects, SimulatedCrash};
 use crate::{Error, Event, IntoWorkflow, RunFilter, Runtime, Status, StatusKind, Workflow};
 
@@ -1304,6 +1304,48 @@ async fn leases_are_renewed_while_a_run_executes() {
     }
     within(driver).await.unwrap().unwrap();
     assert_eq!(within(h.result()).await.unwrap(), 10);
+    let history = a.history("s").await.unwrap();
+    assert!(
+        !history.iter().any(|e| matches!(e, Event::Resumed { .. })),
+        "{history:?}"
+    );
+}
+
+/// A claim computes its leases' expiry before it begins; one that answers
+/// late (hundreds of runs claimed on a loaded server) leaves its runs
+/// little of their TTL. The keeper renews them at once, not a renewal
+/// period after the claim returned, so no other worker takes them over.
+#[tokio::test]
+async fn a_slow_claim_is_followed_by_a_prompt_renewal() {
+    let store = Arc::new(MemoryStore::new());
+    let ttl = Duration::from_millis(300);
+    let worker = |id: &str| {
+        Runtime::builder()
+            .worker_id(id)
+            .lease_ttl(ttl)
+            .store(store.clone())
+            .in_memory()
+    };
+    let (a, b) = (worker("a"), worker("b"));
+    b.register(Slow);
+    store.delay_next_claim(Duration::from_millis(250));
+    let h = a.start(Slow, "s", (20, 30)).await.unwrap();
+    // The claim took the run (its answer is still on its way): only now
+    // may b look, as often as it likes.
+    within(async {
+        while store.load_run("s").await.unwrap().unwrap().lease.is_none() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let polling = tokio::spawn(async move {
+        for _ in 0..40 {
+            b.run_until_idle().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert_eq!(within(h.result()).await.unwrap(), 20);
+    within(polling).await.unwrap();
     let history = a.history("s").await.unwrap();
     assert!(
         !history.iter().any(|e| matches!(e, Event::Resumed { .. })),

@@ -34,6 +34,10 @@ use crate::Error;
 pub struct MemoryStore {
     state: Mutex<State>,
     changes: watch::Sender<u64>,
+    /// Tests: how late the next claim that takes a run answers (a claim
+    /// transaction that took long on a loaded server).
+    #[cfg(test)]
+    claim_delay: Mutex<Option<Duration>>,
 }
 
 #[derive(Default)]
@@ -127,7 +131,16 @@ impl MemoryStore {
         MemoryStore {
             state: Mutex::new(State::default()),
             changes: watch::channel(0).0,
+            #[cfg(test)]
+            claim_delay: Mutex::new(None),
         }
+    }
+
+    /// Tests: the next claim that takes a run answers `delay` late, its
+    /// leases' expiry computed before the delay.
+    #[cfg(test)]
+    pub(crate) fn delay_next_claim(&self, delay: Duration) {
+        *self.claim_delay.lock().unwrap_or_else(|e| e.into_inner()) = Some(delay);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -660,7 +673,22 @@ impl Store for MemoryStore {
     }
 
     fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>> {
-        ready(self.do_claim(req))
+        let claimed = self.do_claim(req);
+        #[cfg(test)]
+        if claimed.as_ref().is_ok_and(|c| !c.claimed.is_empty()) {
+            let delay = self
+                .claim_delay
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(delay) = delay {
+                return Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    claimed
+                });
+            }
+        }
+        ready(claimed)
     }
 
     fn renew<'a>(
