@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 use super::conn::{corrupt, from_ts, get, scrub, to_i64, ts, ts_after, Cx};
 use super::save::{save_joining, sqlstate_class};
 use super::tables::checkpoints::{
-    self, cp_cols, decode, decode_listed, load_seq, load_seq_checked, segments,
+    self, cp_cols, decode, decode_listed, load_seq, load_seqs_checked, segments, Found,
 };
 use super::tables::runs::{
     code, decode_run, fenced, insert_run, insert_run_started, load, lock_run, must_exist, run_cols,
-    write_run, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY,
+    write_run, write_runs, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY,
     RENEW_MANY_WAITING, UNREGISTERED,
 };
 use super::tables::{history, signals};
@@ -154,14 +154,14 @@ impl PostgresStore {
         let mut seen: Vec<String> = Vec::new();
         let mut taken = Vec::new();
         if let (true, Some(only)) = (req.revisit_parked, &req.only) {
-            for row in cx.query(CLAIM_PARKED, &[&workflows, only]).await? {
-                seen.push(get(&row, 0)?);
-                if let Some(claimed) =
-                    claim_row(&mut cx, &row, req, expires, now, &self.schema).await?
-                {
-                    taken.push(claimed);
-                }
-            }
+            let rows = cx.query(CLAIM_PARKED, &[&workflows, only]).await?;
+            let at = ClaimAt {
+                req,
+                expires,
+                now,
+                schema: &self.schema,
+            };
+            claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
         }
         loop {
             let want = limit - i64::try_from(taken.len()).unwrap_or(limit);
@@ -177,21 +177,30 @@ impl PostgresStore {
                 )
                 .await?;
             let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
-            for row in rows {
-                seen.push(get(&row, 0)?);
-                if let Some(claimed) =
-                    claim_row(&mut cx, &row, req, expires, now, &self.schema).await?
-                {
-                    taken.push(claimed);
-                }
-            }
+            let at = ClaimAt {
+                req,
+                expires,
+                now,
+                schema: &self.schema,
+            };
+            claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
             if exhausted {
                 break;
             }
         }
+        let recs: Vec<&RunRecord> = taken.iter().map(|t| &t.claimed.run).collect();
+        write_runs(&mut cx, &recs).await?;
+        for t in &taken {
+            if let Some(event) = &t.taken_over {
+                history::insert(&mut cx, &t.claimed.run.id, now, event).await?;
+            }
+        }
         cx.commit().await?;
         // What each run's next save may append to (see `segments`).
-        for (claimed, appended) in taken {
+        for Taken {
+            claimed, appended, ..
+        } in taken
+        {
             if let Some(cp) = &claimed.checkpoint {
                 self.heads.claimed(&claimed.lease, cp.clone(), appended);
             }
@@ -898,22 +907,72 @@ impl PostgresStore {
     }
 }
 
-/// Claims the run of a [`CLAIM`] row (locked by the query), or leaves it
-/// untouched (`None`) when it turns out not to be claimable. With the
-/// claim, the descriptors of the fields its latest checkpoint stores by
-/// appending (see [`segments`]).
+/// What a claim works with, for every row it looks at.
+struct ClaimAt<'a> {
+    req: &'a ClaimRequest,
+    expires: SystemTime,
+    now: SystemTime,
+    schema: &'a str,
+}
+
+/// A run a claim took, before its row is written back ([`write_runs`],
+/// once for all of them).
+struct Taken {
+    claimed: Claimed,
+    /// The descriptors of the latest checkpoint's appended fields.
+    appended: Vec<segments::Appended>,
+    /// `TakenOver`, when another instance held the lease.
+    taken_over: Option<Event>,
+}
+
+/// Claims what it can of `rows` (locked by the claim query), adding each
+/// run to `seen` and the runs taken to `taken`. Their latest checkpoints
+/// are loaded in one query for all of them.
+async fn claim_rows(
+    cx: &mut Cx<'_>,
+    rows: &[tokio_postgres::Row],
+    at: &ClaimAt<'_>,
+    seen: &mut Vec<String>,
+    taken: &mut Vec<Taken>,
+) -> Result<(), Error> {
+    let recs: Vec<Result<RunRecord, Error>> = rows.iter().map(decode_run).collect();
+    let wanted: Vec<(&str, &str, u64)> = recs
+        .iter()
+        .flatten()
+        .map(|r| (&*r.id, &*r.workflow, r.latest_seq))
+        .collect();
+    let mut latest = load_seqs_checked(cx, &wanted).await?;
+    for (row, rec) in rows.iter().zip(recs) {
+        let id: String = get(row, 0)?;
+        let found = latest.remove(&id).unwrap_or(Ok(None));
+        seen.push(id);
+        if let Some(t) = claim_row(cx, row, rec, found, at).await? {
+            taken.push(t);
+        }
+    }
+    Ok(())
+}
+
+/// Claims one run (`rec`, decoded from `row`; `found`, its latest
+/// checkpoint) if the rules let this claim take it, without writing its
+/// row back; marks it failed if it cannot be loaded.
 async fn claim_row(
     cx: &mut Cx<'_>,
     row: &tokio_postgres::Row,
-    req: &ClaimRequest,
-    expires: SystemTime,
-    now: SystemTime,
-    schema: &str,
-) -> Result<Option<(Claimed, Vec<segments::Appended>)>, Error> {
+    rec: Result<RunRecord, Error>,
+    found: Found,
+    at: &ClaimAt<'_>,
+) -> Result<Option<Taken>, Error> {
+    let ClaimAt {
+        req,
+        expires,
+        now,
+        schema,
+    } = *at;
     // A run whose row or latest checkpoint this build cannot decode must
     // not make every worker's claim fail: it is marked failed (see
     // `rules::damaged`) and skipped.
-    let mut rec = match decode_run(row) {
+    let mut rec = match rec {
         Ok(rec) => rec,
         Err(e) => {
             let id: String = get(row, 0)?;
@@ -929,7 +988,6 @@ async fn claim_row(
     {
         return Ok(None);
     }
-    let found = load_seq_checked(cx, &rec.id, &rec.workflow, rec.latest_seq).await?;
     // Never started over without the checkpoint it had (see the rule).
     let checkpoint = found.and_then(|cp| {
         rules::latest_checkpoint(&rec, cp.as_ref().map(|(cp, _)| &**cp))?;
@@ -954,18 +1012,17 @@ async fn claim_row(
         return Ok(None);
     }
     let wake = rules::claim_wake(&rec.state, signal);
-    let taken = rules::takeover(rec.lease.as_ref(), req);
+    let taken_over = rules::takeover(rec.lease.as_ref(), req);
     let lease = rules::claim(&mut rec, req, wake, expires, now);
-    write_run(cx, &rec).await?;
-    if let Some(event) = taken {
-        history::insert(cx, &rec.id, now, &event).await?;
-    }
-    let claimed = Claimed {
-        run: rec,
-        lease,
-        checkpoint,
-    };
-    Ok(Some((claimed, appended)))
+    Ok(Some(Taken {
+        claimed: Claimed {
+            run: rec,
+            lease,
+            checkpoint,
+        },
+        appended,
+        taken_over,
+    }))
 }
 
 /// Marks run `id` (its row locked by the claim), which cannot be loaded or

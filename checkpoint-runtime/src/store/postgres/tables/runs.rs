@@ -221,6 +221,78 @@ pub(in crate::store::postgres) async fn write_run(
     Ok(())
 }
 
+/// [`write_run`] for many records in one statement (a claim's runs: one
+/// round trip for all of them, where a statement each kept the claim's
+/// transaction, and its row locks, open for a round trip per run).
+pub(in crate::store::postgres) async fn write_runs(
+    cx: &mut Cx<'_>,
+    recs: &[&RunRecord],
+) -> Result<(), Error> {
+    const SQL: &str = "UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
+         output = u.output, error = u.error, lease_worker = u.lease_worker, \
+         lease_instance = u.lease_instance, lease_expires = u.lease_expires, epoch = u.epoch, \
+         attempt = u.attempt, latest_seq = u.latest_seq, wake_seq = u.wake_seq, \
+         wake_signal = u.wake_signal, wake_payload = u.wake_payload, updated_at = u.updated_at \
+         FROM unnest($1::text[], $2::smallint[], $3::text[], $4::bigint[], $5::bytea[], \
+           $6::text[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::integer[], \
+           $12::bigint[], $13::bigint[], $14::text[], $15::bytea[], $16::bigint[]) \
+         AS u (id, state, signal, due, output, error, lease_worker, lease_instance, \
+           lease_expires, epoch, attempt, latest_seq, wake_seq, wake_signal, wake_payload, \
+           updated_at) \
+         WHERE cp_runs.id = u.id";
+    match recs {
+        [] => return Ok(()),
+        [rec] => return write_run(cx, rec).await,
+        _ => {}
+    }
+    let bound: Vec<Bound<'_>> = recs
+        .iter()
+        .map(|r| Bound::of(r))
+        .collect::<Result<_, _>>()?;
+    let ids: Vec<&str> = recs.iter().map(|r| &*r.id).collect();
+    let mut saved = SavedColumns::default();
+    let (mut worker, mut instance, mut expires, mut epoch) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for b in &bound {
+        saved.push(b);
+        worker.push(b.cols.lease_worker);
+        instance.push(b.cols.lease_instance);
+        expires.push(b.cols.lease_expires);
+        epoch.push(b.cols.epoch);
+    }
+    let n = cx
+        .execute(
+            SQL,
+            &[
+                &ids,
+                &saved.state,
+                &saved.signal,
+                &saved.due,
+                &saved.output,
+                &saved.error,
+                &worker,
+                &instance,
+                &expires,
+                &epoch,
+                &saved.attempt,
+                &saved.latest_seq,
+                &saved.wake_seq,
+                &saved.wake_signal,
+                &saved.wake_payload,
+                &saved.updated_at,
+            ],
+        )
+        .await?;
+    if n != recs.len() as u64 {
+        return Err(Error::internal(format!(
+            "{} of {} runs vanished under their transaction",
+            recs.len() as u64 - n.min(recs.len() as u64),
+            recs.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The insertion of a new run's row unless its id exists, from `$1`–`$15`
 /// (see [`insert_run`]).
 macro_rules! insert_run_sql {

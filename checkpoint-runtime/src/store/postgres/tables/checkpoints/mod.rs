@@ -5,6 +5,7 @@
 pub(in crate::store::postgres) mod segments;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio_postgres::types::ToSql;
@@ -411,6 +412,53 @@ pub(in crate::store::postgres) async fn load_seq(
     Ok(load_seq_checked(cx, id, workflow, seq)
         .await??
         .map(|(cp, _)| cp))
+}
+
+/// What [`load_seq_checked`] finds for one run.
+pub(in crate::store::postgres) type Found =
+    Result<Option<(Arc<CheckpointRecord>, Vec<Appended>)>, Error>;
+
+/// [`load_seq_checked`] for many runs at once (`runs`: id, workflow and
+/// seq), in one query: what it finds for each run with a checkpoint to
+/// load, by id (a run whose seq is 0 has none: it is left out).
+pub(in crate::store::postgres) async fn load_seqs_checked(
+    cx: &mut Cx<'_>,
+    runs: &[(&str, &str, u64)],
+) -> Result<HashMap<String, Found>, Error> {
+    const SQL: &str = concat!(
+        "SELECT c.run, ",
+        cp_cols!(),
+        " FROM unnest($1::text[], $2::bigint[]) AS w (run, seq) \
+         JOIN cp_checkpoints c ON c.run = w.run AND c.seq = w.seq"
+    );
+    let mut found: HashMap<String, Found> = HashMap::new();
+    let (mut ids, mut seqs) = (Vec::new(), Vec::new());
+    for &(id, _, seq) in runs {
+        match i64::try_from(seq) {
+            Ok(0) => {}
+            Ok(seq) => {
+                ids.push(id);
+                seqs.push(seq);
+                found.insert(id.to_owned(), Ok(None));
+            }
+            // Stored as `bigint`: a larger one names nothing.
+            Err(_) => {
+                found.insert(id.to_owned(), Ok(None));
+            }
+        }
+    }
+    if ids.is_empty() {
+        return Ok(found);
+    }
+    let workflows: HashMap<&str, &str> = runs.iter().map(|&(id, wf, _)| (id, wf)).collect();
+    for row in cx.query(SQL, &[&ids, &seqs]).await? {
+        let id: String = get(&row, 0)?;
+        let run: Arc<str> = Arc::from(id.as_str());
+        let workflow = workflows.get(id.as_str()).copied();
+        let cp = decode_stored(&run, workflow, &row, 1).map(|(cp, a)| Some((Arc::new(cp), a)));
+        found.insert(id, cp);
+    }
+    Ok(found)
 }
 
 /// Like [`load_seq`], with the descriptors of the fields stored by
