@@ -153,14 +153,14 @@ impl PostgresStore {
         // up the limit: the claim asks again for the rest.
         let mut seen: Vec<String> = Vec::new();
         let mut taken = Vec::new();
+        let at = ClaimAt {
+            req,
+            expires,
+            now,
+            schema: &self.schema,
+        };
         if let (true, Some(only)) = (req.revisit_parked, &req.only) {
             let rows = cx.query(CLAIM_PARKED, &[&workflows, only]).await?;
-            let at = ClaimAt {
-                req,
-                expires,
-                now,
-                schema: &self.schema,
-            };
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
         }
         loop {
@@ -177,12 +177,6 @@ impl PostgresStore {
                 )
                 .await?;
             let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
-            let at = ClaimAt {
-                req,
-                expires,
-                now,
-                schema: &self.schema,
-            };
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
             if exhausted {
                 break;
