@@ -277,6 +277,81 @@ fn old_owner_cannot_overwrite_new_owners_checkpoint() {
     assert_eq!(run.state, RunState::Ready);
 }
 
+/// A claim writes all its runs back in one statement and loads their
+/// checkpoints in one query (`write_runs`, `load_seqs_checked`): each run
+/// of a claim of many, half of them with a checkpoint and all taken over
+/// from an expired lease, is claimed with its own record, checkpoint and
+/// `TakenOver` event, and fenced as if it had been claimed alone.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn a_claim_of_many_runs_writes_each_back() {
+    let Some(db) = Db::open("a_claim_of_many_runs_writes_each_back") else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    let ids: Vec<String> = (0..30).map(|i| format!("r{i:02}")).collect();
+    for id in &ids {
+        new_run(a, id);
+    }
+    let mut short = req("a", "a1");
+    (short.ttl, short.limit) = (Duration::from_millis(50), 100);
+    let old = block_on(a.claim(&short)).unwrap().claimed;
+    assert_eq!(old.len(), 30);
+    for c in old
+        .iter()
+        .filter(|c| c.run.id.ends_with(['0', '2', '4', '6', '8']))
+    {
+        block_on(a.save_checkpoint(&c.lease, rich_cp(&c.run.id, 1, None), None)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(80));
+    let mut all = req("b", "b1");
+    all.limit = 100;
+    let mut new = block_on(b.claim(&all)).unwrap().claimed;
+    new.sort_by(|x, y| x.run.id.cmp(&y.run.id));
+    assert_eq!(
+        new.iter().map(|c| c.run.id.clone()).collect::<Vec<_>>(),
+        ids
+    );
+    for (c, was) in new.iter().zip(&old) {
+        let id = &c.run.id;
+        let even = id.ends_with(['0', '2', '4', '6', '8']);
+        assert_eq!(c.lease.epoch, was.lease.epoch + 1, "{id}");
+        assert_eq!(
+            c.checkpoint.as_ref().map(|cp| cp.seq),
+            even.then_some(1),
+            "{id}"
+        );
+        let stored = block_on(b.load_run(id)).unwrap().unwrap();
+        assert_eq!(stored, c.run, "{id}: the claimed record is the stored one");
+        let lease = stored.lease.as_ref().expect("leased");
+        assert_eq!((&*lease.worker, &*lease.instance), ("b", "b1"), "{id}");
+        assert_eq!(stored.attempt, 2, "{id}");
+        let history = block_on(b.history(id)).unwrap();
+        let taken: Vec<_> = history
+            .iter()
+            .filter(|h| matches!(h.event, Event::TakenOver { .. }))
+            .collect();
+        assert_eq!(taken.len(), 1, "{id}: {history:?}");
+        // Fenced as a claim of its own would fence it: the old owner's save
+        // is refused, the new owner's goes on from the claimed seq.
+        let next = if even { 2 } else { 1 };
+        let stale = block_on(a.save_checkpoint(&was.lease, cp(id, next), None));
+        assert!(
+            matches!(stale, Err(Error::LeaseLost { .. })),
+            "{id}: {stale:?}"
+        );
+        block_on(b.save_checkpoint(&c.lease, cp(id, next), None)).unwrap();
+    }
+    // Every lease is live: nothing is left to claim.
+    assert!(block_on(a.claim(&req("c", "c1")))
+        .unwrap()
+        .claimed
+        .is_empty());
+}
+
 #[test]
 #[cfg_attr(
     not(checkpoint_test_postgres),
