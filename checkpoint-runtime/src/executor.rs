@@ -532,6 +532,16 @@ impl Inner {
             let step = async {
                 self.revisit_parked().await?;
                 self.pump(None, false).await?;
+                // Something changed meanwhile: the loop goes round again at
+                // once, and the next timer is not needed. (Under load, a
+                // change comes with nearly every pump; on PostgreSQL the
+                // query reads every unfinished run, 0.3 ms of server time
+                // each, about 5 % of the statements' time in the bench's
+                // throughput case.)
+                let changed = |rx: &watch::Receiver<u64>| rx.has_changed().unwrap_or(false);
+                if changed(&store_rx) || changed(&local_rx) {
+                    return Ok(None);
+                }
                 self.env.store.next_wakeup().await
             };
             // Failures are reported on stderr (the 1st, 2nd, 4th, 8th ... in
