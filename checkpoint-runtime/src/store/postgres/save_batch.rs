@@ -39,37 +39,25 @@ use super::tables::runs::SavedColumns;
 /// retention (a save with it goes as its own statement). Its parameters,
 /// in the order of [`Columns::params`]: the saves' checkpoint rows
 /// (`$1`–`$11`: index, run, seq, site key, label, site index, data,
-/// suspension, time, seal, appended), their rows' arrays flattened
-/// (`$12`–`$14` loops, `$15`–`$21` fields, `$22`–`$24` chains: each an
-/// owner, a place, the values), the run columns they set (`$25`–`$35`, as
-/// `Bound::saved`), their fences (`$36`–`$39`: epoch, worker, instance,
-/// previous seq), and their segment writes and folds (`$40`–`$44`,
-/// `$45`–`$48`, each with its save's index first; a batch without folds
-/// does not look for segments to delete: `cardinality($45)` is a one-time
-/// filter).
+/// suspension, time, seal, appended), their rows' arrays as one array
+/// literal each (`$12`–`$18`: loops, field names, types, offsets, lengths
+/// and schemas, chains; see `CpColumns`), the run columns they set
+/// (`$19`–`$29`, as `Bound::saved`), their fences (`$30`–`$33`: epoch,
+/// worker, instance, previous seq), and their segment writes and folds
+/// (`$34`–`$38`, `$39`–`$42`, each with its save's index first; a batch
+/// without folds does not look for segments to delete: `cardinality($39)`
+/// is a one-time filter).
 pub(super) const BATCH: &str = concat!(
     "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
        WHERE id IN (SELECT unnest($2::text[])) ORDER BY id FOR UPDATE), \
-     l AS (SELECT owner, array_agg(v ORDER BY at) AS loops \
-       FROM unnest($12::integer[], $13::integer[], $14::bigint[]) AS l (owner, at, v) \
-       GROUP BY owner), \
-     f AS (SELECT owner, array_agg(name ORDER BY at) AS names, \
-       array_agg(type ORDER BY at) AS types, array_agg(off ORDER BY at) AS offsets, \
-       array_agg(len ORDER BY at) AS lens, array_agg(schema ORDER BY at) AS schemas \
-       FROM unnest($15::integer[], $16::integer[], $17::text[], $18::text[], $19::bigint[], \
-         $20::bigint[], $21::text[]) AS f (owner, at, name, type, off, len, schema) \
-       GROUP BY owner), \
-     ch AS (SELECT owner, array_agg(v ORDER BY at) AS chains \
-       FROM unnest($22::integer[], $23::integer[], $24::bigint[]) AS ch (owner, at, v) \
-       GROUP BY owner), \
      r AS (UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
        output = u.output, error = u.error, attempt = u.attempt, latest_seq = u.latest_seq, \
        wake_seq = u.wake_seq, wake_signal = u.wake_signal, wake_payload = u.wake_payload, \
        updated_at = u.updated_at \
        FROM unnest($1::integer[], $2::text[], \
-         $25::smallint[], $26::text[], $27::bigint[], $28::bytea[], $29::text[], \
-         $30::integer[], $31::bigint[], $32::bigint[], $33::text[], $34::bytea[], \
-         $35::bigint[], $36::bigint[], $37::text[], $38::text[], $39::bigint[]) \
+         $19::smallint[], $20::text[], $21::bigint[], $22::bytea[], $23::text[], \
+         $24::integer[], $25::bigint[], $26::bigint[], $27::text[], $28::bytea[], \
+         $29::bigint[], $30::bigint[], $31::text[], $32::text[], $33::bigint[]) \
        AS u (idx, run, state, signal, due, output, error, attempt, latest_seq, wake_seq, \
          wake_signal, wake_payload, updated_at, epoch, worker, instance, prev) \
        WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
@@ -83,26 +71,25 @@ pub(super) const BATCH: &str = concat!(
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
     ", event_id, appended, chains) SELECT r.run, v.seq, v.site_key, v.label, v.site_index, \
-       coalesce(l.loops, '{}'), coalesce(f.names, '{}'), coalesce(f.types, '{}'), \
-       coalesce(f.offsets, '{}'), coalesce(f.lens, '{}'), coalesce(f.schemas, '{}'), \
-       v.data, v.suspend::jsonb, v.created_at, v.checksum, nextval('cp_history_id_seq'), \
-       v.appended, ch.chains \
+       v.loops::bigint[], v.names::text[], v.types::text[], v.offsets::bigint[], \
+       v.lens::bigint[], v.schemas::text[], v.data, v.suspend::jsonb, v.created_at, \
+       v.checksum, nextval('cp_history_id_seq'), v.appended, v.chains::bigint[] \
        FROM r JOIN unnest($1::integer[], $3::bigint[], $4::text[], $5::text[], \
-         $6::integer[], $7::bytea[], $8::text[], $9::bigint[], $10::bytea[], $11::bytea[]) \
+         $6::integer[], $7::bytea[], $8::text[], $9::bigint[], $10::bytea[], $11::bytea[], \
+         $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], \
+         $18::text[]) \
          AS v (idx, seq, site_key, label, site_index, data, suspend, created_at, checksum, \
-           appended) ON v.idx = r.idx \
-       LEFT JOIN l ON l.owner = r.idx LEFT JOIN f ON f.owner = r.idx \
-       LEFT JOIN ch ON ch.owner = r.idx), \
+           appended, loops, names, types, offsets, lens, schemas, chains) ON v.idx = r.idx), \
      w AS (INSERT INTO cp_segments (run, chain, lo, hi, bytes) \
        SELECT r.run, s.chain, s.lo, s.hi, s.bytes \
-       FROM unnest($40::integer[], $41::bigint[], $42::bigint[], $43::bigint[], $44::bytea[]) \
+       FROM unnest($34::integer[], $35::bigint[], $36::bigint[], $37::bigint[], $38::bytea[]) \
          AS s (owner, chain, lo, hi, bytes) \
        JOIN r ON r.idx = s.owner), \
      z AS (DELETE FROM cp_segments s \
-       USING unnest($45::integer[], $46::bigint[], $47::bigint[], $48::bigint[]) \
+       USING unnest($39::integer[], $40::bigint[], $41::bigint[], $42::bigint[]) \
          AS z (owner, chain, lo, hi) \
        JOIN r ON r.idx = z.owner \
-       WHERE cardinality($45::integer[]) > 0 AND s.run = r.run AND s.chain = z.chain \
+       WHERE cardinality($39::integer[]) > 0 AND s.run = r.run AND s.chain = z.chain \
          AND s.lo >= z.lo AND s.hi < z.hi) \
      SELECT idx FROM r"
 );
@@ -156,7 +143,7 @@ impl<'a> Columns<'a> {
     pub(super) fn push(&mut self, idx: i32, save: &'a Save<'a>) {
         debug_assert!(save.below.is_none());
         self.idx.push(idx);
-        self.cp.push(idx, &save.row);
+        self.cp.push(&save.row);
         self.run.push(&save.run);
         self.epoch.push(save.epoch);
         self.worker.push(save.worker);
@@ -207,19 +194,13 @@ impl<'a> Columns<'a> {
             &cp.created_at,
             &cp.checksum,
             &cp.appended,
-            &cp.loops.owner,
-            &cp.loops.at,
-            &cp.loops.value,
-            &cp.field_owner,
-            &cp.field_at,
+            &cp.loops,
             &cp.names,
             &cp.types,
             &cp.offsets,
             &cp.lens,
             &cp.schemas,
-            &cp.chains.owner,
-            &cp.chains.at,
-            &cp.chains.value,
+            &cp.chains,
             &run.state,
             &run.signal,
             &run.due,

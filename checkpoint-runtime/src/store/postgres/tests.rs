@@ -2372,3 +2372,53 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
 }
 
 mod delta;
+
+/// The batch statement sends each row's arrays as array literals
+/// (`CpColumns`): every text, whatever it holds, and every number read
+/// back from them exactly as they were.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn array_literals_read_back_exactly() {
+    use super::tables::checkpoints::{numbers_literal, texts_literal};
+    let Some(db) = Db::open("array_literals_read_back_exactly") else {
+        return;
+    };
+    let client = raw_client(&db);
+    let texts: Vec<Option<&str>> = vec![
+        Some(""),
+        Some("NULL"),
+        Some("null"),
+        None,
+        Some("a,b"),
+        Some("{x}"),
+        Some("\"quoted\""),
+        Some("back\\slash"),
+        Some("\\\""),
+        Some("a\"b\\c\\\\d"),
+        Some("  lead and trail  "),
+        Some("tab\tnew\nline\r"),
+        Some("ünïcödé ✓ 𝄞"),
+        Some("alloc::vec::Vec<(u32, core::option::Option<&'static str>)>"),
+    ];
+    let cases: Vec<Vec<Option<&str>>> = vec![texts.clone(), vec![], vec![None], vec![Some("")]];
+    for case in cases {
+        let literal = texts_literal(case.iter().copied());
+        let row = db
+            .run(client.query_one("SELECT $1::text::text[]", &[&literal]))
+            .unwrap();
+        let back: Vec<Option<String>> = row.get(0);
+        let want: Vec<Option<String>> = case.iter().map(|t| t.map(str::to_owned)).collect();
+        assert_eq!(back, want, "{literal}");
+    }
+    for case in [vec![], vec![0], vec![i64::MIN, -1, 0, 1, i64::MAX]] {
+        let literal = numbers_literal(&case);
+        let row = db
+            .run(client.query_one("SELECT $1::text::bigint[]", &[&literal]))
+            .unwrap();
+        let back: Vec<i64> = row.get(0);
+        assert_eq!(back, case, "{literal}");
+    }
+}

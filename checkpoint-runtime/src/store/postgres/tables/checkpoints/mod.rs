@@ -288,9 +288,12 @@ impl<'a> CpRow<'a> {
 }
 
 /// The checkpoint rows of several saves as the columns one statement
-/// unnests (see `save_batch`): one element per row, and the rows' arrays
-/// (loops, fields, chains) flattened, each element with its row's index
-/// (`owner`) and its place in the row's array (`at`).
+/// unnests (see `save_batch`): one element per row. A row's arrays (loops,
+/// fields, chains) go as one array literal each, which the statement casts
+/// (`::text[]`, `::bigint[]`): flattening them into columns of their own
+/// and gathering them again per row with `array_agg(.. ORDER BY ..)` cost
+/// a sort per row and array, about a fifth of the statement's server time
+/// (measured with 300 saves of 5 fields: 46 against 37 us per save).
 #[derive(Default)]
 pub(in crate::store::postgres) struct CpColumns<'a> {
     pub(in crate::store::postgres) run: Vec<&'a str>,
@@ -303,47 +306,19 @@ pub(in crate::store::postgres) struct CpColumns<'a> {
     pub(in crate::store::postgres) created_at: Vec<i64>,
     pub(in crate::store::postgres) checksum: Vec<&'a [u8]>,
     pub(in crate::store::postgres) appended: Vec<Option<&'a [u8]>>,
-    pub(in crate::store::postgres) loops: Flat<i64>,
-    pub(in crate::store::postgres) chains: Flat<i64>,
-    pub(in crate::store::postgres) field_owner: Vec<i32>,
-    pub(in crate::store::postgres) field_at: Vec<i32>,
-    pub(in crate::store::postgres) names: Vec<&'a str>,
-    pub(in crate::store::postgres) types: Vec<&'a str>,
-    pub(in crate::store::postgres) offsets: Vec<i64>,
-    pub(in crate::store::postgres) lens: Vec<i64>,
-    pub(in crate::store::postgres) schemas: Vec<Option<&'a str>>,
-}
-
-/// One array column of several rows, flattened (see [`CpColumns`]).
-pub(in crate::store::postgres) struct Flat<T> {
-    pub(in crate::store::postgres) owner: Vec<i32>,
-    pub(in crate::store::postgres) at: Vec<i32>,
-    pub(in crate::store::postgres) value: Vec<T>,
-}
-
-impl<T> Default for Flat<T> {
-    fn default() -> Self {
-        Flat {
-            owner: Vec::new(),
-            at: Vec::new(),
-            value: Vec::new(),
-        }
-    }
-}
-
-impl<T: Copy> Flat<T> {
-    fn push(&mut self, owner: i32, values: &[T]) {
-        for (at, v) in values.iter().enumerate() {
-            self.owner.push(owner);
-            self.at.push(i32::try_from(at).unwrap_or(i32::MAX));
-            self.value.push(*v);
-        }
-    }
+    pub(in crate::store::postgres) loops: Vec<String>,
+    pub(in crate::store::postgres) names: Vec<String>,
+    pub(in crate::store::postgres) types: Vec<String>,
+    pub(in crate::store::postgres) offsets: Vec<String>,
+    pub(in crate::store::postgres) lens: Vec<String>,
+    pub(in crate::store::postgres) schemas: Vec<String>,
+    /// `None` for a row without chains (the column is then NULL).
+    pub(in crate::store::postgres) chains: Vec<Option<String>>,
 }
 
 impl<'a> CpColumns<'a> {
-    /// Adds `row` as row `owner`.
-    pub(in crate::store::postgres) fn push(&mut self, owner: i32, row: &'a CpRow<'a>) {
+    /// Adds `row`.
+    pub(in crate::store::postgres) fn push(&mut self, row: &'a CpRow<'a>) {
         self.run.push(row.run);
         self.seq.push(row.seq);
         self.site_key.push(row.site_key);
@@ -354,18 +329,62 @@ impl<'a> CpColumns<'a> {
         self.created_at.push(row.created_at);
         self.checksum.push(&row.checksum);
         self.appended.push(row.appended);
-        self.loops.push(owner, &row.loops);
-        self.chains.push(owner, row.chains.unwrap_or_default());
-        for i in 0..row.names.len() {
-            self.field_owner.push(owner);
-            self.field_at.push(i32::try_from(i).unwrap_or(i32::MAX));
-        }
-        self.names.extend(&row.names);
-        self.types.extend(&row.types);
-        self.offsets.extend(&row.offsets);
-        self.lens.extend(&row.lens);
-        self.schemas.extend(&row.schemas);
+        self.loops.push(numbers_literal(&row.loops));
+        self.names
+            .push(texts_literal(row.names.iter().map(|n| Some(*n))));
+        self.types
+            .push(texts_literal(row.types.iter().map(|t| Some(*t))));
+        self.offsets.push(numbers_literal(&row.offsets));
+        self.lens.push(numbers_literal(&row.lens));
+        self.schemas
+            .push(texts_literal(row.schemas.iter().copied()));
+        self.chains
+            .push(row.chains.filter(|c| !c.is_empty()).map(numbers_literal));
     }
+}
+
+/// The array literal of `values` (`{1,2,3}`), as `array_in` reads it back.
+pub(in crate::store::postgres) fn numbers_literal(values: &[i64]) -> String {
+    let mut out = String::with_capacity(2 + values.len() * 4);
+    out.push('{');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&v.to_string());
+    }
+    out.push('}');
+    out
+}
+
+/// The array literal of `values` (`{"a","b",NULL}`), as `array_in` reads it
+/// back, element for element: each text is quoted, with `"` and `\`
+/// escaped (nothing else is special inside quotes), so commas, braces,
+/// spaces, `NULL` as a text and the empty text come back as they were.
+pub(in crate::store::postgres) fn texts_literal<'t>(
+    values: impl IntoIterator<Item = Option<&'t str>>,
+) -> String {
+    let mut out = String::from("{");
+    for (i, v) in values.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match v {
+            None => out.push_str("NULL"),
+            Some(text) => {
+                out.push('"');
+                for c in text.chars() {
+                    if c == '"' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+                out.push('"');
+            }
+        }
+    }
+    out.push('}');
+    out
 }
 
 /// Inserts a checkpoint row.
