@@ -252,7 +252,13 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration, fau
                 .iter()
                 .filter(|h| matches!(h.event, Event::Resumed { .. } | Event::Retried { .. }))
                 .collect();
-            assert!(odd.is_empty(), "run {} lost its lease: {odd:?}", r.id);
+            // The whole history on failure: who took the run over from
+            // whom (`TakenOver`), after which checkpoint, and when.
+            assert!(
+                odd.is_empty(),
+                "run {} lost its lease: {odd:?}; its history: {history:?}",
+                r.id
+            );
         }
     }
     // The runs' logs were stored as what each checkpoint appended, and
