@@ -345,13 +345,15 @@ impl<'a> CpColumns<'a> {
 
 /// The array literal of `values` (`{1,2,3}`), as `array_in` reads it back.
 pub(in crate::store::postgres) fn numbers_literal(values: &[i64]) -> String {
+    use std::fmt::Write;
     let mut out = String::with_capacity(2 + values.len() * 4);
     out.push('{');
     for (i, v) in values.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&v.to_string());
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "{v}");
     }
     out.push('}');
     out
