@@ -84,6 +84,7 @@
 
 mod children;
 mod conn;
+mod finish;
 mod group_commit;
 mod hold;
 mod notify;

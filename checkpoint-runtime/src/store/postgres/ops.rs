@@ -20,7 +20,7 @@ use super::tables::runs::{
     RENEW_MANY_WAITING, UNREGISTERED,
 };
 use super::tables::{history, signals};
-use super::{children, notify, PostgresStore};
+use super::{children, finish, notify, PostgresStore};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
 use crate::store::rules::{self, check_lease};
@@ -450,9 +450,14 @@ impl PostgresStore {
     ) -> Result<(), Error> {
         self.heads.forget(id);
         let mut conn = self.pool.get().await?;
+        let now = SystemTime::now();
+        if finish::finish_in_one(&mut conn, id, lease, &outcome, now).await? {
+            notify::notify(&mut conn.plain(), &self.schema).await?;
+            self.bump();
+            return Ok(());
+        }
         let mut cx = conn.begin().await?;
         let mut rec = fenced(&mut cx, id, lease).await?;
-        let now = SystemTime::now();
         let event = rules::finish(&mut rec, outcome, now);
         {
             // Independent writes, sent together (one round trip).

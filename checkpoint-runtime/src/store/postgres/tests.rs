@@ -2422,3 +2422,94 @@ fn array_literals_read_back_exactly() {
         assert_eq!(back, case, "{literal}");
     }
 }
+
+/// The end of a top-level run in one round trip (`finish.rs`) leaves a run
+/// that another run joins to the fenced transaction, which wakes the
+/// joiner: whether the join committed before the end began, or while the
+/// end waited for the join's lock on the run's row (the end's statement
+/// cannot see that join: the guard after it does).
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn an_end_in_one_round_trip_leaves_a_joined_run_to_the_fenced_end() {
+    let Some(db) = Db::open("an_end_in_one_round_trip_leaves_a_joined_run_to_the_fenced_end")
+    else {
+        return;
+    };
+    let store = db.store();
+    let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
+    let raw = db.run(async {
+        let target = Target::parse(&url, None).unwrap();
+        conn::connect(&tokio::runtime::Handle::current(), &target)
+            .await
+            .unwrap()
+    });
+    let done = Outcome::Completed {
+        output: Arc::from(&b"1"[..]),
+        error: None,
+    };
+    let pending = |raw: &tokio_postgres::Client, waiter: &str| {
+        db.run(async {
+            let joins: i64 = raw
+                .query_one("SELECT count(*) FROM cp_joins", &[])
+                .await
+                .unwrap()
+                .get(0);
+            let left: i32 = raw
+                .query_one("SELECT join_pending FROM cp_runs WHERE id = $1", &[&waiter])
+                .await
+                .unwrap()
+                .get(0);
+            (joins, left)
+        })
+    };
+    for (i, during) in [false, true].into_iter().enumerate() {
+        let (top, waiter) = (format!("top{i}"), format!("waiter{i}"));
+        new_run(store, &top);
+        new_run(store, &waiter);
+        let mut only = req("w", "w1");
+        only.only = Some(top.clone());
+        let c = block_on(store.claim(&only)).unwrap().claimed.remove(0);
+        let join = format!(
+            "INSERT INTO cp_joins (child, waiter) VALUES ('{top}', '{waiter}'); \
+             UPDATE cp_runs SET join_pending = 1 WHERE id = '{waiter}'"
+        );
+        if during {
+            // The join holds the run's row, as `children::lock_children`
+            // does, while the end is under way; it commits meanwhile.
+            db.run(raw.batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM cp_runs WHERE id = '{top}' FOR SHARE"
+            )))
+            .unwrap();
+            let end = db.rt.spawn({
+                let store = db.other();
+                let (lease, done) = (c.lease.clone(), done.clone());
+                let top = top.clone();
+                async move { store.finish(&top, &lease, done).await }
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(!end.is_finished(), "the end waits for the join's lock");
+            db.run(raw.batch_execute(&format!("{join}; COMMIT")))
+                .unwrap();
+            db.run(end).unwrap().unwrap();
+        } else {
+            db.run(raw.batch_execute(&join)).unwrap();
+            block_on(store.finish(&top, &c.lease, done.clone())).unwrap();
+        }
+        assert_eq!(
+            pending(&raw, &waiter),
+            (0, 0),
+            "join {}: the run's end counted it for its joiner",
+            if during {
+                "during the end"
+            } else {
+                "before the end"
+            }
+        );
+        let run = block_on(store.load_run(&top)).unwrap().unwrap();
+        assert!(matches!(run.state, RunState::Completed { .. }), "{run:?}");
+        assert!(run.lease.is_none());
+    }
+}

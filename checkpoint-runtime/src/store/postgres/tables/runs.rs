@@ -110,6 +110,21 @@ impl<'a> Bound<'a> {
     }
 }
 
+impl Bound<'_> {
+    /// The values [`write_run`] gives the columns of the run's state, in
+    /// this order: `state`, `signal`, `due`, `output`, `error` (what a
+    /// run's end sets, with its `updated_at` and the lease cleared).
+    pub(in crate::store::postgres) fn finished(&self) -> [&(dyn ToSql + Sync); 5] {
+        [
+            &self.state,
+            &self.signal,
+            &self.cols.due,
+            &self.cols.output,
+            &self.error,
+        ]
+    }
+}
+
 /// The run columns several saves set ([`Bound::saved`]'s, in its order),
 /// as the columns one statement unnests (see `save_batch`).
 #[derive(Default)]
