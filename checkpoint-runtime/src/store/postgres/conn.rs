@@ -547,6 +547,14 @@ impl Pool {
         &self.target
     }
 
+    /// Has the store's notification sent, for writes that committed
+    /// outside a [`Cx`] (see the `notify` module).
+    pub fn notify_committed(&self) {
+        if let Some(n) = self.notifier.get() {
+            n();
+        }
+    }
+
     /// The runtime the connections' tasks run on.
     pub fn handle(&self) -> &tokio::runtime::Handle {
         &self.handle

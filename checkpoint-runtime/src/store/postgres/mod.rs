@@ -82,8 +82,10 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
+mod batcher;
 mod children;
 mod conn;
+mod create_batch;
 mod finish;
 mod group_commit;
 mod hold;
@@ -184,6 +186,8 @@ pub struct PostgresStore {
     pool: Arc<Pool>,
     /// The group commit of checkpoint saves.
     group: group_commit::GroupCommit,
+    /// The starts of top-level runs, batched (see `create_batch`).
+    creates: batcher::Batcher<create_batch::NewTop, Created>,
     /// A connection of its own for lease renewals (see [`Side`]).
     side: Side,
     /// The PostgreSQL schema holding the tables (the payload of this store's
@@ -288,6 +292,7 @@ impl PostgresStore {
         .await?;
         Ok(PostgresStore {
             group: group_commit::GroupCommit::new(pool.clone()),
+            creates: create_batch::batcher(pool.clone()),
             pool,
             side,
             schema,

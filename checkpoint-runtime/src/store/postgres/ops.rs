@@ -15,12 +15,12 @@ use super::tables::checkpoints::{
     self, cp_cols, decode, decode_listed, load_seq, load_seqs_checked, segments, Found,
 };
 use super::tables::runs::{
-    code, decode_run, fenced, insert_run, insert_run_started, load, lock_run, must_exist, run_cols,
-    write_run, write_runs, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY,
+    code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run,
+    write_runs, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY,
     RENEW_MANY_WAITING, UNREGISTERED,
 };
 use super::tables::{history, signals};
-use super::{children, finish, notify, PostgresStore};
+use super::{children, create_batch, finish, notify, PostgresStore};
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
 use crate::store::rules::{self, check_lease};
@@ -33,22 +33,26 @@ use crate::Error;
 
 impl PostgresStore {
     pub(super) async fn do_create(&self, run: NewRun) -> Result<Created, Error> {
-        let mut conn = self.pool.get().await?;
         if run.parent.is_none() {
-            // A top-level run: one statement, the row and its first event.
-            let now = SystemTime::now();
-            let (rec, started) = rules::create(run, now);
-            let mut cx = conn.plain();
-            if !insert_run_started(&mut cx, &rec, now, &started).await? {
-                let existing = load(&mut cx, &rec.id)
-                    .await?
-                    .ok_or_else(|| Error::internal(format!("run `{}` vanished", rec.id)))?;
-                return Ok(Created::Existing(Box::new(existing)));
+            // A top-level run: one statement, the row and its first event,
+            // shared with the starts made at the same time.
+            let at = SystemTime::now();
+            let (rec, started) = rules::create(run, at);
+            let new = create_batch::NewTop { rec, started, at };
+            let pool = &self.pool;
+            let created = self
+                .creates
+                .run(new, |new| async move {
+                    let mut conn = pool.get().await?;
+                    create_batch::create_alone(&mut conn, &new).await
+                })
+                .await?;
+            if matches!(created, Created::New) {
+                self.bump();
             }
-            notify::notify(&mut cx, &self.schema).await?;
-            self.bump();
-            return Ok(Created::New);
+            return Ok(created);
         }
+        let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
         let held = match (&run.parent, run.max_running) {
             (Some(parent), Some(_)) => {

@@ -2513,3 +2513,88 @@ fn an_end_in_one_round_trip_leaves_a_joined_run_to_the_fenced_end() {
         assert!(run.lease.is_none());
     }
 }
+
+/// Starts made at the same time share statements (`create_batch`), and
+/// each answers as it would alone: on two stores at once, 300 starts of
+/// 200 ids (some twice in the burst, some on both stores, some existing
+/// before it) create each run once, with one `Started` event, and every
+/// other start is told the run exists, with its record.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn starts_at_the_same_time_share_statements_and_answer_each() {
+    let Some(db) = Db::open("starts_at_the_same_time_share_statements_and_answer_each") else {
+        return;
+    };
+    let (a, b) = (db.store(), db.other());
+    for i in 0..20 {
+        new_run(a, &format!("r{i:03}"));
+    }
+    fn start(
+        store: &PostgresStore,
+        id: String,
+    ) -> impl std::future::Future<Output = (String, Result<Created, Error>)> + '_ {
+        let run = crate::store::NewRun {
+            id: id.clone(),
+            workflow: "wf".into(),
+            input: Arc::from(id.as_bytes()),
+            version: 1,
+            trace: None,
+            parent: None,
+            max_running: None,
+        };
+        let f = store.create_run(run);
+        async move { (id, f.await) }
+    }
+    // r000-r019 exist; r020-r199 are new; r150-r199 are started twice on
+    // `a` and once more on `b`.
+    let ids_a: Vec<String> = (0..200)
+        .chain(150..200)
+        .map(|i| format!("r{i:03}"))
+        .collect();
+    let ids_b: Vec<String> = (150..200).map(|i| format!("r{i:03}")).collect();
+    let answers = db.run(async {
+        let (x, y) = futures::join!(
+            futures::future::join_all(ids_a.into_iter().map(|id| start(a, id))),
+            futures::future::join_all(ids_b.into_iter().map(|id| start(&b, id))),
+        );
+        x.into_iter().chain(y).collect::<Vec<_>>()
+    });
+    assert!(
+        a.creates.batched() > 0,
+        "a burst of starts shares statements"
+    );
+    let mut new = std::collections::HashMap::<String, usize>::new();
+    for (id, answer) in &answers {
+        match answer {
+            Ok(Created::New) => *new.entry(id.clone()).or_default() += 1,
+            Ok(Created::Existing(rec)) => {
+                assert_eq!(&rec.id, id);
+                let input: &[u8] = if id.as_str() < "r020" {
+                    b"null"
+                } else {
+                    id.as_bytes()
+                };
+                assert_eq!(&*rec.input, input, "{id}: the existing run's own record");
+            }
+            Err(e) => panic!("{id}: {e}"),
+        }
+    }
+    for i in 0..200 {
+        let id = format!("r{i:03}");
+        let created = new.get(&id).copied().unwrap_or(0);
+        assert_eq!(created, usize::from(i >= 20), "{id}: created once, if new");
+        let run = block_on(a.load_run(&id)).unwrap().unwrap();
+        assert_eq!(run.state, RunState::Ready, "{id}");
+        let history = block_on(a.history(&id)).unwrap();
+        let started = history
+            .iter()
+            .filter(|h| matches!(h.event, Event::Started { .. }))
+            .count();
+        assert_eq!(started, 1, "{id}: {history:?}");
+    }
+    let all = block_on(a.list_runs(&Default::default())).unwrap();
+    assert_eq!(all.len(), 200);
+}

@@ -347,6 +347,85 @@ pub(in crate::store::postgres) async fn insert_run_started(
     insert_run_then(cx, rec, SQL, &[&ts(at), &json]).await
 }
 
+/// Inserts new top-level runs whose ids exist neither in the table nor
+/// twice in `runs`, each with its first event (`RunStarted`, as JSON, at
+/// the given time), as one statement: several starts in one round trip
+/// and one commit. The rows are inserted in the order of `runs` (their
+/// creation order, `ord`), and an id that exists is skipped, as
+/// [`insert_run_started`] skips it. Returns the ids it inserted.
+pub(in crate::store::postgres) async fn insert_runs_started(
+    cx: &mut Cx<'_>,
+    runs: &[(&RunRecord, i64, &str)],
+) -> Result<Vec<String>, Error> {
+    const SQL: &str = "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], \
+           $4::smallint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bigint[], \
+           $10::integer[], $11::bigint[], $12::bigint[], $13::bigint[], $14::integer[], \
+           $15::bigint[], $16::text[]) WITH ORDINALITY AS v (id, workflow, input, state, \
+           signal, due, output, error, epoch, attempt, latest_seq, created_at, updated_at, \
+           version, at, event, i)), \
+         r AS (INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
+           epoch, attempt, latest_seq, created_at, updated_at, version) \
+           SELECT id, workflow, input, state, signal, due, output, error, epoch, attempt, \
+             latest_seq, created_at, updated_at, version FROM v ORDER BY i \
+           ON CONFLICT (id) DO NOTHING RETURNING id), \
+         h AS (INSERT INTO cp_history (run, at, event) \
+           SELECT v.id, v.at, v.event::jsonb FROM v JOIN r ON r.id = v.id ORDER BY v.i) \
+         SELECT id FROM r";
+    let bound = runs
+        .iter()
+        .map(|(rec, _, _)| Bound::of(rec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = runs.len();
+    let mut c = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut d = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for ((rec, at, event), b) in runs.iter().zip(&bound) {
+        c.0.push(&*rec.id);
+        c.1.push(&*rec.workflow);
+        c.2.push(&rec.input[..]);
+        c.3.push(b.state);
+        c.4.push(b.signal.as_deref());
+        c.5.push(b.cols.due);
+        c.6.push(b.cols.output);
+        c.7.push(b.error.as_deref());
+        d.0.push(b.cols.epoch);
+        d.1.push(b.attempt);
+        d.2.push(b.cols.latest_seq);
+        d.3.push(b.cols.created_at);
+        d.4.push(b.cols.updated_at);
+        d.5.push(i32::try_from(rec.version).unwrap_or(i32::MAX));
+        d.6.push(*at);
+        d.7.push(*event);
+    }
+    let rows = cx
+        .query(
+            SQL,
+            &[
+                &c.0, &c.1, &c.2, &c.3, &c.4, &c.5, &c.6, &c.7, &d.0, &d.1, &d.2, &d.3, &d.4, &d.5,
+                &d.6, &d.7,
+            ],
+        )
+        .await?;
+    rows.iter().map(|r| get::<String>(r, 0)).collect()
+}
+
 /// Runs `sql`, [`insert_run_sql`] and what follows it, with the run's
 /// columns as `$1`–`$15` and `more` after them; whether it wrote a row.
 async fn insert_run_then(

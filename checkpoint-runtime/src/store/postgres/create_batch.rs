@@ -1,0 +1,119 @@
+//! The starts of top-level runs (`Store::create_run` without a parent)
+//! that wait at the same time, written as one statement
+//! ([`insert_runs_started`]) by a [`Batcher`]: a program that starts a
+//! thousand runs at once (as the README shows) commits them in a few
+//! statements, where a statement each queued them behind each other's
+//! commits on the pool's connections.
+//!
+//! Each start answers as it would on its own ([`create_alone`]): one the
+//! statement skipped (its id exists, or came twice in the batch) is done on
+//! its own after the batch, and tells which run exists; should the
+//! statement fail on a value, each is done on its own, so one bad start
+//! fails alone. Should the connection fail with the statement in flight,
+//! whether it committed is unknown, and each start answers with that error.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures::future::BoxFuture;
+
+use super::batcher::Batcher;
+use super::conn::{to_json, ts, Pool, Pooled};
+use super::save::sqlstate_class;
+use super::tables::runs::{insert_run_started, insert_runs_started, load};
+use crate::history::Event;
+use crate::store::{Created, RunRecord};
+use crate::Error;
+
+/// Starts in one statement at most.
+const MAX_BATCH: usize = 1000;
+
+/// A start: the new run's record and its first event (`rules::create`'s),
+/// and when it was made.
+pub(super) struct NewTop {
+    pub(super) rec: RunRecord,
+    pub(super) started: Event,
+    pub(super) at: SystemTime,
+}
+
+/// The batcher of a store's starts.
+pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<NewTop, Created> {
+    Batcher::new(pool, MAX_BATCH, write)
+}
+
+/// A start on its own: the row and its first event in one statement, or
+/// the run that exists under its id. Notifies when it wrote.
+pub(super) async fn create_alone(conn: &mut Pooled<'_>, new: &NewTop) -> Result<Created, Error> {
+    let mut cx = conn.plain();
+    if insert_run_started(&mut cx, &new.rec, new.at, &new.started).await? {
+        cx.notify_after_commit("");
+        return Ok(Created::New);
+    }
+    let existing = load(&mut cx, &new.rec.id)
+        .await?
+        .ok_or_else(|| Error::internal(format!("run `{}` vanished", new.rec.id)))?;
+    Ok(Created::Existing(Box::new(existing)))
+}
+
+/// Writes a batch of starts (see the module docs).
+fn write(pool: Arc<Pool>, batch: Vec<NewTop>) -> BoxFuture<'static, Vec<Result<Created, Error>>> {
+    Box::pin(async move {
+        let mut conn = match pool.get().await {
+            Ok(conn) => conn,
+            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let inserted = match insert_batch(&mut conn, &batch).await {
+            Ok(inserted) => inserted,
+            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+        };
+        if !inserted.is_empty() {
+            pool.notify_committed();
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        for new in &batch {
+            answers.push(if inserted.contains(&*new.rec.id) {
+                Ok(Created::New)
+            } else {
+                create_alone(&mut conn, new).await
+            });
+        }
+        answers
+    })
+}
+
+/// Inserts the starts of `batch` whose ids it holds once, in one statement,
+/// in id order (starts made at the same time have no order of their own;
+/// this way two workers' batches lock their new rows in the same order);
+/// the ids inserted. A value the server refused wrote nothing (none
+/// inserted); a failed connection is an error.
+async fn insert_batch(conn: &mut Pooled<'_>, batch: &[NewTop]) -> Result<HashSet<String>, Error> {
+    if batch.len() < 2 {
+        return Ok(HashSet::new());
+    }
+    let mut count: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
+    for new in batch {
+        *count.entry(&*new.rec.id).or_default() += 1;
+    }
+    let mut once: Vec<&NewTop> = batch
+        .iter()
+        .filter(|n| count.get(&*n.rec.id) == Some(&1))
+        .collect();
+    once.sort_by(|a, b| a.rec.id.cmp(&b.rec.id));
+    let mut rows = Vec::with_capacity(once.len());
+    for new in &once {
+        let Ok(event) = to_json(&new.started) else {
+            continue;
+        };
+        rows.push((&new.rec, ts(new.at), event));
+    }
+    let runs: Vec<(&RunRecord, i64, &str)> = rows
+        .iter()
+        .map(|(r, at, e)| (*r, *at, e.as_str()))
+        .collect();
+    match insert_runs_started(&mut conn.plain(), &runs).await {
+        Ok(ids) => Ok(ids.into_iter().collect()),
+        Err(e) if sqlstate_class(&e).is_some() => Ok(HashSet::new()),
+        Err(e) => Err(e),
+    }
+}
