@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use checkpoint_runtime::store::postgres::PostgresStore;
 use checkpoint_runtime::store::{RunRecord, RunState, Store};
-use checkpoint_runtime::{Event, RunFilter, StatusKind};
+use checkpoint_runtime::{Event, RunFilter};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-test-worker");
 
@@ -179,53 +179,71 @@ fn load(test: &str, runs: usize, items: usize, ttl_ms: u64, limit: Duration, fau
     loop {
         a.check_alive();
         b.check_alive();
-        let done = tokio
-            .block_on(client.list_runs(&RunFilter::new().status(StatusKind::Completed)))
-            .expect("listing runs")
-            .len();
+        let all = tokio
+            .block_on(client.list_runs(&RunFilter::new()))
+            .expect("listing runs");
+        let done = all
+            .iter()
+            .filter(|r| matches!(r.state, RunState::Completed { .. }))
+            .count();
+        let stored: u64 = all.iter().map(|r| r.latest_seq).sum();
         if done != last.0 {
             last = (done, Instant::now());
         }
         if done == runs {
             break;
         }
-        // Faults at 10, 20, 30 and 40 % done: the last one leaves most of the
-        // load still to run, however fast a loaded machine finishes it.
-        if faults == Faults::Chaos && done * 10 >= runs * (step + 1) && step < 4 {
+        // Faults at 10, 20, 30 and 40 % of the checkpoints stored: the last
+        // one leaves most of the load still to run, however fast a loaded
+        // machine finishes it. (Runs started together end together: counted
+        // in runs completed, the load went from none to most between two
+        // looks, and faults came too late.)
+        let total = (runs * items) as u64;
+        if faults == Faults::Chaos && stored * 10 >= total * (step + 1) as u64 && step < 4 {
             step += 1;
             match step {
                 1 | 3 => {
                     let n = drop_connections(&tokio, &schema.base, &[&app_a, &app_b]);
-                    eprintln!("{test}: {done} done: dropped {n} connections of both workers");
+                    eprintln!(
+                        "{test}: {stored} checkpoints stored: dropped {n} connections of both \
+                         workers"
+                    );
                     assert!(n > 0, "no connections of the workers found");
                 }
                 2 => {
-                    eprintln!("{test}: {done} done: SIGKILL worker a, start it again");
+                    eprintln!(
+                        "{test}: {stored} checkpoints stored: SIGKILL worker a, start it again"
+                    );
                     drop(a);
                     a = spawn("a2", &args("load-a", "a"));
                 }
                 _ => {
-                    eprintln!("{test}: {done} done: SIGSTOP worker b past its leases");
+                    eprintln!(
+                        "{test}: {stored} checkpoints stored: SIGSTOP worker b past its leases"
+                    );
                     b.signal("-STOP");
                     std::thread::sleep(Duration::from_millis(ttl_ms * 2));
                     b.signal("-CONT");
                 }
             }
         }
-        let all = tokio
-            .block_on(client.list_runs(&RunFilter::new()))
-            .expect("listing runs");
         assert!(
             began.elapsed() < limit,
             "{done} of {runs} runs completed within {limit:?} (no run completed for the last \
              {:?}); checkpoints stored: {}; statuses: {:?}; sessions: a {}, b {}",
             last.1.elapsed(),
-            all.iter().map(|r| r.latest_seq).sum::<u64>(),
+            stored,
             count_statuses(&all),
             sessions(&tokio, &schema.base, &app_a),
             sessions(&tokio, &schema.base, &app_b),
         );
-        std::thread::sleep(Duration::from_millis(200));
+        // Often while faults are due, so that each comes near its mark.
+        let pause = if faults == Faults::Chaos && step < 4 {
+            20
+        } else {
+            200
+        };
+        std::thread::sleep(Duration::from_millis(pause));
     }
     let all = tokio
         .block_on(client.list_runs(&RunFilter::new()))
