@@ -10,6 +10,7 @@
 //! one batch. The writer is a task, so a caller that goes away never
 //! strands the others' writes.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -139,6 +140,19 @@ impl<J, O> Batcher<J, O> {
     pub(super) fn batched(&self) -> u64 {
         self.inner.lock().batched
     }
+}
+
+/// The jobs of `batch` whose key no other job of it has, in order: those a
+/// statement can write as one row each (the others go on their own).
+pub(super) fn held_once<'a, J>(batch: &'a [J], key: impl Fn(&J) -> &str) -> Vec<&'a J> {
+    let mut count: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
+    for job in batch {
+        *count.entry(key(job)).or_default() += 1;
+    }
+    batch
+        .iter()
+        .filter(|j| count.get(key(j)) == Some(&1))
+        .collect()
 }
 
 /// A writer task, holding a place among the writers: writes what is

@@ -647,11 +647,36 @@ impl Pooled<'_> {
         &mut self,
         statements: &[(&'static str, &Params<'_>)],
     ) -> Result<(Vec<Result<Option<Row>, Error>>, Result<(), Error>), Error> {
+        self.pipelined_as(statements, false).await
+    }
+
+    /// [`pipelined`](Self::pipelined), each statement planned for its
+    /// parameters' values, as [`Cx::query_planned`] plans it.
+    pub async fn pipelined_planned(
+        &mut self,
+        statements: &[(&'static str, &Params<'_>)],
+    ) -> Result<(Vec<Result<Option<Row>, Error>>, Result<(), Error>), Error> {
+        self.pipelined_as(statements, true).await
+    }
+
+    async fn pipelined_as(
+        &mut self,
+        statements: &[(&'static str, &Params<'_>)],
+        planned: bool,
+    ) -> Result<(Vec<Result<Option<Row>, Error>>, Result<(), Error>), Error> {
         let mut prepared = Vec::with_capacity(statements.len());
         {
             let mut cx = self.plain();
-            for (sql, _) in statements {
-                prepared.push(cx.prep(sql).await?);
+            for (sql, params) in statements {
+                let st = cx.prep(sql).await?;
+                if st.params().len() != params.len() {
+                    return Err(Error::internal(format!(
+                        "postgres: {} parameters for a statement of {}",
+                        params.len(),
+                        st.params().len()
+                    )));
+                }
+                prepared.push(st);
             }
         }
         let client = &self.conn().client;
@@ -664,8 +689,26 @@ impl Pooled<'_> {
         let mut each: Vec<_> = prepared
             .iter()
             .zip(statements)
-            .map(|(st, (_, params))| {
-                Box::pin(futures::future::maybe_done(client.query_opt(st, params)))
+            .map(|(st, (sql, params))| {
+                let reply = async move {
+                    if !planned {
+                        return client.query_opt(st, params).await.map_err(db_err);
+                    }
+                    let typed: Vec<(&(dyn ToSql + Sync), tokio_postgres::types::Type)> = params
+                        .iter()
+                        .copied()
+                        .zip(st.params().iter().cloned())
+                        .collect();
+                    let mut rows = client.query_typed(sql, &typed).await.map_err(db_err)?;
+                    // As `query_opt` answers: at most one row.
+                    if rows.len() > 1 {
+                        return Err(Error::internal(
+                            "postgres: a pipelined statement answered more than one row",
+                        ));
+                    }
+                    Ok(rows.pop())
+                };
+                Box::pin(futures::future::maybe_done(reply))
             })
             .collect();
         let commit = futures::future::maybe_done(client.batch_execute("COMMIT"));
@@ -689,12 +732,7 @@ impl Pooled<'_> {
         let missing = || Error::internal("postgres: a pipelined reply went missing");
         let replies = each
             .iter_mut()
-            .map(|f| {
-                f.as_mut()
-                    .take_output()
-                    .ok_or_else(missing)?
-                    .map_err(db_err)
-            })
+            .map(|f| f.as_mut().take_output().ok_or_else(missing)?)
             .collect();
         let begun = begin.as_mut().take_output().ok_or_else(missing)?;
         let committed = commit.as_mut().take_output().ok_or_else(missing)?;

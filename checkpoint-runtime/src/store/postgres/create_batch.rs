@@ -12,13 +12,13 @@
 //! fails alone. Should the connection fail with the statement in flight,
 //! whether it committed is unknown, and each start answers with that error.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 
-use super::batcher::Batcher;
+use super::batcher::{held_once, Batcher};
 use super::conn::{to_json, ts, Pool, Pooled};
 use super::save::sqlstate_class;
 use super::tables::runs::{insert_run_started, insert_runs_started, load};
@@ -91,14 +91,7 @@ async fn insert_batch(conn: &mut Pooled<'_>, batch: &[NewTop]) -> Result<HashSet
     if batch.len() < 2 {
         return Ok(HashSet::new());
     }
-    let mut count: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
-    for new in batch {
-        *count.entry(&*new.rec.id).or_default() += 1;
-    }
-    let mut once: Vec<&NewTop> = batch
-        .iter()
-        .filter(|n| count.get(&*n.rec.id) == Some(&1))
-        .collect();
+    let mut once = held_once(batch, |n| &n.rec.id);
     once.sort_by(|a, b| a.rec.id.cmp(&b.rec.id));
     let mut rows = Vec::with_capacity(once.len());
     for new in &once {

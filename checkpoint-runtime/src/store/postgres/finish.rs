@@ -1,10 +1,14 @@
-//! The end of a top-level run (`Store::finish`) in one round trip: the
-//! fenced write of its row and its last event ([`FINISH`]), then a guard
-//! ([`NO_WAITER`]), as one transaction sent in one flight
-//! ([`Pooled::pipelined`]). The fenced transaction of `ops::do_finish`
-//! (lock, check, write, the run's children and waiters, five round trips
-//! with the row locked) stays the way every other end goes, and the
-//! fallback whenever this one writes nothing.
+//! The end of a run (`Store::finish`): a top-level run's in one round trip
+//! ([`FINISH`], then a guard, [`NO_WAITER`], as one transaction sent in one
+//! flight, [`Pooled::pipelined`]), and the ends of several top-level runs
+//! that wait at the same time in one ([`FINISH_MANY`] and [`NO_WAITERS`]),
+//! shared by a [`Batcher`]: a thousand runs that end together commit in a
+//! few transactions, where a transaction each queued them behind each
+//! other's commits on the pool's connections. The fenced transaction
+//! ([`finish_locked`]: lock, check, write, the run's children and waiters,
+//! five round trips with the row locked) is how every other end goes, and
+//! the fallback whenever the others write nothing: it tells why with the
+//! errors of every fenced write.
 //!
 //! Why a guard, and why a statement of its own: a run that ends must wake
 //! any run joining it (`cp_joins`, see [`children`](super::children)). A
@@ -18,15 +22,23 @@
 //! guard fails, which rolls the whole transaction back, and the fenced
 //! transaction ends the run and wakes its waiters.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use futures::future::BoxFuture;
 use tokio_postgres::types::ToSql;
 
-use super::conn::{to_json, ts, Pooled};
-use super::tables::runs::Bound;
+use super::batcher::{held_once, Batcher};
+use super::children;
+use super::conn::{get, to_json, ts, Pool, Pooled};
+use super::tables::history;
+use super::tables::runs::{fenced, write_run, Bound, FinishedColumns};
 use crate::store::{rules, Lease, Outcome, RunRecord, RunState};
 use crate::Error;
+
+/// Ends in one transaction at most.
+const MAX_BATCH: usize = 512;
 
 /// The fenced end of run `$1`: its row takes the state, the output and the
 /// error (`$2`–`$6`, see [`Bound::finished`]) and `updated_at` (`$7`), and
@@ -125,4 +137,172 @@ fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> (RunRecord, crate:
     };
     let event = rules::finish(&mut rec, outcome.clone(), now);
     (rec, event)
+}
+
+/// The ends of several top-level runs: [`FINISH`] for each of them at once
+/// (`$1`–`$11`: the columns of [`FINISH`]'s parameters, one element per
+/// end), their rows locked in the order of their ids first (`k`, as the
+/// batch of saves locks them: see `save_batch`). One row back: the ids of
+/// the runs it ended (an end it refused wrote nothing).
+const FINISH_MANY: &str = "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
+       WHERE id IN (SELECT unnest($1::text[])) ORDER BY id FOR UPDATE), \
+     r AS (UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
+       output = u.output, error = u.error, updated_at = u.at, \
+       lease_worker = NULL, lease_instance = NULL, lease_expires = NULL \
+       FROM unnest($1::text[], $2::smallint[], $3::text[], $4::bigint[], $5::bytea[], \
+         $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[]) \
+         AS u (run, state, signal, due, output, error, at, epoch, worker, instance, event) \
+       WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
+         AND cp_runs.epoch = u.epoch AND lease_worker = u.worker \
+         AND lease_instance = u.instance AND lease_expires IS NOT NULL AND parent IS NULL \
+         AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
+              OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
+         AND cp_runs.latest_seq >= 0 AND cp_runs.attempt >= 0 \
+         AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0) \
+       RETURNING u.run, u.at, u.event), \
+     h AS (INSERT INTO cp_history (run, at, event) \
+       SELECT run, at, event::jsonb FROM r ORDER BY run RETURNING run) \
+     SELECT coalesce(array_agg(run), '{}') FROM h";
+
+/// [`NO_WAITER`] for the runs `$1`.
+const NO_WAITERS: &str = "SELECT ('run ' || waiter || ' joins run ' || child)::integer \
+     FROM cp_joins WHERE child = ANY($1::text[]) LIMIT 1";
+
+/// The end of a run, as `Store::finish` is asked for it.
+pub(super) struct Ending {
+    pub(super) id: String,
+    pub(super) lease: Lease,
+    pub(super) outcome: Outcome,
+    pub(super) at: SystemTime,
+}
+
+/// The batcher of a store's ends.
+pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<Ending, ()> {
+    Batcher::new(pool, MAX_BATCH, write)
+}
+
+/// An end on its own: in one round trip, or else the fenced transaction.
+pub(super) async fn finish_alone(conn: &mut Pooled<'_>, end: &Ending) -> Result<(), Error> {
+    if finish_in_one(conn, &end.id, &end.lease, &end.outcome, end.at).await? {
+        conn.plain().notify_after_commit("");
+        return Ok(());
+    }
+    finish_locked(conn, &end.id, &end.lease, end.outcome.clone(), end.at).await
+}
+
+/// The fenced end (see the module docs): the run's row locked and checked
+/// by [`fenced`], the row and the event written, the run's held sibling
+/// started and its joiners counted (`children::child_ended`).
+pub(super) async fn finish_locked(
+    conn: &mut Pooled<'_>,
+    id: &str,
+    lease: &Lease,
+    outcome: Outcome,
+    now: SystemTime,
+) -> Result<(), Error> {
+    let mut cx = conn.begin().await?;
+    let mut rec = fenced(&mut cx, id, lease).await?;
+    let event = rules::finish(&mut rec, outcome, now);
+    {
+        // Independent writes, sent together (one round trip).
+        let (mut a, mut b) = (cx.fork()?, cx.fork()?);
+        futures::try_join!(
+            write_run(&mut a, &rec),
+            history::insert(&mut b, id, now, &event),
+        )?;
+    }
+    children::child_ended(&mut cx, id, true).await?;
+    cx.notify_after_commit("");
+    cx.commit().await
+}
+
+/// Writes a batch of ends: those [`FINISH_MANY`] takes in one transaction,
+/// the others (and all of them, should it write nothing) on their own.
+fn write(pool: Arc<Pool>, batch: Vec<Ending>) -> BoxFuture<'static, Vec<Result<(), Error>>> {
+    Box::pin(async move {
+        let mut conn = match pool.get().await {
+            Ok(conn) => conn,
+            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let ended = match finish_many(&mut conn, &batch).await {
+            Ok(ended) => ended,
+            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+        };
+        if !ended.is_empty() {
+            pool.notify_committed();
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        for end in &batch {
+            answers.push(if ended.contains(&end.id) {
+                Ok(())
+            } else {
+                finish_alone(&mut conn, end).await
+            });
+        }
+        answers
+    })
+}
+
+/// Ends the runs of `batch` that it holds once and whose values bind, as
+/// one transaction sent in one flight ([`FINISH_MANY`], then
+/// [`NO_WAITERS`]): the ids of the runs it ended. None when it rolled back
+/// (a run is joined, or the server refused a value) or was not sent; an
+/// error when the connection failed with it in flight (whether it
+/// committed is unknown).
+async fn finish_many(conn: &mut Pooled<'_>, batch: &[Ending]) -> Result<HashSet<String>, Error> {
+    if batch.len() < 2 {
+        return Ok(HashSet::new());
+    }
+    let mut ids = Vec::new();
+    let (mut ended, mut events) = (Vec::new(), Vec::new());
+    let (mut ats, mut epochs, mut workers, mut instances) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for end in held_once(batch, |e| &e.id) {
+        let (rec, event) = ended_run(&end.id, &end.outcome, end.at);
+        let (Ok(event), Ok(epoch)) = (to_json(&event), i64::try_from(end.lease.epoch)) else {
+            continue;
+        };
+        if end.lease.worker.contains('\0') || end.lease.instance.contains('\0') {
+            continue;
+        }
+        ids.push(end.id.as_str());
+        ended.push(rec);
+        events.push(event);
+        ats.push(ts(end.at));
+        epochs.push(epoch);
+        workers.push(&*end.lease.worker);
+        instances.push(&*end.lease.instance);
+    }
+    let Ok(bound) = ended.iter().map(Bound::of).collect::<Result<Vec<_>, _>>() else {
+        return Ok(HashSet::new());
+    };
+    let mut cols = FinishedColumns::default();
+    for b in &bound {
+        cols.push(b);
+    }
+    let events: Vec<&str> = events.iter().map(String::as_str).collect();
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids];
+    params.extend(cols.params());
+    params.extend([
+        &ats as &(dyn ToSql + Sync),
+        &epochs,
+        &workers,
+        &instances,
+        &events,
+    ]);
+    let guard: [&(dyn ToSql + Sync); 1] = [&ids];
+    let sent = conn
+        .pipelined_planned(&[(FINISH_MANY, &params[..]), (NO_WAITERS, &guard[..])])
+        .await;
+    let Ok((replies, committed)) = sent else {
+        return Ok(HashSet::new());
+    };
+    if replies.iter().any(Result::is_err) {
+        return Ok(HashSet::new());
+    }
+    committed?;
+    match replies.into_iter().next() {
+        Some(Ok(Some(row))) => Ok(get::<Vec<String>>(&row, 0)?.into_iter().collect()),
+        _ => Ok(HashSet::new()),
+    }
 }

@@ -188,6 +188,8 @@ pub struct PostgresStore {
     group: group_commit::GroupCommit,
     /// The starts of top-level runs, batched (see `create_batch`).
     creates: batcher::Batcher<create_batch::NewTop, Created>,
+    /// The ends of runs, batched (see `finish`).
+    finishes: batcher::Batcher<finish::Ending, ()>,
     /// A connection of its own for lease renewals (see [`Side`]).
     side: Side,
     /// The PostgreSQL schema holding the tables (the payload of this store's
@@ -293,6 +295,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             group: group_commit::GroupCommit::new(pool.clone()),
             creates: create_batch::batcher(pool.clone()),
+            finishes: finish::batcher(pool.clone()),
             pool,
             side,
             schema,

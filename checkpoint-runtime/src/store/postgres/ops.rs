@@ -453,27 +453,19 @@ impl PostgresStore {
         outcome: Outcome,
     ) -> Result<(), Error> {
         self.heads.forget(id);
-        let mut conn = self.pool.get().await?;
-        let now = SystemTime::now();
-        if finish::finish_in_one(&mut conn, id, lease, &outcome, now).await? {
-            notify::notify(&mut conn.plain(), &self.schema).await?;
-            self.bump();
-            return Ok(());
-        }
-        let mut cx = conn.begin().await?;
-        let mut rec = fenced(&mut cx, id, lease).await?;
-        let event = rules::finish(&mut rec, outcome, now);
-        {
-            // Independent writes, sent together (one round trip).
-            let (mut a, mut b) = (cx.fork()?, cx.fork()?);
-            futures::try_join!(
-                write_run(&mut a, &rec),
-                history::insert(&mut b, id, now, &event),
-            )?;
-        }
-        children::child_ended(&mut cx, id, true).await?;
-        notify::notify(&mut cx, &self.schema).await?;
-        cx.commit().await?;
+        let end = finish::Ending {
+            id: id.to_owned(),
+            lease: lease.clone(),
+            outcome,
+            at: SystemTime::now(),
+        };
+        let pool = &self.pool;
+        self.finishes
+            .run(end, |end| async move {
+                let mut conn = pool.get().await?;
+                finish::finish_alone(&mut conn, &end).await
+            })
+            .await?;
         self.bump();
         Ok(())
     }

@@ -16,7 +16,7 @@ use futures::executor::block_on;
 use super::conn::{redact, Target};
 use super::*;
 use crate::store::conformance::{claim_one, conformance_tests, cp, new_run, req, Fixture};
-use crate::store::{FieldRecord, RunState, Suspend, WakeValue};
+use crate::store::{Claimed, FieldRecord, RunState, Suspend, WakeValue};
 use crate::StatusKind;
 
 const URL_VAR: &str = "CHECKPOINT_TEST_POSTGRES_URL";
@@ -2597,4 +2597,139 @@ fn starts_at_the_same_time_share_statements_and_answer_each() {
     }
     let all = block_on(a.list_runs(&Default::default())).unwrap();
     assert_eq!(all.len(), 200);
+}
+
+/// Ends at the same time share transactions (`finish::FINISH_MANY`), and
+/// each answers as it would alone: 121 runs end in two bursts, among them one
+/// under a lease it lost (refused with `LeaseLost`, the run left to its new
+/// holder), one that another run joins (its joiner counted, which the
+/// batch leaves to the fenced end) and one child run (whose end the batch
+/// leaves to the fenced end too). Every other run is completed with its
+/// own output and one `Completed` event.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn ends_at_the_same_time_share_transactions_and_answer_each() {
+    let Some(db) = Db::open("ends_at_the_same_time_share_transactions_and_answer_each") else {
+        return;
+    };
+    let store = db.store();
+    let ids: Vec<String> = (0..120).map(|i| format!("r{i:03}")).collect();
+    for id in &ids {
+        new_run(store, id);
+    }
+    let child = crate::store::NewRun {
+        id: "r120".into(),
+        workflow: "wf".into(),
+        input: Arc::from(&b"null"[..]),
+        version: 1,
+        trace: None,
+        parent: Some("r000".into()),
+        max_running: None,
+    };
+    block_on(store.create_run(child.clone())).unwrap();
+    // r121, spawned with a bound of one running child, is held until r120
+    // ends.
+    let held = crate::store::NewRun {
+        id: "r121".into(),
+        max_running: Some(1),
+        ..child
+    };
+    block_on(store.create_run(held)).unwrap();
+    let mut all = req("w", "w1");
+    all.limit = 200;
+    let mut claimed = block_on(store.claim(&all)).unwrap().claimed;
+    claimed.sort_by(|a, b| a.run.id.cmp(&b.run.id));
+    assert_eq!(claimed.len(), 121);
+    // r007's lease is lost: another worker took the run over.
+    db.sql("UPDATE cp_runs SET epoch = epoch + 1, lease_worker = 'x' WHERE id = 'r007'");
+    new_run(store, "waiter");
+    db.sql(
+        "INSERT INTO cp_joins (child, waiter) VALUES ('r011', 'waiter'); \
+         UPDATE cp_runs SET join_pending = 1 WHERE id = 'waiter'",
+    );
+    // Two bursts: the one with the joined run (r011, with r012-r019)
+    // after the other, so that neither leaves the other to the fenced end.
+    fn end<'a>(
+        store: &'a PostgresStore,
+        c: &'a Claimed,
+    ) -> impl std::future::Future<Output = (String, Result<(), Error>)> + 'a {
+        let output = Arc::from(c.run.id.as_bytes());
+        let f = store.finish(
+            &c.run.id,
+            &c.lease,
+            Outcome::Completed {
+                output,
+                error: None,
+            },
+        );
+        async move { (c.run.id.clone(), f.await) }
+    }
+    let second = |c: &&Claimed| ("r011".."r020").contains(&c.run.id.as_str());
+    let mut answers = db.run(futures::future::join_all(
+        claimed.iter().filter(|c| !second(c)).map(|c| end(store, c)),
+    ));
+    // r011 last: the first ends of a burst go on their own, the rest in
+    // one batch.
+    let mut later: Vec<&Claimed> = claimed.iter().filter(second).collect();
+    later.rotate_left(1);
+    answers.extend(db.run(futures::future::join_all(
+        later.into_iter().map(|c| end(store, c)),
+    )));
+    assert!(store.finishes.batched() > 0, "ends shared transactions");
+    for (id, answer) in answers {
+        let run = block_on(store.load_run(&id)).unwrap().unwrap();
+        let history = block_on(store.history(&id)).unwrap();
+        let completed = history
+            .iter()
+            .filter(|h| matches!(h.event, Event::Completed))
+            .count();
+        if id == "r007" {
+            assert!(matches!(answer, Err(Error::LeaseLost { .. })), "{answer:?}");
+            assert_eq!(run.state, RunState::Ready, "left to its new holder");
+            assert_eq!(completed, 0);
+            continue;
+        }
+        answer.unwrap_or_else(|e| panic!("{id}: {e}"));
+        match &run.state {
+            RunState::Completed {
+                output,
+                error: None,
+            } => assert_eq!(&output[..], id.as_bytes(), "{id}"),
+            other => panic!("{id}: {other:?}"),
+        }
+        assert!(run.lease.is_none(), "{id}");
+        assert_eq!(completed, 1, "{id}: {history:?}");
+    }
+    let waiter = block_on(store.load_run("waiter")).unwrap().unwrap();
+    assert_eq!(waiter.state, RunState::Ready);
+    let held = block_on(store.load_run("r121")).unwrap().unwrap();
+    assert_eq!(
+        held.state,
+        RunState::Ready,
+        "r120's end started its held sibling"
+    );
+    db.run(async {
+        let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
+        let target = Target::parse(&url, None).unwrap();
+        let raw = conn::connect(&tokio::runtime::Handle::current(), &target)
+            .await
+            .unwrap();
+        let row = raw
+            .query_one(
+                "SELECT (SELECT count(*) FROM cp_joins), \
+                 (SELECT join_pending FROM cp_runs WHERE id = 'waiter')",
+                &[],
+            )
+            .await
+            .unwrap();
+        let (joins, pending): (i64, i32) = (row.get(0), row.get(1));
+        assert_eq!(
+            (joins, pending),
+            (0, 0),
+            "r011's end counted it for its joiner"
+        );
+    });
 }

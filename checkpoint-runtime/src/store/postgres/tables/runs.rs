@@ -159,6 +159,39 @@ impl<'a> SavedColumns<'a> {
     }
 }
 
+/// The run columns several ends set ([`Bound::finished`]'s, in its
+/// order), as the columns one statement unnests (see `finish`).
+#[derive(Default)]
+pub(in crate::store::postgres) struct FinishedColumns<'a> {
+    state: Vec<i16>,
+    signal: Vec<Option<&'a str>>,
+    due: Vec<Option<i64>>,
+    output: Vec<Option<&'a [u8]>>,
+    error: Vec<Option<&'a str>>,
+}
+
+impl<'a> FinishedColumns<'a> {
+    /// Adds the columns `run` sets.
+    pub(in crate::store::postgres) fn push(&mut self, run: &'a Bound<'a>) {
+        self.state.push(run.state);
+        self.signal.push(run.signal.as_deref());
+        self.due.push(run.cols.due);
+        self.output.push(run.cols.output);
+        self.error.push(run.error.as_deref());
+    }
+
+    /// The columns, in [`Bound::finished`]'s order.
+    pub(in crate::store::postgres) fn params(&self) -> [&(dyn ToSql + Sync); 5] {
+        [
+            &self.state,
+            &self.signal,
+            &self.due,
+            &self.output,
+            &self.error,
+        ]
+    }
+}
+
 /// A state code as the `smallint` column holds it (codes are 0 to 5).
 pub(in crate::store::postgres) fn code(state: i64) -> i16 {
     i16::try_from(state).unwrap_or(i16::MAX)
