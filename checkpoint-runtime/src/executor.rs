@@ -147,7 +147,7 @@ impl Inner {
                 worker,
                 keep: cfg.keep,
                 resources: cfg.resources,
-                schemas_stored: Mutex::new(HashSet::new()),
+                schemas: Default::default(),
                 save_hook: cfg.save_hook,
                 trace: cfg.trace,
                 registry: registry.clone(),

@@ -7,7 +7,7 @@
 //! `launch` and `executor` build on it.
 
 use std::any::{Any, TypeId};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -55,8 +55,8 @@ pub(crate) struct RunEnv {
     /// How many checkpoint versions a run keeps (`None`: all).
     pub(crate) keep: Option<usize>,
     pub(crate) resources: Resources,
-    /// Keys of the schemas this runtime stored (or found stored).
-    pub(crate) schemas_stored: Mutex<HashSet<&'static str>>,
+    /// The schemas this runtime stored, and those being stored.
+    pub(crate) schemas: crate::schema::StoredSchemas,
     /// A simulated crash around checkpoint writes (tests only).
     pub(crate) save_hook: Option<Arc<dyn SaveHook>>,
     /// Carries each run's trace context across executions.

@@ -39,7 +39,10 @@
 
 mod check;
 mod decode;
+mod stored;
 mod trace;
+
+pub(crate) use stored::StoredSchemas;
 
 use std::any::TypeId;
 use std::cell::RefCell;

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use super::Frame;
 use crate::abi::Encoder;
 use crate::history::Event;
-use crate::run::{lock, Halt};
+use crate::run::Halt;
 use crate::schema::{self, SchemaRef};
 use crate::signal_types;
 use crate::store::{user_signal_name, CheckpointRecord, SchemaKeys, Suspend, LOOP_ITEMS};
@@ -143,20 +143,8 @@ impl Frame {
             return;
         }
         let env = &self.run.env;
-        let missing: Vec<(String, String)> = {
-            let stored = lock(&env.schemas_stored);
-            self.new_schemas
-                .iter()
-                .filter(|s| !stored.contains(s.key))
-                .map(|s| (s.key.to_owned(), s.json.to_owned()))
-                .collect()
-        };
-        if !missing.is_empty() {
-            if env.store.put_schemas(missing).await.is_err() {
-                return;
-            }
-            let mut stored = lock(&env.schemas_stored);
-            stored.extend(self.new_schemas.iter().map(|s| s.key));
+        if !env.schemas.ensure(&*env.store, &self.new_schemas).await {
+            return;
         }
         self.stored_schemas.append(&mut self.new_schemas);
     }

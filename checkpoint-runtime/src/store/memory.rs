@@ -38,6 +38,19 @@ pub struct MemoryStore {
     /// transaction that took long on a loaded server).
     #[cfg(test)]
     claim_delay: Mutex<Option<Duration>>,
+    /// Tests: how `put_schemas` answers (see [`SchemaPuts`]).
+    #[cfg(test)]
+    pub(crate) schema_puts: Mutex<SchemaPuts>,
+}
+
+/// Tests: the `put_schemas` calls a [`MemoryStore`] had, and how it answers
+/// the next ones: after `delay`, and with an error while `fail` is set.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct SchemaPuts {
+    pub(crate) calls: usize,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) fail: bool,
 }
 
 #[derive(Default)]
@@ -133,6 +146,8 @@ impl MemoryStore {
             changes: watch::channel(0).0,
             #[cfg(test)]
             claim_delay: Mutex::new(None),
+            #[cfg(test)]
+            schema_puts: Mutex::new(SchemaPuts::default()),
         }
     }
 
@@ -141,6 +156,13 @@ impl MemoryStore {
     #[cfg(test)]
     pub(crate) fn delay_next_claim(&self, delay: Duration) {
         *self.claim_delay.lock().unwrap_or_else(|e| e.into_inner()) = Some(delay);
+    }
+
+    fn do_put_schemas(&self, schemas: Vec<(String, String)>) {
+        let mut st = self.lock();
+        for (key, json) in schemas {
+            st.schemas.entry(key).or_insert(json);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -828,10 +850,27 @@ impl Store for MemoryStore {
     }
 
     fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {
-        let mut st = self.lock();
-        for (key, json) in schemas {
-            st.schemas.entry(key).or_insert(json);
+        #[cfg(test)]
+        {
+            let (delay, fail) = {
+                let mut puts = self.schema_puts.lock().unwrap_or_else(|e| e.into_inner());
+                puts.calls += 1;
+                (puts.delay, puts.fail)
+            };
+            if delay.is_some() || fail {
+                return Box::pin(async move {
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
+                    if fail {
+                        return Err(Error::store("memory: schemas refused (test)"));
+                    }
+                    self.do_put_schemas(schemas);
+                    Ok(())
+                });
+            }
         }
+        self.do_put_schemas(schemas);
         ready(Ok(()))
     }
 
