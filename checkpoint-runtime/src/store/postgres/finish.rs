@@ -144,6 +144,12 @@ fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> (RunRecord, crate:
 /// end), their rows locked in the order of their ids first (`k`, as the
 /// batch of saves locks them: see `save_batch`). One row back: the ids of
 /// the runs it ended (an end it refused wrote nothing).
+///
+/// The checks of the run's row alone are one condition with `u` (whose
+/// `run` is never NULL), so that the planner keeps them with the join:
+/// as conditions on `cp_runs` alone, it took them for selective (one row
+/// of a thousand unfinished runs) and compared every unfinished run with
+/// every end (a nested loop: 161 ms for 300 ends; 7.6 ms this way).
 const FINISH_MANY: &str = "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
        WHERE id IN (SELECT unnest($1::text[])) ORDER BY id FOR UPDATE), \
      r AS (UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
@@ -154,11 +160,12 @@ const FINISH_MANY: &str = "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
          AS u (run, state, signal, due, output, error, at, epoch, worker, instance, event) \
        WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
          AND cp_runs.epoch = u.epoch AND lease_worker = u.worker \
-         AND lease_instance = u.instance AND lease_expires IS NOT NULL AND parent IS NULL \
-         AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
-              OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
-         AND cp_runs.latest_seq >= 0 AND cp_runs.attempt >= 0 \
-         AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0) \
+         AND lease_instance = u.instance \
+         AND (u.run IS NULL OR (lease_expires IS NOT NULL AND parent IS NULL \
+           AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
+                OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
+           AND cp_runs.latest_seq >= 0 AND cp_runs.attempt >= 0 \
+           AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0))) \
        RETURNING u.run, u.at, u.event), \
      h AS (INSERT INTO cp_history (run, at, event) \
        SELECT run, at, event::jsonb FROM r ORDER BY run RETURNING run) \
