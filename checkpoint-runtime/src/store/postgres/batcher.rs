@@ -144,7 +144,7 @@ impl<J, O> Batcher<J, O> {
 
 /// The jobs of `batch` whose key no other job of it has, in order: those a
 /// statement can write as one row each (the others go on their own).
-pub(super) fn held_once<'a, J>(batch: &'a [J], key: impl Fn(&J) -> &str) -> Vec<&'a J> {
+pub(super) fn held_once<J>(batch: &[J], key: impl Fn(&J) -> &str) -> Vec<&J> {
     let mut count: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
     for job in batch {
         *count.entry(key(job)).or_default() += 1;

@@ -44,8 +44,14 @@
 //!   checkpoint's history event;
 //!   retention (`keep`) deletes the oldest rows in the same statement
 //!   (`save::SAVE_KEEP`), never the latest. Saves of several runs waiting at
-//!   the same time are sent as one pipelined transaction, one such statement
-//!   each, fenced each by its own run's lease (`group_commit`).
+//!   the same time are sent as one statement (`save_batch`), fenced each by
+//!   its own run's lease (`group_commit`).
+//! - **Starts and ends** (`create_batch`, `finish`): the starts of runs made
+//!   at the same time are one statement, and the ends of top-level runs one
+//!   transaction, through a `batcher::Batcher` (a lone write goes at once;
+//!   the rest queue for a writer task); each answers as it would alone. A
+//!   lone end is one round trip; a child's end, and an end that another run
+//!   joins, take the fenced transaction (`finish::finish_locked`).
 //! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
 //! - **History** (`tables::history`): an append-only table of JSON events,
 //!   read together with the `CheckpointSaved` events that the kept
