@@ -62,6 +62,22 @@ pub(crate) fn fork(
     (rec, copy, event)
 }
 
+/// A blank record of run `id` at `now` (no workflow nor input, `Ready`, no
+/// lease, seq 0): the columns a rule sets on it are what a backend's
+/// write of that rule alone sets (the PostgreSQL store's one-statement
+/// saves and ends).
+#[cfg(feature = "postgres")]
+pub(crate) fn blank_run(id: &str, now: SystemTime) -> RunRecord {
+    started_run(
+        id.to_owned(),
+        String::new(),
+        Arc::from(&[][..]),
+        RunState::Ready,
+        0,
+        now,
+    )
+}
+
 fn started_run(
     id: String,
     workflow: String,

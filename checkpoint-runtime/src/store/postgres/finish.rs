@@ -34,7 +34,8 @@ use super::children;
 use super::conn::{get, to_json, ts, Pool, Pooled};
 use super::tables::history;
 use super::tables::runs::{fenced, write_run, Bound, FinishedColumns};
-use crate::store::{rules, Lease, Outcome, RunRecord, RunState};
+use crate::history::Event;
+use crate::store::{rules, Lease, Outcome, RunRecord};
 use crate::Error;
 
 /// Ends in one transaction at most.
@@ -119,22 +120,8 @@ pub(super) async fn finish_in_one(
 
 /// What `rules::finish` makes of a run's row, as far as [`FINISH`] sets
 /// it, and the event it records: the rule applied to a blank record.
-fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> (RunRecord, crate::history::Event) {
-    let mut rec = RunRecord {
-        id: id.to_owned(),
-        workflow: String::new(),
-        input: Arc::from(&[][..]),
-        state: RunState::Ready,
-        lease: None,
-        epoch: 0,
-        attempt: 0,
-        latest_seq: 0,
-        wake: None,
-        created_at: now,
-        updated_at: now,
-        version: 1,
-        parent: None,
-    };
+fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> (RunRecord, Event) {
+    let mut rec = rules::blank_run(id, now);
     let event = rules::finish(&mut rec, outcome.clone(), now);
     (rec, event)
 }

@@ -7,7 +7,7 @@
 //! commit ([`group_commit`](super::group_commit)) call them; this module
 //! imports neither.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use tokio_postgres::types::ToSql;
 
@@ -17,7 +17,7 @@ use super::tables::checkpoints::segments::RowPlan;
 use super::tables::checkpoints::{self, cp_insert_cols, CpRow};
 use super::tables::runs::{fenced, write_run, Bound};
 use crate::store::rules;
-use crate::store::{CheckpointRecord, Lease, RunRecord, RunState};
+use crate::store::{CheckpointRecord, Lease, RunRecord};
 use crate::Error;
 
 /// The start of every save statement: `r`, the fenced write of the run's
@@ -252,21 +252,7 @@ pub(super) async fn save_in_one(
 /// What `rules::save_checkpoint` makes of the run's row, as far as a save
 /// sets it (see [`Bound::saved`]): the rule applied to a blank record.
 pub(super) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
-    let mut rec = RunRecord {
-        id: cp.run.to_string(),
-        workflow: String::new(),
-        input: Arc::from(&[][..]),
-        state: RunState::Ready,
-        lease: None,
-        epoch: 0,
-        attempt: 0,
-        latest_seq: 0,
-        wake: None,
-        created_at: cp.created_at,
-        updated_at: cp.created_at,
-        version: 1,
-        parent: None,
-    };
+    let mut rec = rules::blank_run(&cp.run, cp.created_at);
     rules::save_checkpoint(&mut rec, cp);
     rec
 }

@@ -408,51 +408,54 @@ pub(in crate::store::postgres) async fn insert_runs_started(
         .iter()
         .map(|(rec, _, _)| Bound::of(rec))
         .collect::<Result<Vec<_>, _>>()?;
-    let n = runs.len();
-    let mut c = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let mut d = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for ((rec, at, event), b) in runs.iter().zip(&bound) {
-        c.0.push(&*rec.id);
-        c.1.push(&*rec.workflow);
-        c.2.push(&rec.input[..]);
-        c.3.push(b.state);
-        c.4.push(b.signal.as_deref());
-        c.5.push(b.cols.due);
-        c.6.push(b.cols.output);
-        c.7.push(b.error.as_deref());
-        d.0.push(b.cols.epoch);
-        d.1.push(b.attempt);
-        d.2.push(b.cols.latest_seq);
-        d.3.push(b.cols.created_at);
-        d.4.push(b.cols.updated_at);
-        d.5.push(i32::try_from(rec.version).unwrap_or(i32::MAX));
-        d.6.push(*at);
-        d.7.push(*event);
+    // One array per column, in `SQL`'s order.
+    let bound: Vec<(&RunRecord, &Bound, i64, &str)> = runs
+        .iter()
+        .zip(&bound)
+        .map(|((rec, at, event), b)| (*rec, b, *at, *event))
+        .collect();
+    fn col<'a, T>(
+        runs: &[(&'a RunRecord, &'a Bound<'a>, i64, &'a str)],
+        f: impl Fn(&(&'a RunRecord, &'a Bound<'a>, i64, &'a str)) -> T,
+    ) -> Vec<T> {
+        runs.iter().map(f).collect()
     }
+    let id = col(&bound, |r| &*r.0.id);
+    let workflow = col(&bound, |r| &*r.0.workflow);
+    let input = col(&bound, |r| &r.0.input[..]);
+    let state = col(&bound, |r| r.1.state);
+    let signal = col(&bound, |r| r.1.signal.as_deref());
+    let due = col(&bound, |r| r.1.cols.due);
+    let output = col(&bound, |r| r.1.cols.output);
+    let error = col(&bound, |r| r.1.error.as_deref());
+    let epoch = col(&bound, |r| r.1.cols.epoch);
+    let attempt = col(&bound, |r| r.1.attempt);
+    let latest_seq = col(&bound, |r| r.1.cols.latest_seq);
+    let created_at = col(&bound, |r| r.1.cols.created_at);
+    let updated_at = col(&bound, |r| r.1.cols.updated_at);
+    let version = col(&bound, |r| i32::try_from(r.0.version).unwrap_or(i32::MAX));
+    let at = col(&bound, |r| r.2);
+    let event = col(&bound, |r| r.3);
     let rows = cx
         .query(
             SQL,
             &[
-                &c.0, &c.1, &c.2, &c.3, &c.4, &c.5, &c.6, &c.7, &d.0, &d.1, &d.2, &d.3, &d.4, &d.5,
-                &d.6, &d.7,
+                &id,
+                &workflow,
+                &input,
+                &state,
+                &signal,
+                &due,
+                &output,
+                &error,
+                &epoch,
+                &attempt,
+                &latest_seq,
+                &created_at,
+                &updated_at,
+                &version,
+                &at,
+                &event,
             ],
         )
         .await?;
