@@ -1,6 +1,8 @@
 //! Writes of one kind that wait at the same time share one statement and
-//! its one commit (its one WAL flush): a [`Batcher`] (the starts of runs,
-//! see [`create_batch`](super::create_batch)).
+//! its one commit (its one WAL flush): a [`Batcher`] (checkpoint saves,
+//! see [`group_commit`](super::group_commit); the starts of runs,
+//! [`create_batch`](super::create_batch); their ends,
+//! [`finish`](super::finish)).
 //!
 //! A write that finds no other of its kind in flight is done at once by
 //! its caller, on its own: a lone write waits for nothing (no timer, no
@@ -26,7 +28,7 @@ const WRITERS: usize = 2;
 
 /// Writes a batch of jobs: one answer per job, in the batch's order.
 pub(super) type WriteBatch<J, O> =
-    fn(Arc<Pool>, Vec<J>) -> BoxFuture<'static, Vec<Result<O, Error>>>;
+    Box<dyn Fn(Vec<J>) -> BoxFuture<'static, Vec<Result<O, Error>>> + Send + Sync>;
 
 /// The group commit of one kind of write (see the module docs): jobs `J`,
 /// each answered with an `O`.
@@ -74,7 +76,8 @@ impl<J, O> Inner<J, O> {
 }
 
 impl<J: Send + 'static, O: Send + 'static> Batcher<J, O> {
-    /// A batcher that writes batches of up to `max` jobs with `write`.
+    /// A batcher that writes batches of up to `max` jobs with `write`, in
+    /// tasks on the runtime of `pool`'s connections.
     pub(super) fn new(pool: Arc<Pool>, max: usize, write: WriteBatch<J, O>) -> Self {
         Batcher {
             inner: Arc::new(Inner {
@@ -174,7 +177,7 @@ async fn write_queued<J: Send + 'static, O: Send + 'static>(inner: Arc<Inner<J, 
             state.queue.drain(..n).unzip()
         };
         let n = answers.len();
-        let mut results = (inner.write)(inner.pool.clone(), jobs).await.into_iter();
+        let mut results = (inner.write)(jobs).await.into_iter();
         for done in answers {
             let result = results.next().unwrap_or_else(|| {
                 Err(Error::internal(format!(

@@ -39,7 +39,12 @@ pub(super) struct NewTop {
 
 /// The batcher of a store's starts.
 pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<NewTop, Created> {
-    Batcher::new(pool, MAX_BATCH, write)
+    let writer = pool.clone();
+    Batcher::new(
+        pool,
+        MAX_BATCH,
+        Box::new(move |batch| write(writer.clone(), batch)),
+    )
 }
 
 /// A start on its own: the row and its first event in one statement, or

@@ -172,7 +172,12 @@ pub(super) struct Ending {
 
 /// The batcher of a store's ends.
 pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<Ending, ()> {
-    Batcher::new(pool, MAX_BATCH, write)
+    let writer = pool.clone();
+    Batcher::new(
+        pool,
+        MAX_BATCH,
+        Box::new(move |batch| write(writer.clone(), batch)),
+    )
 }
 
 /// An end on its own: in one round trip, or else the fenced transaction.

@@ -1,21 +1,17 @@
 //! Group commit of checkpoint saves: the saves of the runs of one store
 //! instance that wait at the same time share one statement (or one
-//! transaction) and its one WAL flush.
+//! transaction) and its one WAL flush, through a [`Batcher`] (see there
+//! how saves queue: a lone save is done at once by its caller, as one
+//! statement, [`save::statement`](super::save); the others wait for a
+//! writer task, up to [`MAX_BATCH`] at a time).
 //!
-//! A save that finds no other save of this store in flight is done at once
-//! by its caller, as one statement ([`save::statement`](super::save)): a
-//! lone save waits for nothing (no timer, no hand-over to a task). A save
-//! that finds [`WRITERS`] saves or batches in flight, or saves already
-//! queued, joins the queue; whenever a writer is free, it takes everything
-//! queued (up to [`MAX_BATCH`]) and sends the saves without retention as
-//! one statement in autocommit ([`save_batch::BATCH`](super::save_batch)),
-//! and those with retention as one pipelined transaction of their own
-//! statements ([`Pooled::pipelined`]: `BEGIN`, the statements, `COMMIT` in
-//! one flight). Either way a transaction is open only while the server
-//! works through it (the connection is taken before, nothing of ours is
-//! awaited inside). The writers of queued saves are tasks of their own, so
-//! a caller that goes away (a cancelled run) never strands the others'
-//! saves.
+//! A batch sends the saves without retention as one statement in
+//! autocommit ([`save_batch::BATCH`](super::save_batch)), and those with
+//! retention as one pipelined transaction of their own statements
+//! ([`Pooled::pipelined`]: `BEGIN`, the statements, `COMMIT` in one
+//! flight). Either way a transaction is open only while the server works
+//! through it (the connection is taken before, nothing of ours is awaited
+//! inside).
 //!
 //! Each save is fenced by its own run's lease epoch, as a lone save is, and
 //! answers for its own run: a save the statement refuses (lease lost, wrong
@@ -28,10 +24,11 @@
 //! order of the run ids, so two batches (of two workers) never wait for
 //! each other in a cycle.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+#[cfg(test)]
+use std::sync::Mutex;
 
-use tokio::sync::oneshot;
-
+use super::batcher::Batcher;
 use super::conn::{Pool, Pooled};
 use super::save::{save_in_one, save_locked, saved_run, sqlstate_class, Save};
 use super::save_batch::{Columns, BATCH};
@@ -40,75 +37,58 @@ use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
 use tokio_postgres::types::ToSql;
 
-/// Saves or batches of one store in flight at most at a time (the rest
-/// queue). Two: one batch is sent while the server flushes the other's
-/// commit. (Four measured no better in the bench's throughput row.)
-const WRITERS: usize = 2;
-
 /// Saves in one batch at most.
 const MAX_BATCH: usize = 512;
 
 /// The group commit of one store (see the module docs).
 pub(super) struct GroupCommit {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
     pool: Arc<Pool>,
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    queue: Vec<Queued>,
-    /// Saves done by their callers and writer tasks, in flight.
-    writers: usize,
+    batcher: Batcher<Queued, bool>,
     /// Batches of more than one save committed, their saves, and those of
     /// their saves that appended fields and were written by the batch
     /// statement (no retention) (for tests).
     #[cfg(test)]
-    batches: (u64, u64, u64),
+    batches: Arc<Mutex<(u64, u64, u64)>>,
 }
 
-/// A save waiting in the queue, and where its result goes.
+/// A save, as the batcher queues it.
 struct Queued {
     lease: Lease,
     cp: Arc<CheckpointRecord>,
     keep: Option<usize>,
     plan: Option<Arc<RowPlan>>,
-    done: oneshot::Sender<Result<bool, Error>>,
-}
-
-/// A caller's place among the writers (see [`State::writers`]), given back
-/// when dropped (also when the caller goes away); should saves have queued
-/// meanwhile, the place goes to a writer task for them instead.
-struct Slot(Arc<Inner>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut state = self.0.lock();
-        if state.queue.is_empty() {
-            state.writers -= 1;
-            return;
-        }
-        drop(state);
-        self.0.pool.handle().spawn(write_queued(self.0.clone()));
-    }
-}
-
-impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 impl GroupCommit {
     pub(super) fn new(pool: Arc<Pool>) -> GroupCommit {
+        #[cfg(test)]
+        let batches = Arc::new(Mutex::new((0, 0, 0)));
+        let write = {
+            let pool = pool.clone();
+            #[cfg(test)]
+            let batches = batches.clone();
+            Box::new(move |batch: Vec<Queued>| {
+                let pool = pool.clone();
+                #[cfg(test)]
+                let batches = batches.clone();
+                Box::pin(async move {
+                    let (answers, _counts) = write_batch(&pool, batch).await;
+                    #[cfg(test)]
+                    if let Some((saved, appended)) = _counts {
+                        let mut b = batches.lock().unwrap_or_else(|e| e.into_inner());
+                        b.0 += 1;
+                        b.1 += saved;
+                        b.2 += appended;
+                    }
+                    answers
+                }) as futures::future::BoxFuture<'static, _>
+            })
+        };
         GroupCommit {
-            inner: Arc::new(Inner {
-                pool,
-                state: Mutex::new(State::default()),
-            }),
+            batcher: Batcher::new(pool.clone(), MAX_BATCH, write),
+            pool,
+            #[cfg(test)]
+            batches,
         }
     }
 
@@ -122,52 +102,25 @@ impl GroupCommit {
         keep: Option<usize>,
         plan: Option<Arc<RowPlan>>,
     ) -> Result<bool, Error> {
-        let queued = {
-            let mut state = self.inner.lock();
-            if state.writers < WRITERS && state.queue.is_empty() {
-                state.writers += 1;
-                None
-            } else {
-                let (done, result) = oneshot::channel();
-                state.queue.push(Queued {
-                    lease: lease.clone(),
-                    cp: cp.clone(),
-                    keep,
-                    plan: plan.clone(),
-                    done,
-                });
-                // A free place: a writer task for the queue.
-                let spawn = state.writers < WRITERS;
-                if spawn {
-                    state.writers += 1;
-                }
-                Some((result, spawn))
-            }
+        let queued = Queued {
+            lease: lease.clone(),
+            cp,
+            keep,
+            plan,
         };
-        match queued {
-            None => {
-                let _slot = Slot(self.inner.clone());
-                save_alone(&self.inner.pool, lease, &cp, keep, plan.as_deref()).await
-            }
-            Some((result, spawn)) => {
-                if spawn {
-                    let inner = self.inner.clone();
-                    self.inner.pool.handle().spawn(write_queued(inner));
-                }
-                result.await.unwrap_or_else(|_| {
-                    Err(Error::store(
-                        "postgres: the checkpoint save's writer ended before it answered",
-                    ))
-                })
-            }
-        }
+        let pool = &self.pool;
+        self.batcher
+            .run(queued, |q| async move {
+                save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await
+            })
+            .await
     }
 
     /// Batches of more than one save committed so far, their saves, and
     /// their saves that appended fields in the batch statement.
     #[cfg(test)]
     pub(super) fn batches(&self) -> (u64, u64, u64) {
-        self.inner.lock().batches
+        *self.batches.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -185,66 +138,46 @@ async fn save_alone(
     save_alone_on(&mut conn, lease, cp, keep, plan).await
 }
 
-/// A writer task, holding a place among the writers: writes what is
-/// queued, batch after batch, until the queue is empty; then gives its
-/// place back. (Dropped unpolled, at the runtime's shutdown, it keeps the
-/// place: the store goes with the runtime.)
-async fn write_queued(inner: Arc<Inner>) {
-    loop {
-        let batch: Vec<Queued> = {
-            let mut state = inner.lock();
-            if state.queue.is_empty() {
-                state.writers -= 1;
-                return;
-            }
-            let n = state.queue.len().min(MAX_BATCH);
-            state.queue.drain(..n).collect()
-        };
-        write_batch(&inner, batch).await;
-    }
-}
-
-/// Writes `batch` (see the module docs) and answers each of its saves.
-async fn write_batch(inner: &Inner, mut batch: Vec<Queued>) {
-    let pool = &*inner.pool;
+/// Writes `batch` (see the module docs): an answer for each of its saves,
+/// and, when it wrote more than one in a batch, how many it wrote so and
+/// how many of those appended fields (for tests).
+async fn write_batch(
+    pool: &Pool,
+    mut batch: Vec<Queued>,
+) -> (Vec<Result<bool, Error>>, Option<(u64, u64)>) {
     if batch.len() == 1 {
         if let Some(q) = batch.pop() {
             let result = save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await;
-            let _ = q.done.send(result);
+            return (vec![result], None);
         }
-        return;
+        return (Vec::new(), None);
     }
-    batch.sort_by(|a, b| a.cp.run.cmp(&b.cp.run));
+    // Locks the runs in the order of their ids; answered in the batch's.
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by(|&a, &b| batch[a].cp.run.cmp(&batch[b].cp.run));
+    let mut sorted: Vec<Option<Queued>> = batch.drain(..).map(Some).collect();
+    let batch: Vec<Queued> = order.iter().filter_map(|&i| sorted[i].take()).collect();
     let mut conn = match pool.get().await {
         Ok(conn) => conn,
         Err(e) => {
-            for q in batch {
-                let _ = q.done.send(Err(e.clone()));
-            }
-            return;
+            let mut answers: Vec<_> = order.iter().map(|_| Err(e.clone())).collect();
+            unsort(&order, &mut answers);
+            return (answers, None);
         }
     };
     let outcome = send_batch(&mut conn, &batch).await;
-    #[cfg(test)]
-    {
-        let saved = outcome
-            .iter()
-            .filter(|o| matches!(o, Outcome::Saved))
-            .count();
-        let appended = outcome
-            .iter()
-            .zip(&batch)
-            .filter(|(o, q)| matches!(o, Outcome::Saved) && q.keep.is_none() && q.plan.is_some())
-            .count();
-        if saved > 1 {
-            let mut state = inner.lock();
-            state.batches.0 += 1;
-            state.batches.1 += saved as u64;
-            state.batches.2 += appended as u64;
-        }
-    }
-    for (q, outcome) in batch.into_iter().zip(outcome) {
-        let result = match outcome {
+    let saved = outcome
+        .iter()
+        .filter(|o| matches!(o, Outcome::Saved))
+        .count() as u64;
+    let appended = outcome
+        .iter()
+        .zip(&batch)
+        .filter(|(o, q)| matches!(o, Outcome::Saved) && q.keep.is_none() && q.plan.is_some())
+        .count() as u64;
+    let mut answers = Vec::with_capacity(batch.len());
+    for (q, outcome) in batch.iter().zip(outcome) {
+        answers.push(match outcome {
             Outcome::Saved => Ok(q.plan.is_some()),
             Outcome::Failed(e) => Err(e),
             Outcome::Alone => {
@@ -252,9 +185,20 @@ async fn write_batch(inner: &Inner, mut batch: Vec<Queued>) {
                 // the save on its own tells why, or saves it.
                 save_alone_on(&mut conn, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await
             }
-        };
-        let _ = q.done.send(result);
+        });
     }
+    unsort(&order, &mut answers);
+    (answers, (saved > 1).then_some((saved, appended)))
+}
+
+/// Puts `answers`, in the order `order` sorted their jobs into, back in
+/// the jobs' own order.
+fn unsort<T>(order: &[usize], answers: &mut Vec<T>) {
+    let mut back: Vec<Option<T>> = (0..answers.len()).map(|_| None).collect();
+    for (&i, a) in order.iter().zip(answers.drain(..)) {
+        back[i] = Some(a);
+    }
+    answers.extend(back.into_iter().flatten());
 }
 
 /// [`save_alone`] on a connection already taken.
