@@ -12,14 +12,14 @@
 //! one batch. The writer is a task, so a caller that goes away never
 //! strands the others' writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use super::conn::Pool;
+use super::conn::{Pool, Pooled};
 use crate::Error;
 
 /// Writes (or batches) of one batcher in flight at most at a time (the
@@ -143,6 +143,41 @@ impl<J, O> Batcher<J, O> {
     pub(super) fn batched(&self) -> u64 {
         self.inner.lock().batched
     }
+}
+
+/// Writes `batch` on one connection: first those of its jobs that
+/// `together` writes as one (it returns their keys, or an error when
+/// whether it committed is unknown: then every job answers with it), then
+/// each other one `alone`, in the batch's order. The jobs written together
+/// answer `written()`, and have the store's notification sent.
+pub(super) async fn together_then_alone<J, O>(
+    pool: &Pool,
+    batch: &[J],
+    key: impl Fn(&J) -> &str,
+    written: impl Fn() -> O,
+    together: impl AsyncFnOnce(&mut Pooled<'_>, &[J]) -> Result<HashSet<String>, Error>,
+    alone: impl AsyncFn(&mut Pooled<'_>, &J) -> Result<O, Error>,
+) -> Vec<Result<O, Error>> {
+    let mut conn = match pool.get().await {
+        Ok(conn) => conn,
+        Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+    };
+    let done = match together(&mut conn, batch).await {
+        Ok(done) => done,
+        Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
+    };
+    if !done.is_empty() {
+        pool.notify_committed();
+    }
+    let mut answers = Vec::with_capacity(batch.len());
+    for job in batch {
+        answers.push(if done.contains(key(job)) {
+            Ok(written())
+        } else {
+            alone(&mut conn, job).await
+        });
+    }
+    answers
 }
 
 /// The jobs of `batch` whose key no other job of it has, in order: those a

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 
-use super::batcher::{held_once, Batcher};
+use super::batcher::{held_once, together_then_alone, Batcher};
 use super::conn::{to_json, ts, Pool, Pooled};
 use super::save::sqlstate_class;
 use super::tables::runs::{insert_run_started, insert_runs_started, load};
@@ -64,26 +64,18 @@ pub(super) async fn create_alone(conn: &mut Pooled<'_>, new: &NewTop) -> Result<
 /// Writes a batch of starts (see the module docs).
 fn write(pool: Arc<Pool>, batch: Vec<NewTop>) -> BoxFuture<'static, Vec<Result<Created, Error>>> {
     Box::pin(async move {
-        let mut conn = match pool.get().await {
-            Ok(conn) => conn,
-            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
-        };
-        let inserted = match insert_batch(&mut conn, &batch).await {
-            Ok(inserted) => inserted,
-            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
-        };
-        if !inserted.is_empty() {
-            pool.notify_committed();
+        fn key(n: &NewTop) -> &str {
+            &n.rec.id
         }
-        let mut answers = Vec::with_capacity(batch.len());
-        for new in &batch {
-            answers.push(if inserted.contains(&*new.rec.id) {
-                Ok(Created::New)
-            } else {
-                create_alone(&mut conn, new).await
-            });
-        }
-        answers
+        together_then_alone(
+            &pool,
+            &batch,
+            key,
+            || Created::New,
+            insert_batch,
+            create_alone,
+        )
+        .await
     })
 }
 

@@ -29,11 +29,11 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use tokio_postgres::types::ToSql;
 
-use super::batcher::{held_once, Batcher};
+use super::batcher::{held_once, together_then_alone, Batcher};
 use super::children;
 use super::conn::{get, to_json, ts, Pool, Pooled};
 use super::tables::history;
-use super::tables::runs::{fenced, write_run, Bound, FinishedColumns};
+use super::tables::runs::{fenced, write_run, Bound, StateColumns};
 use crate::history::Event;
 use crate::store::{rules, Lease, Outcome, RunRecord};
 use crate::Error;
@@ -219,26 +219,10 @@ pub(super) async fn finish_locked(
 /// the others (and all of them, should it write nothing) on their own.
 fn write(pool: Arc<Pool>, batch: Vec<Ending>) -> BoxFuture<'static, Vec<Result<(), Error>>> {
     Box::pin(async move {
-        let mut conn = match pool.get().await {
-            Ok(conn) => conn,
-            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
-        };
-        let ended = match finish_many(&mut conn, &batch).await {
-            Ok(ended) => ended,
-            Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
-        };
-        if !ended.is_empty() {
-            pool.notify_committed();
+        fn key(e: &Ending) -> &str {
+            &e.id
         }
-        let mut answers = Vec::with_capacity(batch.len());
-        for end in &batch {
-            answers.push(if ended.contains(&end.id) {
-                Ok(())
-            } else {
-                finish_alone(&mut conn, end).await
-            });
-        }
-        answers
+        together_then_alone(&pool, &batch, key, || (), finish_many, finish_alone).await
     })
 }
 
@@ -275,7 +259,7 @@ async fn finish_many(conn: &mut Pooled<'_>, batch: &[Ending]) -> Result<HashSet<
     let Ok(bound) = ended.iter().map(Bound::of).collect::<Result<Vec<_>, _>>() else {
         return Ok(HashSet::new());
     };
-    let mut cols = FinishedColumns::default();
+    let mut cols = StateColumns::default();
     for b in &bound {
         cols.push(b);
     }

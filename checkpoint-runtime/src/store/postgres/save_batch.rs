@@ -181,8 +181,8 @@ impl<'a> Columns<'a> {
 
     /// [`BATCH`]'s parameters, in order.
     pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let (cp, run) = (&self.cp, &self.run);
-        vec![
+        let cp = &self.cp;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &self.idx,
             &cp.run,
             &cp.seq,
@@ -201,18 +201,10 @@ impl<'a> Columns<'a> {
             &cp.lens,
             &cp.schemas,
             &cp.chains,
-            &run.state,
-            &run.signal,
-            &run.due,
-            &run.output,
-            &run.error,
-            &run.attempt,
-            &run.latest_seq,
-            &run.wake_seq,
-            &run.wake_signal,
-            &run.wake_payload,
-            &run.updated_at,
-            &self.epoch,
+        ];
+        params.extend(self.run.params());
+        params.extend([
+            &self.epoch as &(dyn ToSql + Sync),
             &self.worker,
             &self.instance,
             &self.prev,
@@ -225,6 +217,7 @@ impl<'a> Columns<'a> {
             &self.folds.chain,
             &self.folds.lo,
             &self.folds.hi,
-        ]
+        ]);
+        params
     }
 }

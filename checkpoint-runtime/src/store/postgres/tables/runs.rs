@@ -125,53 +125,20 @@ impl Bound<'_> {
     }
 }
 
-/// The run columns several saves set ([`Bound::saved`]'s, in its order),
-/// as the columns one statement unnests (see `save_batch`).
+/// The columns of several runs' states ([`Bound::finished`]'s, in its
+/// order: what an end sets), as the columns one statement unnests (see
+/// `finish`, and [`SavedColumns`]).
 #[derive(Default)]
-pub(in crate::store::postgres) struct SavedColumns<'a> {
+pub(in crate::store::postgres) struct StateColumns<'a> {
     pub(in crate::store::postgres) state: Vec<i16>,
     pub(in crate::store::postgres) signal: Vec<Option<&'a str>>,
     pub(in crate::store::postgres) due: Vec<Option<i64>>,
     pub(in crate::store::postgres) output: Vec<Option<&'a [u8]>>,
     pub(in crate::store::postgres) error: Vec<Option<&'a str>>,
-    pub(in crate::store::postgres) attempt: Vec<i32>,
-    pub(in crate::store::postgres) latest_seq: Vec<i64>,
-    pub(in crate::store::postgres) wake_seq: Vec<Option<i64>>,
-    pub(in crate::store::postgres) wake_signal: Vec<Option<&'a str>>,
-    pub(in crate::store::postgres) wake_payload: Vec<Option<&'a [u8]>>,
-    pub(in crate::store::postgres) updated_at: Vec<i64>,
 }
 
-impl<'a> SavedColumns<'a> {
-    /// Adds the columns `run` sets.
-    pub(in crate::store::postgres) fn push(&mut self, run: &'a Bound<'a>) {
-        self.state.push(run.state);
-        self.signal.push(run.signal.as_deref());
-        self.due.push(run.cols.due);
-        self.output.push(run.cols.output);
-        self.error.push(run.error.as_deref());
-        self.attempt.push(run.attempt);
-        self.latest_seq.push(run.cols.latest_seq);
-        self.wake_seq.push(run.cols.wake_seq);
-        self.wake_signal.push(run.wake_signal.as_deref());
-        self.wake_payload.push(run.cols.wake_payload);
-        self.updated_at.push(run.cols.updated_at);
-    }
-}
-
-/// The run columns several ends set ([`Bound::finished`]'s, in its
-/// order), as the columns one statement unnests (see `finish`).
-#[derive(Default)]
-pub(in crate::store::postgres) struct FinishedColumns<'a> {
-    state: Vec<i16>,
-    signal: Vec<Option<&'a str>>,
-    due: Vec<Option<i64>>,
-    output: Vec<Option<&'a [u8]>>,
-    error: Vec<Option<&'a str>>,
-}
-
-impl<'a> FinishedColumns<'a> {
-    /// Adds the columns `run` sets.
+impl<'a> StateColumns<'a> {
+    /// Adds the state of `run`.
     pub(in crate::store::postgres) fn push(&mut self, run: &'a Bound<'a>) {
         self.state.push(run.state);
         self.signal.push(run.signal.as_deref());
@@ -188,6 +155,50 @@ impl<'a> FinishedColumns<'a> {
             &self.due,
             &self.output,
             &self.error,
+        ]
+    }
+}
+
+/// The run columns several saves set ([`Bound::saved`]'s, in its order),
+/// as the columns one statement unnests (see `save_batch`).
+#[derive(Default)]
+pub(in crate::store::postgres) struct SavedColumns<'a> {
+    pub(in crate::store::postgres) state: StateColumns<'a>,
+    pub(in crate::store::postgres) attempt: Vec<i32>,
+    pub(in crate::store::postgres) latest_seq: Vec<i64>,
+    pub(in crate::store::postgres) wake_seq: Vec<Option<i64>>,
+    pub(in crate::store::postgres) wake_signal: Vec<Option<&'a str>>,
+    pub(in crate::store::postgres) wake_payload: Vec<Option<&'a [u8]>>,
+    pub(in crate::store::postgres) updated_at: Vec<i64>,
+}
+
+impl<'a> SavedColumns<'a> {
+    /// Adds the columns `run` sets.
+    pub(in crate::store::postgres) fn push(&mut self, run: &'a Bound<'a>) {
+        self.state.push(run);
+        self.attempt.push(run.attempt);
+        self.latest_seq.push(run.cols.latest_seq);
+        self.wake_seq.push(run.cols.wake_seq);
+        self.wake_signal.push(run.wake_signal.as_deref());
+        self.wake_payload.push(run.cols.wake_payload);
+        self.updated_at.push(run.cols.updated_at);
+    }
+
+    /// The columns, in [`Bound::saved`]'s order.
+    pub(in crate::store::postgres) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+        let [state, signal, due, output, error] = self.state.params();
+        [
+            state,
+            signal,
+            due,
+            output,
+            error,
+            &self.attempt,
+            &self.latest_seq,
+            &self.wake_seq,
+            &self.wake_signal,
+            &self.wake_payload,
+            &self.updated_at,
         ]
     }
 }
@@ -308,26 +319,28 @@ pub(in crate::store::postgres) async fn write_runs(
         expires.push(b.cols.lease_expires);
         epoch.push(b.cols.epoch);
     }
+    let [state, signal, due, output, error, attempt, latest_seq, wake_seq, wake_signal, wake_payload, updated_at] =
+        saved.params();
     let n = cx
         .execute(
             SQL,
             &[
                 &ids,
-                &saved.state,
-                &saved.signal,
-                &saved.due,
-                &saved.output,
-                &saved.error,
+                state,
+                signal,
+                due,
+                output,
+                error,
                 &worker,
                 &instance,
                 &expires,
                 &epoch,
-                &saved.attempt,
-                &saved.latest_seq,
-                &saved.wake_seq,
-                &saved.wake_signal,
-                &saved.wake_payload,
-                &saved.updated_at,
+                attempt,
+                latest_seq,
+                wake_seq,
+                wake_signal,
+                wake_payload,
+                updated_at,
             ],
         )
         .await?;
