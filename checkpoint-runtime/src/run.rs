@@ -56,7 +56,7 @@ pub(crate) struct RunEnv {
     pub(crate) keep: Option<usize>,
     pub(crate) resources: Resources,
     /// The schemas this runtime stored, and those being stored.
-    pub(crate) schemas: crate::schema::StoredSchemas,
+    pub(crate) schemas: crate::schema::stored::StoredSchemas,
     /// A simulated crash around checkpoint writes (tests only).
     pub(crate) save_hook: Option<Arc<dyn SaveHook>>,
     /// Carries each run's trace context across executions.

@@ -39,10 +39,8 @@
 
 mod check;
 mod decode;
-mod stored;
+pub(crate) mod stored;
 mod trace;
-
-pub(crate) use stored::StoredSchemas;
 
 use std::any::TypeId;
 use std::cell::RefCell;
