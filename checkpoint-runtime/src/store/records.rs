@@ -597,6 +597,11 @@ pub struct ClaimResult {
     /// Runs now leased to the caller.
     pub claimed: Vec<Claimed>,
     /// Runnable runs the caller cannot execute: `(run id, workflow name)`.
+    /// A backend may look for them on some claims only (PostgreSQL: at
+    /// most every half second per store, and on every claim of one run,
+    /// `only`), so that a worker that claims often under load does not read
+    /// every unfinished run each time; such a run is reported by a later
+    /// claim.
     pub unregistered: Vec<(String, String)>,
 }
 

@@ -214,6 +214,9 @@ pub struct PostgresStore {
     heads: tables::checkpoints::segments::Heads,
     /// See [`PostgresStore::bytes_written`].
     written: std::sync::atomic::AtomicU64,
+    /// When a claim last looked for runs of unregistered workflows (see
+    /// `ops::UNREGISTERED_EVERY`).
+    unregistered_at: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -311,6 +314,7 @@ impl PostgresStore {
             holds: hold::Holds::default(),
             heads: Default::default(),
             written: Default::default(),
+            unregistered_at: Default::default(),
         })
     }
 

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::executor::block_on;
 
@@ -2735,4 +2735,53 @@ fn ends_at_the_same_time_share_transactions_and_answer_each() {
             "r011's end counted it for its joiner"
         );
     });
+}
+
+/// A store's claims look for runs of unregistered workflows at most every
+/// half second (`ops::UNREGISTERED_EVERY`; the query reads every unfinished
+/// run), and a claim of one run always does: such a run is still reported,
+/// by a later claim.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn runs_of_unregistered_workflows_are_looked_for_every_half_second() {
+    let Some(db) = Db::open("runs_of_unregistered_workflows_are_looked_for_every_half_second")
+    else {
+        return;
+    };
+    let s = db.store();
+    let mut other = req("a", "a1");
+    other.workflows = vec!["other"];
+    new_run(s, "r1");
+    let first = Instant::now();
+    let res = block_on(s.claim(&other)).unwrap();
+    assert_eq!(res.unregistered, vec![("r1".to_owned(), "wf".to_owned())]);
+    new_run(s, "r2");
+    let res = block_on(s.claim(&other)).unwrap();
+    // Looked for again only when half a second went by (a slow machine).
+    if first.elapsed() < Duration::from_millis(400) {
+        assert!(res.unregistered.is_empty(), "{:?}", res.unregistered);
+    }
+    // A claim of one run looks at once.
+    let mut only = other.clone();
+    only.only = Some("r2".to_owned());
+    let res = block_on(s.claim(&only)).unwrap();
+    assert_eq!(res.unregistered, vec![("r2".to_owned(), "wf".to_owned())]);
+    // And a later claim reports both.
+    let mut found = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while found.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        found = block_on(s.claim(&other)).unwrap().unregistered;
+    }
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            ("r1".to_owned(), "wf".to_owned()),
+            ("r2".to_owned(), "wf".to_owned())
+        ]
+    );
 }
