@@ -143,27 +143,19 @@ async fn save_alone(
 /// how many of those appended fields (for tests).
 async fn write_batch(
     pool: &Pool,
-    mut batch: Vec<Queued>,
+    batch: Vec<Queued>,
 ) -> (Vec<Result<bool, Error>>, Option<(u64, u64)>) {
-    if batch.len() == 1 {
-        if let Some(q) = batch.pop() {
-            let result = save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await;
-            return (vec![result], None);
-        }
-        return (Vec::new(), None);
+    if let [q] = &batch[..] {
+        let result = save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await;
+        return (vec![result], None);
     }
-    // Locks the runs in the order of their ids; answered in the batch's.
-    let mut order: Vec<usize> = (0..batch.len()).collect();
-    order.sort_by(|&a, &b| batch[a].cp.run.cmp(&batch[b].cp.run));
-    let mut sorted: Vec<Option<Queued>> = batch.drain(..).map(Some).collect();
-    let batch: Vec<Queued> = order.iter().filter_map(|&i| sorted[i].take()).collect();
+    // Locks the runs in the order of their ids; answers in the batch's.
+    let mut tagged: Vec<(usize, Queued)> = batch.into_iter().enumerate().collect();
+    tagged.sort_by(|(_, a), (_, b)| a.cp.run.cmp(&b.cp.run));
+    let (order, batch): (Vec<usize>, Vec<Queued>) = tagged.into_iter().unzip();
     let mut conn = match pool.get().await {
         Ok(conn) => conn,
-        Err(e) => {
-            let mut answers: Vec<_> = order.iter().map(|_| Err(e.clone())).collect();
-            unsort(&order, &mut answers);
-            return (answers, None);
-        }
+        Err(e) => return (batch.iter().map(|_| Err(e.clone())).collect(), None),
     };
     let outcome = send_batch(&mut conn, &batch).await;
     let saved = outcome
@@ -176,8 +168,8 @@ async fn write_batch(
         .filter(|(o, q)| matches!(o, Outcome::Saved) && q.keep.is_none() && q.plan.is_some())
         .count() as u64;
     let mut answers = Vec::with_capacity(batch.len());
-    for (q, outcome) in batch.iter().zip(outcome) {
-        answers.push(match outcome {
+    for ((i, q), outcome) in order.into_iter().zip(&batch).zip(outcome) {
+        let answer = match outcome {
             Outcome::Saved => Ok(q.plan.is_some()),
             Outcome::Failed(e) => Err(e),
             Outcome::Alone => {
@@ -185,20 +177,12 @@ async fn write_batch(
                 // the save on its own tells why, or saves it.
                 save_alone_on(&mut conn, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await
             }
-        });
+        };
+        answers.push((i, answer));
     }
-    unsort(&order, &mut answers);
+    answers.sort_by_key(|(i, _)| *i);
+    let answers = answers.into_iter().map(|(_, a)| a).collect();
     (answers, (saved > 1).then_some((saved, appended)))
-}
-
-/// Puts `answers`, in the order `order` sorted their jobs into, back in
-/// the jobs' own order.
-fn unsort<T>(order: &[usize], answers: &mut Vec<T>) {
-    let mut back: Vec<Option<T>> = (0..answers.len()).map(|_| None).collect();
-    for (&i, a) in order.iter().zip(answers.drain(..)) {
-        back[i] = Some(a);
-    }
-    answers.extend(back.into_iter().flatten());
 }
 
 /// [`save_alone`] on a connection already taken.
