@@ -16,7 +16,7 @@ use super::tables::checkpoints::{
 };
 use super::tables::runs::{
     code, decode_run, fenced, insert_run, load, lock_run, must_exist, run_cols, write_run,
-    write_runs, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY,
+    write_runs, CLAIM, CLAIM_PARKED, LOAD_PLAIN, LOAD_PLAIN_MANY, NEXT_WAKEUP, RENEW, RENEW_MANY,
     RENEW_MANY_WAITING, UNREGISTERED,
 };
 use super::tables::{history, signals};
@@ -550,17 +550,13 @@ impl PostgresStore {
         Ok(true)
     }
 
+    /// When a claim may next find a run: the earliest lease expiry of an
+    /// unfinished run under a lease, or deadline of a waiting or sleeping
+    /// run under none.
     pub(super) async fn do_next_wakeup(&self) -> Result<Option<SystemTime>, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
-        let row = cx
-            .query_one(
-                "SELECT min(CASE WHEN lease_worker IS NOT NULL THEN lease_expires \
-                                 WHEN state IN (1, 2) THEN due END) \
-                 FROM cp_runs WHERE state < 3",
-                &[],
-            )
-            .await?;
+        let row = cx.query_one(NEXT_WAKEUP, &[]).await?;
         Ok(get::<Option<i64>>(&row, 0)?.map(from_ts))
     }
 }

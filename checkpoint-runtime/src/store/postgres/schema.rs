@@ -197,8 +197,27 @@ END
 $$;
 "#;
 
+/// Version 9: claims and the next wake-up read only the runs that can be
+/// due, never every unfinished one. Before, both walked `cp_runs_active`
+/// (every run not finished) and filtered: with 70,000 runs waiting for a
+/// signal or a far timer (approvals waiting days), a claim that found 10
+/// ready runs read 2,400 pages, 12–25 ms, and a busy worker claims many
+/// times a second. Now each way a run becomes claimable has an index of
+/// its own (see `tables::runs::CLAIM`): ready runs by creation order
+/// (`cp_runs_ready`: they are what a worker executes, so they number about
+/// its concurrency plus the queue, which it takes in this order); waiting
+/// and sleeping runs by their deadline (`cp_runs_due`); waiting ones still
+/// under a lease, which a crash between their suspending checkpoint and
+/// the lease's release leaves behind (`cp_runs_held`). A waiting run's
+/// signal is found from `cp_signals`. None of these indexes has a column a
+/// checkpoint or a lease renewal changes, so those updates stay HOT.
+const V9: &str = "CREATE INDEX IF NOT EXISTS cp_runs_ready ON cp_runs (ord) WHERE state = 0; \
+                  CREATE INDEX IF NOT EXISTS cp_runs_due ON cp_runs (due) WHERE state IN (1, 2); \
+                  CREATE INDEX IF NOT EXISTS cp_runs_held ON cp_runs (ord) \
+                      WHERE state IN (1, 2) AND lease_worker IS NOT NULL;";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

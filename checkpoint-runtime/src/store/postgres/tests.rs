@@ -96,6 +96,68 @@ impl Db {
     }
 }
 
+impl Db {
+    /// The blocks (shared buffers hit or read) that `sql` reads when run
+    /// as the store runs its statements, prepared with a generic plan,
+    /// with `args` (SQL literals) as its parameters.
+    fn blocks_read(&self, sql: &str, args: &str) -> u64 {
+        let url = format!("{}{}schema={}", self.url, sep(&self.url), self.schema);
+        let plan: serde_json::Value = self.run(async {
+            let target = Target::parse(&url, None).unwrap();
+            let client = conn::connect(&tokio::runtime::Handle::current(), &target)
+                .await
+                .unwrap();
+            client
+                .batch_execute(&format!(
+                    "SET plan_cache_mode = force_generic_plan; PREPARE q AS {sql}"
+                ))
+                .await
+                .unwrap();
+            let rows = client
+                .simple_query(&format!(
+                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE q{}",
+                    if args.is_empty() {
+                        String::new()
+                    } else {
+                        format!("({args})")
+                    }
+                ))
+                .await
+                .unwrap();
+            let text = rows
+                .iter()
+                .find_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                    _ => None,
+                })
+                .unwrap();
+            serde_json::from_str(&text).unwrap()
+        });
+        let top = &plan[0]["Plan"];
+        let n = |k: &str| top[k].as_u64().unwrap_or_else(|| panic!("{k} in {plan}"));
+        n("Shared Hit Blocks") + n("Shared Read Blocks")
+    }
+
+    /// The pages of the table `cp_runs`.
+    fn runs_pages(&self) -> u64 {
+        let url = format!("{}{}schema={}", self.url, sep(&self.url), self.schema);
+        self.run(async {
+            let target = Target::parse(&url, None).unwrap();
+            let client = conn::connect(&tokio::runtime::Handle::current(), &target)
+                .await
+                .unwrap();
+            let row = client
+                .query_one(
+                    "SELECT (pg_relation_size('cp_runs') / current_setting('block_size')::int)::bigint",
+                    &[],
+                )
+                .await
+                .unwrap();
+            u64::try_from(row.get::<_, i64>(0)).unwrap()
+        })
+    }
+}
+
 fn sep(url: &str) -> &'static str {
     if url.contains('?') {
         "&"
@@ -2784,4 +2846,148 @@ fn runs_of_unregistered_workflows_are_looked_for_every_half_second() {
             ("r2".to_owned(), "wf".to_owned())
         ]
     );
+}
+
+/// A claim reads the runs that can be due, not every unfinished one: with
+/// 30,000 runs waiting for a signal or a far timer (approvals waiting for
+/// a person), it takes each run that is runnable, one way or another, and
+/// only those, and its statement, like the next wake-up's and the look for
+/// unregistered workflows', reads a small part of the table (the claim
+/// used to read all of it: 2,400 pages for 70,000 waiting runs).
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
+    let Some(db) = Db::open("claims_read_the_runs_that_can_be_due_not_every_waiting_one") else {
+        return;
+    };
+    let s = db.store();
+    let short = |worker: &str| {
+        let mut r = req(worker, "1");
+        r.ttl = Duration::from_millis(50);
+        r.limit = 1;
+        r
+    };
+    let wait = |deadline: Option<SystemTime>| Suspend::Waiting {
+        signal: "go".into(),
+        deadline,
+        payload_schema: None,
+        sites_before: None,
+    };
+    // Suspends `run` (claimed by `worker`) as `how`; with `release`, gives
+    // its lease back as the executor does, else leaves it to expire (a
+    // crash between the checkpoint and the release).
+    let suspend = |run: &str, worker: &str, how: Suspend, release: bool| {
+        new_run(s, run);
+        let mut r = short(worker);
+        r.only = Some(run.to_owned());
+        let c = block_on(s.claim(&r)).unwrap().claimed.remove(0);
+        block_on(s.save_checkpoint(&c.lease, rich_cp(run, 1, Some(how)), None)).unwrap();
+        if release {
+            block_on(s.release(run, &c.lease, Release::Suspend)).unwrap();
+        }
+    };
+    let soon = SystemTime::now() + Duration::from_millis(100);
+    new_run(s, "queued");
+    new_run(s, "busy");
+    let mut live = req("b", "1");
+    live.only = Some("busy".to_owned());
+    assert_eq!(block_on(s.claim(&live)).unwrap().claimed.len(), 1);
+    new_run(s, "crashed");
+    let mut crashed = short("c");
+    crashed.only = Some("crashed".to_owned());
+    assert_eq!(block_on(s.claim(&crashed)).unwrap().claimed.len(), 1);
+    suspend("signalled", "d", wait(None), true);
+    block_on(s.put_signal("signalled", "go", b"1".to_vec())).unwrap();
+    suspend("overdue", "d", wait(Some(soon)), true);
+    suspend(
+        "woken",
+        "d",
+        Suspend::Sleeping {
+            until: soon,
+            sites_before: None,
+        },
+        true,
+    );
+    suspend("held", "e", wait(None), false);
+    block_on(s.put_signal("held", "go", b"1".to_vec())).unwrap();
+    suspend("waiting", "d", wait(None), true);
+    block_on(s.put_signal("waiting", "other", b"1".to_vec())).unwrap();
+    suspend(
+        "asleep",
+        "d",
+        Suspend::Sleeping {
+            until: SystemTime::now() + Duration::from_secs(3600),
+            sites_before: None,
+        },
+        true,
+    );
+    // 30,000 more runs like the last two: waiting for a signal that has
+    // not come, asleep for an hour.
+    let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
+                lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
+                wake_signal, wake_payload, created_at, updated_at, version, parent";
+    for (like, n) in [("waiting", 20_000), ("asleep", 10_000)] {
+        db.sql(&format!(
+            "INSERT INTO cp_runs (id, {cols}) SELECT '{like}-' || i, {cols} \
+             FROM cp_runs, generate_series(1, {n}) i WHERE id = '{like}'; ANALYZE cp_runs"
+        ));
+    }
+    // The held run's lease is the next wake-up (it is the earliest).
+    let next = block_on(s.next_wakeup()).unwrap().unwrap();
+    assert!(next < soon, "{next:?}");
+    std::thread::sleep(Duration::from_millis(150));
+
+    // Claimed a run at a time, every runnable run comes, and no other.
+    let mut claimed = Vec::new();
+    loop {
+        let mut r = req("a", "1");
+        r.limit = 2;
+        let got = block_on(s.claim(&r)).unwrap().claimed;
+        if got.is_empty() {
+            break;
+        }
+        claimed.extend(got.into_iter().map(|c| c.run.id.to_string()));
+        assert!(claimed.len() <= 6, "{claimed:?}");
+    }
+    claimed.sort();
+    assert_eq!(
+        claimed,
+        ["crashed", "held", "overdue", "queued", "signalled", "woken"]
+    );
+    // Leased: the next wake-up is a lease's expiry, not the hour's sleep.
+    let next = block_on(s.next_wakeup()).unwrap().unwrap();
+    assert!(
+        next < SystemTime::now() + Duration::from_secs(60),
+        "{next:?}"
+    );
+
+    // What the statements read: a few index pages, not the table's.
+    let pages = db.runs_pages();
+    assert!(pages > 200, "{pages} pages");
+    let now = crate::store::sql::ts(SystemTime::now());
+    let claim = db.blocks_read(
+        tables::runs::CLAIM,
+        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}'"),
+    );
+    let unregistered = db.blocks_read(
+        tables::runs::UNREGISTERED,
+        &format!("{now}, 'z', '1', '{{other}}', NULL, 10"),
+    );
+    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, "");
+    eprintln!(
+        "{pages} pages; read: claim {claim}, unregistered {unregistered}, next wake-up {wakeup}"
+    );
+    for (what, read) in [
+        ("claim", claim),
+        ("unregistered", unregistered),
+        ("next wake-up", wakeup),
+    ] {
+        assert!(
+            read * 10 < pages,
+            "the {what} read {read} blocks of a table of {pages} pages"
+        );
+    }
 }

@@ -535,29 +535,75 @@ pub(in crate::store::postgres) async fn must_exist(cx: &mut Cx<'_>, id: &str) ->
     }
 }
 
+/// The runnable runs of the workflows that `$4` selects (`r.workflow` in
+/// it, or not), as three branches, one per way a run becomes runnable,
+/// each read from an index of its own so that no claim reads the runs that
+/// are waiting and not due (see the schema's version 9): ready runs
+/// (`cp_runs_ready`, in creation order), waiting or sleeping runs whose
+/// deadline has passed (`cp_runs_due`, the most overdue first), and
+/// waiting runs whose signal has arrived (from the runs `cp_signals`
+/// names; not due, so that no run is in two branches). Each branch ends
+/// with `$tail` (its order, limit and lock). Together they are exactly the
+/// runs `rules::runnable` accepts whose lease a claim may take (none,
+/// expired, or this worker's older instance's).
+macro_rules! runnable_branches {
+    ($workflow:literal, $select:expr, $tail_ord:literal, $tail_due:literal) => {
+        concat!(
+            "ready AS (SELECT ", $select, " FROM cp_runs r WHERE r.state = 0 AND ",
+            runnable_lease!($workflow), $tail_ord, "), \
+             due AS (SELECT ", $select, " FROM cp_runs r \
+               WHERE r.state IN (1, 2) AND r.due <= $1 AND ",
+            runnable_lease!($workflow), $tail_due, "), \
+             signalled AS (SELECT ", $select, " FROM cp_runs r \
+               WHERE r.state = 1 AND (r.due IS NULL OR r.due > $1) \
+               AND r.id = ANY (ARRAY(SELECT DISTINCT s.run FROM cp_signals s)) \
+               AND EXISTS (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal) \
+               AND ",
+            runnable_lease!($workflow), $tail_ord, ")"
+        )
+    };
+}
+
+/// What every branch of [`runnable_branches`] asks of a run besides its
+/// state: its workflow (`$workflow`, a condition on `$4`), `$5` (only this
+/// run, or NULL), a lease a claim may take (`$1` now, `$2` worker, `$3`
+/// instance).
+macro_rules! runnable_lease {
+    ($workflow:literal) => {
+        concat!(
+            $workflow,
+            " AND ($5::text IS NULL OR r.id = $5) \
+             AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
+                  OR (r.lease_worker = $2 AND r.lease_instance < $3))"
+        )
+    };
+}
+
 /// The runs a claim may take, in creation order: `$1` now, `$2` worker, `$3`
 /// instance, `$4` the workflows the caller runs, `$5` only this run (or
 /// NULL), `$6` at most this many, `$7` not these runs (already looked at by
 /// this claim). Locks them, skipping rows other claims (or fenced writes)
-/// hold.
+/// hold. Each branch (see [`runnable_branches`]) locks up to `$6` runs;
+/// those past the first `$6` stay locked by the claim's transaction and
+/// come back in its next round (it asks again while a round is full): a
+/// round with fewer than `$6` rows means every branch ran out.
 pub(in crate::store::postgres) const CLAIM: &str = concat!(
-    "SELECT ",
+    "WITH ",
+    runnable_branches!(
+        "r.workflow = ANY($4) AND NOT (r.id = ANY($7::text[]))",
+        concat!("r.ord, r.input, ", run_cols!()),
+        " ORDER BY r.ord LIMIT $6 FOR NO KEY UPDATE OF r SKIP LOCKED",
+        " ORDER BY r.due LIMIT $6 FOR NO KEY UPDATE OF r SKIP LOCKED"
+    ),
+    " SELECT ",
     run_cols!(),
-    ", r.input FROM cp_runs r \
-     WHERE r.state < 3 AND r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
-     AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
-          OR (r.lease_worker = $2 AND r.lease_instance < $3)) \
-     AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
-          OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
-              (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
-     AND NOT (r.id = ANY($7::text[])) \
-     ORDER BY r.ord LIMIT $6 \
-     FOR NO KEY UPDATE OF r SKIP LOCKED"
+    ", r.input FROM (SELECT * FROM ready UNION ALL SELECT * FROM due \
+       UNION ALL SELECT * FROM signalled) r ORDER BY r.ord LIMIT $6"
 );
 
 /// Parked run `$2` (of one of the workflows `$1`), for a claim that
 /// revisits it (see `ClaimRequest::revisit_parked`). A statement of its own,
-/// so that [`CLAIM`]'s predicate stays `state < 3`, the partial index's.
+/// so that each branch of [`CLAIM`] stays on its index.
 pub(in crate::store::postgres) const CLAIM_PARKED: &str = concat!(
     "SELECT ",
     run_cols!(),
@@ -567,15 +613,31 @@ pub(in crate::store::postgres) const CLAIM_PARKED: &str = concat!(
 );
 
 /// Runnable runs of workflows the caller does not run (same parameters as
-/// [`CLAIM`]; not locked).
-pub(in crate::store::postgres) const UNREGISTERED: &str = "SELECT r.id, r.workflow FROM cp_runs r \
-     WHERE r.state < 3 AND NOT (r.workflow = ANY($4)) AND ($5::text IS NULL OR r.id = $5) \
-     AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
-          OR (r.lease_worker = $2 AND r.lease_instance < $3)) \
-     AND (r.state = 0 OR (r.state = 2 AND r.due <= $1) \
-          OR (r.state = 1 AND (r.due <= $1 OR EXISTS \
-              (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal)))) \
-     ORDER BY r.ord LIMIT $6";
+/// [`CLAIM`] but `$7`; not locked).
+pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
+    "WITH ",
+    runnable_branches!(
+        "NOT (r.workflow = ANY($4))",
+        "r.ord, r.id, r.workflow",
+        " ORDER BY r.ord LIMIT $6",
+        " ORDER BY r.due LIMIT $6"
+    ),
+    " SELECT r.id, r.workflow FROM (SELECT * FROM ready UNION ALL SELECT * FROM due \
+       UNION ALL SELECT * FROM signalled) r ORDER BY r.ord LIMIT $6"
+);
+
+/// When a claim may next find a run (see `do_next_wakeup`), from the
+/// indexes [`CLAIM`]'s branches read, never from every unfinished run:
+/// leases of ready runs (`cp_runs_ready`) and of waiting or sleeping ones
+/// (`cp_runs_held`), deadlines of those under no lease (`cp_runs_due`,
+/// the first that is not held: a held run's deadline counts once its
+/// lease is gone). NULL: none.
+pub(in crate::store::postgres) const NEXT_WAKEUP: &str = "SELECT least( \
+       (SELECT min(lease_expires) FROM cp_runs WHERE state = 0 AND lease_worker IS NOT NULL), \
+       (SELECT min(lease_expires) FROM cp_runs \
+        WHERE state IN (1, 2) AND lease_worker IS NOT NULL), \
+       (SELECT due FROM cp_runs WHERE state IN (1, 2) AND due IS NOT NULL \
+          AND lease_worker IS NULL ORDER BY due LIMIT 1))";
 
 /// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`
 /// worker, `$4` instance, `$5` the new expiry. Returns the run's id when it
