@@ -79,6 +79,7 @@ macro_rules! conformance_tests {
             fail_records_the_error,
             retry_makes_a_failed_run_runnable_from_its_latest_checkpoint,
             fork_copies_a_checkpoint,
+            each_runnable_run_is_claimed_and_no_other,
         );
         $crate::store::conformance::conformance_tests!(@fixture_tests [$attr] $open;
             reject_signal_without_its_checkpoint_changes_nothing,
@@ -276,6 +277,103 @@ fn waiting_run(store: &dyn Store, deadline: Option<SystemTime>) -> Lease {
     ))
     .unwrap();
     c.lease
+}
+
+/// Runs in every state a claim tells apart (see
+/// [`each_runnable_run_is_claimed_and_no_other`]); returns when the
+/// deadlines among them pass. `waiting` and `asleep` are not runnable, and
+/// are what a backend's test copies to fill its tables.
+pub(crate) fn runs_of_every_kind(store: &dyn Store) -> SystemTime {
+    let short = |worker: &str, run: &str| {
+        let mut r = req(worker, "1");
+        r.ttl = Duration::from_millis(50);
+        r.only = Some(run.to_owned());
+        r
+    };
+    // Suspends a new `run` as `how`; with `release`, gives its lease back
+    // as the executor does, else leaves it to expire (a crash between the
+    // checkpoint and the release).
+    let suspend = |run: &str, how: Suspend, release: bool| {
+        new_run(store, run);
+        let c = block_on(store.claim(&short("d", run)))
+            .unwrap()
+            .claimed
+            .remove(0);
+        block_on(store.save_checkpoint(&c.lease, suspended_cp(run, 1, how), None)).unwrap();
+        if release {
+            block_on(store.release(run, &c.lease, Release::Suspend)).unwrap();
+        }
+    };
+    let soon = SystemTime::now() + Duration::from_millis(100);
+    new_run(store, "queued");
+    new_run(store, "busy");
+    let mut live = req("b", "1");
+    live.only = Some("busy".to_owned());
+    assert_eq!(block_on(store.claim(&live)).unwrap().claimed.len(), 1);
+    new_run(store, "crashed");
+    assert_eq!(
+        block_on(store.claim(&short("c", "crashed")))
+            .unwrap()
+            .claimed
+            .len(),
+        1
+    );
+    suspend("signalled", waiting("go", None), true);
+    block_on(store.put_signal("signalled", "go", b"1".to_vec())).unwrap();
+    suspend("overdue", waiting("go", Some(soon)), true);
+    let nap = |until| Suspend::Sleeping {
+        until,
+        sites_before: None,
+    };
+    suspend("woken", nap(soon), true);
+    suspend("held", waiting("go", None), false);
+    block_on(store.put_signal("held", "go", b"1".to_vec())).unwrap();
+    suspend("waiting", waiting("go", None), true);
+    block_on(store.put_signal("waiting", "other", b"1".to_vec())).unwrap();
+    let hour = SystemTime::now() + Duration::from_secs(3600);
+    suspend("asleep", nap(hour), true);
+    soon
+}
+
+/// Claims two at a time until a claim finds nothing; the runs claimed.
+pub(crate) fn claim_all(store: &dyn Store) -> Vec<String> {
+    let mut claimed = Vec::new();
+    loop {
+        let mut r = req("a", "1");
+        r.limit = 2;
+        let got = block_on(store.claim(&r)).unwrap().claimed;
+        if got.is_empty() {
+            break;
+        }
+        claimed.extend(got.into_iter().map(|c| c.run.id.to_string()));
+        assert!(claimed.len() <= 6, "{claimed:?}");
+    }
+    claimed.sort();
+    claimed
+}
+
+/// The runs of [`runs_of_every_kind`] that a claim takes.
+pub(crate) const RUNNABLE: [&str; 6] =
+    ["crashed", "held", "overdue", "queued", "signalled", "woken"];
+
+/// Every run that is runnable, one way or another (ready, its lease
+/// expired, its signal come, its deadline or its sleep over, held by a
+/// lease that expired with its signal come), is claimed, and no other
+/// (leased, waiting for a signal that has not come, asleep); the next
+/// wake-up is the earliest lease expiry or deadline.
+pub(crate) fn each_runnable_run_is_claimed_and_no_other(store: &dyn Store) {
+    let soon = runs_of_every_kind(store);
+    // The held run's lease expires first.
+    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    assert!(next < soon, "{next:?}");
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(claim_all(store), RUNNABLE);
+    // All leased now: a lease's expiry, not the hour's sleep.
+    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    assert!(
+        next < SystemTime::now() + Duration::from_secs(60),
+        "{next:?}"
+    );
 }
 
 pub(crate) fn claim_takes_a_lease(store: &dyn Store) {

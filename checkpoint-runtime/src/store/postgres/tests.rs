@@ -15,7 +15,10 @@ use futures::executor::block_on;
 
 use super::conn::{redact, Target};
 use super::*;
-use crate::store::conformance::{claim_one, conformance_tests, cp, new_run, req, Fixture};
+use crate::store::conformance::{
+    claim_all, claim_one, conformance_tests, cp, new_run, req, runs_of_every_kind, Fixture,
+    RUNNABLE,
+};
 use crate::store::{Claimed, FieldRecord, RunState, Suspend, WakeValue};
 use crate::StatusKind;
 
@@ -1406,7 +1409,8 @@ fn rows_written_before_checksums_still_load() {
     block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
     // As version-1 tables: no checksum column (nor a run version).
     db.sql(
-        "ALTER TABLE cp_checkpoints DROP COLUMN checksum; DROP INDEX cp_runs_parked; \
+        "DROP INDEX cp_runs_ready, cp_runs_due, cp_runs_held; \
+         ALTER TABLE cp_checkpoints DROP COLUMN checksum; DROP INDEX cp_runs_parked; \
          ALTER TABLE cp_runs DROP COLUMN version; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
          ALTER TABLE cp_runs DROP COLUMN join_pending; \
@@ -2390,6 +2394,7 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
            REFERENCES cp_runs (id) ON DELETE CASCADE; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
          ALTER TABLE cp_runs DROP COLUMN join_pending; \
+         DROP INDEX cp_runs_ready, cp_runs_due, cp_runs_held; \
          UPDATE cp_schema_version SET version = 3",
     );
     let other = db.other();
@@ -2864,66 +2869,7 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         return;
     };
     let s = db.store();
-    let short = |worker: &str| {
-        let mut r = req(worker, "1");
-        r.ttl = Duration::from_millis(50);
-        r.limit = 1;
-        r
-    };
-    let wait = |deadline: Option<SystemTime>| Suspend::Waiting {
-        signal: "go".into(),
-        deadline,
-        payload_schema: None,
-        sites_before: None,
-    };
-    // Suspends `run` (claimed by `worker`) as `how`; with `release`, gives
-    // its lease back as the executor does, else leaves it to expire (a
-    // crash between the checkpoint and the release).
-    let suspend = |run: &str, worker: &str, how: Suspend, release: bool| {
-        new_run(s, run);
-        let mut r = short(worker);
-        r.only = Some(run.to_owned());
-        let c = block_on(s.claim(&r)).unwrap().claimed.remove(0);
-        block_on(s.save_checkpoint(&c.lease, rich_cp(run, 1, Some(how)), None)).unwrap();
-        if release {
-            block_on(s.release(run, &c.lease, Release::Suspend)).unwrap();
-        }
-    };
-    let soon = SystemTime::now() + Duration::from_millis(100);
-    new_run(s, "queued");
-    new_run(s, "busy");
-    let mut live = req("b", "1");
-    live.only = Some("busy".to_owned());
-    assert_eq!(block_on(s.claim(&live)).unwrap().claimed.len(), 1);
-    new_run(s, "crashed");
-    let mut crashed = short("c");
-    crashed.only = Some("crashed".to_owned());
-    assert_eq!(block_on(s.claim(&crashed)).unwrap().claimed.len(), 1);
-    suspend("signalled", "d", wait(None), true);
-    block_on(s.put_signal("signalled", "go", b"1".to_vec())).unwrap();
-    suspend("overdue", "d", wait(Some(soon)), true);
-    suspend(
-        "woken",
-        "d",
-        Suspend::Sleeping {
-            until: soon,
-            sites_before: None,
-        },
-        true,
-    );
-    suspend("held", "e", wait(None), false);
-    block_on(s.put_signal("held", "go", b"1".to_vec())).unwrap();
-    suspend("waiting", "d", wait(None), true);
-    block_on(s.put_signal("waiting", "other", b"1".to_vec())).unwrap();
-    suspend(
-        "asleep",
-        "d",
-        Suspend::Sleeping {
-            until: SystemTime::now() + Duration::from_secs(3600),
-            sites_before: None,
-        },
-        true,
-    );
+    let soon = runs_of_every_kind(s);
     // 30,000 more runs like the last two: waiting for a signal that has
     // not come, asleep for an hour.
     let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
@@ -2935,34 +2881,10 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
              FROM cp_runs, generate_series(1, {n}) i WHERE id = '{like}'; ANALYZE cp_runs"
         ));
     }
-    // The held run's lease is the next wake-up (it is the earliest).
     let next = block_on(s.next_wakeup()).unwrap().unwrap();
     assert!(next < soon, "{next:?}");
     std::thread::sleep(Duration::from_millis(150));
-
-    // Claimed a run at a time, every runnable run comes, and no other.
-    let mut claimed = Vec::new();
-    loop {
-        let mut r = req("a", "1");
-        r.limit = 2;
-        let got = block_on(s.claim(&r)).unwrap().claimed;
-        if got.is_empty() {
-            break;
-        }
-        claimed.extend(got.into_iter().map(|c| c.run.id.to_string()));
-        assert!(claimed.len() <= 6, "{claimed:?}");
-    }
-    claimed.sort();
-    assert_eq!(
-        claimed,
-        ["crashed", "held", "overdue", "queued", "signalled", "woken"]
-    );
-    // Leased: the next wake-up is a lease's expiry, not the hour's sleep.
-    let next = block_on(s.next_wakeup()).unwrap().unwrap();
-    assert!(
-        next < SystemTime::now() + Duration::from_secs(60),
-        "{next:?}"
-    );
+    assert_eq!(claim_all(s), RUNNABLE);
 
     // What the statements read: a few index pages, not the table's.
     let pages = db.runs_pages();

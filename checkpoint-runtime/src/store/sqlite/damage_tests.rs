@@ -233,7 +233,8 @@ fn rows_written_before_checksums_still_load() {
     {
         let db = Connection::open(&path).unwrap();
         db.execute_batch(
-            "ALTER TABLE checkpoints DROP COLUMN checksum; DROP INDEX runs_parked; \
+            "DROP INDEX runs_ready; DROP INDEX runs_due; DROP INDEX runs_held; \
+             ALTER TABLE checkpoints DROP COLUMN checksum; DROP INDEX runs_parked; \
              DROP TABLE segments; \
              ALTER TABLE runs DROP COLUMN version; \
              DROP TABLE joins; DROP INDEX runs_parent; ALTER TABLE runs DROP COLUMN parent; \

@@ -465,13 +465,14 @@ fn a_version_3_file_opens_and_its_fields_start_appending() {
     assert_eq!(count(&path, "SELECT count(*) FROM segments"), 0);
     peek(&path)
         .execute_batch(
-            "DROP TABLE segments; DROP TABLE joins; DROP INDEX runs_parent; \
+            "DROP INDEX runs_ready; DROP INDEX runs_due; DROP INDEX runs_held; \
+             DROP TABLE segments; DROP TABLE joins; DROP INDEX runs_parent; \
              ALTER TABLE runs DROP COLUMN parent; ALTER TABLE runs DROP COLUMN join_pending; \
              PRAGMA user_version = 3",
         )
         .unwrap();
     let store = open_at(&path);
-    assert_eq!(count(&path, "PRAGMA user_version"), 5);
+    assert_eq!(count(&path, "PRAGMA user_version"), 6);
     all_load(&store, "r", &saved, 1);
     let mut saved = saved;
     let mut h: Vec<Vec<u8>> = (0..30u64).map(|i| vec![i as u8; 30]).collect();

@@ -41,8 +41,9 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// The schema migrations: `MIGRATIONS[i]` upgrades a database at version `i`
 /// to version `i + 1`. The current version is `MIGRATIONS.len()`. To change
 /// the schema, append a function; never edit one that has shipped.
-pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] =
-    &[migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5];
+pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
+    migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6,
+];
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -223,6 +224,22 @@ pub(super) fn migrate_v5(conn: &Connection) -> rusqlite::Result<()> {
              waiter INTEGER NOT NULL, \
              PRIMARY KEY (child, waiter) \
          ) WITHOUT ROWID;",
+    )
+}
+
+/// Version 6: claims and the next wake-up read only the runs that can be
+/// due, never every unfinished one (with tens of thousands of runs
+/// waiting for a person's approval, each claim walked them all). Each way
+/// a run becomes claimable has an index (see `ops::RUNNABLE`): ready runs
+/// by creation order; waiting and sleeping runs by their deadline; waiting
+/// ones still under a lease (a crash between their suspending checkpoint
+/// and the lease's release). A waiting run's signal is found from
+/// `signals`.
+pub(super) fn migrate_v6(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE INDEX runs_ready ON runs (ord) WHERE state = 0; \
+         CREATE INDEX runs_due ON runs (due) WHERE state IN (1, 2); \
+         CREATE INDEX runs_held ON runs (ord) WHERE state IN (1, 2) AND lease_worker IS NOT NULL;",
     )
 }
 

@@ -1142,7 +1142,7 @@ fn retention_never_drops_bytes_a_kept_checkpoint_uses() {
 #[test]
 fn schema_version_is_set_and_newer_is_refused() {
     let (_dir, store) = open();
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
     assert_eq!(count(&store, "PRAGMA user_version"), SCHEMA_VERSION);
     let mode: String = peek(&store)
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -2328,6 +2328,55 @@ fn pages_per_commit_of_a_growing_history() {
             "grow {grow}: {} commits, {:.2} pages per commit after the 20th; last: {last:?}",
             commits.len(),
             total as f64 / (commits.len() - 20) as f64
+        );
+    }
+}
+
+/// A claim reads the runs that can be due, not every unfinished one: with
+/// 30,000 runs waiting for a signal or a far timer (approvals waiting for
+/// a person), it takes each runnable run and only those, and its query,
+/// like the next wake-up's, steps through a small part of them (both used
+/// to walk every unfinished run).
+#[test]
+fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
+    use crate::store::conformance::{claim_all, runs_of_every_kind, RUNNABLE};
+    use rusqlite::StatementStatus;
+    let (_dir, store) = open();
+    let soon = runs_of_every_kind(&store);
+    let c = peek(&store);
+    let cols = "workflow, state, signal, due, error, lease_worker, lease_instance, \
+                lease_expires, epoch, attempt, wake_seq, wake_signal, wake_payload, \
+                created_at, updated_at, output, input, version, parent, join_pending";
+    let filler = 30_000;
+    for (like, n) in [("waiting", 20_000), ("asleep", filler - 20_000)] {
+        c.execute_batch(&format!(
+            "WITH RECURSIVE i (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < {n}) \
+             INSERT INTO runs (id, {cols}) SELECT '{like}-' || n, {cols} \
+             FROM runs, i WHERE id = '{like}'"
+        ))
+        .unwrap();
+    }
+    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    assert!(next < soon, "{next:?}");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(claim_all(&store), RUNNABLE);
+
+    // The steps of each query's program: a few per run it looks at.
+    let steps = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
+        let mut st = c.prepare(sql).unwrap();
+        let mut rows = st.query(params).unwrap();
+        while rows.next().unwrap().is_some() {}
+        drop(rows);
+        st.get_status(StatementStatus::VmStep)
+    };
+    let now = ts(SystemTime::now());
+    let claim = steps(super::ops::runnable(), &[&now, &"z", &"1"]);
+    let wakeup = steps(super::reads::NEXT_WAKEUP, &[]);
+    eprintln!("steps: claim {claim}, next wake-up {wakeup}");
+    for (what, n) in [("claim", claim), ("next wake-up", wakeup)] {
+        assert!(
+            n < filler / 10,
+            "the {what} took {n} steps over {filler} waiting runs"
         );
     }
 }
