@@ -214,9 +214,34 @@ pub struct PostgresStore {
     heads: tables::checkpoints::segments::Heads,
     /// See [`PostgresStore::bytes_written`].
     written: std::sync::atomic::AtomicU64,
-    /// When a claim last looked for runs of unregistered workflows (see
-    /// `ops::UNREGISTERED_EVERY`).
-    unregistered_at: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When claims last looked for what they look for only now and then
+    /// (see `ops::UNREGISTERED_EVERY`).
+    looked: Looked,
+}
+
+/// When claims last looked for something they look for only now and then,
+/// by key (a worker's instance; `""`: the store's).
+#[derive(Default)]
+struct Looked(std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>);
+
+impl Looked {
+    /// Whether a look for `key` is due: none was in the last `every`. If
+    /// so, this one counts as made now.
+    fn due(&self, key: &str, every: std::time::Duration) -> bool {
+        let mut at = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        match at.get_mut(key) {
+            Some(t) if now.duration_since(*t) < every => false,
+            Some(t) => {
+                *t = now;
+                true
+            }
+            None => {
+                at.insert(key.to_owned(), now);
+                true
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -314,7 +339,7 @@ impl PostgresStore {
             holds: hold::Holds::default(),
             heads: Default::default(),
             written: Default::default(),
-            unregistered_at: Default::default(),
+            looked: Looked::default(),
         })
     }
 

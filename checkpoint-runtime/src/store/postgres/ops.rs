@@ -137,20 +137,23 @@ impl PostgresStore {
     }
 
     /// Whether this claim looks for runs of unregistered workflows: when
-    /// none of this store's claims did for [`UNREGISTERED_EVERY`]. The
-    /// query reads every unfinished run (0.7 ms of server time with 1,000
-    /// of them), and a worker under load claims a hundred times a second.
+    /// none of this store's claims did for [`UNREGISTERED_EVERY`]. A worker
+    /// under load claims a hundred times a second, and the query, though
+    /// it reads only runs that can be due, reads those of every workflow.
     fn unregistered_due(&self) -> bool {
-        let mut at = self
-            .unregistered_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
-        if at.is_some_and(|t| now.duration_since(t) < UNREGISTERED_EVERY) {
-            return false;
-        }
-        *at = Some(now);
-        true
+        self.looked.due("", UNREGISTERED_EVERY)
+    }
+
+    /// Whether this claim by `worker`'s `instance` looks for the runs its
+    /// older instances hold under live leases (`$8` of [`CLAIM`]): on the
+    /// instance's first claim (a restarted worker takes them over at once)
+    /// and then when none of its claims did for [`UNREGISTERED_EVERY`]. The planner
+    /// cannot tell from a generic plan how few rows a worker's name
+    /// selects (with two workers, half of them), so that look may read
+    /// every run executing under a lease.
+    fn own_due(&self, worker: &str, instance: &str) -> bool {
+        self.looked
+            .due(&format!("{worker}\0{instance}"), UNREGISTERED_EVERY)
     }
 
     pub(super) async fn do_claim(&self, req: &ClaimRequest) -> Result<ClaimResult, Error> {
@@ -169,6 +172,7 @@ impl PostgresStore {
         let mut cx = conn.begin().await?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
             [&now_i, &worker, &instance, &workflows, &req.only, &limit];
+        let own = req.only.is_some() || self.own_due(worker, instance);
         if req.only.is_some() || self.unregistered_due() {
             for row in cx.query(UNREGISTERED, &params).await? {
                 out.unregistered.push((get(&row, 0)?, get(&row, 1)?));
@@ -199,7 +203,7 @@ impl PostgresStore {
                 .query(
                     CLAIM,
                     &[
-                        &now_i, &worker, &instance, &workflows, &req.only, &want, &seen,
+                        &now_i, &worker, &instance, &workflows, &req.only, &want, &seen, &own,
                     ],
                 )
                 .await?;

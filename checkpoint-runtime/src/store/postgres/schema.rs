@@ -201,17 +201,25 @@ $$;
 /// due, never every unfinished one. Before, both walked `cp_runs_active`
 /// (every run not finished) and filtered: with 70,000 runs waiting for a
 /// signal or a far timer (approvals waiting days), a claim that found 10
-/// ready runs read 2,400 pages, 12–25 ms, and a busy worker claims many
-/// times a second. Now each way a run becomes claimable has an index of
-/// its own (see `tables::runs::CLAIM`): ready runs by creation order
-/// (`cp_runs_ready`: they are what a worker executes, so they number about
-/// its concurrency plus the queue, which it takes in this order); waiting
-/// and sleeping runs by their deadline (`cp_runs_due`); waiting ones still
-/// under a lease, which a crash between their suspending checkpoint and
-/// the lease's release leaves behind (`cp_runs_held`). A waiting run's
-/// signal is found from `cp_signals`. None of these indexes has a column a
-/// checkpoint or a lease renewal changes, so those updates stay HOT.
-const V9: &str = "CREATE INDEX IF NOT EXISTS cp_runs_ready ON cp_runs (ord) WHERE state = 0; \
+/// ready runs read 2,400 pages, 12–25 ms; with thousands of runs executing
+/// on many workers, every claim of every worker walked all of them. Now
+/// each way a run becomes claimable has an index of its own (see
+/// `tables::runs::CLAIM`): ready runs under no lease, by creation order
+/// (`cp_runs_queued`); ready runs under a lease, by its expiry
+/// (`cp_runs_expiring`) and by holder (`cp_runs_holder`, for a worker that
+/// takes over its older instance's runs); waiting and sleeping runs by
+/// their deadline (`cp_runs_due`); waiting ones still under a lease, which
+/// a crash between their suspending checkpoint and the lease's release
+/// leaves behind (`cp_runs_held`). A waiting run's signal is found from
+/// `cp_signals`. No checkpoint changes a column of these indexes, so its
+/// update of the run's row stays HOT; a lease renewal (once a third of the
+/// TTL per run) no longer is.
+const V9: &str = "CREATE INDEX IF NOT EXISTS cp_runs_queued ON cp_runs (ord) \
+                      WHERE state = 0 AND lease_worker IS NULL; \
+                  CREATE INDEX IF NOT EXISTS cp_runs_expiring ON cp_runs (lease_expires) \
+                      WHERE state = 0 AND lease_worker IS NOT NULL; \
+                  CREATE INDEX IF NOT EXISTS cp_runs_holder ON cp_runs (lease_worker, lease_instance) \
+                      WHERE state = 0 AND lease_worker IS NOT NULL; \
                   CREATE INDEX IF NOT EXISTS cp_runs_due ON cp_runs (due) WHERE state IN (1, 2); \
                   CREATE INDEX IF NOT EXISTS cp_runs_held ON cp_runs (ord) \
                       WHERE state IN (1, 2) AND lease_worker IS NOT NULL;";

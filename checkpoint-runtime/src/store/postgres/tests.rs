@@ -136,6 +136,9 @@ impl Db {
                 .unwrap();
             serde_json::from_str(&text).unwrap()
         });
+        if std::env::var("SHOW_PLAN").is_ok() {
+            eprintln!("{}", serde_json::to_string_pretty(&plan).unwrap());
+        }
         let top = &plan[0]["Plan"];
         let n = |k: &str| top[k].as_u64().unwrap_or_else(|| panic!("{k} in {plan}"));
         n("Shared Hit Blocks") + n("Shared Read Blocks")
@@ -1409,7 +1412,7 @@ fn rows_written_before_checksums_still_load() {
     block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
     // As version-1 tables: no checksum column (nor a run version).
     db.sql(
-        "DROP INDEX cp_runs_ready, cp_runs_due, cp_runs_held; \
+        "DROP INDEX cp_runs_queued, cp_runs_expiring, cp_runs_holder, cp_runs_due, cp_runs_held; \
          ALTER TABLE cp_checkpoints DROP COLUMN checksum; DROP INDEX cp_runs_parked; \
          ALTER TABLE cp_runs DROP COLUMN version; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
@@ -2394,7 +2397,7 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
            REFERENCES cp_runs (id) ON DELETE CASCADE; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
          ALTER TABLE cp_runs DROP COLUMN join_pending; \
-         DROP INDEX cp_runs_ready, cp_runs_due, cp_runs_held; \
+         DROP INDEX cp_runs_queued, cp_runs_expiring, cp_runs_holder, cp_runs_due, cp_runs_held; \
          UPDATE cp_schema_version SET version = 3",
     );
     let other = db.other();
@@ -2855,10 +2858,11 @@ fn runs_of_unregistered_workflows_are_looked_for_every_half_second() {
 
 /// A claim reads the runs that can be due, not every unfinished one: with
 /// 30,000 runs waiting for a signal or a far timer (approvals waiting for
-/// a person), it takes each run that is runnable, one way or another, and
-/// only those, and its statement, like the next wake-up's and the look for
-/// unregistered workflows', reads a small part of the table (the claim
-/// used to read all of it: 2,400 pages for 70,000 waiting runs).
+/// a person) and 10,000 executing on another worker, it takes each run
+/// that is runnable, one way or another, and only those, and its
+/// statement, like the next wake-up's and the look for unregistered
+/// workflows', reads a small part of the table (the claim used to read
+/// all of it).
 #[test]
 #[cfg_attr(
     not(checkpoint_test_postgres),
@@ -2870,12 +2874,12 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     };
     let s = db.store();
     let soon = runs_of_every_kind(s);
-    // 30,000 more runs like the last two: waiting for a signal that has
-    // not come, asleep for an hour.
+    // 40,000 more runs: waiting for a signal that has not come, asleep for
+    // an hour, executing on another worker under a live lease.
     let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
                 lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
                 wake_signal, wake_payload, created_at, updated_at, version, parent";
-    for (like, n) in [("waiting", 20_000), ("asleep", 10_000)] {
+    for (like, n) in [("waiting", 20_000), ("asleep", 10_000), ("busy", 10_000)] {
         db.sql(&format!(
             "INSERT INTO cp_runs (id, {cols}) SELECT '{like}-' || i, {cols} \
              FROM cp_runs, generate_series(1, {n}) i WHERE id = '{like}'; ANALYZE cp_runs"
@@ -2892,7 +2896,7 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     let now = crate::store::sql::ts(SystemTime::now());
     let claim = db.blocks_read(
         tables::runs::CLAIM,
-        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}'"),
+        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false"),
     );
     let unregistered = db.blocks_read(
         tables::runs::UNREGISTERED,

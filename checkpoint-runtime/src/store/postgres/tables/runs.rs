@@ -536,53 +536,82 @@ pub(in crate::store::postgres) async fn must_exist(cx: &mut Cx<'_>, id: &str) ->
 }
 
 /// The runnable runs of the workflows that `$4` selects (`r.workflow` in
-/// it, or not), as three branches, one per way a run becomes runnable,
-/// each read from an index of its own so that no claim reads the runs that
-/// are waiting and not due (see the schema's version 9): ready runs
-/// (`cp_runs_ready`, in creation order), waiting or sleeping runs whose
-/// deadline has passed (`cp_runs_due`, the most overdue first), and
-/// waiting runs whose signal has arrived (from the runs `cp_signals`
-/// names; not due, so that no run is in two branches). Each branch ends
-/// with `$tail` (its order, limit and lock). Together they are exactly the
-/// runs `rules::runnable` accepts whose lease a claim may take (none,
-/// expired, or this worker's older instance's).
+/// it, or not), as branches, one per way a run becomes runnable, each read
+/// from an index of its own (see the schema's version 9) so that a claim
+/// reads neither the runs that wait and are not due nor those that other
+/// workers execute under live leases:
+/// - `queued`: ready runs under no lease (`cp_runs_queued`, in creation
+///   order);
+/// - `expired`: ready runs whose lease expired (`cp_runs_expiring`, the
+///   longest expired first);
+/// - `own`: ready runs under a live lease of this worker's older instance
+///   (`$2`, `$3`: `cp_runs_holder`), which a restarted worker takes over at
+///   once; only when `$own` holds (a generic plan cannot tell how few runs
+///   a worker's name selects, and may read them all);
+/// - `due`: waiting or sleeping runs whose deadline has passed
+///   (`cp_runs_due`, the most overdue first);
+/// - `signalled`: waiting runs whose signal has arrived (from the runs
+///   `cp_signals` names), not due.
+///
+/// No run is in two branches. Each ends with `$tail` (its order, limit and
+/// lock) after `$ord` or `$due` (the order it is read in). Together they
+/// are exactly the runs `rules::runnable` accepts whose lease a claim may
+/// take (none, expired, or this worker's older instance's).
 macro_rules! runnable_branches {
-    ($workflow:literal, $select:expr, $tail_ord:literal, $tail_due:literal) => {
+    ($workflow:literal, $own:literal, $select:expr, $tail:literal) => {
         concat!(
-            "ready AS (SELECT ", $select, " FROM cp_runs r WHERE r.state = 0 AND ",
-            runnable_lease!($workflow), $tail_ord, "), \
+            "queued AS (SELECT ", $select, " FROM cp_runs r \
+               WHERE r.state = 0 AND r.lease_worker IS NULL AND ", $workflow,
+            " ORDER BY r.ord", $tail, "), \
+             expired AS (SELECT ", $select, " FROM cp_runs r \
+               WHERE r.state = 0 AND r.lease_worker IS NOT NULL AND r.lease_expires <= $1 \
+               AND NOT (r.lease_worker = $2 AND r.lease_instance < $3) AND ", $workflow,
+            " ORDER BY r.lease_expires", $tail, "), \
+             own AS (SELECT ", $select, " FROM cp_runs r \
+               WHERE ", $own, " AND r.state = 0 AND r.lease_worker = $2 \
+               AND r.lease_instance < $3 \
+               AND (r.lease_expires IS NULL OR r.lease_expires > $1) AND ", $workflow,
+            " ORDER BY r.ord", $tail, "), \
              due AS (SELECT ", $select, " FROM cp_runs r \
                WHERE r.state IN (1, 2) AND r.due <= $1 AND ",
-            runnable_lease!($workflow), $tail_due, "), \
+            runnable_lease!($workflow), " ORDER BY r.due", $tail, "), \
              signalled AS (SELECT ", $select, " FROM cp_runs r \
                WHERE r.state = 1 AND (r.due IS NULL OR r.due > $1) \
                AND r.id = ANY (ARRAY(SELECT DISTINCT s.run FROM cp_signals s)) \
                AND EXISTS (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal) \
                AND ",
-            runnable_lease!($workflow), $tail_ord, ")"
+            runnable_lease!($workflow), " ORDER BY r.ord", $tail, ")"
         )
     };
 }
 
-/// What every branch of [`runnable_branches`] asks of a run besides its
-/// state: its workflow (`$workflow`, a condition on `$4`), `$5` (only this
-/// run, or NULL), a lease a claim may take (`$1` now, `$2` worker, `$3`
-/// instance).
+/// What the `due` and `signalled` branches of [`runnable_branches`] ask of
+/// a run besides its state: its workflow (`$workflow`, a condition on `$4`
+/// and `$5`, only this run or NULL) and a lease a claim may take (`$1`
+/// now, `$2` worker, `$3` instance).
 macro_rules! runnable_lease {
     ($workflow:literal) => {
         concat!(
             $workflow,
-            " AND ($5::text IS NULL OR r.id = $5) \
-             AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
+            " AND (r.lease_worker IS NULL OR r.lease_expires <= $1 \
                   OR (r.lease_worker = $2 AND r.lease_instance < $3))"
         )
+    };
+}
+
+/// The branches of [`runnable_branches`], together (after its `WITH`).
+macro_rules! all_branches {
+    () => {
+        "(SELECT * FROM queued UNION ALL SELECT * FROM expired UNION ALL SELECT * FROM own \
+          UNION ALL SELECT * FROM due UNION ALL SELECT * FROM signalled) r"
     };
 }
 
 /// The runs a claim may take, in creation order: `$1` now, `$2` worker, `$3`
 /// instance, `$4` the workflows the caller runs, `$5` only this run (or
 /// NULL), `$6` at most this many, `$7` not these runs (already looked at by
-/// this claim). Locks them, skipping rows other claims (or fenced writes)
+/// this claim), `$8` whether to look for the runs of this worker's older
+/// instances (see [`runnable_branches`]). Locks them, skipping rows other claims (or fenced writes)
 /// hold. Each branch (see [`runnable_branches`]) locks up to `$6` runs;
 /// those past the first `$6` stay locked by the claim's transaction and
 /// come back in its next round (it asks again while a round is full): a
@@ -590,15 +619,17 @@ macro_rules! runnable_lease {
 pub(in crate::store::postgres) const CLAIM: &str = concat!(
     "WITH ",
     runnable_branches!(
-        "r.workflow = ANY($4) AND NOT (r.id = ANY($7::text[]))",
+        "r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
+         AND NOT (r.id = ANY($7::text[]))",
+        "$8::boolean",
         concat!("r.ord, r.input, ", run_cols!()),
-        " ORDER BY r.ord LIMIT $6 FOR NO KEY UPDATE OF r SKIP LOCKED",
-        " ORDER BY r.due LIMIT $6 FOR NO KEY UPDATE OF r SKIP LOCKED"
+        " LIMIT $6 FOR NO KEY UPDATE OF r SKIP LOCKED"
     ),
     " SELECT ",
     run_cols!(),
-    ", r.input FROM (SELECT * FROM ready UNION ALL SELECT * FROM due \
-       UNION ALL SELECT * FROM signalled) r ORDER BY r.ord LIMIT $6"
+    ", r.input FROM ",
+    all_branches!(),
+    " ORDER BY r.ord LIMIT $6"
 );
 
 /// Parked run `$2` (of one of the workflows `$1`), for a claim that
@@ -613,22 +644,24 @@ pub(in crate::store::postgres) const CLAIM_PARKED: &str = concat!(
 );
 
 /// Runnable runs of workflows the caller does not run (same parameters as
-/// [`CLAIM`] but `$7`; not locked).
+/// [`CLAIM`] but `$7` and `$8`; not locked). A run that this worker's older
+/// instance holds is left out until its lease expires.
 pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
     "WITH ",
     runnable_branches!(
-        "NOT (r.workflow = ANY($4))",
+        "NOT (r.workflow = ANY($4)) AND ($5::text IS NULL OR r.id = $5)",
+        "false",
         "r.ord, r.id, r.workflow",
-        " ORDER BY r.ord LIMIT $6",
-        " ORDER BY r.due LIMIT $6"
+        " LIMIT $6"
     ),
-    " SELECT r.id, r.workflow FROM (SELECT * FROM ready UNION ALL SELECT * FROM due \
-       UNION ALL SELECT * FROM signalled) r ORDER BY r.ord LIMIT $6"
+    " SELECT r.id, r.workflow FROM ",
+    all_branches!(),
+    " ORDER BY r.ord LIMIT $6"
 );
 
 /// When a claim may next find a run (see `do_next_wakeup`), from the
 /// indexes [`CLAIM`]'s branches read, never from every unfinished run:
-/// leases of ready runs (`cp_runs_ready`) and of waiting or sleeping ones
+/// leases of ready runs (`cp_runs_expiring`) and of waiting or sleeping ones
 /// (`cp_runs_held`), deadlines of those under no lease (`cp_runs_due`,
 /// the first that is not held: a held run's deadline counts once its
 /// lease is gone). NULL: none.
