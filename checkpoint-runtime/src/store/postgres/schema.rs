@@ -213,8 +213,10 @@ $$;
 /// leaves behind (`cp_runs_held`). A waiting run's signal is found from
 /// `cp_signals`. No checkpoint changes a column of these indexes, so its
 /// update of the run's row stays HOT; a lease renewal (once a third of the
-/// TTL per run) no longer is.
-const V9: &str = "CREATE INDEX IF NOT EXISTS cp_runs_queued ON cp_runs (ord) \
+/// TTL per run) no longer is. `cp_runs_active` served only the claim and
+/// goes.
+const V9: &str = "DROP INDEX IF EXISTS cp_runs_active; \
+                  CREATE INDEX IF NOT EXISTS cp_runs_queued ON cp_runs (ord) \
                       WHERE state = 0 AND lease_worker IS NULL; \
                   CREATE INDEX IF NOT EXISTS cp_runs_expiring ON cp_runs (lease_expires) \
                       WHERE state = 0 AND lease_worker IS NOT NULL; \

@@ -1413,6 +1413,7 @@ fn rows_written_before_checksums_still_load() {
     // As version-1 tables: no checksum column (nor a run version).
     db.sql(
         "DROP INDEX cp_runs_queued, cp_runs_expiring, cp_runs_holder, cp_runs_due, cp_runs_held; \
+         CREATE INDEX cp_runs_active ON cp_runs (ord) WHERE state < 3; \
          ALTER TABLE cp_checkpoints DROP COLUMN checksum; DROP INDEX cp_runs_parked; \
          ALTER TABLE cp_runs DROP COLUMN version; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
@@ -2398,6 +2399,7 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
          ALTER TABLE cp_runs DROP COLUMN join_pending; \
          DROP INDEX cp_runs_queued, cp_runs_expiring, cp_runs_holder, cp_runs_due, cp_runs_held; \
+         CREATE INDEX cp_runs_active ON cp_runs (ord) WHERE state < 3; \
          UPDATE cp_schema_version SET version = 3",
     );
     let other = db.other();

@@ -466,6 +466,7 @@ fn a_version_3_file_opens_and_its_fields_start_appending() {
     peek(&path)
         .execute_batch(
             "DROP INDEX runs_ready; DROP INDEX runs_due; DROP INDEX runs_held; \
+             CREATE INDEX runs_active ON runs (ord) WHERE state < 3; \
              DROP TABLE segments; DROP TABLE joins; DROP INDEX runs_parent; \
              ALTER TABLE runs DROP COLUMN parent; ALTER TABLE runs DROP COLUMN join_pending; \
              PRAGMA user_version = 3",

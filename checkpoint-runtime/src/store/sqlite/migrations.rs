@@ -234,10 +234,11 @@ pub(super) fn migrate_v5(conn: &Connection) -> rusqlite::Result<()> {
 /// by creation order; waiting and sleeping runs by their deadline; waiting
 /// ones still under a lease (a crash between their suspending checkpoint
 /// and the lease's release). A waiting run's signal is found from
-/// `signals`.
+/// `signals`. `runs_active` served only the claim and goes.
 pub(super) fn migrate_v6(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
-        "CREATE INDEX runs_ready ON runs (ord) WHERE state = 0; \
+        "DROP INDEX IF EXISTS runs_active; \
+         CREATE INDEX runs_ready ON runs (ord) WHERE state = 0; \
          CREATE INDEX runs_due ON runs (due) WHERE state IN (1, 2); \
          CREATE INDEX runs_held ON runs (ord) WHERE state IN (1, 2) AND lease_worker IS NOT NULL;",
     )
