@@ -41,10 +41,11 @@
 //!   temp dir's disk instead of on tmpfs (slow: one fsync per checkpoint).
 //!
 //! With a PostgreSQL server (`--postgres URL`, or `CHECKPOINT_TEST_POSTGRES_URL`)
-//! three more rows compare the PostgreSQL store with raw tokio-postgres:
-//! latency, throughput and the growing history (`examples/bench/postgres.rs`;
-//! `BENCH_ONLY=postgres` for them alone, `BENCH_PG=latency,throughput,history`
-//! to pick among them).
+//! four more rows compare the PostgreSQL store with raw tokio-postgres:
+//! latency, throughput and the growing history, and its throughput beside
+//! 20,000 waiting runs with its own in an empty store
+//! (`examples/bench/postgres.rs`; `BENCH_ONLY=postgres` for them alone,
+//! `BENCH_PG=latency,throughput,history,crowded` to pick among them).
 //!
 //! The disk is shared with whatever else runs on the machine: compare each
 //! figure with the raw floor next to it (measured alongside), not with

@@ -28,6 +28,16 @@
 //! was the largest part of the server's time (`ExecEvalWholeRowVar`,
 //! `heap_form_tuple`). The checkpoint rows are unnested once more, for the
 //! `INSERT` alone (`v`).
+//!
+//! The checks on the run's row alone (a lease with an expiry, a decodable
+//! state and wake value) are written as one condition with the save's
+//! index (`u.idx IS NULL OR ..`, never NULL), so that they are checked at
+//! the join and not estimated as the table scan's filter: with statistics
+//! taken while most runs waited for a signal (no run ready, none leased),
+//! the planner took them to select one row of `cp_runs`, read every run
+//! once per save of the batch in a nested loop, and a batch of 487 saves
+//! beside 20,000 waiting runs took 280 ms (the bench's crowded case: 0.12x
+//! the checkpoints per second of an empty store).
 
 use tokio_postgres::types::ToSql;
 
@@ -62,11 +72,11 @@ pub(super) const BATCH: &str = concat!(
          wake_signal, wake_payload, updated_at, epoch, worker, instance, prev) \
        WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
          AND cp_runs.epoch = u.epoch AND lease_worker = u.worker \
-         AND lease_instance = u.instance AND lease_expires IS NOT NULL \
-         AND cp_runs.latest_seq = u.prev \
-         AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
-              OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
-         AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0) \
+         AND lease_instance = u.instance AND cp_runs.latest_seq = u.prev \
+         AND (u.idx IS NULL OR (lease_expires IS NOT NULL \
+           AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
+                OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
+           AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0))) \
        RETURNING u.idx, u.run), \
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
