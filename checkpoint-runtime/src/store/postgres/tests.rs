@@ -3042,3 +3042,59 @@ fn a_batch_of_saves_reads_its_runs_whatever_the_statistics_say() {
         "a batch of {n} saves made {produced} rows in its plan, over {runs} runs"
     );
 }
+
+/// Renewing many leases reads each run renewed, not every run per lease:
+/// with statistics taken when every run had finished (a quiet store before
+/// a batch starts), the planner would take the check that the run is not
+/// finished to select a single row and read the table once per lease.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn renewing_many_leases_reads_their_runs_whatever_the_statistics_say() {
+    let Some(db) = Db::open("renewing_many_leases_reads_their_runs_whatever_the_statistics_say")
+    else {
+        return;
+    };
+    let s = db.store();
+    db.sql(
+        "ALTER TABLE cp_runs SET (autovacuum_enabled = false); \
+         INSERT INTO cp_runs (id, workflow, input, state, output, epoch, attempt, latest_seq, \
+                              created_at, updated_at) \
+         SELECT 'done-' || i, 'wf', '\\x00', 3, '\\x00', 1, 0, 1, 0, 0 \
+         FROM generate_series(1, 20000) i; ANALYZE cp_runs",
+    );
+    new_run(s, "busy");
+    claim_one(s, "b", "1");
+    let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
+                lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
+                wake_signal, wake_payload, created_at, updated_at, version, parent";
+    let n = 500;
+    db.sql(&format!(
+        "INSERT INTO cp_runs (id, {cols}) SELECT 'busy-' || i, {cols} \
+         FROM cp_runs, generate_series(1, {n}) i WHERE id = 'busy'"
+    ));
+    let busy = block_on(s.load_run("busy")).unwrap().unwrap();
+    let lease = busy.lease.as_ref().unwrap();
+    let same = |v: String, ty: &str| format!("ARRAY[{}]::{ty}[]", vec![v; n].join(", "));
+    let ids: Vec<String> = (1..=n).map(|i| format!("'busy-{i}'")).collect();
+    let later = crate::store::sql::ts(SystemTime::now() + Duration::from_secs(60));
+    let args = format!(
+        "ARRAY[{}]::text[], {}, {}, {}, {later}",
+        ids.join(", "),
+        same(busy.epoch.to_string(), "bigint"),
+        same(format!("'{}'", lease.worker), "text"),
+        same(format!("'{}'", lease.instance), "text"),
+    );
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        let (_, renewed, produced) = db.blocks_read_planned(tables::runs::RENEW_MANY, &args, mode);
+        eprintln!("{mode}: renewed {renewed}, its plan's nodes made {produced} rows");
+        assert_eq!(renewed, n as u64, "{mode}: every lease is renewed");
+        let runs = 20_001 + n as u64;
+        assert!(
+            produced < 4 * runs,
+            "{mode}: renewing {n} leases made {produced} rows in its plan, over {runs} runs"
+        );
+    }
+}

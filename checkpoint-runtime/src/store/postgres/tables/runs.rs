@@ -685,13 +685,20 @@ pub(in crate::store::postgres) const RENEW: &str = "UPDATE cp_runs SET lease_exp
 /// [`RENEW`] for many runs at once: `$1`–`$4` the runs' ids, epochs,
 /// workers and instances (arrays, in step), `$5` the new expiry. Returns the
 /// ids renewed; a run missing from them is fenced off or its row is locked.
+///
+/// The run's state is checked at the join (`w.id IS NULL OR ..`, never
+/// NULL), not as a filter of the table's scan: with statistics taken when
+/// no run was unfinished (a quiet store of finished runs, before a batch
+/// starts), the planner would take that filter to select one row, and
+/// read every run once per renewed lease (as a batch of saves did, see
+/// `save_batch`).
 pub(in crate::store::postgres) const RENEW_MANY: &str = "UPDATE cp_runs SET lease_expires = $5 \
      WHERE id IN (SELECT r.id FROM cp_runs r \
                   JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) \
                        AS w(id, epoch, worker, instance) \
                     ON r.id = w.id AND r.epoch = w.epoch AND r.lease_worker = w.worker \
                    AND r.lease_instance = w.instance \
-                  WHERE r.state < 3 FOR NO KEY UPDATE OF r SKIP LOCKED) \
+                  WHERE (w.id IS NULL OR r.state < 3) FOR NO KEY UPDATE OF r SKIP LOCKED) \
      RETURNING id";
 
 /// [`RENEW_MANY`] waiting for the rows' locks, for runs it found locked
@@ -701,7 +708,7 @@ pub(in crate::store::postgres) const RENEW_MANY: &str = "UPDATE cp_runs SET leas
 /// batch locks them, so the two never wait for each other in a cycle; `$6`
 /// bounds each wait (`lock_timeout`, for this statement only: it is its
 /// own transaction on the side connection, and the filter that sets it
-/// runs before any row is locked).
+/// runs before any row is locked). The state is checked as in [`RENEW_MANY`].
 pub(in crate::store::postgres) const RENEW_MANY_WAITING: &str =
     "UPDATE cp_runs SET lease_expires = $5 \
      WHERE id IN (SELECT r.id FROM cp_runs r \
@@ -709,7 +716,7 @@ pub(in crate::store::postgres) const RENEW_MANY_WAITING: &str =
                        AS w(id, epoch, worker, instance) \
                     ON r.id = w.id AND r.epoch = w.epoch AND r.lease_worker = w.worker \
                    AND r.lease_instance = w.instance \
-                  WHERE r.state < 3 \
+                  WHERE (w.id IS NULL OR r.state < 3) \
                     AND (SELECT set_config('lock_timeout', $6::text, true)) IS NOT NULL \
                   ORDER BY r.id FOR NO KEY UPDATE OF r) \
      RETURNING id";
