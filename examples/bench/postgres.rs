@@ -591,13 +591,15 @@ async fn two_workers(url: &str, runs: usize, n: u32, waiting: usize) -> Result<f
     Ok((runs as f64 * f64::from(n)) / secs)
 }
 
+/// The number in the environment variable `key`, or `default`.
+fn env(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 async fn throughput_row(url: &str, scale: f64, payload: usize) -> Result<String, BoxError> {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
     let runs = env("BENCH_PG_RUNS", 1000);
     let n = scaled(env("BENCH_PG_CHECKPOINTS", 20), scale) as u32;
     let rounds = env("BENCH_ROUNDS", 3).max(1);
@@ -646,12 +648,6 @@ async fn throughput_row(url: &str, scale: f64, payload: usize) -> Result<String,
 
 /// The crowded case (see the module docs).
 async fn crowded_row(url: &str, scale: f64) -> Result<String, BoxError> {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
     let runs = env("BENCH_PG_RUNS", 1000);
     let n = scaled(env("BENCH_PG_CHECKPOINTS", 20), scale) as u32;
     let waiting = env("BENCH_PG_WAITING", 20_000);

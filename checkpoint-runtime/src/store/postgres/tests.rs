@@ -185,6 +185,43 @@ impl Db {
     }
 }
 
+/// The columns of `cp_runs` that a copy of a run takes: all but `id` and
+/// `ord`.
+const RUN_COPY_COLS: &str = "workflow, input, state, signal, due, output, error, \
+     lease_worker, lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
+     wake_signal, wake_payload, created_at, updated_at, version, parent";
+
+impl Db {
+    /// `n` copies of run `like`, `like-1` to `like-n`, made in SQL (they
+    /// have no checkpoints: for runs no claim takes).
+    fn copy_run(&self, like: &str, n: usize) {
+        self.sql(&format!(
+            "INSERT INTO cp_runs (id, {RUN_COPY_COLS}) SELECT '{like}-' || i, {RUN_COPY_COLS} \
+             FROM cp_runs, generate_series(1, {n}) i WHERE id = '{like}'"
+        ));
+    }
+
+    /// The statistics of a store of 20,000 runs of state and `column`
+    /// `values` (SQL, e.g. `1, 'go'`: waiting for `go`), none ready and
+    /// none leased; then, before the next analysis (autovacuum is off),
+    /// run `busy`, claimed by worker `b`, and `n` copies of it
+    /// (`busy-1` ..). Returns `busy`.
+    fn leased_after_analysis(&self, column: &str, values: &str, n: usize) -> RunRecord {
+        self.sql(&format!(
+            "ALTER TABLE cp_runs SET (autovacuum_enabled = false); \
+             INSERT INTO cp_runs (id, workflow, input, state, {column}, epoch, attempt, \
+                                  latest_seq, created_at, updated_at) \
+             SELECT 'other-' || i, 'wf', '\\x00', {values}, 1, 0, 1, 0, 0 \
+             FROM generate_series(1, 20000) i; ANALYZE cp_runs"
+        ));
+        let s = self.store();
+        new_run(s, "busy");
+        claim_one(s, "b", "1");
+        self.copy_run("busy", n);
+        block_on(s.load_run("busy")).unwrap().unwrap()
+    }
+}
+
 fn sep(url: &str) -> &'static str {
     if url.contains('?') {
         "&"
@@ -2899,15 +2936,10 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     let soon = runs_of_every_kind(s);
     // 40,000 more runs: waiting for a signal that has not come, asleep for
     // an hour, executing on another worker under a live lease.
-    let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
-                lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
-                wake_signal, wake_payload, created_at, updated_at, version, parent";
     for (like, n) in [("waiting", 20_000), ("asleep", 10_000), ("busy", 10_000)] {
-        db.sql(&format!(
-            "INSERT INTO cp_runs (id, {cols}) SELECT '{like}-' || i, {cols} \
-             FROM cp_runs, generate_series(1, {n}) i WHERE id = '{like}'; ANALYZE cp_runs"
-        ));
+        db.copy_run(like, n);
     }
+    db.sql("ANALYZE cp_runs");
     let next = block_on(s.next_wakeup()).unwrap().unwrap();
     assert!(next < soon, "{next:?}");
     std::thread::sleep(Duration::from_millis(150));
@@ -2955,30 +2987,11 @@ fn a_batch_of_saves_reads_its_runs_whatever_the_statistics_say() {
     let Some(db) = Db::open("a_batch_of_saves_reads_its_runs_whatever_the_statistics_say") else {
         return;
     };
-    let s = db.store();
-    // Statistics of a store where every run waits (none ready, none
-    // leased)...
-    db.sql(
-        "ALTER TABLE cp_runs SET (autovacuum_enabled = false); \
-         INSERT INTO cp_runs (id, workflow, input, state, signal, epoch, attempt, latest_seq, \
-                              created_at, updated_at) \
-         SELECT 'waiting-' || i, 'wf', '\\x00', 1, 'go', 1, 0, 1, 0, 0 \
-         FROM generate_series(1, 20000) i; ANALYZE cp_runs",
-    );
-    // ... then 500 runs start and are leased, as `busy` is, before the
-    // next analysis.
-    new_run(s, "busy");
-    claim_one(s, "b", "1");
-    let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
-                lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
-                wake_signal, wake_payload, created_at, updated_at, version, parent";
-    db.sql(&format!(
-        "INSERT INTO cp_runs (id, {cols}) SELECT 'busy-' || i, {cols} \
-         FROM cp_runs, generate_series(1, 500) i WHERE id = 'busy'"
-    ));
-    let busy = block_on(s.load_run("busy")).unwrap().unwrap();
-    let lease = busy.lease.as_ref().unwrap();
     let n = 500;
+    // Statistics of a store where every run waits (none ready, none
+    // leased).
+    let busy = db.leased_after_analysis("signal", "1, 'go'", n);
+    let lease = busy.lease.as_ref().unwrap();
     let list = |f: &dyn Fn(usize) -> String| {
         let items: Vec<String> = (0..n).map(f).collect();
         format!("ARRAY[{}]", items.join(", "))
@@ -3057,25 +3070,9 @@ fn renewing_many_leases_reads_their_runs_whatever_the_statistics_say() {
     else {
         return;
     };
-    let s = db.store();
-    db.sql(
-        "ALTER TABLE cp_runs SET (autovacuum_enabled = false); \
-         INSERT INTO cp_runs (id, workflow, input, state, output, epoch, attempt, latest_seq, \
-                              created_at, updated_at) \
-         SELECT 'done-' || i, 'wf', '\\x00', 3, '\\x00', 1, 0, 1, 0, 0 \
-         FROM generate_series(1, 20000) i; ANALYZE cp_runs",
-    );
-    new_run(s, "busy");
-    claim_one(s, "b", "1");
-    let cols = "workflow, input, state, signal, due, output, error, lease_worker, \
-                lease_instance, lease_expires, epoch, attempt, latest_seq, wake_seq, \
-                wake_signal, wake_payload, created_at, updated_at, version, parent";
     let n = 500;
-    db.sql(&format!(
-        "INSERT INTO cp_runs (id, {cols}) SELECT 'busy-' || i, {cols} \
-         FROM cp_runs, generate_series(1, {n}) i WHERE id = 'busy'"
-    ));
-    let busy = block_on(s.load_run("busy")).unwrap().unwrap();
+    // Statistics of a store where every run has finished.
+    let busy = db.leased_after_analysis("output", "3, '\\x00'", n);
     let lease = busy.lease.as_ref().unwrap();
     let same = |v: String, ty: &str| format!("ARRAY[{}]::{ty}[]", vec![v; n].join(", "));
     let ids: Vec<String> = (1..=n).map(|i| format!("'busy-{i}'")).collect();
