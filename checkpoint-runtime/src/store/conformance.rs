@@ -318,6 +318,12 @@ pub(crate) fn runs_of_every_kind(store: &dyn Store) -> SystemTime {
             .len(),
         1
     );
+    // Held by an older instance of the worker that claims them all, its
+    // lease expired too (a restart that took longer than a lease).
+    new_run(store, "restarted");
+    let mut older = short("a", "restarted");
+    older.instance = Arc::from("0");
+    assert_eq!(block_on(store.claim(&older)).unwrap().claimed.len(), 1);
     suspend("signalled", waiting("go", None), true);
     block_on(store.put_signal("signalled", "go", b"1".to_vec())).unwrap();
     suspend("overdue", waiting("go", Some(soon)), true);
@@ -346,18 +352,26 @@ pub(crate) fn claim_all(store: &dyn Store) -> Vec<String> {
             break;
         }
         claimed.extend(got.into_iter().map(|c| c.run.id.to_string()));
-        assert!(claimed.len() <= 6, "{claimed:?}");
+        assert!(claimed.len() <= RUNNABLE.len(), "{claimed:?}");
     }
     claimed.sort();
     claimed
 }
 
 /// The runs of [`runs_of_every_kind`] that a claim takes.
-pub(crate) const RUNNABLE: [&str; 6] =
-    ["crashed", "held", "overdue", "queued", "signalled", "woken"];
+pub(crate) const RUNNABLE: [&str; 7] = [
+    "crashed",
+    "held",
+    "overdue",
+    "queued",
+    "restarted",
+    "signalled",
+    "woken",
+];
 
 /// Every run that is runnable, one way or another (ready, its lease
-/// expired, its signal come, its deadline or its sleep over, held by a
+/// expired, also one of an older instance of the claiming worker, its
+/// signal come, its deadline or its sleep over, held by a
 /// lease that expired with its signal come), is claimed, and no other
 /// (leased, waiting for a signal that has not come, asleep); the next
 /// wake-up is the earliest lease expiry or deadline.

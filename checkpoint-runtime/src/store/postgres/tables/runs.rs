@@ -543,11 +543,11 @@ pub(in crate::store::postgres) async fn must_exist(cx: &mut Cx<'_>, id: &str) ->
 /// - `queued`: ready runs under no lease (`cp_runs_queued`, in creation
 ///   order);
 /// - `expired`: ready runs whose lease expired (`cp_runs_expiring`, the
-///   longest expired first);
-/// - `own`: ready runs under a live lease of this worker's older instance
-///   (`$2`, `$3`: `cp_runs_holder`), which a restarted worker takes over at
-///   once; only when `$own` holds (a generic plan cannot tell how few runs
-///   a worker's name selects, and may read them all);
+///   longest expired first), but those `own` takes;
+/// - `own`: ready runs under a lease of this worker's older instance
+///   (`$2`, `$3`: `cp_runs_holder`), live or not, which a restarted worker
+///   takes over at once; only when `$own` holds (a generic plan cannot
+///   tell how few runs a worker's name selects, and may read them all);
 /// - `due`: waiting or sleeping runs whose deadline has passed
 ///   (`cp_runs_due`, the most overdue first);
 /// - `signalled`: waiting runs whose signal has arrived (from the runs
@@ -565,12 +565,11 @@ macro_rules! runnable_branches {
             " ORDER BY r.ord", $tail, "), \
              expired AS (SELECT ", $select, " FROM cp_runs r \
                WHERE r.state = 0 AND r.lease_worker IS NOT NULL AND r.lease_expires <= $1 \
-               AND NOT (r.lease_worker = $2 AND r.lease_instance < $3) AND ", $workflow,
-            " ORDER BY r.lease_expires", $tail, "), \
+               AND NOT (", $own, " AND r.lease_worker = $2 AND r.lease_instance < $3) AND ",
+            $workflow, " ORDER BY r.lease_expires", $tail, "), \
              own AS (SELECT ", $select, " FROM cp_runs r \
                WHERE ", $own, " AND r.state = 0 AND r.lease_worker = $2 \
-               AND r.lease_instance < $3 \
-               AND (r.lease_expires IS NULL OR r.lease_expires > $1) AND ", $workflow,
+               AND r.lease_instance < $3 AND ", $workflow,
             " ORDER BY r.ord", $tail, "), \
              due AS (SELECT ", $select, " FROM cp_runs r \
                WHERE r.state IN (1, 2) AND r.due <= $1 AND ",
