@@ -144,13 +144,14 @@ impl PostgresStore {
         self.looked.due("", UNREGISTERED_EVERY)
     }
 
-    /// Whether this claim by `worker`'s `instance` looks for the runs its
-    /// older instances hold under live leases (`$8` of [`CLAIM`]): on the
-    /// instance's first claim (a restarted worker takes them over at once)
-    /// and then when none of its claims did for [`UNREGISTERED_EVERY`]. The planner
-    /// cannot tell from a generic plan how few rows a worker's name
-    /// selects (with two workers, half of them), so that look may read
-    /// every run executing under a lease.
+    /// Whether this claim by `worker`'s `instance` looks for the ready runs
+    /// its older instances hold (`$8` of [`CLAIM`]; those whose lease
+    /// expired it takes in any case): on the instance's first claim (a
+    /// restarted worker takes them over at once), then when none of its
+    /// claims did for [`UNREGISTERED_EVERY`]. The planner cannot tell from
+    /// a generic plan how few rows a worker's name selects (with two
+    /// workers, half of them), so that look may read every run executing
+    /// under a lease.
     fn own_due(&self, worker: &str, instance: &str) -> bool {
         self.looked
             .due(&format!("{worker}\0{instance}"), UNREGISTERED_EVERY)

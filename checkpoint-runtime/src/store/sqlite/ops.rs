@@ -72,18 +72,23 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
 
 /// A run whose lease a claim may take (`?1` now, `?2` worker, `?3`
 /// instance): none, expired, or this worker's older instance's.
-const TAKEABLE: &str = "(lease_worker IS NULL OR lease_expires <= ?1 \
-     OR (lease_worker = ?2 AND lease_instance < ?3))";
+macro_rules! takeable {
+    () => {
+        "(lease_worker IS NULL OR lease_expires <= ?1 \
+         OR (lease_worker = ?2 AND lease_instance < ?3))"
+    };
+}
 
 /// A run a claim may take, for a claim of one run (by its id, the
-/// primary key): runnable, under a lease it may take (see [`TAKEABLE`]).
-pub(super) const CLAIMABLE: &str = "state < 3 \
-     AND (lease_worker IS NULL OR lease_expires <= ?1 \
-          OR (lease_worker = ?2 AND lease_instance < ?3)) \
-     AND (state = 0 \
+/// primary key): runnable, under a lease it may take.
+pub(super) const CLAIMABLE: &str = concat!(
+    "state < 3 AND ",
+    takeable!(),
+    " AND (state = 0 \
           OR (state = 2 AND due <= ?1) \
           OR (state = 1 AND (due <= ?1 OR EXISTS \
-              (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal))))";
+              (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal))))"
+);
 
 /// The runs [`CLAIMABLE`] accepts, in creation order, as three branches,
 /// one per way a run becomes runnable, each read from an index of its own
@@ -94,24 +99,20 @@ pub(super) const CLAIMABLE: &str = "state < 3 \
 /// statistics, SQLite would rather scan the table in creation order than
 /// sort what an index finds: `INDEXED BY` holds each branch to its index
 /// (and makes the statement fail to prepare should the index be missing).
-pub(super) fn runnable() -> &'static str {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT id, workflow, ord FROM runs INDEXED BY runs_ready \
-               WHERE state = 0 AND {TAKEABLE} \
-             UNION ALL SELECT id, workflow, ord FROM runs INDEXED BY runs_due \
-               WHERE state IN (1, 2) AND due <= ?1 AND {TAKEABLE} \
-             UNION ALL SELECT id, workflow, ord FROM runs \
-               WHERE state = 1 AND (due IS NULL OR due > ?1) \
-               AND ord IN (SELECT run FROM signals) \
-               AND EXISTS (SELECT 1 FROM signals s \
-                           WHERE s.run = runs.ord AND s.name = runs.signal) \
-               AND {TAKEABLE} \
-             ORDER BY ord"
-        )
-    });
-    &SQL
-}
+pub(super) const RUNNABLE: &str = concat!(
+    "SELECT id, workflow, ord FROM runs INDEXED BY runs_ready WHERE state = 0 AND ",
+    takeable!(),
+    " UNION ALL SELECT id, workflow, ord FROM runs INDEXED BY runs_due \
+       WHERE state IN (1, 2) AND due <= ?1 AND ",
+    takeable!(),
+    " UNION ALL SELECT id, workflow, ord FROM runs \
+       WHERE state = 1 AND (due IS NULL OR due > ?1) \
+       AND ord IN (SELECT run FROM signals) \
+       AND EXISTS (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal) \
+       AND ",
+    takeable!(),
+    " ORDER BY ord"
+);
 
 pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult> {
     let mut out = ClaimResult::default();
@@ -129,7 +130,7 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 "SELECT id, workflow FROM runs \
                  WHERE (({CLAIMABLE}) OR (state = {PARKED} AND ?5)) AND id = ?4"
             ),
-            None => runnable().to_owned(),
+            None => RUNNABLE.to_owned(),
         };
         let mut stmt = cx.conn.prepare_cached(&sql)?;
         let mut rows = match &req.only {

@@ -203,7 +203,7 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
 /// When a claim may next find a run: the earliest lease expiry of an
 /// unfinished run under a lease, or deadline of a waiting or sleeping run
 /// under none. From the indexes the claim's branches read (see
-/// `ops::runnable`), never from every unfinished run: leases of ready
+/// `ops::RUNNABLE`), never from every unfinished run: leases of ready
 /// runs and of held waiting ones, and the first deadline of a run that is
 /// not held. NULL: none.
 pub(super) const NEXT_WAKEUP: &str = "SELECT min(t) FROM ( \
