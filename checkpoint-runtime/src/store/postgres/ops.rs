@@ -1058,16 +1058,23 @@ async fn mark_damaged(
 ) -> Result<(), Error> {
     let shape = cx
         .query_opt(
-            "SELECT c.site_key, c.field_names FROM cp_runs r \
+            "SELECT c.site_key, c.meta, c.v9_field_names FROM cp_runs r \
              JOIN cp_checkpoints c ON c.run = r.id AND c.seq = r.latest_seq WHERE r.id = $1",
             &[&id],
         )
         .await?;
     let site: Option<String> = shape.as_ref().and_then(|r| r.try_get(0).ok());
-    let fields: Vec<String> = shape
-        .as_ref()
-        .and_then(|r| r.try_get(1).ok())
-        .unwrap_or_default();
+    let fields: Vec<String> = match shape.as_ref() {
+        None => Vec::new(),
+        Some(row) => match row.try_get::<_, Option<Vec<u8>>>(1) {
+            Ok(Some(meta)) => checkpoints::meta::field_names(&meta),
+            _ => row
+                .try_get::<_, Option<Vec<String>>>(2)
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        },
+    };
     let error = rules::damaged(id, workflow.as_deref(), site.as_deref(), &fields, &error);
     let event = match rec {
         Some(mut rec) => {

@@ -23,11 +23,11 @@ use crate::Error;
 /// The start of every save statement: `r`, the fenced write of the run's
 /// row, and `c`, the checkpoint's row. See [`statement`].
 const SAVE_HEAD: &str = concat!(
-    "WITH r AS (UPDATE cp_runs SET state = $16, signal = $17, due = $18, output = $19, \
-     error = $20, attempt = $21, latest_seq = $22, wake_seq = $23, wake_signal = $24, \
-     wake_payload = $25, updated_at = $26 \
-     WHERE id = $1 AND epoch = $27 AND lease_worker = $28 AND lease_instance = $29 \
-       AND lease_expires IS NOT NULL AND latest_seq = $30 \
+    "WITH r AS (UPDATE cp_runs SET state = $11, signal = $12, due = $13, output = $14, \
+     error = $15, attempt = $16, latest_seq = $17, wake_seq = $18, wake_signal = $19, \
+     wake_payload = $20, updated_at = $21 \
+     WHERE id = $1 AND epoch = $22 AND lease_worker = $23 AND lease_instance = $24 \
+       AND lease_expires IS NOT NULL AND latest_seq = $25 \
        AND (state = 0 OR (state = 1 AND signal IS NOT NULL) \
             OR (state = 2 AND due IS NOT NULL)) \
        AND (wake_seq IS NULL OR wake_seq >= 0) \
@@ -35,9 +35,8 @@ const SAVE_HEAD: &str = concat!(
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
     ", event_id, appended, chains) SELECT $1::text, $2::bigint, $3::text, $4::text, \
-       $5::integer, $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], \
-       $11::text[], $12::bytea, $13::text::jsonb, $14::bigint, $15::bytea, \
-       nextval('cp_history_id_seq'), $31::bytea, $32::bigint[] FROM r)"
+       $5::integer, $6::bytea, $7::bytea, $8::text::jsonb, $9::bigint, $10::bytea, \
+       nextval('cp_history_id_seq'), $26::bytea, $27::bigint[] FROM r)"
 );
 
 /// Retention, after [`SAVE_HEAD`]: `$below` the seq up to which checkpoints
@@ -59,7 +58,7 @@ const SAVE_KEEP: &str = ", d AS (DELETE FROM cp_checkpoints \
        (SELECT unnest(d.chains) FROM d \
         EXCEPT SELECT unnest(k.chains) FROM (SELECT chains FROM cp_checkpoints \
           WHERE run = $1 AND seq > $below ORDER BY seq LIMIT 1) k \
-        EXCEPT SELECT unnest($32::bigint[])) dead (chain) \
+        EXCEPT SELECT unnest($27::bigint[])) dead (chain) \
      WHERE s.run = $1 AND s.chain = dead.chain)";
 
 /// The segment writes of a checkpoint that stores fields by appending,
@@ -77,12 +76,12 @@ const SAVE_SEGMENTS: &str = ", w AS (INSERT INTO cp_segments (run, chain, lo, hi
 
 /// A checkpoint save as one statement: [`SAVE_HEAD`], then [`SAVE_KEEP`]
 /// (with retention), then [`SAVE_SEGMENTS`] (when fields append), numbered
-/// on from `$33`.
+/// on from `$28`.
 ///
-/// `$1`–`$15` are the checkpoint's row (see [`CpRow::params`]), `$16`–`$26`
-/// the run's columns the save sets (see [`Bound::saved`]), `$27`–`$30` the
+/// `$1`–`$10` are the checkpoint's row (see [`CpRow::params`]), `$11`–`$21`
+/// the run's columns the save sets (see [`Bound::saved`]), `$22`–`$25` the
 /// fence: the lease's epoch, worker and instance and the seq the run must
-/// be at (the one before the checkpoint's); `$31`–`$32` the row's
+/// be at (the one before the checkpoint's); `$26`–`$27` the row's
 /// `appended` and `chains` ([`CpRow::stored`]). The checkpoint's row is its
 /// `CheckpointSaved` event too (`event_id`, see the schema's version 5).
 /// One statement sent in autocommit is one round trip and one WAL flush:
@@ -107,7 +106,7 @@ fn statement(keep: bool, segments: bool) -> &'static str {
     static TEXTS: LazyLock<[String; 4]> = LazyLock::new(|| {
         let text = |keep: bool, segments: bool| {
             let mut sql = SAVE_HEAD.to_owned();
-            let mut n = 33;
+            let mut n = 28;
             let mut number = |part: &str, names: &[&str]| {
                 let mut part = part.to_owned();
                 for name in names {

@@ -48,14 +48,13 @@ use super::tables::runs::SavedColumns;
 /// The batch statement (see the module docs), for saves without
 /// retention (a save with it goes as its own statement). Its parameters,
 /// in the order of [`Columns::params`]: the saves' checkpoint rows
-/// (`$1`–`$11`: index, run, seq, site key, label, site index, data,
-/// suspension, time, seal, appended), their rows' arrays as one array
-/// literal each (`$12`–`$18`: loops, field names, types, offsets, lengths
-/// and schemas, chains; see `CpColumns`), the run columns they set
-/// (`$19`–`$29`, as `Bound::saved`), their fences (`$30`–`$33`: epoch,
+/// (`$1`–`$12`: index, run, seq, site key, label, site index, data,
+/// suspension, time, seal, appended, meta), their chains as one array
+/// literal each (`$13`; see `CpColumns`), the run columns they set
+/// (`$14`–`$24`, as `Bound::saved`), their fences (`$25`–`$28`: epoch,
 /// worker, instance, previous seq), and their segment writes and folds
-/// (`$34`–`$38`, `$39`–`$42`, each with its save's index first; a batch
-/// without folds does not look for segments to delete: `cardinality($39)`
+/// (`$29`–`$33`, `$34`–`$37`, each with its save's index first; a batch
+/// without folds does not look for segments to delete: `cardinality($34)`
 /// is a one-time filter).
 pub(super) const BATCH: &str = concat!(
     "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
@@ -65,9 +64,9 @@ pub(super) const BATCH: &str = concat!(
        wake_seq = u.wake_seq, wake_signal = u.wake_signal, wake_payload = u.wake_payload, \
        updated_at = u.updated_at \
        FROM unnest($1::integer[], $2::text[], \
-         $19::smallint[], $20::text[], $21::bigint[], $22::bytea[], $23::text[], \
-         $24::integer[], $25::bigint[], $26::bigint[], $27::text[], $28::bytea[], \
-         $29::bigint[], $30::bigint[], $31::text[], $32::text[], $33::bigint[]) \
+         $14::smallint[], $15::text[], $16::bigint[], $17::bytea[], $18::text[], \
+         $19::integer[], $20::bigint[], $21::bigint[], $22::text[], $23::bytea[], \
+         $24::bigint[], $25::bigint[], $26::text[], $27::text[], $28::bigint[]) \
        AS u (idx, run, state, signal, due, output, error, attempt, latest_seq, wake_seq, \
          wake_signal, wake_payload, updated_at, epoch, worker, instance, prev) \
        WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
@@ -81,25 +80,23 @@ pub(super) const BATCH: &str = concat!(
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
     ", event_id, appended, chains) SELECT r.run, v.seq, v.site_key, v.label, v.site_index, \
-       v.loops::bigint[], v.names::text[], v.types::text[], v.offsets::bigint[], \
-       v.lens::bigint[], v.schemas::text[], v.data, v.suspend::jsonb, v.created_at, \
+       v.meta, v.data, v.suspend::jsonb, v.created_at, \
        v.checksum, nextval('cp_history_id_seq'), v.appended, v.chains::bigint[] \
        FROM r JOIN unnest($1::integer[], $3::bigint[], $4::text[], $5::text[], \
          $6::integer[], $7::bytea[], $8::text[], $9::bigint[], $10::bytea[], $11::bytea[], \
-         $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], \
-         $18::text[]) \
+         $12::bytea[], $13::text[]) \
          AS v (idx, seq, site_key, label, site_index, data, suspend, created_at, checksum, \
-           appended, loops, names, types, offsets, lens, schemas, chains) ON v.idx = r.idx), \
+           appended, meta, chains) ON v.idx = r.idx), \
      w AS (INSERT INTO cp_segments (run, chain, lo, hi, bytes) \
        SELECT r.run, s.chain, s.lo, s.hi, s.bytes \
-       FROM unnest($34::integer[], $35::bigint[], $36::bigint[], $37::bigint[], $38::bytea[]) \
+       FROM unnest($29::integer[], $30::bigint[], $31::bigint[], $32::bigint[], $33::bytea[]) \
          AS s (owner, chain, lo, hi, bytes) \
        JOIN r ON r.idx = s.owner), \
      z AS (DELETE FROM cp_segments s \
-       USING unnest($39::integer[], $40::bigint[], $41::bigint[], $42::bigint[]) \
+       USING unnest($34::integer[], $35::bigint[], $36::bigint[], $37::bigint[]) \
          AS z (owner, chain, lo, hi) \
        JOIN r ON r.idx = z.owner \
-       WHERE cardinality($39::integer[]) > 0 AND s.run = r.run AND s.chain = z.chain \
+       WHERE cardinality($34::integer[]) > 0 AND s.run = r.run AND s.chain = z.chain \
          AND s.lo >= z.lo AND s.hi < z.hi) \
      SELECT idx FROM r"
 );
@@ -204,12 +201,7 @@ impl<'a> Columns<'a> {
             &cp.created_at,
             &cp.checksum,
             &cp.appended,
-            &cp.loops,
-            &cp.names,
-            &cp.types,
-            &cp.offsets,
-            &cp.lens,
-            &cp.schemas,
+            &cp.meta,
             &cp.chains,
         ];
         params.extend(self.run.params());

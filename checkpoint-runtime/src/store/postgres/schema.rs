@@ -226,8 +226,30 @@ const V9: &str = "DROP INDEX IF EXISTS cp_runs_active; \
                   CREATE INDEX IF NOT EXISTS cp_runs_held ON cp_runs (ord) \
                       WHERE state IN (1, 2) AND lease_worker IS NOT NULL;";
 
+/// Version 10: what names and locates a checkpoint's fields (and its loop
+/// positions) is one `bytea`, `meta` (see `tables::checkpoints::meta`),
+/// no longer six arrays: binding and building them was about a tenth of a
+/// lone save's server time, and a batch parsed them as array literals per
+/// row. Rows written before keep their arrays, renamed `v9_*` (NULL in the
+/// rows written after): an older build still running against these tables
+/// then fails on the missing columns, instead of reading a new row's NULL
+/// arrays as a damaged checkpoint and setting its run aside.
+const V10: &str = "ALTER TABLE cp_checkpoints ADD COLUMN IF NOT EXISTS meta bytea; \
+                   ALTER TABLE cp_checkpoints RENAME COLUMN loops TO v9_loops; \
+                   ALTER TABLE cp_checkpoints RENAME COLUMN field_names TO v9_field_names; \
+                   ALTER TABLE cp_checkpoints RENAME COLUMN field_types TO v9_field_types; \
+                   ALTER TABLE cp_checkpoints RENAME COLUMN field_offsets TO v9_field_offsets; \
+                   ALTER TABLE cp_checkpoints RENAME COLUMN field_lens TO v9_field_lens; \
+                   ALTER TABLE cp_checkpoints RENAME COLUMN field_schemas TO v9_field_schemas; \
+                   ALTER TABLE cp_checkpoints ALTER COLUMN v9_loops DROP NOT NULL, \
+                       ALTER COLUMN v9_field_names DROP NOT NULL, \
+                       ALTER COLUMN v9_field_types DROP NOT NULL, \
+                       ALTER COLUMN v9_field_offsets DROP NOT NULL, \
+                       ALTER COLUMN v9_field_lens DROP NOT NULL, \
+                       ALTER COLUMN v9_field_schemas DROP NOT NULL;";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

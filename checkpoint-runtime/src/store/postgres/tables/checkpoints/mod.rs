@@ -2,6 +2,7 @@
 //! one row (retention deletes the oldest beyond `keep`, never the latest),
 //! and the `cp_segments` rows of fields stored by appending ([`segments`]).
 
+pub(in crate::store::postgres) mod meta;
 pub(in crate::store::postgres) mod segments;
 
 use std::borrow::Cow;
@@ -19,18 +20,22 @@ use segments::{Appended, RowPlan, Segments};
 
 /// The columns [`decode`] reads, in order, over `cp_checkpoints c`: the
 /// row's, then, for a row that stores fields by appending, the segments of
-/// the chains it names, in chain and stream order (see [`segments`]).
+/// the chains it names, in chain and stream order (see [`segments`]), then
+/// its [`meta`] (the `v9_*` arrays hold the same for a row written before
+/// schema version 10, and are NULL after).
 macro_rules! cp_cols {
     () => {
-        "c.seq, c.site_key, c.label, c.site_index, c.loops, c.field_names, c.field_types, \
-         c.field_offsets, c.field_lens, c.field_schemas, c.data, c.suspend::text, c.created_at, \
+        "c.seq, c.site_key, c.label, c.site_index, c.v9_loops, c.v9_field_names, \
+         c.v9_field_types, c.v9_field_offsets, c.v9_field_lens, c.v9_field_schemas, c.data, \
+         c.suspend::text, c.created_at, \
          c.checksum, c.appended, \
          CASE WHEN c.appended IS NOT NULL THEN ARRAY(SELECT s.chain FROM cp_segments s \
            WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END, \
          CASE WHEN c.appended IS NOT NULL THEN ARRAY(SELECT s.lo FROM cp_segments s \
            WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END, \
          CASE WHEN c.appended IS NOT NULL THEN ARRAY(SELECT s.bytes FROM cp_segments s \
-           WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END"
+           WHERE s.run = c.run AND s.chain = ANY (c.chains) ORDER BY s.chain, s.hi) END, \
+         c.meta"
     };
 }
 pub(in crate::store::postgres) use cp_cols;
@@ -59,16 +64,20 @@ pub(in crate::store::postgres) fn decode_stored(
 ) -> Result<(CheckpointRecord, Vec<Appended>), Error> {
     let seq = to_u64(get(row, at)?, "seq")?;
     let site_key: String = get(row, at + 1)?;
-    let names: Vec<String> = get(row, at + 5)?;
-    let bad = |field: Option<&str>, what: &str| {
+    let damaged = |names: &[String], field: Option<&str>, what: &str| {
         let all = field_list(names.iter().map(String::as_str));
         let field = field.unwrap_or(&all);
         damaged_checkpoint(run, seq, workflow, Some(&site_key), field, what)
     };
-    let types: Vec<String> = get(row, at + 6)?;
-    let offsets: Vec<i64> = get(row, at + 7)?;
-    let lens: Vec<i64> = get(row, at + 8)?;
-    let schemas: Vec<Option<String>> = get(row, at + 9)?;
+    let Located {
+        names,
+        types,
+        offsets,
+        lens,
+        schemas,
+        loops,
+    } = located(row, at).map_err(|what| damaged(&[], None, &what))?;
+    let bad = |field: Option<&str>, what: &str| damaged(&names, field, what);
     let mut data: Vec<u8> = get(row, at + 10)?;
     let mut stored = Vec::new();
     let n = names.len();
@@ -104,7 +113,7 @@ pub(in crate::store::postgres) fn decode_stored(
             len,
         });
     }
-    let loops = get::<Vec<i64>>(row, at + 4)?
+    let loops = loops
         .into_iter()
         .map(|p| to_u64(p, "loop position"))
         .collect::<Result<Vec<u64>, Error>>()
@@ -141,6 +150,52 @@ pub(in crate::store::postgres) fn decode_stored(
     Ok((cp, stored))
 }
 
+/// What names and locates a row's fields, from its [`meta`] or, in a row
+/// written before schema version 10, its `v9_*` arrays (the [`cp_cols`]
+/// from `at`), as the arrays held it; or why it does not decode.
+struct Located {
+    names: Vec<String>,
+    types: Vec<String>,
+    offsets: Vec<i64>,
+    lens: Vec<i64>,
+    schemas: Vec<Option<String>>,
+    loops: Vec<i64>,
+}
+
+fn located(row: &Row, at: usize) -> Result<Located, String> {
+    let column = |e: Error| e.to_string();
+    if let Some(bytes) = get::<Option<Vec<u8>>>(row, at + 18).map_err(column)? {
+        let meta = meta::decode(&bytes)
+            .map_err(|e| format!("what names and locates its fields does not decode: {e}"))?;
+        let big = |n: u64| i64::try_from(n).map_err(|_| format!("{n} is out of range"));
+        let mut out = Located {
+            names: Vec::with_capacity(meta.fields.len()),
+            types: Vec::with_capacity(meta.fields.len()),
+            offsets: Vec::with_capacity(meta.fields.len()),
+            lens: Vec::with_capacity(meta.fields.len()),
+            schemas: Vec::with_capacity(meta.fields.len()),
+            loops: meta.loops.iter().map(|&l| big(l)).collect::<Result<_, _>>()?,
+        };
+        for f in meta.fields {
+            out.offsets.push(big(f.offset)?);
+            out.lens.push(big(f.len)?);
+            out.names.push(f.name.into_owned());
+            out.types.push(f.type_name.into_owned());
+            out.schemas.push(f.schema.map(Cow::into_owned));
+        }
+        return Ok(out);
+    }
+    let old = |what: &str| format!("it has neither `meta` nor its {what} (the columns before version 10)");
+    Ok(Located {
+        loops: get::<Option<_>>(row, at + 4).map_err(column)?.ok_or_else(|| old("loops"))?,
+        names: get::<Option<_>>(row, at + 5).map_err(column)?.ok_or_else(|| old("field names"))?,
+        types: get::<Option<_>>(row, at + 6).map_err(column)?.ok_or_else(|| old("field types"))?,
+        offsets: get::<Option<_>>(row, at + 7).map_err(column)?.ok_or_else(|| old("field offsets"))?,
+        lens: get::<Option<_>>(row, at + 8).map_err(column)?.ok_or_else(|| old("field lengths"))?,
+        schemas: get::<Option<_>>(row, at + 9).map_err(column)?.ok_or_else(|| old("schema keys"))?,
+    })
+}
+
 /// [`decode`] for a listing of versions: a damaged one (an
 /// [`Error::Decode`]) is the stand-in [`CheckpointRecord::damaged`], so
 /// that the others are still listed.
@@ -170,11 +225,10 @@ pub(in crate::store::postgres) fn decode_listed(
 }
 
 /// The columns [`insert`] writes, in the order of its parameters
-/// ([`CpRow::params`]: `$1` to `$15`).
+/// ([`CpRow::params`]: `$1` to `$10`).
 macro_rules! cp_insert_cols {
     () => {
-        "run, seq, site_key, label, site_index, loops, field_names, field_types, \
-         field_offsets, field_lens, field_schemas, data, suspend, created_at, checksum"
+        "run, seq, site_key, label, site_index, meta, data, suspend, created_at, checksum"
     };
 }
 pub(in crate::store::postgres) use cp_insert_cols;
@@ -188,12 +242,8 @@ pub(in crate::store::postgres) struct CpRow<'a> {
     site_key: &'a str,
     label: Option<&'a str>,
     site_index: i32,
-    loops: Vec<i64>,
-    names: Vec<&'a str>,
-    types: Vec<&'a str>,
-    offsets: Vec<i64>,
-    lens: Vec<i64>,
-    schemas: Vec<Option<&'a str>>,
+    /// See [`meta`].
+    meta: Vec<u8>,
     data: &'a [u8],
     suspend: Option<String>,
     created_at: i64,
@@ -219,21 +269,14 @@ impl<'a> CpRow<'a> {
     }
 
     pub(in crate::store::postgres) fn of(cp: &'a CheckpointRecord) -> Result<CpRow<'a>, Error> {
-        let loops = cp
-            .loops
-            .iter()
-            .map(|p| to_i64(*p, "loop position"))
-            .collect::<Result<Vec<i64>, Error>>()?;
-        let offsets = cp
-            .fields
-            .iter()
-            .map(|f| to_i64(f.offset as u64, "field offset"))
-            .collect::<Result<Vec<i64>, Error>>()?;
-        let lens = cp
-            .fields
-            .iter()
-            .map(|f| to_i64(f.len as u64, "field length"))
-            .collect::<Result<Vec<i64>, Error>>()?;
+        // Read back as `bigint`s (see `located`).
+        for &p in &cp.loops {
+            to_i64(p, "loop position")?;
+        }
+        for f in cp.fields.iter() {
+            to_i64(f.offset as u64, "field offset")?;
+            to_i64(f.len as u64, "field length")?;
+        }
         let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
         let site_index = i32::try_from(cp.site_index)
             .map_err(|_| Error::internal(format!("site index {} is too large", cp.site_index)))?;
@@ -244,12 +287,7 @@ impl<'a> CpRow<'a> {
             site_key: &cp.site_key,
             label: cp.label.as_deref(),
             site_index,
-            loops,
-            names: cp.fields.iter().map(|f| &*f.name).collect(),
-            types: cp.fields.iter().map(|f| &*f.type_name).collect(),
-            offsets,
-            lens,
-            schemas: (0..cp.fields.len()).map(|i| cp.schema_key(i)).collect(),
+            meta: meta::encode(cp),
             data: &cp.data,
             suspend,
             created_at: ts(cp.created_at),
@@ -265,20 +303,15 @@ impl<'a> CpRow<'a> {
     }
 
     /// The values of the [`cp_insert_cols`], in order (`suspend` is JSON
-    /// text, to be cast: `$13::text::jsonb`).
-    pub(in crate::store::postgres) fn params(&self) -> [&(dyn ToSql + Sync); 15] {
+    /// text, to be cast: `$8::text::jsonb`).
+    pub(in crate::store::postgres) fn params(&self) -> [&(dyn ToSql + Sync); 10] {
         [
             &self.run,
             &self.seq,
             &self.site_key,
             &self.label,
             &self.site_index,
-            &self.loops,
-            &self.names,
-            &self.types,
-            &self.offsets,
-            &self.lens,
-            &self.schemas,
+            &self.meta,
             &self.data,
             &self.suspend,
             &self.created_at,
@@ -288,12 +321,10 @@ impl<'a> CpRow<'a> {
 }
 
 /// The checkpoint rows of several saves as the columns one statement
-/// unnests (see `save_batch`): one element per row. A row's arrays (loops,
-/// fields, chains) go as one array literal each, which the statement casts
-/// (`::text[]`, `::bigint[]`): flattening them into columns of their own
-/// and gathering them again per row with `array_agg(.. ORDER BY ..)` cost
-/// a sort per row and array, about a fifth of the statement's server time
-/// (measured with 300 saves of 5 fields: 46 against 37 us per save).
+/// unnests (see `save_batch`): one element per row. A row's chains go as
+/// one array literal, which the statement casts (`::bigint[]`):
+/// flattening them into a column of its own and gathering them again per
+/// row with `array_agg(.. ORDER BY ..)` cost a sort per row and array.
 #[derive(Default)]
 pub(in crate::store::postgres) struct CpColumns<'a> {
     pub(in crate::store::postgres) run: Vec<&'a str>,
@@ -306,12 +337,7 @@ pub(in crate::store::postgres) struct CpColumns<'a> {
     pub(in crate::store::postgres) created_at: Vec<i64>,
     pub(in crate::store::postgres) checksum: Vec<&'a [u8]>,
     pub(in crate::store::postgres) appended: Vec<Option<&'a [u8]>>,
-    pub(in crate::store::postgres) loops: Vec<String>,
-    pub(in crate::store::postgres) names: Vec<String>,
-    pub(in crate::store::postgres) types: Vec<String>,
-    pub(in crate::store::postgres) offsets: Vec<String>,
-    pub(in crate::store::postgres) lens: Vec<String>,
-    pub(in crate::store::postgres) schemas: Vec<String>,
+    pub(in crate::store::postgres) meta: Vec<&'a [u8]>,
     /// `None` for a row without chains (the column is then NULL).
     pub(in crate::store::postgres) chains: Vec<Option<String>>,
 }
@@ -329,15 +355,7 @@ impl<'a> CpColumns<'a> {
         self.created_at.push(row.created_at);
         self.checksum.push(&row.checksum);
         self.appended.push(row.appended);
-        self.loops.push(numbers_literal(&row.loops));
-        self.names
-            .push(texts_literal(row.names.iter().map(|n| Some(*n))));
-        self.types
-            .push(texts_literal(row.types.iter().map(|t| Some(*t))));
-        self.offsets.push(numbers_literal(&row.offsets));
-        self.lens.push(numbers_literal(&row.lens));
-        self.schemas
-            .push(texts_literal(row.schemas.iter().copied()));
+        self.meta.push(&row.meta);
         self.chains
             .push(row.chains.filter(|c| !c.is_empty()).map(numbers_literal));
     }
@@ -359,36 +377,6 @@ pub(in crate::store::postgres) fn numbers_literal(values: &[i64]) -> String {
     out
 }
 
-/// The array literal of `values` (`{"a","b",NULL}`), as `array_in` reads it
-/// back, element for element: each text is quoted, with `"` and `\`
-/// escaped (nothing else is special inside quotes), so commas, braces,
-/// spaces, `NULL` as a text and the empty text come back as they were.
-pub(in crate::store::postgres) fn texts_literal<'t>(
-    values: impl IntoIterator<Item = Option<&'t str>>,
-) -> String {
-    let mut out = String::from("{");
-    for (i, v) in values.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        match v {
-            None => out.push_str("NULL"),
-            Some(text) => {
-                out.push('"');
-                for c in text.chars() {
-                    if c == '"' || c == '\\' {
-                        out.push('\\');
-                    }
-                    out.push(c);
-                }
-                out.push('"');
-            }
-        }
-    }
-    out.push('}');
-    out
-}
-
 /// Inserts a checkpoint row.
 pub(in crate::store::postgres) async fn insert(
     cx: &mut Cx<'_>,
@@ -397,7 +385,7 @@ pub(in crate::store::postgres) async fn insert(
     const SQL: &str = concat!(
         "INSERT INTO cp_checkpoints (",
         cp_insert_cols!(),
-        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, $14, $15)"
+        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10)"
     );
     let row = CpRow::of(cp)?;
     cx.execute(SQL, &row.params()).await?;
@@ -414,8 +402,8 @@ pub(in crate::store::postgres) async fn insert_saved(
     const SQL: &str = concat!(
         "INSERT INTO cp_checkpoints (",
         cp_insert_cols!(),
-        ", event_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, \
-         $14, $15, nextval('cp_history_id_seq'))"
+        ", event_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10, \
+         nextval('cp_history_id_seq'))"
     );
     let row = CpRow::of(cp)?;
     cx.execute(SQL, &row.params()).await?;
