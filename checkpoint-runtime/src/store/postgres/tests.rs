@@ -1451,7 +1451,10 @@ fn a_flipped_bit_in_a_field_is_refused_naming_run_site_and_field() {
         ),
         ("site", "UPDATE cp_checkpoints SET site_key = 'task_dome'"),
         ("seq", "UPDATE cp_checkpoints SET seq = 3"),
-        ("meta trailing", "UPDATE cp_checkpoints SET meta = meta || '\\x00'::bytea"),
+        (
+            "meta trailing",
+            "UPDATE cp_checkpoints SET meta = meta || '\\x00'::bytea",
+        ),
         (
             "checksum",
             "UPDATE cp_checkpoints SET checksum = substring(checksum from 2)",
@@ -1526,7 +1529,9 @@ fn rows_written_before_meta_still_load() {
     });
     let message = err.as_db_error().map(|e| e.message().to_owned());
     assert!(
-        message.as_deref().is_some_and(|m| m.contains("does not exist")),
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("does not exist")),
         "{err:?}"
     );
     // The version-9 row reads back as it was, beside a new one.
@@ -1541,7 +1546,9 @@ fn rows_written_before_meta_still_load() {
         vec![one.clone(), two.clone()]
     );
     assert_eq!(
-        db.sql_i64("SELECT count(*) FROM cp_checkpoints WHERE meta IS NULL AND v9_loops IS NOT NULL"),
+        db.sql_i64(
+            "SELECT count(*) FROM cp_checkpoints WHERE meta IS NULL AND v9_loops IS NOT NULL"
+        ),
         1
     );
     // Its arrays are still checked against its seal.
@@ -1554,7 +1561,10 @@ fn rows_written_before_meta_still_load() {
     db.sql("UPDATE cp_checkpoints SET v9_loops = NULL WHERE seq = 1");
     match block_on(other.checkpoint("r", 1)) {
         Err(e @ Error::Decode { .. }) => {
-            assert!(e.to_string().contains("neither `meta` nor its loops"), "{e}")
+            assert!(
+                e.to_string().contains("neither `meta` nor its loops"),
+                "{e}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -122,7 +122,15 @@ mod tests {
         let got: Vec<_> = meta
             .fields
             .iter()
-            .map(|f| (&*f.name, &*f.type_name, f.schema.as_deref(), f.offset, f.len))
+            .map(|f| {
+                (
+                    &*f.name,
+                    &*f.type_name,
+                    f.schema.as_deref(),
+                    f.offset,
+                    f.len,
+                )
+            })
             .collect();
         assert_eq!(
             got,

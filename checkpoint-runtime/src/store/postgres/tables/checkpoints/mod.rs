@@ -174,7 +174,11 @@ fn located(row: &Row, at: usize) -> Result<Located, String> {
             offsets: Vec::with_capacity(meta.fields.len()),
             lens: Vec::with_capacity(meta.fields.len()),
             schemas: Vec::with_capacity(meta.fields.len()),
-            loops: meta.loops.iter().map(|&l| big(l)).collect::<Result<_, _>>()?,
+            loops: meta
+                .loops
+                .iter()
+                .map(|&l| big(l))
+                .collect::<Result<_, _>>()?,
         };
         for f in meta.fields {
             out.offsets.push(big(f.offset)?);
@@ -185,14 +189,28 @@ fn located(row: &Row, at: usize) -> Result<Located, String> {
         }
         return Ok(out);
     }
-    let old = |what: &str| format!("it has neither `meta` nor its {what} (the columns before version 10)");
+    let old = |what: &str| {
+        format!("it has neither `meta` nor its {what} (the columns before version 10)")
+    };
     Ok(Located {
-        loops: get::<Option<_>>(row, at + 4).map_err(column)?.ok_or_else(|| old("loops"))?,
-        names: get::<Option<_>>(row, at + 5).map_err(column)?.ok_or_else(|| old("field names"))?,
-        types: get::<Option<_>>(row, at + 6).map_err(column)?.ok_or_else(|| old("field types"))?,
-        offsets: get::<Option<_>>(row, at + 7).map_err(column)?.ok_or_else(|| old("field offsets"))?,
-        lens: get::<Option<_>>(row, at + 8).map_err(column)?.ok_or_else(|| old("field lengths"))?,
-        schemas: get::<Option<_>>(row, at + 9).map_err(column)?.ok_or_else(|| old("schema keys"))?,
+        loops: get::<Option<_>>(row, at + 4)
+            .map_err(column)?
+            .ok_or_else(|| old("loops"))?,
+        names: get::<Option<_>>(row, at + 5)
+            .map_err(column)?
+            .ok_or_else(|| old("field names"))?,
+        types: get::<Option<_>>(row, at + 6)
+            .map_err(column)?
+            .ok_or_else(|| old("field types"))?,
+        offsets: get::<Option<_>>(row, at + 7)
+            .map_err(column)?
+            .ok_or_else(|| old("field offsets"))?,
+        lens: get::<Option<_>>(row, at + 8)
+            .map_err(column)?
+            .ok_or_else(|| old("field lengths"))?,
+        schemas: get::<Option<_>>(row, at + 9)
+            .map_err(column)?
+            .ok_or_else(|| old("schema keys"))?,
     })
 }
 
