@@ -308,6 +308,16 @@ fn rich_cp(run: &str, seq: u64, suspend: Option<Suspend>) -> Arc<CheckpointRecor
     )
 }
 
+/// Run `r` claimed by worker `a` (instance `a1`) and its checkpoint #1
+/// ([`rich_cp`]) saved.
+fn first_checkpoint(s: &PostgresStore) -> (Claimed, Arc<CheckpointRecord>) {
+    new_run(s, "r");
+    let c = claim_one(s, "a", "a1");
+    let one = rich_cp("r", 1, None);
+    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    (c, one)
+}
+
 #[test]
 #[cfg_attr(
     not(checkpoint_test_postgres),
@@ -1509,10 +1519,7 @@ fn rows_written_before_meta_still_load() {
         return;
     };
     let s = db.store();
-    new_run(s, "r");
-    let c = claim_one(s, "a", "a1");
-    let one = rich_cp("r", 1, None);
-    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    let (c, one) = first_checkpoint(s);
     db.sql(AS_VERSION_9);
     // An older build's read of the tables once they are at version 10
     // fails on the renamed columns (it would read a new row's NULL arrays
@@ -1581,10 +1588,7 @@ fn rows_written_before_checksums_still_load() {
         return;
     };
     let s = db.store();
-    new_run(s, "r");
-    let c = claim_one(s, "a", "a1");
-    let one = rich_cp("r", 1, None);
-    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    let (c, one) = first_checkpoint(s);
     // As version-1 tables: no checksum column (nor a run version).
     db.sql(AS_VERSION_9);
     db.sql(
@@ -1637,10 +1641,7 @@ fn every_flipped_bit_of_a_row_is_refused() {
         return;
     };
     let s = db.store();
-    new_run(s, "r");
-    let c = claim_one(s, "a", "a1");
-    let one = rich_cp("r", 1, None);
-    block_on(s.save_checkpoint(&c.lease, one.clone(), None)).unwrap();
+    let (_, one) = first_checkpoint(s);
     let mut flips = Vec::new();
     for bit in 0..one.data.len() * 8 {
         flips.push(format!(

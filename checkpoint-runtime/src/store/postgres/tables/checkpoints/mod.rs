@@ -189,29 +189,28 @@ fn located(row: &Row, at: usize) -> Result<Located, String> {
         }
         return Ok(out);
     }
-    let old = |what: &str| {
-        format!("it has neither `meta` nor its {what} (the columns before version 10)")
-    };
     Ok(Located {
-        loops: get::<Option<_>>(row, at + 4)
-            .map_err(column)?
-            .ok_or_else(|| old("loops"))?,
-        names: get::<Option<_>>(row, at + 5)
-            .map_err(column)?
-            .ok_or_else(|| old("field names"))?,
-        types: get::<Option<_>>(row, at + 6)
-            .map_err(column)?
-            .ok_or_else(|| old("field types"))?,
-        offsets: get::<Option<_>>(row, at + 7)
-            .map_err(column)?
-            .ok_or_else(|| old("field offsets"))?,
-        lens: get::<Option<_>>(row, at + 8)
-            .map_err(column)?
-            .ok_or_else(|| old("field lengths"))?,
-        schemas: get::<Option<_>>(row, at + 9)
-            .map_err(column)?
-            .ok_or_else(|| old("schema keys"))?,
+        loops: before_meta(row, at + 4, "loops")?,
+        names: before_meta(row, at + 5, "field names")?,
+        types: before_meta(row, at + 6, "field types")?,
+        offsets: before_meta(row, at + 7, "field offsets")?,
+        lens: before_meta(row, at + 8, "field lengths")?,
+        schemas: before_meta(row, at + 9, "schema keys")?,
     })
+}
+
+/// Column `i` of a row written before schema version 10 (`what` it holds),
+/// or why it cannot be read.
+fn before_meta<'r, T: tokio_postgres::types::FromSql<'r>>(
+    row: &'r Row,
+    i: usize,
+    what: &str,
+) -> Result<T, String> {
+    get::<Option<T>>(row, i)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!("it has neither `meta` nor its {what} (the columns before version 10)")
+        })
 }
 
 /// [`decode`] for a listing of versions: a damaged one (an
