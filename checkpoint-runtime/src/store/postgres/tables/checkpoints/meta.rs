@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::store::CheckpointRecord;
+use crate::Error;
 
 /// A checkpoint's field list and loop positions, as the `meta` column
 /// stores them.
@@ -44,7 +45,7 @@ pub(in crate::store::postgres) struct MetaField<'a> {
 }
 
 /// The `meta` column of `cp`.
-pub(in crate::store::postgres) fn encode(cp: &CheckpointRecord) -> Vec<u8> {
+pub(in crate::store::postgres) fn encode(cp: &CheckpointRecord) -> Result<Vec<u8>, Error> {
     let meta = Meta {
         fields: cp
             .fields
@@ -60,8 +61,14 @@ pub(in crate::store::postgres) fn encode(cp: &CheckpointRecord) -> Vec<u8> {
             .collect(),
         loops: cp.loops.clone(),
     };
-    // Serializing strings and integers into a `Vec` cannot fail.
-    postcard::to_allocvec(&meta).unwrap_or_default()
+    // Strings and integers into a `Vec`: not expected to fail, but a
+    // failure must refuse the save rather than store what cannot be read.
+    postcard::to_allocvec(&meta).map_err(|e| {
+        Error::internal(format!(
+            "run `{}`: checkpoint #{}'s field list does not encode: {e}",
+            cp.run, cp.seq
+        ))
+    })
 }
 
 /// A `meta` column read back, or why it does not decode (trailing bytes
@@ -116,7 +123,7 @@ mod tests {
             SystemTime::UNIX_EPOCH,
         )
         .with_schemas(vec![Some(Cow::Borrowed("k1")), None]);
-        let bytes = encode(&cp);
+        let bytes = encode(&cp).unwrap();
         let meta = decode(&bytes).unwrap();
         assert_eq!(meta.loops, [2, u64::MAX]);
         let got: Vec<_> = meta

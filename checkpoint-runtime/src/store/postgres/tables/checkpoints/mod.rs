@@ -304,7 +304,7 @@ impl<'a> CpRow<'a> {
             site_key: &cp.site_key,
             label: cp.label.as_deref(),
             site_index,
-            meta: meta::encode(cp),
+            meta: meta::encode(cp)?,
             data: &cp.data,
             suspend,
             created_at: ts(cp.created_at),
