@@ -100,18 +100,11 @@ impl Db {
 
     /// The one `bigint` `sql` (run in the test's schema) returns.
     fn sql_i64(&self, sql: &str) -> i64 {
-        let url = format!("{}{}schema={}", self.url, sep(&self.url), self.schema);
-        self.run(async {
-            let target = Target::parse(&url, None).unwrap();
-            let client = conn::connect(&tokio::runtime::Handle::current(), &target)
-                .await
-                .unwrap();
-            let row = client.query_one(sql, &[]).await.unwrap();
-            match row.try_get::<_, i64>(0) {
-                Ok(n) => n,
-                Err(_) => i64::from(row.get::<_, i32>(0)),
-            }
-        })
+        let row = self.run(schema_client(self).query_one(sql, &[])).unwrap();
+        match row.try_get::<_, i64>(0) {
+            Ok(n) => n,
+            Err(_) => i64::from(row.get::<_, i32>(0)),
+        }
     }
 }
 
@@ -1526,14 +1519,7 @@ fn rows_written_before_meta_still_load() {
     // as damage).
     let other = db.other();
     let old_read = "SELECT field_names FROM cp_checkpoints";
-    let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
-    let err = db.run(async {
-        let target = Target::parse(&url, None).unwrap();
-        let client = conn::connect(&tokio::runtime::Handle::current(), &target)
-            .await
-            .unwrap();
-        client.query(old_read, &[]).await.unwrap_err()
-    });
+    let err = db.run(schema_client(&db).query(old_read, &[])).unwrap_err();
     let message = err.as_db_error().map(|e| e.message().to_owned());
     assert!(
         message
