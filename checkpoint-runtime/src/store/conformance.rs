@@ -377,9 +377,11 @@ pub(crate) const RUNNABLE: [&str; 7] = [
 /// wake-up is the earliest lease expiry or deadline.
 pub(crate) fn each_runnable_run_is_claimed_and_no_other(store: &dyn Store) {
     let soon = runs_of_every_kind(store);
-    // The held run's lease expires first.
     let next = block_on(store.next_wakeup()).unwrap().unwrap();
-    assert!(next < soon, "{next:?}");
+    // No later than the deadlines set: the short leases expire before them,
+    // unless setting up took longer than a lease (on a loaded machine),
+    // and then the deadlines themselves come first.
+    assert!(next <= soon, "{next:?}");
     std::thread::sleep(Duration::from_millis(150));
     assert_eq!(claim_all(store), RUNNABLE);
     // All leased now: a lease's expiry, not the hour's sleep.

@@ -2357,7 +2357,10 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         .unwrap();
     }
     let next = block_on(store.next_wakeup()).unwrap().unwrap();
-    assert!(next < soon, "{next:?}");
+    // No later than the deadlines set: the short leases expire before them,
+    // unless setting up took longer than a lease (on a loaded machine),
+    // and then the deadlines themselves come first.
+    assert!(next <= soon, "{next:?}");
     std::thread::sleep(std::time::Duration::from_millis(150));
     assert_eq!(claim_all(&store), RUNNABLE);
 
