@@ -110,6 +110,72 @@ async fn raw_table(client: &Client, schema: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The tables of the fenced floors, in `schema` (made by [`raw_table`]): a
+/// run's row (`runs`: its lease epoch and latest seq) and its checkpoints'
+/// (`cps`, keyed by run and seq), the least a store writes that fences
+/// each checkpoint on its run's row and keeps the run's latest seq there.
+async fn fenced_tables(client: &Client, schema: &str, runs: usize) -> Result<(), BoxError> {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {schema}.runs (id text PRIMARY KEY, epoch bigint NOT NULL, \
+               latest_seq bigint NOT NULL) WITH (fillfactor = 50); \
+             CREATE TABLE {schema}.cps (run text NOT NULL, seq bigint NOT NULL, \
+               data bytea NOT NULL, PRIMARY KEY (run, seq)); \
+             INSERT INTO {schema}.runs SELECT 'f' || g, 1, 0 FROM generate_series(0, {}) g",
+            runs.max(1) - 1
+        ))
+        .await?;
+    Ok(())
+}
+
+/// The fenced write of one checkpoint (see [`fenced_tables`]): `$1` run,
+/// `$2` seq, `$3` epoch, `$4` bytes; one row when it wrote.
+fn fenced_insert(schema: &str) -> String {
+    format!(
+        "WITH r AS (UPDATE {schema}.runs SET latest_seq = $2::bigint \
+           WHERE id = $1 AND epoch = $3::bigint AND latest_seq = $2::bigint - 1 RETURNING id) \
+         INSERT INTO {schema}.cps (run, seq, data) SELECT id, $2::bigint, $4 FROM r"
+    )
+}
+
+/// Rows per second of [`fenced_insert`] for `runs` runs (made by
+/// [`fenced_tables`]) at a time, `rows` in all: one statement and
+/// transaction per checkpoint of every run (`INSERT ... SELECT` from the
+/// runs' `UPDATE`, from `unnest`ed columns), on one connection.
+async fn fenced_batched(
+    client: &Client,
+    schema: &str,
+    bytes: &[u8],
+    rows: usize,
+    runs: usize,
+) -> Result<f64, BoxError> {
+    let insert = client
+        .prepare(&format!(
+            "WITH r AS (UPDATE {schema}.runs SET latest_seq = u.seq \
+               FROM unnest($1::text[], $2::bigint[]) AS u (id, seq) \
+               WHERE runs.id = u.id AND runs.epoch = 1 AND runs.latest_seq = u.seq - 1 \
+               RETURNING u.id, u.seq) \
+             INSERT INTO {schema}.cps (run, seq, data) SELECT r.id, r.seq, d.data \
+               FROM r JOIN unnest($1::text[], $3::bytea[]) AS d (id, data) ON d.id = r.id"
+        ))
+        .await?;
+    let ids: Vec<String> = (0..runs).map(|r| format!("f{r}")).collect();
+    let start = Instant::now();
+    let (mut left, mut seq) = (rows, 0i64);
+    while left > 0 {
+        let k = left.min(runs);
+        seq += 1;
+        let seqs = vec![seq; k];
+        let data = vec![bytes; k];
+        let n = client.execute(&insert, &[&&ids[..k], &seqs, &data]).await?;
+        if n != k as u64 {
+            return Err(format!("fenced floor: {n} of {k} rows written").into());
+        }
+        left -= k;
+    }
+    Ok(rows as f64 / start.elapsed().as_secs_f64())
+}
+
 /// CPU time (user + system, clock ticks) of the server processes serving
 /// sessions of `app`, by process id.
 async fn server_ticks(client: &Client, app: &str) -> Vec<(i32, u64)> {
@@ -327,10 +393,14 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
         .prepare(&format!("INSERT INTO {raw_schema}.t (data) VALUES ($1)"))
         .await?;
     let ping = raw.prepare("SELECT 1").await?;
+    fenced_tables(&raw, &raw_schema, 1).await?;
+    let fenced_write = raw.prepare(&fenced_insert(&raw_schema)).await?;
+    let mut fenced_seq = 0i64;
     let bytes: Vec<u8> = (0..payload).map(|i| i as u8).collect();
     let watch = connect(url).await?;
 
     let (mut ours, mut auto, mut tx, mut rtt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut fenced = Vec::new();
     // Per checkpoint / raw commit: client CPU, server CPU, WAL bytes.
     let (mut our_cost, mut raw_cost) = ([0f64; 3], [0f64; 3]);
     for round in 0..rounds {
@@ -365,6 +435,19 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
         raw_cost[0] += (own_us() - cpu) / n;
         raw_cost[1] += server_us(&srv, &server_ticks(&watch, &raw_app).await) / n;
         raw_cost[2] += (wal_lsn(&watch).await? - wal) as f64 / n;
+        // The fenced floor: the run's row updated, fenced on its epoch and
+        // latest seq, and the checkpoint's row inserted, in one statement.
+        for _ in 0..per_round {
+            fenced_seq += 1;
+            let t = Instant::now();
+            let n = raw
+                .execute(&fenced_write, &[&"f0", &fenced_seq, &1i64, &bytes])
+                .await?;
+            fenced.push(t.elapsed());
+            if n != 1 {
+                return Err("the fenced floor's write was refused".into());
+            }
+        }
         // The same in an explicit transaction, and round trips.
         for _ in 0..per_round / 4 {
             let t = Instant::now();
@@ -385,13 +468,16 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
     let (ours_med, ours_p99) = (median_of(&mut ours), pct(&mut ours, 0.99));
     let (auto_med, auto_p99) = (median_of(&mut auto), pct(&mut auto, 0.99));
     let (tx_med, rtt_med) = (median_of(&mut tx), median_of(&mut rtt));
+    let fenced_med = median_of(&mut fenced);
     let ratio = ours_med.as_secs_f64() / auto_med.as_secs_f64().max(1e-12);
+    let of_fenced = ours_med.as_secs_f64() / fenced_med.as_secs_f64().max(1e-12);
+    let fenced_ratio = fenced_med.as_secs_f64() / auto_med.as_secs_f64().max(1e-12);
     let mean_ratio = ours_mean.as_secs_f64() / auto_mean.as_secs_f64().max(1e-12);
     raw.batch_execute(&format!("DROP SCHEMA {raw_schema} CASCADE"))
         .await?;
     PostgresStore::drop_schema(url, &schema).await?;
     Ok(format!(
-        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint holding its history event) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
+        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint holding its history event) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us; fenced floor (one statement: UPDATE of a 3-column run row fenced on epoch and latest seq, INSERT of the bytes keyed by run and seq): median {:.0} us = {fenced_ratio:.2}x raw, ours = {of_fenced:.2}x it | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
         us(ours_med),
         us(ours_mean),
         us(ours_p99),
@@ -406,6 +492,7 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
         raw_cost[2] / 1e3,
         us(tx_med),
         us(rtt_med),
+        us(fenced_med),
         met(ratio <= 1.3),
     ))
 }
@@ -631,20 +718,31 @@ async fn throughput_row(url: &str, scale: f64, payload: usize) -> Result<String,
             Ok::<f64, BoxError>(floor)
         };
         let before = floor().await?;
+        let fenced_schema = schema_name("fencedtp");
+        raw_table(&raw, &fenced_schema).await?;
+        fenced_tables(&raw, &fenced_schema, runs).await?;
+        let fenced = fenced_batched(&raw, &fenced_schema, &bytes, total, runs).await?;
+        raw.batch_execute(&format!("DROP SCHEMA {fenced_schema} CASCADE"))
+            .await?;
         let ours = two_workers(url, runs, n, 0).await?;
         // The floor on this VM moves by a third between minutes: the mean
         // of the one just before and the one just after.
         let floor = (before + floor().await?) / 2.0;
-        measured.push((ours / floor, ours, floor));
+        measured.push((ours / floor, ours, floor, fenced));
     }
     let in_order: Vec<String> = measured
         .iter()
-        .map(|(r, o, f)| format!("{:.1}% = {:.0}/{:.0}", r * 100.0, o, f))
+        .map(|(r, o, f, _)| format!("{:.1}% = {:.0}/{:.0}", r * 100.0, o, f))
         .collect();
+    let mut fenced_of_floor: Vec<f64> = measured.iter().map(|m| m.3 / m.2).collect();
+    fenced_of_floor.sort_by(f64::total_cmp);
+    let fenced_of_floor = fenced_of_floor[fenced_of_floor.len() / 2];
     measured.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (ratio, ours, floor) = measured[measured.len() / 2];
+    let (ratio, ours, floor, fenced) = measured[measured.len() / 2];
     Ok(format!(
-        "| PostgreSQL durable checkpoints/s, {runs} runs x {n} checkpoints of {payload} B on two worker processes (one starts the runs and awaits their results; median of {rounds} rounds, each against the mean of its own raw floors just before and just after) | {ours:.0}/s | raw batched inserts ({per_tx} rows per INSERT ... unnest, one tx each, {total} rows): {floor:.0} rows/s | {:.1}% (rounds in order: {}) | >= 50% of raw batched | {} |",
+        "| PostgreSQL durable checkpoints/s, {runs} runs x {n} checkpoints of {payload} B on two worker processes (one starts the runs and awaits their results; median of {rounds} rounds, each against the mean of its own raw floors just before and just after) | {ours:.0}/s | raw batched inserts ({per_tx} rows per INSERT ... unnest, one tx each, {total} rows): {floor:.0} rows/s; fenced floor (every run's row UPDATEd, fenced on epoch and latest seq, and its checkpoint's row INSERTed, {runs} runs per statement and tx, one connection): {fenced:.0} rows/s = {:.1}% of raw (median of the rounds), ours = {:.1}% of it | {:.1}% (rounds in order: {}) | >= 50% of raw batched | {} |",
+        fenced_of_floor * 100.0,
+        ours / fenced * 100.0,
         ratio * 100.0,
         in_order.join(", "),
         met(ratio >= 0.5),
