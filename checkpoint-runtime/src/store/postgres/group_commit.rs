@@ -57,8 +57,6 @@ struct Queued {
     cp: Arc<CheckpointRecord>,
     keep: Option<usize>,
     plan: Option<Arc<RowPlan>>,
-    /// A plain save (see `Save::of`).
-    plain: bool,
 }
 
 impl GroupCommit {
@@ -95,27 +93,26 @@ impl GroupCommit {
     }
 
     /// Saves `cp` under `lease` (see the module docs), stored as `plan`
-    /// says or whole, as a plain save if `plain` (see `Save::of`): the
-    /// result of `PostgresStore::save_checkpoint`, and whether it was
-    /// stored as planned.
+    /// says or whole: the result of `PostgresStore::save_checkpoint`, and
+    /// whether it was stored as planned.
     pub(super) async fn save(
         &self,
         lease: &Lease,
         cp: Arc<CheckpointRecord>,
         keep: Option<usize>,
         plan: Option<Arc<RowPlan>>,
-        plain: bool,
     ) -> Result<bool, Error> {
         let queued = Queued {
             lease: lease.clone(),
             cp,
             keep,
             plan,
-            plain,
         };
         let pool = &self.pool;
         self.batcher
-            .run(queued, |q| async move { save_alone(pool, &q).await })
+            .run(queued, |q| async move {
+                save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await
+            })
             .await
     }
 
@@ -130,9 +127,15 @@ impl GroupCommit {
 /// A save on its own: one statement, or the fenced transaction when the
 /// statement refuses it (see `PostgresStore::do_save`), which stores the
 /// checkpoint whole. Whether it was stored as `plan` says.
-async fn save_alone(pool: &Pool, q: &Queued) -> Result<bool, Error> {
+async fn save_alone(
+    pool: &Pool,
+    lease: &Lease,
+    cp: &CheckpointRecord,
+    keep: Option<usize>,
+    plan: Option<&RowPlan>,
+) -> Result<bool, Error> {
     let mut conn = pool.get().await?;
-    save_alone_on(&mut conn, q).await
+    save_alone_on(&mut conn, lease, cp, keep, plan).await
 }
 
 /// Writes `batch` (see the module docs): an answer for each of its saves,
@@ -143,7 +146,7 @@ async fn write_batch(
     batch: Vec<Queued>,
 ) -> (Vec<Result<bool, Error>>, Option<(u64, u64)>) {
     if let [q] = &batch[..] {
-        let result = save_alone(pool, q).await;
+        let result = save_alone(pool, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await;
         return (vec![result], None);
     }
     // Locks the runs in the order of their ids; answers in the batch's.
@@ -172,7 +175,7 @@ async fn write_batch(
             Outcome::Alone => {
                 // Refused by its statement, or the batch was not written:
                 // the save on its own tells why, or saves it.
-                save_alone_on(&mut conn, q).await
+                save_alone_on(&mut conn, &q.lease, &q.cp, q.keep, q.plan.as_deref()).await
             }
         };
         answers.push((i, answer));
@@ -183,12 +186,17 @@ async fn write_batch(
 }
 
 /// [`save_alone`] on a connection already taken.
-async fn save_alone_on(conn: &mut Pooled<'_>, q: &Queued) -> Result<bool, Error> {
-    let plan = q.plan.as_deref();
-    if save_in_one(conn, &q.lease, &q.cp, q.keep, plan, q.plain).await? {
+async fn save_alone_on(
+    conn: &mut Pooled<'_>,
+    lease: &Lease,
+    cp: &CheckpointRecord,
+    keep: Option<usize>,
+    plan: Option<&RowPlan>,
+) -> Result<bool, Error> {
+    if save_in_one(conn, lease, cp, keep, plan).await? {
         return Ok(plan.is_some());
     }
-    save_locked(conn, &q.lease, &q.cp, q.keep).await?;
+    save_locked(conn, lease, cp, keep).await?;
     Ok(false)
 }
 
@@ -213,7 +221,7 @@ async fn send_batch(conn: &mut Pooled<'_>, batch: &[Queued]) -> Vec<Outcome> {
     let saves: Vec<Option<Save<'_>>> = batch
         .iter()
         .zip(&after)
-        .map(|(q, after)| Save::of(&q.lease, &q.cp, after, q.keep, q.plan.as_deref(), q.plain))
+        .map(|(q, after)| Save::of(&q.lease, &q.cp, after, q.keep, q.plan.as_deref()))
         .collect();
     let mut outcomes: Vec<Outcome> = batch.iter().map(|_| Outcome::Alone).collect();
     let mut columns = Columns::default();

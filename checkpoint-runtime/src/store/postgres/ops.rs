@@ -748,17 +748,13 @@ impl PostgresStore {
             return save_joining(&mut conn, lease, &cp, keep, children, token).await;
         }
         // Fields that extend their previous version are stored as what
-        // they appended (see `segments`), and a save after one that left the run's row plain is a plain one
-        // (see `save::PLAIN_HEAD`).
-        let head = self.heads.before(lease, &cp);
-        let plain = head.as_ref().is_some_and(|head| head.plain());
-        let plan = head
+        // they appended (see `segments`).
+        let plan = self
+            .heads
+            .before(lease, &cp)
             .and_then(|head| segments::plan(&cp, &head))
             .map(Arc::new);
-        let saved = self
-            .group
-            .save(lease, cp.clone(), keep, plan.clone(), plain)
-            .await;
+        let saved = self.group.save(lease, cp.clone(), keep, plan.clone()).await;
         let stored = match &saved {
             Ok(true) => Ok(plan.as_deref()),
             Ok(false) => Ok(None),

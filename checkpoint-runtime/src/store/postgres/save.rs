@@ -20,7 +20,7 @@ use crate::store::rules;
 use crate::store::{CheckpointRecord, Lease, RunRecord};
 use crate::Error;
 
-/// The start of a save statement: `r`, the fenced write of the run's
+/// The start of every save statement: `r`, the fenced write of the run's
 /// row, and `c`, the checkpoint's row. See [`statement`].
 const SAVE_HEAD: &str = concat!(
     "WITH r AS (UPDATE cp_runs SET state = $11, signal = $12, due = $13, output = $14, \
@@ -39,35 +39,7 @@ const SAVE_HEAD: &str = concat!(
        nextval('cp_history_id_seq'), $26::bytea, $27::bigint[] FROM r)"
 );
 
-/// [`SAVE_HEAD`] for a plain save (see [`Save::plain`]): `r` sets only
-/// what such a save changes, the run's latest seq (`$2`, the checkpoint's
-/// seq) and `updated_at` (`$9`, its time), and only on a run whose row
-/// already holds every other value `rules::save_checkpoint` gives it (ready,
-/// no state columns, attempt 1, no wake value): on those rows it writes
-/// what [`SAVE_HEAD`] writes. `$11`–`$14` are the fence, `$15`–`$16` the
-/// row's `appended` and `chains`. A run's row that is not plain (a cancel
-/// got there first, say) is refused and left to [`save_locked`], as any
-/// row [`SAVE_HEAD`] refuses.
-///
-/// Setting two columns instead of eleven, and binding 16 parameters
-/// instead of 27, is what makes it cheaper (see examples/bench/postgres.rs).
-const PLAIN_HEAD: &str = concat!(
-    "WITH r AS (UPDATE cp_runs SET latest_seq = $2, updated_at = $9 \
-     WHERE id = $1 AND epoch = $11 AND lease_worker = $12 AND lease_instance = $13 \
-       AND lease_expires IS NOT NULL AND latest_seq = $14 \
-       AND state = 0 AND signal IS NULL AND due IS NULL AND output IS NULL \
-       AND error IS NULL AND attempt = 1 AND wake_seq IS NULL AND wake_signal IS NULL \
-       AND wake_payload IS NULL \
-     RETURNING id), \
-     c AS (INSERT INTO cp_checkpoints (",
-    cp_insert_cols!(),
-    ", event_id, appended, chains) SELECT $1::text, $2::bigint, $3::text, $4::text, \
-       $5::integer, $6::bytea, $7::bytea, $8::text::jsonb, $9::bigint, $10::bytea, \
-       nextval('cp_history_id_seq'), $15::bytea, $16::bigint[] FROM r)"
-);
-
-/// Retention, after [`SAVE_HEAD`] or [`PLAIN_HEAD`] (`$chains`: the new
-/// row's chains): `$below` the seq up to which checkpoints
+/// Retention, after [`SAVE_HEAD`]: `$below` the seq up to which checkpoints
 /// are deleted, their events moved to `cp_history` (see [`PRUNE`]), and the
 /// segments of the chains no kept checkpoint names (see
 /// [`segments`](super::tables::checkpoints::segments): those the deleted
@@ -86,11 +58,11 @@ const SAVE_KEEP: &str = ", d AS (DELETE FROM cp_checkpoints \
        (SELECT unnest(d.chains) FROM d \
         EXCEPT SELECT unnest(k.chains) FROM (SELECT chains FROM cp_checkpoints \
           WHERE run = $1 AND seq > $below ORDER BY seq LIMIT 1) k \
-        EXCEPT SELECT unnest($chains::bigint[])) dead (chain) \
+        EXCEPT SELECT unnest($27::bigint[])) dead (chain) \
      WHERE s.run = $1 AND s.chain = dead.chain)";
 
 /// The segment writes of a checkpoint that stores fields by appending,
-/// after [`SAVE_HEAD`] or [`PLAIN_HEAD`] (see [`RowPlan`]): the new segments (`$wc`–`$wb`,
+/// after [`SAVE_HEAD`] (see [`RowPlan`]): the new segments (`$wc`–`$wb`,
 /// the columns of `Writes`), and the deletion of those folded into them
 /// (`$fc`–`$fh`, of `Folds`: a folded segment starts in the fold's range
 /// and ends before the fold's own segment). Only with `r`.
@@ -102,9 +74,9 @@ const SAVE_SEGMENTS: &str = ", w AS (INSERT INTO cp_segments (run, chain, lo, hi
      WHERE s.run = $1 AND s.chain = z.chain AND s.lo >= z.lo AND s.hi < z.hi \
        AND EXISTS (SELECT 1 FROM r))";
 
-/// A checkpoint save as one statement: [`SAVE_HEAD`] (or [`PLAIN_HEAD`],
-/// `plain`), then [`SAVE_KEEP`] (with retention), then [`SAVE_SEGMENTS`]
-/// (when fields append), numbered on from `$28` (from `$17`).
+/// A checkpoint save as one statement: [`SAVE_HEAD`], then [`SAVE_KEEP`]
+/// (with retention), then [`SAVE_SEGMENTS`] (when fields append), numbered
+/// on from `$28`.
 ///
 /// `$1`–`$10` are the checkpoint's row (see [`CpRow::params`]), `$11`–`$21`
 /// the run's columns the save sets (see [`Bound::saved`]), `$22`–`$25` the
@@ -130,17 +102,13 @@ const SAVE_SEGMENTS: &str = ", w AS (INSERT INTO cp_segments (run, chain, lo, hi
 /// sleeping one its time, a wake value has a seq of at least 0, a lease its
 /// expiry). Everything else is written only with `r`.
 /// No row back: nothing was written (see [`save_locked`]).
-fn statement(plain: bool, keep: bool, segments: bool) -> &'static str {
-    static TEXTS: LazyLock<[String; 8]> = LazyLock::new(|| {
-        let text = |i: usize| {
-            let (plain, keep, segments) = (i & 4 != 0, i & 1 != 0, i & 2 != 0);
-            let (head, chains, mut n) = match plain {
-                true => (PLAIN_HEAD, "$16", 17),
-                false => (SAVE_HEAD, "$27", 28),
-            };
-            let mut sql = head.to_owned();
+fn statement(keep: bool, segments: bool) -> &'static str {
+    static TEXTS: LazyLock<[String; 4]> = LazyLock::new(|| {
+        let text = |keep: bool, segments: bool| {
+            let mut sql = SAVE_HEAD.to_owned();
+            let mut n = 28;
             let mut number = |part: &str, names: &[&str]| {
-                let mut part = part.replace("$chains", chains);
+                let mut part = part.to_owned();
                 for name in names {
                     part = part.replace(&format!("${name}"), &format!("${n}"));
                     n += 1;
@@ -155,9 +123,14 @@ fn statement(plain: bool, keep: bool, segments: bool) -> &'static str {
             }
             sql + " SELECT 1 FROM r"
         };
-        std::array::from_fn(text)
+        [
+            text(false, false),
+            text(true, false),
+            text(false, true),
+            text(true, true),
+        ]
     });
-    &TEXTS[usize::from(keep) + 2 * usize::from(segments) + 4 * usize::from(plain)]
+    &TEXTS[usize::from(keep) + 2 * usize::from(segments)]
 }
 
 /// Retention in a transaction: deletes run `$1`'s checkpoints up to seq
@@ -186,26 +159,19 @@ pub(super) struct Save<'a> {
     pub(super) instance: &'a str,
     pub(super) prev: i64,
     pub(super) below: Option<i64>,
-    /// Whether the save goes as a plain one ([`PLAIN_HEAD`]): a checkpoint
-    /// that does not suspend its run, whose run's row its saver expects to
-    /// be plain already (its previous save, under the same lease, did not
-    /// suspend either: see `segments::Heads`).
-    pub(super) plain: bool,
 }
 
 impl<'a> Save<'a> {
     /// The save of `cp` under `lease` (`after`: [`saved_run`]'s record),
-    /// stored as `plan` says (or whole), as a plain one when `plain` says
-    /// its run's row is plain and `cp` does not suspend it, unless a value
-    /// does not bind as the [`statement`] needs it: then the fenced save
-    /// ([`save_locked`]) decides.
+    /// stored as `plan` says (or whole), unless a value does not bind as
+    /// the [`statement`] needs it: then the fenced save ([`save_locked`])
+    /// decides.
     pub(super) fn of(
         lease: &'a Lease,
         cp: &'a CheckpointRecord,
         after: &'a RunRecord,
         keep: Option<usize>,
         plan: Option<&'a RowPlan>,
-        plain: bool,
     ) -> Option<Save<'a>> {
         // A NUL cannot be bound as text: such a worker holds no lease.
         if lease.worker.contains('\0') || lease.instance.contains('\0') {
@@ -225,7 +191,6 @@ impl<'a> Save<'a> {
             instance: &lease.instance,
             prev,
             below: below.map(i64::try_from).transpose().ok()?,
-            plain: plain && cp.suspend.is_none(),
         })
     }
 
@@ -235,9 +200,7 @@ impl<'a> Save<'a> {
             [&self.epoch, &self.worker, &self.instance, &self.prev];
         let mut params = Vec::with_capacity(40);
         params.extend(self.row.params());
-        if !self.plain {
-            params.extend(self.run.saved());
-        }
+        params.extend(self.run.saved());
         params.extend(fence);
         params.extend(self.row.stored());
         if let Some(below) = &self.below {
@@ -258,49 +221,32 @@ impl<'a> Save<'a> {
                 &f.hi,
             ]);
         }
-        let sql = statement(self.plain, self.below.is_some(), segments.is_some());
-        (sql, params)
+        (statement(self.below.is_some(), segments.is_some()), params)
     }
 }
 
 /// Runs the save's [`statement`] on `conn` (`cp` stored as `plan` says,
-/// or whole; a plain one as `plain` says, see [`Save::of`]): whether it
-/// saved `cp`. `false`: nothing was written, [`save_locked`] decides (the
-/// statement refused the save, a value does not bind, or the server
-/// refused the statement's data).
+/// or whole): whether it saved `cp`. `false`: nothing was written,
+/// [`save_locked`] decides (the statement refused the save, a value does
+/// not bind, or the server refused the statement's data).
 pub(super) async fn save_in_one(
     conn: &mut Pooled<'_>,
     lease: &Lease,
     cp: &CheckpointRecord,
     keep: Option<usize>,
     plan: Option<&RowPlan>,
-    plain: bool,
 ) -> Result<bool, Error> {
     let after = saved_run(cp);
-    let Some(save) = Save::of(lease, cp, &after, keep, plan, plain) else {
+    let Some(save) = Save::of(lease, cp, &after, keep, plan) else {
         return Ok(false);
     };
     let (sql, params) = save.statement();
     match conn.plain().query_opt(sql, &params).await {
-        Ok(row) => {
-            #[cfg(test)]
-            if save.plain && row.is_some() {
-                PLAIN_SAVED
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((cp.run.to_string(), cp.seq));
-            }
-            Ok(row.is_some())
-        }
+        Ok(row) => Ok(row.is_some()),
         Err(e) if sqlstate_class(&e) == Some("22") => Ok(false),
         Err(e) => Err(e),
     }
 }
-
-/// The checkpoints (run, seq) the plain statement saved (for tests).
-#[cfg(test)]
-pub(super) static PLAIN_SAVED: std::sync::Mutex<Vec<(String, u64)>> =
-    std::sync::Mutex::new(Vec::new());
 
 /// What `rules::save_checkpoint` makes of the run's row, as far as a save
 /// sets it (see [`Bound::saved`]): the rule applied to a blank record.

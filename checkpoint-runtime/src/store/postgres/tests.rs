@@ -1935,39 +1935,20 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     };
     let s = db.store();
     let client = schema_client(&db);
-    // Three runs in the same state under the same lease: "one" saved by
-    // the statement, "plain" by the plain statement (see
-    // `save::PLAIN_HEAD`) or, where that refuses the row, by the fenced
-    // transaction, and "locked" by the fenced transaction.
+    // Two runs in the same state under the same lease: "one" saved by the
+    // statement, "locked" by the fenced transaction.
     new_run(s, "one");
-    new_run(s, "plain");
     new_run(s, "locked");
-    let mut all = req("a", "a1");
-    all.limit = 3;
-    let claimed = block_on(s.claim(&all)).unwrap().claimed;
-    assert_eq!(claimed.len(), 3);
+    let mut both = req("a", "a1");
+    both.limit = 2;
+    let claimed = block_on(s.claim(&both)).unwrap().claimed;
+    assert_eq!(claimed.len(), 2);
     let lease = claimed[0].lease.clone();
-    assert!(claimed.iter().all(|c| c.lease == lease));
-    // Whether the plain statement saved it (`None`: `cp` suspends, so it
-    // went as a whole statement).
-    let plain_saves = std::cell::RefCell::new(Vec::new());
+    assert_eq!(lease, claimed[1].lease);
     let save = |cp: &Arc<CheckpointRecord>, keep: Option<usize>| {
         db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            let one =
-                save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep, None, false).await;
-            let plain = of_run(cp, "plain");
-            match save::save_in_one(&mut conn, &lease, &plain, keep, None, true).await {
-                Ok(true) => plain_saves
-                    .borrow_mut()
-                    .push(cp.suspend.is_none().then_some(true)),
-                Ok(false) => {
-                    plain_saves.borrow_mut().push(Some(false));
-                    // (Its error, if any, is the one "locked" gets.)
-                    let _ = save::save_locked(&mut conn, &lease, &plain, keep).await;
-                }
-                Err(e) => panic!("plain save of #{}: {e}", cp.seq),
-            }
+            let one = save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep, None).await;
             let locked = save::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
             (one, locked)
         })
@@ -1988,22 +1969,12 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let (one, locked) = save(&rich_cp("r", 2, Some(wait)), Some(2));
     assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
     // A wake value (a consumed signal), which the next save clears.
-    for run in ["one", "plain", "locked"] {
+    for run in ["one", "locked"] {
         block_on(s.put_signal(run, "go\0now", b"7".to_vec())).unwrap();
         assert!(block_on(s.take_signal(run, &lease, "go\0now"))
             .unwrap()
             .is_some());
     }
-    // A row with a wake value is not plain: the plain statement refuses a
-    // save that does not suspend, and writes nothing.
-    let before = stored(&db, &client, "plain");
-    let probe = db.run(async {
-        let mut conn = s.pool.get().await.unwrap();
-        let cp = of_run(&rich_cp("r", 3, None), "plain");
-        save::save_in_one(&mut conn, &lease, &cp, Some(2), None, true).await
-    });
-    assert!(!probe.unwrap());
-    assert_eq!(stored(&db, &client, "plain"), before);
     let (one, locked) = save(&rich_cp("r", 3, Some(sleep)), Some(2));
     assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
     // A text the server refuses (a NUL in a label): the statement leaves it
@@ -2021,15 +1992,8 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let last = rich_cp("r", 5, None);
     let (one, locked) = save(&last, Some(10));
     assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
-    // Plain where the row was: after the claim (#1) and after a save that
-    // did not suspend (#5); not on a sleeping run's row (#4, and the bad
-    // label before it).
-    assert_eq!(
-        *plain_saves.borrow(),
-        [Some(true), None, None, Some(false), Some(false), Some(true)]
-    );
-    // All sealed: read back (and checked against the seal) as saved.
-    for run in ["one", "plain", "locked"] {
+    // Both sealed: read back (and checked against the seal) as saved.
+    for run in ["one", "locked"] {
         let back = block_on(s.checkpoint(run, 5)).unwrap();
         assert_eq!(back, Some(of_run(&last, run)));
     }
@@ -2041,7 +2005,6 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     .unwrap();
     let (one, locked) = (stored(&db, &client, "one"), stored(&db, &client, "locked"));
     assert_eq!(one, locked);
-    assert_eq!(stored(&db, &client, "plain"), locked);
     // Retention kept 4 and 5; the run waits for nothing, at seq 5.
     // Its row, checkpoints 4 and 5 (holding their events), and 5 events:
     // started, saved 1 and 2, the signal received, saved 3 (moved from the
@@ -2052,7 +2015,6 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
         h.into_iter().map(|e| e.event).collect()
     };
     assert_eq!(history("one"), history("locked"));
-    assert_eq!(history("plain"), history("locked"));
     let saved: Vec<u64> = history("one")
         .iter()
         .filter_map(|e| match e {
@@ -2079,69 +2041,6 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     not(checkpoint_test_postgres),
     ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
 )]
-fn saves_after_a_save_that_left_the_row_plain_go_as_plain_statements() {
-    let Some(db) = Db::open("saves_after_a_save_that_left_the_row_plain_go_as_plain") else {
-        return;
-    };
-    let s = db.store();
-    let run = "plain-probe";
-    let plain_saved = || -> Vec<u64> {
-        let saved = save::PLAIN_SAVED.lock().unwrap();
-        saved
-            .iter()
-            .filter(|(r, _)| r == run)
-            .map(|&(_, seq)| seq)
-            .collect()
-    };
-    new_run(s, run);
-    let c = claim_one(s, "a", "a1");
-    let wait = || Suspend::Waiting {
-        signal: "go".into(),
-        deadline: None,
-        payload_schema: None,
-        sites_before: None,
-    };
-    // #1 follows the claim (no head), #2 and #3 a plain save; #4 suspends
-    // the run, so #5 (after its wake) is not plain, #6 is.
-    for seq in 1..=3 {
-        block_on(s.save_checkpoint(&c.lease, cp(run, seq), None)).unwrap();
-    }
-    block_on(s.save_checkpoint(&c.lease, rich_cp(run, 4, Some(wait())), None)).unwrap();
-    block_on(s.put_signal(run, "go", b"1".to_vec())).unwrap();
-    assert!(block_on(s.take_signal(run, &c.lease, "go"))
-        .unwrap()
-        .is_some());
-    for seq in 5..=6 {
-        block_on(s.save_checkpoint(&c.lease, cp(run, seq), Some(3))).unwrap();
-    }
-    assert_eq!(plain_saved(), [2, 3, 6]);
-    // Taken over (the claim counts an attempt): #7 is not plain, #8 is.
-    block_on(s.release(run, &c.lease, Release::Abandon)).unwrap();
-    let d = claim_one(s, "b", "b1");
-    assert_eq!(d.run.attempt, 2);
-    for seq in 7..=8 {
-        block_on(s.save_checkpoint(&d.lease, cp(run, seq), None)).unwrap();
-    }
-    assert_eq!(plain_saved(), [2, 3, 6, 8]);
-    // The old holder's plain save is fenced off.
-    let err = block_on(s.save_checkpoint(&c.lease, cp(run, 9), None)).unwrap_err();
-    assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
-    let rec = block_on(s.load_run(run)).unwrap().unwrap();
-    assert_eq!((rec.latest_seq, rec.attempt, rec.wake), (8, 1, None));
-    assert_eq!(rec.state, RunState::Ready);
-    let kept: Vec<u64> = block_on(s.list_checkpoints(run))
-        .unwrap()
-        .iter()
-        .map(|c| c.seq)
-        .collect();
-    assert_eq!(kept, [4, 5, 6, 7, 8]);
-}
-
-#[test]
-#[cfg_attr(
-    not(checkpoint_test_postgres),
-    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-)]
 fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
     let Some(db) = Db::open("a_save_its_statement_refuses_changes_nothing_and_says_why") else {
         return;
@@ -2152,14 +2051,12 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
     // the error `check` accepts.
     let refused = |lease: &Lease, cp: Arc<CheckpointRecord>, check: &dyn Fn(&Error) -> bool| {
         let before = stored(&db, &client, &cp.run);
-        for plain in [false, true] {
-            let fast = db.run(async {
-                let mut conn = s.pool.get().await.unwrap();
-                save::save_in_one(&mut conn, lease, &cp, Some(1), None, plain).await
-            });
-            assert!(!fast.unwrap(), "saved #{} of {} ({plain})", cp.seq, cp.run);
-            assert_eq!(stored(&db, &client, &cp.run), before);
-        }
+        let fast = db.run(async {
+            let mut conn = s.pool.get().await.unwrap();
+            save::save_in_one(&mut conn, lease, &cp, Some(1), None).await
+        });
+        assert!(!fast.unwrap(), "saved #{} of {}", cp.seq, cp.run);
+        assert_eq!(stored(&db, &client, &cp.run), before);
         let err = block_on(s.save_checkpoint(lease, cp.clone(), Some(1))).unwrap_err();
         assert!(check(&err), "#{} of {}: {err:?}", cp.seq, cp.run);
         assert_eq!(stored(&db, &client, &cp.run), before);
@@ -2225,13 +2122,11 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
     let reason = conn::to_json(&Error::store("parked")).unwrap();
     db.run(client.execute("UPDATE cp_runs SET state = 6, error = $1", &[&reason]))
         .unwrap();
-    for plain in [false, true] {
-        let fast = db.run(async {
-            let mut conn = s.pool.get().await.unwrap();
-            save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None, plain).await
-        });
-        assert!(!fast.unwrap());
-    }
+    let fast = db.run(async {
+        let mut conn = s.pool.get().await.unwrap();
+        save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None).await
+    });
+    assert!(!fast.unwrap());
     block_on(s.save_checkpoint(&new.lease, cp("r", 3), Some(1))).unwrap();
     let run = block_on(s.load_run("r")).unwrap().unwrap();
     assert_eq!((run.state, run.latest_seq), (RunState::Ready, 3));
@@ -2270,7 +2165,7 @@ fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
     let c = claim_one(s, "a", "a1");
     // While another transaction holds the run's row, the save waits for
     // it, then judges the row that transaction committed.
-    let save_during = |holder: &'static str, cp: Arc<CheckpointRecord>, plain: bool| {
+    let save_during = |holder: &'static str, cp: Arc<CheckpointRecord>| {
         db.run(locker.batch_execute(holder)).unwrap();
         let began = std::time::Instant::now();
         let saved = db.run(async {
@@ -2280,7 +2175,7 @@ fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
             };
             let save = async {
                 let mut conn = s.pool.get().await.unwrap();
-                save::save_in_one(&mut conn, &c.lease, &cp, None, None, plain).await
+                save::save_in_one(&mut conn, &c.lease, &cp, None, None).await
             };
             tokio::join!(save, commit).0
         });
@@ -2289,34 +2184,16 @@ fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
     };
     // A renewal: still the lease; saved.
     let renew = "BEGIN; UPDATE cp_runs SET lease_expires = lease_expires + 1 WHERE id = 'r'";
-    assert!(save_during(renew, cp("r", 1), false));
-    // The same for a plain save (see `save::PLAIN_HEAD`).
-    assert!(save_during(renew, cp("r", 2), true));
-    // A cancellation: the row is no longer plain; refused, nothing written.
-    let before = stored(&db, &locker, "r");
-    let cancel = "BEGIN; UPDATE cp_runs SET state = 5 WHERE id = 'r'";
-    assert!(!save_during(cancel, cp("r", 3), true));
-    assert_eq!(stored(&db, &locker, "r")[1..], before[1..]);
-    db.run(locker.batch_execute("UPDATE cp_runs SET state = 0 WHERE id = 'r'"))
-        .unwrap();
+    assert!(save_during(renew, cp("r", 1)));
     // A takeover (as a claim writes it): fenced off, nothing written.
     let before = stored(&db, &locker, "r");
     let takeover = "BEGIN; UPDATE cp_runs SET epoch = epoch + 1, lease_worker = 'b', \
                     lease_instance = 'b1' WHERE id = 'r'";
-    for plain in [false, true] {
-        assert!(!save_during(takeover, cp("r", 3), plain));
-        assert_eq!(stored(&db, &locker, "r")[1..], before[1..]);
-        db.run(locker.batch_execute(
-            "UPDATE cp_runs SET epoch = epoch - 1, lease_worker = 'a', lease_instance = 'a1' \
-             WHERE id = 'r'",
-        ))
-        .unwrap();
-    }
-    db.run(locker.batch_execute(takeover)).unwrap();
-    db.run(locker.batch_execute("COMMIT")).unwrap();
-    let err = block_on(s.save_checkpoint(&c.lease, cp("r", 3), None)).unwrap_err();
+    assert!(!save_during(takeover, cp("r", 2)));
+    assert_eq!(stored(&db, &locker, "r")[1..], before[1..]);
+    let err = block_on(s.save_checkpoint(&c.lease, cp("r", 2), None)).unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
-    assert_eq!(block_on(s.latest_checkpoint("r")).unwrap().unwrap().seq, 2);
+    assert_eq!(block_on(s.latest_checkpoint("r")).unwrap().unwrap().seq, 1);
 }
 
 /// The server CPU time (user + system) of backend `pid` so far, in
@@ -2397,11 +2274,9 @@ fn bench_save() {
                     let cp = make(run, seq[i]);
                     let t = std::time::Instant::now();
                     if i == 0 {
-                        assert!(
-                            save::save_in_one(&mut conn, &lease, &cp, Some(10), None, false)
-                                .await
-                                .unwrap()
-                        );
+                        assert!(save::save_in_one(&mut conn, &lease, &cp, Some(10), None)
+                            .await
+                            .unwrap());
                     } else {
                         save::save_locked(&mut conn, &lease, &cp, Some(10))
                             .await

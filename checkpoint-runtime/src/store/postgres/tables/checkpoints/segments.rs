@@ -65,18 +65,6 @@ pub(in crate::store::postgres) struct Head {
     instance: Arc<str>,
     cp: Arc<CheckpointRecord>,
     appended: Vec<Appended>,
-    /// Whether the run's row is plain after it (see `save::PLAIN_HEAD`):
-    /// saved by this store without suspending the run, so the row is ready,
-    /// at attempt 1, without a wake value. Not after a claim, which counts
-    /// an attempt.
-    plain: bool,
-}
-
-impl Head {
-    /// Whether the run's row was plain after this checkpoint.
-    pub(in crate::store::postgres) fn plain(&self) -> bool {
-        self.plain
-    }
 }
 
 /// The [`Head`]s of the runs this store executes.
@@ -121,7 +109,6 @@ impl Heads {
                     instance: lease.instance.clone(),
                     cp: cp.clone(),
                     appended: plan.map(|p| p.appended.clone()).unwrap_or_default(),
-                    plain: true,
                 };
                 heads.insert(cp.run.clone(), Arc::new(head));
             }
@@ -144,7 +131,6 @@ impl Heads {
             instance: lease.instance.clone(),
             cp: cp.clone(),
             appended,
-            plain: false,
         };
         self.lock().insert(cp.run.clone(), Arc::new(head));
     }
