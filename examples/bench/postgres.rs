@@ -26,6 +26,13 @@
 //!   and right after each round of runs (their mean is the round's floor:
 //!   on this project's VM the floor moves by a third between minutes).
 //!   `BENCH_ROUNDS` rounds (default 3; the median is shown).
+//! - Both also measure a **fenced floor** beside the raw one, in the same
+//!   rounds ([`fenced_tables`]): the least a store writes that fences each
+//!   checkpoint on its run's row and keeps the run's latest seq there (the
+//!   run's row updated on its epoch and latest seq, the checkpoint's row
+//!   inserted under a key of run and seq, in one statement), lone and
+//!   1,000 runs at a time. It tells what the fence costs from what the rest
+//!   of the store costs.
 //!
 //! - **Crowded**: the throughput case again, in a store that also holds
 //!   `BENCH_PG_WAITING` runs (default 20,000) waiting for a signal that
