@@ -6,8 +6,10 @@
 //! - **Latency**: one run at a time, as a user starts it and awaits its
 //!   result (`rt.start(..)`, `h.result()`), taking `durable_loop`
 //!   checkpoints one after the other; the time between two checkpoints
-//!   returning. The raw floor, in alternating rounds (24 of 100 each) on
-//!   the same server: a
+//!   returning. It alternates with the raw floor in rounds (24 of 100
+//!   each) on the same server; the row gives the ratio of the two pooled
+//!   medians, and the median and quartiles of each round's own ratio (the
+//!   two sides measured a moment apart). The raw floor is a
 //!   tokio-postgres `INSERT` of the same bytes committed on its own (one
 //!   prepared statement in autocommit: one round trip and one WAL flush,
 //!   the fastest durable insert there is; an explicit `BEGIN` / `INSERT` /
@@ -408,6 +410,7 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
 
     let (mut ours, mut auto, mut tx, mut rtt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut fenced = Vec::new();
+    let mut paired: Vec<f64> = Vec::new();
     // Per checkpoint / raw commit: client CPU, server CPU, WAL bytes.
     let (mut our_cost, mut raw_cost) = ([0f64; 3], [0f64; 3]);
     for round in 0..rounds {
@@ -422,7 +425,8 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
             .await?;
         h.result().await?;
         let marks = probe.take();
-        ours.extend(marks.windows(2).map(|w| w[1] - w[0]));
+        let mut round_ours: Vec<Duration> = marks.windows(2).map(|w| w[1] - w[0]).collect();
+        ours.extend(&round_ours);
         let n = f64::from(per_round);
         our_cost[0] += (own_us() - cpu) / n;
         our_cost[1] += server_us(&srv, &server_ticks(&watch, &app).await) / n;
@@ -434,11 +438,19 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
             own_us(),
             wal_lsn(&watch).await?,
         );
+        let mut round_raw = Vec::with_capacity(per_round as usize);
         for _ in 0..per_round {
             let t = Instant::now();
             raw.execute(&insert, &[&bytes]).await?;
-            auto.push(t.elapsed());
+            round_raw.push(t.elapsed());
         }
+        auto.extend(&round_raw);
+        // The disk's flush time drifts over seconds: each round's own
+        // ratio too, the two sides measured a moment apart.
+        paired.push(
+            median_of(&mut round_ours).as_secs_f64()
+                / median_of(&mut round_raw).as_secs_f64().max(1e-12),
+        );
         raw_cost[0] += (own_us() - cpu) / n;
         raw_cost[1] += server_us(&srv, &server_ticks(&watch, &raw_app).await) / n;
         raw_cost[2] += (wal_lsn(&watch).await? - wal) as f64 / n;
@@ -480,11 +492,18 @@ async fn latency_row(url: &str, scale: f64, payload: usize) -> Result<String, Bo
     let of_fenced = ours_med.as_secs_f64() / fenced_med.as_secs_f64().max(1e-12);
     let fenced_ratio = fenced_med.as_secs_f64() / auto_med.as_secs_f64().max(1e-12);
     let mean_ratio = ours_mean.as_secs_f64() / auto_mean.as_secs_f64().max(1e-12);
+    paired.sort_by(f64::total_cmp);
+    let paired_text = format!(
+        "median {:.2}x, quartiles {:.2}x-{:.2}x",
+        paired[paired.len() / 2],
+        paired[paired.len() / 4],
+        paired[paired.len() * 3 / 4]
+    );
     raw.batch_execute(&format!("DROP SCHEMA {raw_schema} CASCADE"))
         .await?;
     PostgresStore::drop_schema(url, &schema).await?;
     Ok(format!(
-        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint holding its history event) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us; fenced floor (one statement: UPDATE of a 3-column run row fenced on epoch and latest seq, INSERT of the bytes keyed by run and seq): median {:.0} us = {fenced_ratio:.2}x raw, ours = {of_fenced:.2}x it | {ratio:.2}x (means {mean_ratio:.2}x) | <= 1.3x | {} |",
+        "| PostgreSQL durable checkpoint, {payload} B state, one run at a time ({rounds} runs x {per_round} checkpoints, started and awaited as a user does, alternating with the raw rounds) | median {:.0} us, mean {:.0} us, p99 {:.0} us (per checkpoint: client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB; one statement in 1 round trip, autocommit: WITH fenced UPDATE run, INSERT checkpoint holding its history event) | raw tokio-postgres INSERT of {payload} B, autocommit ({rounds} x {per_round}): median {:.0} us, mean {:.0} us, p99 {:.0} us (client CPU {:.0} us, server CPU {:.0} us, WAL {:.1} KB); BEGIN + INSERT + COMMIT: median {:.0} us; a round trip (SELECT 1): median {:.0} us; fenced floor (one statement: UPDATE of a 3-column run row fenced on epoch and latest seq, INSERT of the bytes keyed by run and seq): median {:.0} us = {fenced_ratio:.2}x raw, ours = {of_fenced:.2}x it | {ratio:.2}x (means {mean_ratio:.2}x; round by round: {paired_text}) | <= 1.3x | {} |",
         us(ours_med),
         us(ours_mean),
         us(ours_p99),
