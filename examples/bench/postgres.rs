@@ -22,7 +22,7 @@
 //!   their results in order, as the README shows it (and works on runs
 //!   too, as every runtime does); the other only works (`run_worker`). The
 //!   figure is checkpoints per second from the first start to the last
-//!   result. The raw floor: the same number of rows of the same bytes in
+//!   result, with the two processes' CPU per checkpoint beside it. The raw floor: the same number of rows of the same bytes in
 //!   multi-row `INSERT ... SELECT unnest($1::bytea[])` statements of 1,000
 //!   rows, one transaction each, on one connection, measured right before
 //!   and right after each round of runs (their mean is the round's floor:
@@ -677,8 +677,15 @@ async fn waiting_runs(url: &str, n: usize) -> Result<(), BoxError> {
 /// One round of ours: two worker processes, `runs` runs of `n`
 /// checkpoints, in a store that holds `waiting` runs waiting for a signal
 /// besides; checkpoints per second from the first start to the last
-/// result.
-async fn two_workers(url: &str, runs: usize, n: u32, waiting: usize) -> Result<f64, BoxError> {
+/// result, and the two processes' CPU microseconds per checkpoint (over
+/// their whole lives: opening the store and starting and ending the runs
+/// included).
+async fn two_workers(
+    url: &str,
+    runs: usize,
+    n: u32,
+    waiting: usize,
+) -> Result<(f64, f64), BoxError> {
     let schema = schema_name("tp");
     let store_url = with_param(url, "schema", &schema);
     // Creates the tables before either worker starts.
@@ -694,7 +701,7 @@ async fn two_workers(url: &str, runs: usize, n: u32, waiting: usize) -> Result<f
                 .await?;
         }
     }
-    let (_work, _) = spawn_worker("work", &store_url, runs, n, "tp")?;
+    let (work, _) = spawn_worker("work", &store_url, runs, n, "tp")?;
     let (mut app, mut lines) = spawn_worker("app", &store_url, runs, n, "tp")?;
     writeln!(app.0.stdin.as_mut().ok_or("no stdin")?, "go")?;
     let done = tokio::task::spawn_blocking(move || lines.next())
@@ -704,9 +711,14 @@ async fn two_workers(url: &str, runs: usize, n: u32, waiting: usize) -> Result<f
         .strip_prefix("DONE ")
         .ok_or_else(|| format!("app worker: {done}"))?
         .parse()?;
-    drop(app);
+    let checkpoints = runs as f64 * f64::from(n);
+    let ticks: u64 = [&work, &app]
+        .iter()
+        .map(|p| proc_ticks(&format!("/proc/{}/stat", p.0.id())))
+        .sum();
+    drop((app, work));
     PostgresStore::drop_schema(url, &schema).await?;
-    Ok((runs as f64 * f64::from(n)) / secs)
+    Ok((checkpoints / secs, ticks as f64 * 1e4 / checkpoints))
 }
 
 /// The number in the environment variable `key`, or `default`.
@@ -750,23 +762,23 @@ async fn throughput_row(url: &str, scale: f64, payload: usize) -> Result<String,
         let fenced = fenced_batched(&raw, &fenced_schema, &bytes, total, runs).await?;
         raw.batch_execute(&format!("DROP SCHEMA {fenced_schema} CASCADE"))
             .await?;
-        let ours = two_workers(url, runs, n, 0).await?;
+        let (ours, worker_us) = two_workers(url, runs, n, 0).await?;
         // The floor on this VM moves by a third between minutes: the mean
         // of the one just before and the one just after.
         let floor = (before + floor().await?) / 2.0;
-        measured.push((ours / floor, ours, floor, fenced));
+        measured.push((ours / floor, ours, floor, fenced, worker_us));
     }
     let in_order: Vec<String> = measured
         .iter()
-        .map(|(r, o, f, _)| format!("{:.1}% = {:.0}/{:.0}", r * 100.0, o, f))
+        .map(|(r, o, f, ..)| format!("{:.1}% = {:.0}/{:.0}", r * 100.0, o, f))
         .collect();
     let mut fenced_of_floor: Vec<f64> = measured.iter().map(|m| m.3 / m.2).collect();
     fenced_of_floor.sort_by(f64::total_cmp);
     let fenced_of_floor = fenced_of_floor[fenced_of_floor.len() / 2];
     measured.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (ratio, ours, floor, fenced) = measured[measured.len() / 2];
+    let (ratio, ours, floor, fenced, worker_us) = measured[measured.len() / 2];
     Ok(format!(
-        "| PostgreSQL durable checkpoints/s, {runs} runs x {n} checkpoints of {payload} B on two worker processes (one starts the runs and awaits their results; median of {rounds} rounds, each against the mean of its own raw floors just before and just after) | {ours:.0}/s | raw batched inserts ({per_tx} rows per INSERT ... unnest, one tx each, {total} rows): {floor:.0} rows/s; fenced floor (every run's row UPDATEd, fenced on epoch and latest seq, and its checkpoint's row INSERTed, {runs} runs per statement and tx, one connection): {fenced:.0} rows/s = {:.1}% of raw (median of the rounds), ours = {:.1}% of it | {:.1}% (rounds in order: {}) | >= 50% of raw batched | {} |",
+        "| PostgreSQL durable checkpoints/s, {runs} runs x {n} checkpoints of {payload} B on two worker processes (one starts the runs and awaits their results; median of {rounds} rounds, each against the mean of its own raw floors just before and just after) | {ours:.0}/s (the worker processes' CPU: {worker_us:.1} us per checkpoint) | raw batched inserts ({per_tx} rows per INSERT ... unnest, one tx each, {total} rows): {floor:.0} rows/s; fenced floor (every run's row UPDATEd, fenced on epoch and latest seq, and its checkpoint's row INSERTed, {runs} runs per statement and tx, one connection): {fenced:.0} rows/s = {:.1}% of raw (median of the rounds), ours = {:.1}% of it | {:.1}% (rounds in order: {}) | >= 50% of raw batched | {} |",
         fenced_of_floor * 100.0,
         ours / fenced * 100.0,
         ratio * 100.0,
@@ -786,8 +798,8 @@ async fn crowded_row(url: &str, scale: f64) -> Result<String, BoxError> {
         eprintln!(
             "postgres crowded, round {round}/{rounds}: {runs} runs x {n} checkpoints on two worker processes, in an empty store, then beside {waiting} waiting runs ..."
         );
-        let empty = two_workers(url, runs, n, 0).await?;
-        let crowded = two_workers(url, runs, n, waiting).await?;
+        let (empty, _) = two_workers(url, runs, n, 0).await?;
+        let (crowded, _) = two_workers(url, runs, n, waiting).await?;
         measured.push((crowded / empty, crowded, empty));
     }
     let in_order: Vec<String> = measured
