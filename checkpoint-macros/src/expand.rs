@@ -16,6 +16,13 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream
     let args = parse::parse_args(args)?;
     let item: ItemFn = syn::parse2(item)?;
     let mut wf = parse::parse_fn(args, item)?;
+    let mut_params = wf
+        .inputs
+        .iter()
+        .filter(|p| p.mutable)
+        .map(|p| p.ident.to_string())
+        .collect();
+    crate::analyse::transients::check(&wf.item.block, &mut_params)?;
     let sites = sites::number_sites(&mut wf.item.block, wf.ctx.as_ref())?;
     check_renamed_sites(&wf.renamed_sites, &sites)?;
 

@@ -167,6 +167,56 @@ impl Encoder {
         Ok(())
     }
 
+    /// [`typed_field`](Encoder::typed_field) for a local whose iteration
+    /// order the code after the site may observe (`observed`: how, as the
+    /// macro found it): refused if a hash-ordered collection is inside it.
+    pub fn typed_field_order_observed<T: Serialize + DeserializeOwned>(
+        &mut self,
+        value: &T,
+        observed: &'static str,
+    ) -> Result<(), Error> {
+        if let Some(found) = schema::hash_ordered_in::<T>() {
+            return Err(self.inexact(format!(
+                "it holds {found}, which iterates in another order once rebuilt from a checkpoint, and the code after this site observes that order ({observed}); use a `BTreeMap`/`BTreeSet` (or `IndexMap`/`IndexSet`, which keep insertion order), or sort before observing"
+            )));
+        }
+        self.typed_field(value)
+    }
+
+    /// The [`Error::Inexact`] of the next field: why it cannot be saved
+    /// exactly.
+    pub fn inexact(&self, detail: String) -> Error {
+        Error::Inexact {
+            workflow: self.workflow.to_owned(),
+            run: self.run.to_string(),
+            site: self.site.to_owned(),
+            field: self
+                .names
+                .get(self.fields.len())
+                .copied()
+                .unwrap_or("-")
+                .to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// The bytes of the field encoded last.
+    pub fn last_field_bytes(&self) -> &[u8] {
+        match self.fields.last() {
+            Some(f) => &self.buf[f.offset..f.offset + f.len],
+            None => &[],
+        }
+    }
+
+    /// [`inexact`](Encoder::inexact) for the field encoded last.
+    pub fn inexact_last(&self, detail: String) -> Error {
+        let mut err = self.inexact(detail);
+        if let (Error::Inexact { field, .. }, Some(last)) = (&mut err, self.fields.last()) {
+            *field = last.name.to_string();
+        }
+        err
+    }
+
     /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`
     /// but no schema (see [`Encoder::typed_field`]).
     pub fn field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {

@@ -171,6 +171,26 @@ pub enum Error {
         detail: Box<str>,
     },
 
+    /// A local could not be saved so that a resumed run computes what the
+    /// uninterrupted run computes (see `docs/exactness.md`): the code after
+    /// the site observes the order of a hash-ordered collection inside it, it
+    /// is a handle shared with another, or it does not come back equal from
+    /// its saved bytes. Refused when it is saved, before any run could resume
+    /// from it.
+    #[error("field `{field}` of run `{run}` (workflow `{workflow}`) cannot be saved at site `{site}` so that a resumed run computes what this one does: {detail}")]
+    Inexact {
+        /// The workflow name.
+        workflow: String,
+        /// The run id.
+        run: String,
+        /// The site key.
+        site: String,
+        /// The local's name.
+        field: String,
+        /// What differs after a resume, and what to write instead.
+        detail: Box<str>,
+    },
+
     /// Resumed code did not reach the checkpoint's site the way it was left:
     /// a `for` loop's iterator ended before its saved position, or an
     /// `if`/`match` around the site took another branch when evaluated again.

@@ -121,6 +121,7 @@ mod compatibility;
 mod conclude;
 mod ctx;
 mod error;
+mod exactness;
 mod executor;
 mod frame;
 mod handle;
@@ -183,6 +184,10 @@ pub mod prelude {
 pub mod __private {
     pub use crate::abi::{
         encode, encode_typed, Encoded, Encoder, FieldPlan, SiteInfo, SiteKind, Slot,
+    };
+    pub use crate::exactness::{
+        transient_probe, value_probe, IteratorTransient, NotAHandle, NotAnIterator, NotComparable,
+        RoundTrips, SharedHandle,
     };
     pub use crate::frame::join::{load_join, load_join_all};
     pub use crate::frame::resume::{load, load_signal, load_signal_timeout};

@@ -25,6 +25,7 @@ impl<T: Serialize + DeserializeOwned> Save for T {}
 /// The saving operations of one type, taken where `T: Save` is known.
 pub struct SaveOps<T> {
     encode: fn(&T, &mut Encoder) -> Result<(), Error>,
+    encode_order_observed: fn(&T, &mut Encoder, &'static str) -> Result<(), Error>,
     load: fn(&mut Slot<T>, &Frame, usize) -> Result<(), Error>,
     snapshot: fn(&T) -> Result<Encoded, Error>,
 }
@@ -34,6 +35,9 @@ impl<T: Save> SaveOps<T> {
     pub fn new() -> Self {
         SaveOps {
             encode: |value, enc| enc.typed_field(value),
+            encode_order_observed: |value, enc, observed| {
+                enc.typed_field_order_observed(value, observed)
+            },
             load: frame::resume::load,
             snapshot: abi::encode_typed,
         }
@@ -50,6 +54,18 @@ impl<T> SaveOps<T> {
     /// Encodes `value` as the checkpoint's next field.
     pub fn encode(&self, value: &T, enc: &mut Encoder) -> Result<(), Error> {
         (self.encode)(value, enc)
+    }
+
+    /// Encodes `value` as the checkpoint's next field, refusing it if a
+    /// hash-ordered collection is inside it: the code after the site
+    /// observes its order (`observed` says how).
+    pub fn encode_order_observed(
+        &self,
+        value: &T,
+        enc: &mut Encoder,
+        observed: &'static str,
+    ) -> Result<(), Error> {
+        (self.encode_order_observed)(value, enc, observed)
     }
 
     /// Decodes field `field` of the checkpoint being resumed into `slot`.

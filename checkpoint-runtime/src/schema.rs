@@ -202,6 +202,35 @@ pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
     schema
 }
 
+/// The first hash-ordered collection inside `T` ([`trace::hash_ordered`]),
+/// looked for once per type and process (on a thread of its own, as
+/// [`trace_json`] traces); `None` also when the trace failed before meeting
+/// one. Only the save of a local whose order the code may observe asks.
+pub(crate) fn hash_ordered_in<T: DeserializeOwned>() -> Option<&'static str> {
+    type Found = HashMap<TypeId, Option<&'static str>, BuildHasherDefault<IdHasher>>;
+    static FOUND: OnceLock<RwLock<Found>> = OnceLock::new();
+    let found = FOUND.get_or_init(Default::default);
+    let id = typeid::of::<T>();
+    if let Some(hit) = found.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        return *hit;
+    }
+    let looked = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("checkpoint-schema".to_owned())
+            .stack_size(TRACE_STACK)
+            .spawn_scoped(s, trace::hash_ordered::<T>)
+            .ok()
+            .and_then(|h| h.join().ok())
+            .flatten()
+    });
+    let leaked: Option<&'static str> = looked.map(|d| &*Box::leak(d.into_boxed_str()));
+    *found
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(id)
+        .or_insert(leaked)
+}
+
 /// Parses a stored schema document of the version this build reads.
 fn parse_doc(json: &str) -> Result<Doc, String> {
     let doc: Doc =

@@ -8,10 +8,13 @@
 //!   are evaluated again on resume;
 //! - [`liveness`]: whether a local is read again after a site before it is
 //!   assigned (a site's continuation);
+//! - [`order`]: whether the code after a site may observe a local's
+//!   iteration order (refused at save for hash-ordered types);
 //! - [`deferred`]: `let x;` locals, declared at the top of their block and
 //!   saved once definitely assigned;
 //! - [`iterables`]: what a `for` loop's iterable is (hash-ordered, written
 //!   through);
+//! - [`transients`]: what a `#[transient]` initialiser may read;
 //! - [`syntax`]: what single expressions are (constant, pure, borrowing).
 //!
 //! Lowering (`crate::lower`) consumes these; nothing here emits the state
@@ -22,5 +25,7 @@ pub mod branches;
 pub mod deferred;
 pub mod iterables;
 pub mod liveness;
+pub mod order;
 pub mod split;
 pub mod syntax;
+pub mod transients;

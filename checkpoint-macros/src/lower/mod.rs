@@ -46,7 +46,7 @@ mod scrutinee;
 use crate::analyse::branches::{if_arms, if_conditions, if_rederives, match_arms, match_rederives};
 use crate::analyse::liveness::{self, ContFrame};
 use crate::analyse::split::{self, direct_site, site_with_postfix, Visible};
-use crate::analyse::{deferred, syntax};
+use crate::analyse::{deferred, order, syntax};
 use scrutinee::scrutinee_of_if;
 use syntax::strip_parens;
 
@@ -702,8 +702,17 @@ impl<'a> Lowerer<'a> {
                     }
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
                     let save_trait = &binding.save_trait;
+                    let ops = quote_spanned!(span=> <_ as #save_trait>::__cp_ops(#rt::type_of(&#ident)));
+                    let encode = match order::observed_after(&name, &scope.cont) {
+                        Some(observed) => quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;),
+                        None => quote_spanned!(span=> #ops.encode(&#ident, #enc)?;),
+                    };
+                    // The probes look at the local's type (see the runtime's
+                    // `exactness`): a shared handle, a lossy round trip.
                     code.extend(quote_spanned! {span=>
-                        <_ as #save_trait>::__cp_ops(#rt::type_of(&#ident)).encode(&#ident, #enc)?;
+                        (&&#rt::value_probe(&#ident)).refuse_shared(#enc)?;
+                        #encode
+                        (&&#rt::value_probe(&#ident)).refuse_lossy(#enc)?;
                     });
                 }
             }
@@ -715,10 +724,16 @@ impl<'a> Lowerer<'a> {
         } else {
             quote!(&[#(#positions,)* #rt::LOOP_ITEMS, #(#items),*])
         };
-        SiteFields {
-            loops,
-            fields: code,
-        }
+        let fields = if code.is_empty() {
+            code
+        } else {
+            quote! {
+                #[allow(unused_imports)]
+                use #rt::{NotAHandle as _, NotComparable as _, RoundTrips as _, SharedHandle as _};
+                #code
+            }
+        };
+        SiteFields { loops, fields }
     }
 
     /// Lowers a control-flow expression that contains sites.
@@ -803,11 +818,47 @@ fn clean_attrs(attrs: &[syn::Attribute]) -> Vec<syn::Attribute> {
         .collect()
 }
 
-/// A user statement emitted unchanged, minus `#[transient]` markers.
+/// A user statement emitted unchanged, minus `#[transient]` markers; a
+/// `#[transient]` local is followed by the probe that refuses an iterator
+/// (see the runtime's `exactness`).
 fn clean_stmt(stmt: &Stmt) -> TokenStream {
+    let probe = transient_probe(stmt);
     let mut stmt = stmt.clone();
     sites::StripMarkers.visit_stmt_mut(&mut stmt);
-    stmt.into_token_stream()
+    let mut out = stmt.into_token_stream();
+    out.extend(probe);
+    out
+}
+
+/// `(&&probe(&x)).refuse_iterator();` after `#[transient] let x = ..;` (a
+/// closure is never an iterator: left alone, so its type stays open).
+fn transient_probe(stmt: &Stmt) -> Option<TokenStream> {
+    let Stmt::Local(local) = stmt else {
+        return None;
+    };
+    if !local.attrs.iter().any(|a| a.path().is_ident("transient")) {
+        return None;
+    }
+    let init = local.init.as_ref()?;
+    if matches!(strip_parens(&init.expr), Expr::Closure(_)) {
+        return None;
+    }
+    let pat = match &local.pat {
+        syn::Pat::Type(t) => &*t.pat,
+        p => p,
+    };
+    let syn::Pat::Ident(p) = pat else {
+        return None;
+    };
+    // Every token on the local's span, so that the error points at it.
+    let ident = &p.ident;
+    Some(quote_spanned! {ident.span()=>
+        {
+            #[allow(unused_imports)]
+            use ::checkpoint_runtime::__private::{IteratorTransient as _, NotAnIterator as _};
+            (&&::checkpoint_runtime::__private::transient_probe(&#ident)).refuse_iterator();
+        }
+    })
 }
 
 fn clean_expr(expr: &Expr) -> TokenStream {

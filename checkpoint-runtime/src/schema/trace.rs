@@ -96,6 +96,48 @@ pub(crate) fn trace<'de, T: Deserialize<'de>>() -> Result<Traced, TraceError> {
     )))
 }
 
+/// The first hash-ordered collection (`HashMap`, `HashSet`, or a type of
+/// another crate by those names) that `T`'s `Deserialize` impl builds,
+/// anywhere inside `T`: its readable type and where it is (`in Graph`).
+/// Such a collection iterates in another order once rebuilt from a
+/// checkpoint (a new random seed, another insertion history), which code
+/// that observes the order would see (see `docs/exactness.md`).
+///
+/// The same passes as [`trace`] (so every part of the type is reached); a
+/// type whose trace fails part-way reports what was met before the failure.
+pub(crate) fn hash_ordered<'de, T: Deserialize<'de>>() -> Option<String> {
+    let mut st = State::default();
+    let mut root = Format::unknown();
+    for _ in 0..MAX_PASSES {
+        st.progress = false;
+        let traced = T::deserialize(Tr {
+            st: &mut st,
+            format: &mut root,
+            depth: 0,
+        });
+        if traced.is_err() || !st.progress || st.hash_ordered.is_some() {
+            break;
+        }
+    }
+    let (rust, stack) = st.hash_ordered?;
+    let rust = crate::readable_type_name(rust);
+    Some(match stack.last() {
+        Some(container) => format!("`{rust}` inside `{container}`"),
+        None => format!("`{rust}`"),
+    })
+}
+
+/// Whether a collection of Rust type `rust` iterates in hash order: its
+/// path's last segment is a hash collection's name.
+fn is_hash_ordered(rust: &str) -> bool {
+    let path = rust.split('<').next().unwrap_or(rust);
+    let last = path.rsplit("::").next().unwrap_or(path);
+    matches!(
+        last,
+        "HashMap" | "HashSet" | "AHashMap" | "AHashSet" | "DashMap" | "DashSet"
+    )
+}
+
 #[derive(Default)]
 struct State {
     /// The named containers seen so far (with unknown parts while tracing).
@@ -114,6 +156,9 @@ struct State {
     variants_in_progress: Vec<(String, u32)>,
     /// Whether this pass traced a variant for the first time.
     progress: bool,
+    /// The first hash-ordered collection met (see [`hash_ordered`]): its
+    /// Rust type, and the containers it was met in, outermost first.
+    hash_ordered: Option<(&'static str, Vec<String>)>,
 }
 
 impl State {
@@ -287,6 +332,13 @@ impl State {
             .ok_or_else(|| TraceError(format!("enum `{key}` has no traced variant")))
     }
 
+    /// Notes a sequence or map whose `Deserialize` impl builds a `rust`.
+    fn collection(&mut self, rust: &'static str) {
+        if self.hash_ordered.is_none() && is_hash_ordered(rust) {
+            self.hash_ordered = Some((rust, self.stack.clone()));
+        }
+    }
+
     fn unify_container(&mut self, name: &str, c: ContainerFormat) -> Result<(), TraceError> {
         match self.registry.get_mut(name) {
             Some(existing) => existing.unify(c).map_err(unify_err),
@@ -427,6 +479,7 @@ impl<'de> de::Deserializer<'de> for Tr<'_> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, TraceError> {
+        self.st.collection(std::any::type_name::<V::Value>());
         let mut inner = Format::unknown();
         self.set(Format::Seq(Box::new(inner.clone())))?;
         if self.st.explore(&inner) {
@@ -476,6 +529,7 @@ impl<'de> de::Deserializer<'de> for Tr<'_> {
     }
 
     fn deserialize_map<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, TraceError> {
+        self.st.collection(std::any::type_name::<V::Value>());
         let mut key = Format::unknown();
         let mut value = Format::unknown();
         self.set(Format::Map {
