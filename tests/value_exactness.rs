@@ -302,3 +302,26 @@ async fn nan_reading(ctx: &Ctx, n: u32) -> bool {
 async fn a_value_unequal_to_itself_is_saved_as_it_is() {
     assert!(Harness::new(nan_reading).input(2).assert_exact().await);
 }
+
+// A `serde_json::Value` (tool arguments, say) is written by postcard but can
+// never be read back: a run that saved one could not resume (it parked on a
+// decode error at every resume). Refused at save, in every build.
+#[workflow]
+async fn tool_call(ctx: &Ctx, name: String) -> String {
+    let args = serde_json::json!({ "tool": name, "limit": 3 });
+    checkpoint!("planned");
+    args["tool"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_value_postcard_cannot_read_back_is_refused_at_save() {
+    let msg = refused(
+        Harness::new(tool_call).input("search".into()),
+        "args",
+        "planned",
+    )
+    .await;
+    assert!(msg.contains("`Value`"), "names the type: {msg}");
+    assert!(msg.contains("deserialize_any"), "{msg}");
+    assert!(msg.contains("serde_json::to_string"), "says what to do: {msg}");
+}

@@ -158,6 +158,11 @@ impl Encoder {
     /// cannot be traced), so that the field can be shown as JSON without this
     /// code. The generated code saves every field with this.
     pub fn typed_field<T: Serialize + DeserializeOwned>(&mut self, value: &T) -> Result<(), Error> {
+        if let Some(found) = &schema::facts_of::<T>().undecodable {
+            return Err(self.inexact(format!(
+                "its type cannot be read back from a checkpoint: {found} deserializes with `deserialize_any` (`serde_json::Value`, an untagged or internally tagged enum, `#[serde(flatten)]`), which postcard writes but can never read, so the run could not resume from this checkpoint; use a struct or an externally tagged enum, or keep the value as a `String` (`serde_json::to_string`) and parse it after the checkpoint"
+            )));
+        }
         self.push_field(std::any::type_name::<T>(), |buf| {
             codec::encode_into(value, buf)
         })?;
@@ -175,7 +180,7 @@ impl Encoder {
         value: &T,
         observed: &'static str,
     ) -> Result<(), Error> {
-        if let Some(found) = schema::hash_ordered_in::<T>() {
+        if let Some(found) = &schema::facts_of::<T>().hash_ordered {
             return Err(self.inexact(format!(
                 "it holds {found}, which iterates in another order once rebuilt from a checkpoint, and the code after this site observes that order ({observed}); use a `BTreeMap`/`BTreeSet` (or `IndexMap`/`IndexSet`, which keep insertion order), or sort before observing"
             )));

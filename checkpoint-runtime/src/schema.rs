@@ -202,33 +202,43 @@ pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
     schema
 }
 
-/// The first hash-ordered collection inside `T` ([`trace::hash_ordered`]),
-/// looked for once per type and process (on a thread of its own, as
-/// [`trace_json`] traces); `None` also when the trace failed before meeting
-/// one. Only the save of a local whose order the code may observe asks.
-pub(crate) fn hash_ordered_in<T: DeserializeOwned>() -> Option<&'static str> {
-    type Found = HashMap<TypeId, Option<&'static str>, BuildHasherDefault<IdHasher>>;
-    static FOUND: OnceLock<RwLock<Found>> = OnceLock::new();
-    let found = FOUND.get_or_init(Default::default);
-    let id = typeid::of::<T>();
-    if let Some(hit) = found.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
-        return *hit;
+/// The [`Facts`](trace::Facts) of `T`, found once per type and process (on
+/// a thread of its own, as [`trace_json`] traces) and looked up like
+/// [`schema_of`]: a thread-local map first, a process-wide one behind it.
+pub(crate) fn facts_of<T: DeserializeOwned>() -> &'static trace::Facts {
+    type ByType = HashMap<TypeId, &'static trace::Facts, BuildHasherDefault<IdHasher>>;
+    static GLOBAL: OnceLock<RwLock<ByType>> = OnceLock::new();
+    thread_local! {
+        static LOCAL: RefCell<ByType> = RefCell::new(ByType::default());
     }
-    let looked = std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("checkpoint-schema".to_owned())
-            .stack_size(TRACE_STACK)
-            .spawn_scoped(s, trace::hash_ordered::<T>)
-            .ok()
-            .and_then(|h| h.join().ok())
-            .flatten()
-    });
-    let leaked: Option<&'static str> = looked.map(|d| &*Box::leak(d.into_boxed_str()));
-    *found
-        .write()
+    let id = typeid::of::<T>();
+    if let Some(hit) = LOCAL.with(|m| m.borrow().get(&id).copied()) {
+        return hit;
+    }
+    let global = GLOBAL.get_or_init(Default::default);
+    let found = global
+        .read()
         .unwrap_or_else(|e| e.into_inner())
-        .entry(id)
-        .or_insert(leaked)
+        .get(&id)
+        .copied();
+    let facts = match found {
+        Some(f) => f,
+        None => {
+            let facts = std::thread::scope(|s| {
+                std::thread::Builder::new()
+                    .name("checkpoint-schema".to_owned())
+                    .stack_size(TRACE_STACK)
+                    .spawn_scoped(s, trace::facts::<T>)
+                    .ok()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_default()
+            });
+            let mut g = global.write().unwrap_or_else(|e| e.into_inner());
+            *g.entry(id).or_insert_with(|| Box::leak(Box::new(facts)))
+        }
+    };
+    LOCAL.with(|m| m.borrow_mut().insert(id, facts));
+    facts
 }
 
 /// Parses a stored schema document of the version this build reads.

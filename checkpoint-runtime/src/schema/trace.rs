@@ -96,16 +96,26 @@ pub(crate) fn trace<'de, T: Deserialize<'de>>() -> Result<Traced, TraceError> {
     )))
 }
 
-/// The first hash-ordered collection (`HashMap`, `HashSet`, or a type of
-/// another crate by those names) that `T`'s `Deserialize` impl builds,
-/// anywhere inside `T`: its readable type and where it is (`in Graph`).
-/// Such a collection iterates in another order once rebuilt from a
-/// checkpoint (a new random seed, another insertion history), which code
-/// that observes the order would see (see `docs/exactness.md`).
-///
-/// The same passes as [`trace`] (so every part of the type is reached); a
-/// type whose trace fails part-way reports what was met before the failure.
-pub(crate) fn hash_ordered<'de, T: Deserialize<'de>>() -> Option<String> {
+/// What a saved value's type says about its round trip through a
+/// checkpoint (see `docs/exactness.md`), found by the same passes as
+/// [`trace`] (so every part of the type is reached).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// The first hash-ordered collection (`HashMap`, `HashSet`, or a type of
+    /// another crate by those names) inside the type, and where it is:
+    /// `` `HashSet<u32>` inside `Graph` ``. It iterates in another order once
+    /// rebuilt from a checkpoint (a new random seed, another insertion
+    /// history).
+    pub(crate) hash_ordered: Option<String>,
+    /// A part of the type that deserializes with `deserialize_any`
+    /// (`serde_json::Value`, an untagged or internally tagged enum,
+    /// `#[serde(flatten)]`): postcard writes it but can never read it back.
+    pub(crate) undecodable: Option<String>,
+}
+
+/// The [`Facts`] of `T`. A trace that fails part-way reports what it met
+/// before the failure.
+pub(crate) fn facts<'de, T: Deserialize<'de>>() -> Facts {
     let mut st = State::default();
     let mut root = Format::unknown();
     for _ in 0..MAX_PASSES {
@@ -115,16 +125,21 @@ pub(crate) fn hash_ordered<'de, T: Deserialize<'de>>() -> Option<String> {
             format: &mut root,
             depth: 0,
         });
-        if traced.is_err() || !st.progress || st.hash_ordered.is_some() {
+        if traced.is_err() || !st.progress {
             break;
         }
     }
-    let (rust, stack) = st.hash_ordered?;
-    let rust = crate::readable_type_name(rust);
-    Some(match stack.last() {
-        Some(container) => format!("`{rust}` inside `{container}`"),
-        None => format!("`{rust}`"),
-    })
+    let located = |(rust, stack): (&str, Vec<String>)| {
+        let rust = crate::readable_type_name(rust);
+        match stack.last() {
+            Some(container) => format!("`{rust}` inside `{container}`"),
+            None => format!("`{rust}`"),
+        }
+    };
+    Facts {
+        hash_ordered: st.hash_ordered.map(located),
+        undecodable: st.any.map(located),
+    }
 }
 
 /// Whether a collection of Rust type `rust` iterates in hash order: its
@@ -159,6 +174,9 @@ struct State {
     /// The first hash-ordered collection met (see [`hash_ordered`]): its
     /// Rust type, and the containers it was met in, outermost first.
     hash_ordered: Option<(&'static str, Vec<String>)>,
+    /// The first part met that deserializes with `deserialize_any`, as
+    /// `hash_ordered`.
+    any: Option<(&'static str, Vec<String>)>,
 }
 
 impl State {
@@ -397,6 +415,9 @@ impl<'de> de::Deserializer<'de> for Tr<'_> {
     type Error = TraceError;
 
     fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, TraceError> {
+        if self.st.any.is_none() {
+            self.st.any = Some((std::any::type_name::<V::Value>(), self.st.stack.clone()));
+        }
         Err(TraceError(
             "the type is not self-describing in serde's binary model (deserialize_any: an untagged or internally tagged enum, serde_json::Value, ...)".to_owned(),
         ))
