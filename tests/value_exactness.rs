@@ -203,6 +203,8 @@ async fn order_free_uses_of_hash_collections_resume_exactly() {
 
 // 2. Shared ownership: two handles to one `Arc<Mutex<Vec<_>>>` came back as
 // two vectors; the uninterrupted run returned [4, 4], a resumed one [1, 4].
+// Refused whenever a handle to a mutable value is saved: the type says so,
+// however many handles share it at that moment.
 #[workflow]
 async fn shared_log(ctx: &Ctx, first: u32) -> (usize, usize) {
     let log = Arc::new(Mutex::new(vec![first]));
@@ -217,44 +219,38 @@ async fn shared_log(ctx: &Ctx, first: u32) -> (usize, usize) {
 }
 
 #[tokio::test]
-async fn two_handles_to_one_value_are_refused_at_save() {
-    let err = Harness::new(shared_log)
-        .input(7)
-        .run()
-        .await
-        .expect_err("shared handles must be refused");
-    let msg = err.to_string();
-    assert!(matches!(err, Error::Inexact { .. }), "{err:?}");
-    assert!(msg.contains("site `shared`"), "{msg}");
-    assert!(
-        msg.contains("field `log`") || msg.contains("field `view`"),
-        "{msg}"
-    );
-    assert!(msg.contains("strong count 2"), "{msg}");
+async fn a_handle_to_a_mutable_value_is_refused_at_save() {
+    let msg = refused(Harness::new(shared_log).input(7), "log", "shared").await;
+    assert!(msg.contains("`Arc<Mutex<Vec<u32>>>`"), "names the type: {msg}");
+    assert!(msg.contains("owned local"), "says what to do: {msg}");
 }
 
-// One handle, owned alone: a copy of the value is the same value.
+// Handles to an immutable value: a copy behaves as the shared value did.
 #[workflow]
-async fn owned_arc(ctx: &Ctx, first: u32) -> Vec<u32> {
-    let log = Arc::new(Mutex::new(vec![first]));
-    for i in 0..3 {
-        log.lock().unwrap().push(i);
-        checkpoint!("pushed");
+async fn shared_prompt(ctx: &Ctx, words: Vec<String>) -> Vec<String> {
+    let prompt: Arc<str> = Arc::from(words.join(" "));
+    let system = Arc::clone(&prompt);
+    let mut out = Vec::new();
+    for w in &words {
+        out.push(format!("{}|{w}|{}", prompt.len(), system.len()));
+        checkpoint!("asked");
     }
-    let out = log.lock().unwrap().clone();
     out
 }
 
 #[tokio::test]
-async fn a_handle_nothing_else_shares_resumes_exactly() {
-    assert_eq!(
-        Harness::new(owned_arc).input(7).assert_exact().await,
-        vec![7, 0, 1, 2]
-    );
+async fn handles_to_an_immutable_value_resume_exactly() {
+    let out = Harness::new(shared_prompt)
+        .input(vec!["a".into(), "bc".into()])
+        .assert_exact()
+        .await;
+    assert_eq!(out, ["4|a|4", "4|bc|4"]);
 }
 
-// 5. A `#[serde(skip)]` field came back as its default: [4, 3] instead of
-// [4, 4]. Refused at save in debug builds (the type has `PartialEq`).
+// 5. A `#[serde(skip)]` field comes back as its default: [4, 3] instead of
+// [4, 4]. serde gives no way to see skipped fields, so nothing refuses this
+// when it is saved (docs/exactness.md, "state serde drops"); the crash
+// harness shows it in tests, where every checkpoint is resumed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Budget {
     spent: u32,
@@ -275,32 +271,13 @@ async fn spend(ctx: &Ctx, limit: u32) -> Vec<u32> {
 }
 
 #[tokio::test]
-async fn a_field_serde_skips_is_refused_at_save() {
-    if !cfg!(debug_assertions) {
-        return; // the round trip is compared in debug builds only
-    }
-    let msg = refused(Harness::new(spend).input(5), "budget", "spent").await;
-    assert!(msg.contains("serde(skip)"), "{msg}");
-}
-
-// A value with a NaN inside is not equal to itself: not compared, saved.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Reading {
-    value: f64,
-}
-
-#[workflow]
-async fn nan_reading(ctx: &Ctx, n: u32) -> bool {
-    let r = Reading { value: f64::NAN };
-    for _ in 0..n {
-        checkpoint!("read");
-    }
-    r.value.is_nan()
-}
-
-#[tokio::test]
-async fn a_value_unequal_to_itself_is_saved_as_it_is() {
-    assert!(Harness::new(nan_reading).input(2).assert_exact().await);
+async fn the_crash_harness_shows_a_field_serde_skips() {
+    let err = Harness::new(spend)
+        .input(5)
+        .run()
+        .await
+        .expect_err("the resumed output differs");
+    assert!(err.to_string().contains("spent"), "{err}");
 }
 
 // A `serde_json::Value` (tool arguments, say) is written by postcard but can

@@ -158,7 +158,11 @@ impl Encoder {
     /// cannot be traced), so that the field can be shown as JSON without this
     /// code. The generated code saves every field with this.
     pub fn typed_field<T: Serialize + DeserializeOwned>(&mut self, value: &T) -> Result<(), Error> {
-        if let Some(found) = &schema::facts_of::<T>().undecodable {
+        let facts = schema::facts_of::<T>();
+        if let Some(why) = &facts.shared {
+            return Err(self.inexact(why.clone()));
+        }
+        if let Some(found) = &facts.undecodable {
             return Err(self.inexact(format!(
                 "its type cannot be read back from a checkpoint: {found} deserializes with `deserialize_any` (`serde_json::Value`, an untagged or internally tagged enum, `#[serde(flatten)]`), which postcard writes but can never read, so the run could not resume from this checkpoint; use a struct or an externally tagged enum, or keep the value as a `String` (`serde_json::to_string`) and parse it after the checkpoint"
             )));
@@ -203,23 +207,6 @@ impl Encoder {
                 .to_owned(),
             detail: detail.into(),
         }
-    }
-
-    /// The bytes of the field encoded last.
-    pub fn last_field_bytes(&self) -> &[u8] {
-        match self.fields.last() {
-            Some(f) => &self.buf[f.offset..f.offset + f.len],
-            None => &[],
-        }
-    }
-
-    /// [`inexact`](Encoder::inexact) for the field encoded last.
-    pub fn inexact_last(&self, detail: String) -> Error {
-        let mut err = self.inexact(detail);
-        if let (Error::Inexact { field, .. }, Some(last)) = (&mut err, self.fields.last()) {
-            *field = last.name.to_string();
-        }
-        err
     }
 
     /// Encodes the next field (postcard), recording `std::any::type_name::<T>()`

@@ -185,10 +185,7 @@ pub mod __private {
     pub use crate::abi::{
         encode, encode_typed, Encoded, Encoder, FieldPlan, SiteInfo, SiteKind, Slot,
     };
-    pub use crate::exactness::{
-        transient_probe, value_probe, IteratorTransient, NotAHandle, NotAnIterator, NotComparable,
-        RoundTrips, SharedHandle,
-    };
+    pub use crate::exactness::{transient_probe, IteratorTransient, NotAnIterator};
     pub use crate::frame::join::{load_join, load_join_all};
     pub use crate::frame::resume::{load, load_signal, load_signal_timeout};
     pub use crate::frame::{diverged, missing_input, Frame};

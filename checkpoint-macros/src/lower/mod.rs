@@ -707,13 +707,7 @@ impl<'a> Lowerer<'a> {
                         Some(observed) => quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;),
                         None => quote_spanned!(span=> #ops.encode(&#ident, #enc)?;),
                     };
-                    // The probes look at the local's type (see the runtime's
-                    // `exactness`): a shared handle, a lossy round trip.
-                    code.extend(quote_spanned! {span=>
-                        (&&#rt::value_probe(&#ident)).refuse_shared(#enc)?;
-                        #encode
-                        (&&#rt::value_probe(&#ident)).refuse_lossy(#enc)?;
-                    });
+                    code.extend(encode);
                 }
             }
         }
@@ -724,16 +718,10 @@ impl<'a> Lowerer<'a> {
         } else {
             quote!(&[#(#positions,)* #rt::LOOP_ITEMS, #(#items),*])
         };
-        let fields = if code.is_empty() {
-            code
-        } else {
-            quote! {
-                #[allow(unused_imports)]
-                use #rt::{NotAHandle as _, NotComparable as _, RoundTrips as _, SharedHandle as _};
-                #code
-            }
-        };
-        SiteFields { loops, fields }
+        SiteFields {
+            loops,
+            fields: code,
+        }
     }
 
     /// Lowers a control-flow expression that contains sites.

@@ -111,6 +111,9 @@ pub(crate) struct Facts {
     /// (`serde_json::Value`, an untagged or internally tagged enum,
     /// `#[serde(flatten)]`): postcard writes it but can never read it back.
     pub(crate) undecodable: Option<String>,
+    /// Why the type cannot be saved as the handle it is (see
+    /// [`shared_handle`](crate::exactness::shared_handle)).
+    pub(crate) shared: Option<String>,
 }
 
 /// The [`Facts`] of `T`. A trace that fails part-way reports what it met
@@ -139,6 +142,7 @@ pub(crate) fn facts<'de, T: Deserialize<'de>>() -> Facts {
     Facts {
         hash_ordered: st.hash_ordered.map(located),
         undecodable: st.any.map(located),
+        shared: crate::exactness::shared_handle(std::any::type_name::<T>()),
     }
 }
 
