@@ -24,6 +24,7 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream
         .collect();
     crate::analyse::transients::check(&wf.item.block, &mut_params)?;
     let sites = sites::number_sites(&mut wf.item.block, wf.ctx.as_ref())?;
+    crate::lower::canonical::canonical_iteration(&mut wf.item.block, wf.ctx.as_ref());
     check_renamed_sites(&wf.renamed_sites, &sites)?;
 
     let mut stmts = vec![input_stmt(&wf)?];

@@ -84,6 +84,48 @@ hash_ordered! {
     HashSet<K, S> => [K, S];
 }
 
+/// Chosen (by autoref) for hash-ordered collections of serializable items,
+/// for every iterator a workflow body takes from a local (`.iter()`,
+/// `.keys()`, `.values()`, `.drain()`, `for x in &map`, ...: the macro
+/// routes each through [`in_canonical_order`](CanonicalIfHashed::in_canonical_order)):
+/// the items come in [`canonical_order`], the same on the uninterrupted path
+/// and after a resume, whatever seed the rebuilt collection has. Items that
+/// do not serialize cannot come from a checkpoint: such a collection keeps
+/// its own order ([`KeepsOrder`]).
+pub trait CanonicalIfHashed {
+    /// Re-orders `iter` canonically.
+    fn in_canonical_order<I>(&self, iter: I) -> CanonicalOrder<I::Item>
+    where
+        I: IntoIterator,
+        I::Item: StableOrderItem,
+    {
+        canonical_order(iter)
+    }
+}
+
+/// Chosen for every other collection: the iterator is used as it is.
+pub trait KeepsOrder {
+    /// `iter`, unchanged.
+    fn in_canonical_order<I: IntoIterator>(&self, iter: I) -> I {
+        iter
+    }
+}
+
+impl<T: ?Sized> KeepsOrder for Probe<T> {}
+
+macro_rules! canonical_if_hashed {
+    ($($ty:ty => [$($p:ident),*] where [$($bound:tt)*];)*) => {$(
+        impl<$($p),*> CanonicalIfHashed for &Probe<$ty> where $($bound)* {}
+        impl<$($p),*> CanonicalIfHashed for &Probe<&$ty> where $($bound)* {}
+        impl<$($p),*> CanonicalIfHashed for &Probe<&mut $ty> where $($bound)* {}
+    )*};
+}
+
+canonical_if_hashed! {
+    HashMap<K, V, S> => [K, V, S] where [K: Serialize, V: Serialize];
+    HashSet<K, S> => [K, S] where [K: Serialize];
+}
+
 /// Items that a loop over a hash-ordered collection can put in a canonical
 /// order: those that serialize (their bytes are the sort key).
 #[diagnostic::on_unimplemented(

@@ -191,8 +191,8 @@ pub mod __private {
     pub use crate::frame::{diverged, missing_input, Frame};
     pub use crate::iteration::{
         advance_writing_back, bind_through, order_probe, restore_through, save_through,
-        Fingerprinted, HashOrdered, ItemPart, ItemProbe, NotFingerprinted, Reborrow, SourceOrdered,
-        WrittenItems, LOOP_ITEMS,
+        CanonicalIfHashed, Fingerprinted, HashOrdered, ItemPart, ItemProbe, KeepsOrder,
+        NotFingerprinted, Reborrow, SourceOrdered, WrittenItems, LOOP_ITEMS,
     };
     pub use crate::save::{type_of, type_of_slot, Save, SaveOps, TypeOf};
     pub use crate::workflow::{ErrOutput, OutputProbe, PlainOutput, WorkflowToken};

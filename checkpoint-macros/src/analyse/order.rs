@@ -1,22 +1,23 @@
 //! Whether the code after a site may observe the iteration order of a local.
 //!
 //! A `HashMap`/`HashSet` rebuilt from a checkpoint iterates in another order
-//! (a new random seed, another insertion history). Code that only looks
-//! entries up, inserts, removes, counts or compares them computes the same on
-//! resume; code that iterates (`iter`, `keys`, `values`, `drain`, `Debug`, a
-//! helper it is passed to, ...) may not. The macro cannot see types, so it
-//! finds the uses that *may* observe order, whatever the local's type; the
-//! runtime then refuses the save only if a hash-ordered collection is inside
-//! the saved type (see the runtime's `exactness` module and
+//! (a new random seed, another insertion history). The iterators the body
+//! itself takes (`x.iter()`, `x.keys()`, `for k in &x`, ...) are put in one
+//! canonical order on both paths (`lower::canonical`); what the macro cannot
+//! rewrite may still see the order: a helper the local is passed to, `Debug`
+//! formatting, a clone or a move into another local (whose iteration is not
+//! followed), a method the macro does not know. The macro cannot see types,
+//! so it finds the uses that *may* observe order, whatever the local's type;
+//! the runtime then refuses the save only if a hash-ordered collection is
+//! inside the saved type (see the runtime's `exactness` module and
 //! `docs/exactness.md`).
 //!
 //! The rule is conservative: a use is order-free only in the shapes listed
-//! here (a method known not to iterate, called on the local or on a field of
-//! it; an index; an assignment to it or a field; an operand of an operator
-//! or of a comparison; the run's output, which is stored and decoded anew
-//! in every case). Anything else (passed to a function, moved into another
-//! local, cloned, formatted, iterated by a loop the macro does not put in a
-//! canonical order) counts as observing.
+//! here (an iterating method the macro rewrites; a method known not to
+//! iterate, called on the local or on a field of it; an index; an assignment
+//! to it or a field; an operand of an operator or of a comparison; the run's
+//! output, which is stored and decoded anew in every case). Anything else
+//! counts as observing.
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
@@ -24,11 +25,45 @@ use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{Expr, Stmt, Token};
 
-use super::iterables::in_stable_order;
 use super::liveness::ContFrame;
 use super::syntax::strip_parens;
 use crate::names::pat_names;
-use crate::sites;
+
+/// Methods that hand out an iterator over a collection's items, in its
+/// iteration order: `lower::canonical` routes each call of one on a local
+/// through the runtime's order probe.
+pub(crate) const ITERATING: &[&str] = &[
+    "iter",
+    "iter_mut",
+    "keys",
+    "values",
+    "values_mut",
+    "into_iter",
+    "drain",
+    "into_keys",
+    "into_values",
+];
+
+/// The local `lower::canonical` binds the order probe to, by which this
+/// analysis recognises the rewritten iterators.
+pub(crate) const PROBE: &str = "__cp_order";
+
+/// The iterator of a block `lower::canonical` wrote:
+/// `{ use ..; let __cp_order = order_probe(&place); (&&__cp_order).in_canonical_order(iter) }`.
+fn canonical_iter(block: &syn::Block) -> Option<&Expr> {
+    let probed = block.stmts.iter().any(|s| match s {
+        Stmt::Local(l) => matches!(&l.pat, syn::Pat::Ident(p) if p.ident == PROBE),
+        _ => false,
+    });
+    match block.stmts.last() {
+        Some(Stmt::Expr(Expr::MethodCall(m), None))
+            if probed && m.method == "in_canonical_order" && m.args.len() == 1 =>
+        {
+            m.args.first()
+        }
+        _ => None,
+    }
+}
 
 /// Methods that neither iterate the collection they are called on nor hand
 /// out something that does (std's maps, sets, vectors and strings).
@@ -146,11 +181,17 @@ fn expr_observes(name: &str, expr: &Expr) -> Option<String> {
 struct Observer<'a> {
     name: &'a str,
     found: Option<String>,
+    /// Inside a macro's arguments, which `lower::canonical` leaves alone.
+    in_macro: bool,
 }
 
 impl<'a> Observer<'a> {
     fn new(name: &'a str) -> Self {
-        Observer { name, found: None }
+        Observer {
+            name,
+            found: None,
+            in_macro: false,
+        }
     }
 
     fn observe(&mut self, what: String) {
@@ -224,6 +265,7 @@ impl<'a> Observer<'a> {
             .ok();
         match parsed {
             Some(args) => {
+                let was = std::mem::replace(&mut self.in_macro, true);
                 for arg in &args {
                     if let Expr::Lit(syn::ExprLit {
                         lit: syn::Lit::Str(s),
@@ -238,6 +280,7 @@ impl<'a> Observer<'a> {
                     }
                     self.visit_expr(arg);
                 }
+                self.in_macro = was;
             }
             None => {
                 if mentions(&mac.tokens, self.name) {
@@ -256,7 +299,9 @@ impl<'ast> Visit<'ast> for Observer<'_> {
         }
         match expr {
             Expr::MethodCall(m) if self.rooted_here(&m.receiver) => {
-                if ORDER_FREE.contains(&m.method.to_string().as_str()) {
+                let method = m.method.to_string();
+                let canonical = !self.in_macro && m.args.is_empty() && ITERATING.contains(&method.as_str());
+                if canonical || ORDER_FREE.contains(&method.as_str()) {
                     self.place(&m.receiver);
                     m.args.iter().for_each(|a| self.visit_expr(a));
                 } else {
@@ -292,15 +337,18 @@ impl<'ast> Visit<'ast> for Observer<'_> {
                     self.output(e);
                 }
             }
+            Expr::Block(b) if b.label.is_none() && canonical_iter(&b.block).is_some() => {
+                // An iterator in canonical order: only what it iterates over
+                // is looked at (the probe borrows the place, nothing more).
+                let iter = canonical_iter(&b.block).expect("checked above");
+                self.operand(iter);
+            }
             Expr::ForLoop(f) => {
-                // A loop with a site inside iterates a hash-ordered place in
-                // a canonical order, on both paths (see `iterables`).
-                let canonical = sites::sites_in_block(&f.body).is_some()
-                    && in_stable_order(&f.expr).is_some();
-                if self.rooted_here(&f.expr) && !canonical {
-                    let what = format!("`for` over `{}`", self.name);
-                    self.observe(what);
-                } else if !canonical || !iterates_place_only(&f.expr) {
+                // Its iterable, if a place, is iterated in a canonical order
+                // (`lower::canonical`, or `loops` for a loop with a site).
+                if self.rooted_here(&f.expr) && !self.in_macro {
+                    self.place(&f.expr);
+                } else {
                     self.visit_expr(&f.expr);
                 }
                 if !pat_names(&f.pat).contains(self.name) {
@@ -350,17 +398,6 @@ fn is_constructor(func: &Expr) -> bool {
     }
 }
 
-/// `&x`, `x`, `x.iter()`, `&mut x.field`: a loop iterable that is only the
-/// place and the iterator taken from it.
-fn iterates_place_only(expr: &Expr) -> bool {
-    match strip_parens(expr) {
-        Expr::Path(_) | Expr::Field(_) => true,
-        Expr::Reference(r) => iterates_place_only(&r.expr),
-        Expr::MethodCall(m) => m.args.is_empty() && iterates_place_only(&m.receiver),
-        _ => false,
-    }
-}
-
 /// Whether a format string captures `name` (`{name}`, `{name:?}`).
 fn captures(format: &str, name: &str) -> bool {
     format.split('{').skip(1).any(|part| {
@@ -390,6 +427,7 @@ fn path_text(path: &syn::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sites;
     use quote::quote;
     use std::rc::Rc;
 
@@ -422,14 +460,12 @@ mod tests {
     #[test]
     fn iterating_formatting_and_passing_observe() {
         for (after, want) in [
-            (quote!(let u = set.iter().next().cloned();), "`.iter()` on `set`"),
-            (quote!(let best = set.iter().max_by_key(|x| x.1);), "`.iter()`"),
-            (quote!(let ks: Vec<_> = set.keys().cloned().collect();), "`.keys()`"),
+            (quote!(let u = set.retain(|x| keep(x));), "`.retain()` on `set`"),
+            (quote!(println!("{}", set.iter().count());), "`.iter()` on `set`"),
             (quote!(println!("{:?}", set);), "passed, moved or borrowed"),
             (quote!(println!("{set:?}");), "formatted by `println!`"),
             (quote!(render(&set);), "passed, moved or borrowed"),
             (quote!(let copy = set.clone();), "`.clone()`"),
-            (quote!(for x in &set { out.push(x) }), "`for` over `set`"),
             (quote!(let f = g.set;), "read as a value"),
         ] {
             let name = if after.to_string().contains("g . set") { "g" } else { "set" };
@@ -439,8 +475,12 @@ mod tests {
     }
 
     #[test]
-    fn a_loop_with_a_site_inside_is_canonical() {
+    fn iterators_the_macro_puts_in_canonical_order_observe_nothing() {
         let after = quote! {
+            let first = map.iter().next().cloned();
+            let best = map.values().max();
+            let ks: Vec<_> = map.keys().cloned().collect();
+            for (k, v) in &map { total += v; }
             for (k, v) in &map { total += v; checkpoint!(); }
         };
         assert_eq!(observed("map", after), None);

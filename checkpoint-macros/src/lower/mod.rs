@@ -40,6 +40,7 @@ use crate::parse::Errors;
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 mod branches;
+pub(crate) mod canonical;
 mod loops;
 mod scrutinee;
 
