@@ -104,8 +104,12 @@ fn generate(
         .enumerate()
         .filter(|(_, b)| !b.transient && !b.saved_at.is_empty())
         .map(|(_, b)| {
-            let slot = &b.slot;
-            quote!(let mut #slot = #rt::Slot::new();)
+            let (slot, ops, save_trait) = (&b.slot, &b.ops, &b.save_trait);
+            let take = quote_spanned!(b.ident.span()=> <_ as #save_trait>::__cp_ops(#rt::type_of_slot(&#slot)));
+            quote! {
+                let mut #slot = #rt::Slot::new();
+                let #ops = #take;
+            }
         });
     let wait_slots = sites
         .iter()
@@ -327,16 +331,19 @@ fn save_traits<'a>(
         let message = format!(
             "local `{name}` is live across {where_saved}, but `{{Self}}` cannot be saved in a checkpoint"
         );
-        let label = format!("`{name}` is saved here");
+        let label = format!("`{name}` is saved at {where_saved}");
         let local = b.ident.to_string();
         let note = format!(
-            "locals used after a checkpoint are saved with serde: derive `Serialize` and `Deserialize` for its type, or declare it `#[transient] let {local} = ...;` so it is re-created on resume; a reference cannot be saved: own the value, or borrow again after the checkpoint"
+            "locals used after a checkpoint are saved with serde: derive `Serialize` and `Deserialize` for its type; if building it again gives an equal value (a client, a connection pool: not an iterator or anything else that keeps a position), declare it `#[transient] let {local} = ...;` so it is re-created on resume; a reference cannot be saved: own the value, or borrow again after the checkpoint"
         );
         quote! {
             #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
             trait #trait_ident: ::core::marker::Sized {
                 fn __cp_ops(_: #rt::TypeOf<Self>) -> #rt::SaveOps<Self>;
             }
+            // Not recommended: the error is this trait's message, once,
+            // rather than one per serde trait the type lacks.
+            #[diagnostic::do_not_recommend]
             impl<T: #rt::Save> #trait_ident for T {
                 fn __cp_ops(_: #rt::TypeOf<Self>) -> #rt::SaveOps<Self> {
                     #rt::SaveOps::new()
@@ -362,7 +369,7 @@ fn migrated_loads(bindings: &[Binding], layout: &SiteLayout, names: &[String]) -
     let mut loads = Vec::new();
     for (&b, name) in layout.fields.iter().zip(names) {
         let binding = &bindings[b];
-        let (slot, trait_ident) = (&binding.slot, &binding.save_trait);
+        let (slot, ops) = (&binding.slot, &binding.ops);
         let m = binding.migration.as_ref();
         let old_name = match m.and_then(|m| m.renamed_from.as_ref()) {
             Some(l) => quote!(::core::option::Option::Some(#l)),
@@ -410,8 +417,6 @@ fn migrated_loads(bindings: &[Binding], layout: &SiteLayout, names: &[String]) -
             }
             None => quote!(return ::core::result::Result::Err(#frame.field_missing(#name))),
         };
-        let span = binding.ident.span();
-        let ops = quote_spanned!(span=> <_ as #trait_ident>::__cp_ops(#rt::type_of_slot(&#slot)));
         loads.push(quote! {
             match #frame.stored_field(#name, #old_name) {
                 #convert_arm
@@ -442,11 +447,8 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout])
                 quote!((#name, #rt::Slot::type_name(&#slot)))
             });
             let loads = layout.fields.iter().enumerate().map(|(i, &b)| {
-                let (slot, trait_ident) = (&bindings[b].slot, &bindings[b].save_trait);
-                let span = bindings[b].ident.span();
-                quote_spanned! {span=>
-                    <_ as #trait_ident>::__cp_ops(#rt::type_of_slot(&#slot)).load(&mut #slot, &#frame, #i)?;
-                }
+                let (slot, ops) = (&bindings[b].slot, &bindings[b].ops);
+                quote!(#ops.load(&mut #slot, &#frame, #i)?;)
             });
             quote! {
                 #frame.check_fields(&[#(#checks),*])?;

@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::ctx::{AwaitInWorkflowBody, Ctx};
+use crate::ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 use crate::error::validate_id;
 use crate::registry::Registry;
 use crate::run::Halt;
@@ -199,7 +199,10 @@ impl Ctx {
     pub fn join<W: Workflow>(
         &self,
         child: Child<W>,
-    ) -> AwaitInWorkflowBody<Result<W::Output, ChildError>> {
+    ) -> AwaitInWorkflowBody<Result<W::Output, ChildError>>
+    where
+        for<'a> AwaitInWorkflowBody<&'a ()>: InWorkflowBody,
+    {
         let _ = child;
         AwaitInWorkflowBody::new()
     }
@@ -212,7 +215,10 @@ impl Ctx {
     pub fn join_all<W: Workflow>(
         &self,
         children: impl IntoIterator<Item = Child<W>>,
-    ) -> AwaitInWorkflowBody<Vec<Result<W::Output, ChildError>>> {
+    ) -> AwaitInWorkflowBody<Vec<Result<W::Output, ChildError>>>
+    where
+        for<'a> AwaitInWorkflowBody<&'a ()>: InWorkflowBody,
+    {
         let _ = children.into_iter();
         AwaitInWorkflowBody::new()
     }

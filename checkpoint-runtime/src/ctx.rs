@@ -262,7 +262,10 @@ impl Ctx {
     /// assert!(h.result().await?);
     /// # Ok(()) }
     /// ```
-    pub fn wait_for<T: DeserializeOwned>(&self, name: &str) -> AwaitInWorkflowBody<T> {
+    pub fn wait_for<T: DeserializeOwned>(&self, name: &str) -> AwaitInWorkflowBody<T>
+    where
+        for<'a> AwaitInWorkflowBody<&'a ()>: InWorkflowBody,
+    {
         let _ = name;
         AwaitInWorkflowBody(PhantomData)
     }
@@ -288,7 +291,10 @@ impl Ctx {
         &self,
         name: &str,
         timeout: Duration,
-    ) -> AwaitInWorkflowBody<Option<T>> {
+    ) -> AwaitInWorkflowBody<Option<T>>
+    where
+        for<'a> AwaitInWorkflowBody<&'a ()>: InWorkflowBody,
+    {
         let _ = (name, timeout);
         AwaitInWorkflowBody(PhantomData)
     }
@@ -313,7 +319,10 @@ impl Ctx {
     /// assert_eq!(h.result().await?, "reminded"); // waits for the timer, then resumes
     /// # Ok(()) }
     /// ```
-    pub fn sleep(&self, duration: Duration) -> AwaitInWorkflowBody<()> {
+    pub fn sleep(&self, duration: Duration) -> AwaitInWorkflowBody<()>
+    where
+        for<'a> AwaitInWorkflowBody<&'a ()>: InWorkflowBody,
+    {
         let _ = duration;
         AwaitInWorkflowBody(PhantomData)
     }
@@ -359,7 +368,13 @@ impl<T> std::fmt::Debug for AwaitInWorkflowBody<T> {
     }
 }
 
-/// Never implemented: the bound that makes [`AwaitInWorkflowBody`] impossible to await.
+/// Never implemented: the bound on `ctx.wait_for` and the other suspension
+/// calls that makes each one a compile error, with this message, wherever
+/// `#[workflow]` did not rewrite it (the macro turns the calls in a body into
+/// calls of the run's frame, so this bound is only ever checked outside one).
+/// On the method rather than on `.await`: rustc reports an `.await` whose
+/// `IntoFuture` bound fails as "is not a future", with a hint to remove the
+/// `.await`, and never shows this message.
 #[diagnostic::on_unimplemented(
     message = "`ctx.wait_for`, `ctx.wait_for_timeout`, `ctx.sleep`, `ctx.join` and `ctx.join_all` can only be awaited directly in a #[workflow] body",
     label = "awaited outside the body of a #[workflow] fn",
@@ -367,10 +382,7 @@ impl<T> std::fmt::Debug for AwaitInWorkflowBody<T> {
 )]
 pub trait InWorkflowBody {}
 
-impl<T> IntoFuture for AwaitInWorkflowBody<T>
-where
-    AwaitInWorkflowBody<T>: InWorkflowBody,
-{
+impl<T> IntoFuture for AwaitInWorkflowBody<T> {
     type Output = T;
     type IntoFuture = std::future::Pending<T>;
 

@@ -44,6 +44,14 @@ impl<T: Save> SaveOps<T> {
     }
 }
 
+impl<T> Clone for SaveOps<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SaveOps<T> {}
+
 impl<T: Save> Default for SaveOps<T> {
     fn default() -> Self {
         Self::new()

@@ -64,6 +64,10 @@ pub struct Binding {
     pub saved_at: Vec<u32>,
     /// The slot its value is restored into: `__cp_slot_<name>`.
     pub slot: Ident,
+    /// Its saving operations, taken once through `save_trait` where the body
+    /// starts (`__cp_ops_<name>`), so that a type that cannot be saved is one
+    /// error, however many sites save the local.
+    pub ops: Ident,
     /// The marker trait carrying the message for a type that cannot be
     /// saved: `__cp_save_<name>`, shared by the locals of one name.
     pub save_trait: Ident,
@@ -230,7 +234,7 @@ impl<'a> Lowerer<'a> {
     /// `let snap = <the encoding of `of` now>;`, halting the run if it fails.
     fn snapshot_stmt(&self, binding: usize, snap: &Ident, of: &Ident) -> TokenStream {
         let frame = frame_ident();
-        let ops = self.save_ops(binding, &quote!(&#of));
+        let ops = self.save_ops(binding);
         quote! {
             let #snap = match #ops.snapshot(&#of) {
                 ::core::result::Result::Ok(e) => e,
@@ -239,12 +243,9 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// `<_ as __cp_save_x>::__cp_ops(..)`: the saving operations of a local
-    /// (or of what its slot holds), through its marker trait.
-    fn save_ops(&self, binding: usize, of: &TokenStream) -> TokenStream {
-        let save_trait = &self.bindings[binding].save_trait;
-        let rt = rt();
-        quote!(<_ as #save_trait>::__cp_ops(#rt::type_of(#of)))
+    /// The saving operations of a local (see `Binding::ops`).
+    fn save_ops(&self, binding: usize) -> TokenStream {
+        self.bindings[binding].ops.to_token_stream()
     }
 
     pub fn wait_slot_ident(site: u32) -> Ident {
@@ -269,6 +270,7 @@ impl<'a> Lowerer<'a> {
             field_name: None,
             saved_at: Vec::new(),
             slot: Ident::new(&format!("__cp_slot_{name}"), Span::mixed_site()),
+            ops: Ident::new(&format!("__cp_ops_{name}"), Span::mixed_site()),
             // One marker trait per name: it is generic over the type.
             save_trait: Ident::new(&format!("__cp_save_{base}"), Span::mixed_site()),
             migration: None,
@@ -702,8 +704,7 @@ impl<'a> Lowerer<'a> {
                         continue;
                     }
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
-                    let save_trait = &binding.save_trait;
-                    let ops = quote_spanned!(span=> <_ as #save_trait>::__cp_ops(#rt::type_of(&#ident)));
+                    let ops = &binding.ops;
                     let encode = match order::observed_after(&name, &scope.cont) {
                         Some(observed) => quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;),
                         None => quote_spanned!(span=> #ops.encode(&#ident, #enc)?;),
