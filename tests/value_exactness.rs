@@ -33,8 +33,14 @@ where
         "refused as inexact: {err:?}"
     );
     let msg = err.to_string();
-    assert!(msg.contains(&format!("field `{local}`")), "names the local: {msg}");
-    assert!(msg.contains(&format!("site `{site}`")), "names the site: {msg}");
+    assert!(
+        msg.contains(&format!("field `{local}`")),
+        "names the local: {msg}"
+    );
+    assert!(
+        msg.contains(&format!("site `{site}`")),
+        "names the site: {msg}"
+    );
     msg
 }
 
@@ -74,7 +80,10 @@ async fn pick_tool(ctx: &Ctx, scores: HashMap<String, u32>) -> String {
     let mut scores = scores;
     scores.insert("search".into(), 9);
     checkpoint!("scored");
-    let best = scores.iter().max_by_key(|(_, s)| **s).map(|(k, _)| k.clone());
+    let best = scores
+        .iter()
+        .max_by_key(|(_, s)| **s)
+        .map(|(k, _)| k.clone());
     fx(ctx).record(format!("use:{best:?}"));
     best.unwrap_or_default()
 }
@@ -144,10 +153,24 @@ async fn a_hash_map_inside_a_struct_passed_to_a_helper_is_refused_at_save() {
         name: "g".into(),
         edges: (0..8).map(|i| (i, vec![i + 1])).collect(),
     };
-    let msg = refused(Harness::new(walk_with_helper).input(graph), "graph", "loaded").await;
-    assert!(msg.contains("`HashMap<u32, Vec<u32>>` inside `Graph`"), "says where: {msg}");
-    assert!(msg.contains("passed, moved or borrowed"), "names the use: {msg}");
-    assert!(msg.contains("BTreeMap"), "says what to write instead: {msg}");
+    let msg = refused(
+        Harness::new(walk_with_helper).input(graph),
+        "graph",
+        "loaded",
+    )
+    .await;
+    assert!(
+        msg.contains("`HashMap<u32, Vec<u32>>` inside `Graph`"),
+        "says where: {msg}"
+    );
+    assert!(
+        msg.contains("passed, moved or borrowed"),
+        "names the use: {msg}"
+    );
+    assert!(
+        msg.contains("BTreeMap"),
+        "says what to write instead: {msg}"
+    );
 }
 
 // ... and `Debug` formatting.
@@ -161,7 +184,10 @@ async fn report(ctx: &Ctx, seen: HashSet<u32>) -> String {
 async fn debug_formatting_a_hash_set_is_refused_at_save() {
     let msg = refused(Harness::new(report).input((0..8).collect()), "seen", "seen").await;
     assert!(msg.contains("HashSet<u32>"), "names the type: {msg}");
-    assert!(msg.contains("formatted by `format!`"), "names the use: {msg}");
+    assert!(
+        msg.contains("formatted by `format!`"),
+        "names the use: {msg}"
+    );
 }
 
 // The rewrite the message suggests is exact.
@@ -209,10 +235,7 @@ async fn order_free_uses_of_hash_collections_resume_exactly() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let out = Harness::new(tool_results)
-        .input(calls)
-        .assert_exact()
-        .await;
+    let out = Harness::new(tool_results).input(calls).assert_exact().await;
     assert_eq!(out.len(), 4);
     assert_eq!(out["search"], 7);
 }
@@ -237,7 +260,10 @@ async fn shared_log(ctx: &Ctx, first: u32) -> (usize, usize) {
 #[tokio::test]
 async fn a_handle_to_a_mutable_value_is_refused_at_save() {
     let msg = refused(Harness::new(shared_log).input(7), "log", "shared").await;
-    assert!(msg.contains("`Arc<Mutex<Vec<u32>>>`"), "names the type: {msg}");
+    assert!(
+        msg.contains("`Arc<Mutex<Vec<u32>>>`"),
+        "names the type: {msg}"
+    );
     assert!(msg.contains("owned local"), "says what to do: {msg}");
 }
 
@@ -316,5 +342,8 @@ async fn a_value_postcard_cannot_read_back_is_refused_at_save() {
     .await;
     assert!(msg.contains("`Value`"), "names the type: {msg}");
     assert!(msg.contains("deserialize_any"), "{msg}");
-    assert!(msg.contains("serde_json::to_string"), "says what to do: {msg}");
+    assert!(
+        msg.contains("serde_json::to_string"),
+        "says what to do: {msg}"
+    );
 }

@@ -327,7 +327,8 @@ impl Inner {
                 // Our own earlier execution whose lease lapsed: it is fenced off now.
                 old.halt(Halt::Stop);
             }
-            tokio::spawn(drive(self.clone(), shared, claimed));
+            let id = shared.id.clone();
+            tokio::spawn(crate::run::CURRENT_RUN.scope(id, drive(self.clone(), shared, claimed)));
         }
         if n > 0 {
             self.keeper.claimed(

@@ -24,6 +24,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+tokio::task_local! {
+    /// The run the current task executes (set around each execution), so
+    /// that [`SideEffects`](crate::testing::SideEffects) can say which run an
+    /// effect came from.
+    pub(crate) static CURRENT_RUN: Arc<str>;
+}
+
 /// Shared, non-serialized dependencies registered on a runtime.
 #[derive(Clone, Default)]
 pub(crate) struct Resources(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);

@@ -273,7 +273,8 @@ impl<'a> Observer<'a> {
                     }) = arg
                     {
                         if captures(&s.value(), self.name) {
-                            let what = format!("`{}` formatted by `{}!`", self.name, path_text(&mac.path));
+                            let what =
+                                format!("`{}` formatted by `{}!`", self.name, path_text(&mac.path));
                             self.observe(what);
                         }
                         continue;
@@ -300,7 +301,8 @@ impl<'ast> Visit<'ast> for Observer<'_> {
         match expr {
             Expr::MethodCall(m) if self.rooted_here(&m.receiver) => {
                 let method = m.method.to_string();
-                let canonical = !self.in_macro && m.args.is_empty() && ITERATING.contains(&method.as_str());
+                let canonical =
+                    !self.in_macro && m.args.is_empty() && ITERATING.contains(&method.as_str());
                 if canonical || ORDER_FREE.contains(&method.as_str()) {
                     self.place(&m.receiver);
                     m.args.iter().for_each(|a| self.visit_expr(a));
@@ -460,15 +462,25 @@ mod tests {
     #[test]
     fn iterating_formatting_and_passing_observe() {
         for (after, want) in [
-            (quote!(let u = set.retain(|x| keep(x));), "`.retain()` on `set`"),
-            (quote!(println!("{}", set.iter().count());), "`.iter()` on `set`"),
+            (
+                quote!(let u = set.retain(|x| keep(x));),
+                "`.retain()` on `set`",
+            ),
+            (
+                quote!(println!("{}", set.iter().count());),
+                "`.iter()` on `set`",
+            ),
             (quote!(println!("{:?}", set);), "passed, moved or borrowed"),
             (quote!(println!("{set:?}");), "formatted by `println!`"),
             (quote!(render(&set);), "passed, moved or borrowed"),
             (quote!(let copy = set.clone();), "`.clone()`"),
             (quote!(let f = g.set;), "read as a value"),
         ] {
-            let name = if after.to_string().contains("g . set") { "g" } else { "set" };
+            let name = if after.to_string().contains("g . set") {
+                "g"
+            } else {
+                "set"
+            };
             let got = observed(name, after.clone()).unwrap_or_else(|| panic!("{after}"));
             assert!(got.contains(want), "{after}: {got}");
         }
@@ -488,6 +500,9 @@ mod tests {
 
     #[test]
     fn a_rebinding_ends_the_search() {
-        assert_eq!(observed("set", quote!(let set = fresh(); set.iter();)), None);
+        assert_eq!(
+            observed("set", quote!(let set = fresh(); set.iter();)),
+            None
+        );
     }
 }

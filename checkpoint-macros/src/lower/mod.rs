@@ -706,7 +706,9 @@ impl<'a> Lowerer<'a> {
                     let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
                     let ops = &binding.ops;
                     let encode = match order::observed_after(&name, &scope.cont) {
-                        Some(observed) => quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;),
+                        Some(observed) => {
+                            quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;)
+                        }
                         None => quote_spanned!(span=> #ops.encode(&#ident, #enc)?;),
                     };
                     code.extend(encode);

@@ -218,7 +218,7 @@ impl Frame {
         self.wake = None;
         self.checkpoint = None;
         if let (Some(hook), Some((n, _))) = (hook, numbered) {
-            if hook.after_save(n) {
+            if hook.after_save(n, &self.run.id) {
                 match self.stop(Halt::Crash).await {}
             }
         }

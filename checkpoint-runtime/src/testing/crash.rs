@@ -13,8 +13,8 @@ pub(crate) trait SaveHook: Send + Sync {
     /// Numbers the checkpoint about to be stored (from 1, over all runs of
     /// the runtime) and says whether to crash before storing it.
     fn before_save(&self) -> (u64, bool);
-    /// Whether to crash right after checkpoint `n` was stored.
-    fn after_save(&self, n: u64) -> bool;
+    /// Whether to crash right after checkpoint `n` was stored by run `run`.
+    fn after_save(&self, n: u64, run: &str) -> bool;
     /// Whether a crash fired.
     fn fired(&self) -> bool;
 }
@@ -62,6 +62,8 @@ struct CrashState {
     before: bool,
     saves: AtomicU64,
     fired: AtomicBool,
+    /// The run whose checkpoint the crash came right after.
+    crashed_run: std::sync::Mutex<Option<String>>,
 }
 
 impl SimulatedCrash {
@@ -71,6 +73,7 @@ impl SimulatedCrash {
             before,
             saves: AtomicU64::new(0),
             fired: AtomicBool::new(false),
+            crashed_run: std::sync::Mutex::new(None),
         }))
     }
 
@@ -90,6 +93,12 @@ impl SimulatedCrash {
         self.0.fired.load(Ordering::Acquire)
     }
 
+    /// The run that stored the checkpoint a crash after a checkpoint came
+    /// right after (`None` before it fired, and for a crash before one).
+    pub fn crashed_run(&self) -> Option<String> {
+        crate::run::lock(&self.0.crashed_run).clone()
+    }
+
     fn fire_if(&self, hit: bool) -> bool {
         if hit {
             self.0.fired.store(true, Ordering::Release);
@@ -104,8 +113,12 @@ impl SaveHook for SimulatedCrash {
         (n, self.fire_if(self.0.before && n == self.0.at))
     }
 
-    fn after_save(&self, n: u64) -> bool {
-        self.fire_if(!self.0.before && n == self.0.at)
+    fn after_save(&self, n: u64, run: &str) -> bool {
+        let hit = !self.0.before && n == self.0.at;
+        if hit {
+            *crate::run::lock(&self.0.crashed_run) = Some(run.to_owned());
+        }
+        self.fire_if(hit)
     }
 
     fn fired(&self) -> bool {

@@ -91,12 +91,16 @@ impl SimulatedCrash {
 /// ```
 #[derive(Clone, Default)]
 pub struct SideEffects {
-    log: Arc<Mutex<Vec<String>>>,
+    /// Each effect, with the run whose execution recorded it (`None`
+    /// outside one).
+    log: Arc<Mutex<Vec<(Option<Arc<str>>, String)>>>,
 }
 
 impl std::fmt::Debug for SideEffects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(lock(&self.log).iter()).finish()
+        f.debug_list()
+            .entries(lock(&self.log).iter().map(|(_, e)| e))
+            .finish()
     }
 }
 
@@ -108,24 +112,37 @@ impl SideEffects {
 
     /// Records that an effect ran (use a stable description, e.g. `"charge:42"`).
     pub fn record(&self, effect: impl Into<String>) {
-        lock(&self.log).push(effect.into());
+        let run = crate::run::CURRENT_RUN.try_with(Arc::clone).ok();
+        lock(&self.log).push((run, effect.into()));
     }
 
     /// Every recorded effect, in order.
     pub fn all(&self) -> Vec<String> {
-        lock(&self.log).clone()
+        lock(&self.log).iter().map(|(_, e)| e.clone()).collect()
     }
 
     /// How often `effect` was recorded.
     pub fn count(&self, effect: &str) -> usize {
-        lock(&self.log).iter().filter(|e| *e == effect).count()
+        lock(&self.log).iter().filter(|(_, e)| e == effect).count()
     }
 
     /// How often each effect was recorded.
     pub fn counts(&self) -> BTreeMap<String, usize> {
         let mut out = BTreeMap::new();
-        for e in lock(&self.log).iter() {
+        for (_, e) in lock(&self.log).iter() {
             *out.entry(e.clone()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// How often each effect was recorded by runs other than `run` (and not
+    /// outside a run).
+    fn counts_of_other_runs(&self, run: &str) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for (r, e) in lock(&self.log).iter() {
+            if r.as_deref().is_some_and(|r| r != run) {
+                *out.entry(e.clone()).or_insert(0) += 1;
+            }
         }
         out
     }
@@ -170,6 +187,13 @@ pub struct CrashPoint {
     pub duplicated: Vec<EffectCount>,
     /// Effects that ran less often than without a crash.
     pub missing: Vec<EffectCount>,
+    /// After a checkpoint (`AfterCheckpoint`): effects that ran again in
+    /// *other* runs (children, a parent) which were between two of their
+    /// own checkpoints when the crash hit. Their segment runs again on
+    /// resume, at least once as documented, like any code between
+    /// checkpoints; `duplicated` only lists what the run that took the
+    /// checkpoint ran twice, which a correct workflow never does.
+    pub rerun_in_flight: Vec<EffectCount>,
 }
 
 /// What [`Harness::run`] found. `Display` prints one line per crash point.
@@ -234,6 +258,13 @@ impl std::fmt::Display for Report {
                 write!(
                     f,
                     "; `{}` ran {}x (expected {})",
+                    d.effect, d.got, d.expected
+                )?;
+            }
+            for d in &p.rerun_in_flight {
+                write!(
+                    f,
+                    "; `{}` ran {}x (expected {}: another run was between checkpoints, at least once)",
                     d.effect, d.got, d.expected
                 )?;
             }
@@ -636,6 +667,7 @@ impl<W: Workflow> Harness<W> {
             output,
             counts: fx.counts(),
             effects: fx.all(),
+            fx: fx.clone(),
             checkpoints,
             sites,
         })
@@ -694,7 +726,28 @@ impl<W: Workflow> Harness<W> {
                 baseline.output
             )));
         }
-        let (duplicated, missing) = effect_changes(&baseline.counts, &fx.counts());
+        let (mut duplicated, missing) = effect_changes(&baseline.counts, &fx.counts());
+        // After a checkpoint, an effect that ran again in another run that
+        // was mid-segment is at-least-once, not a duplicate of the crashed
+        // run's: as many extra runs as other runs account for move over.
+        let mut rerun_in_flight = Vec::new();
+        if let Some(crashed) = crash.crashed_run() {
+            let others = fx.counts_of_other_runs(&crashed);
+            let others_before = baseline.other_runs(&crashed);
+            duplicated.retain(|d| {
+                let extra_elsewhere = others
+                    .get(&d.effect)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(others_before.get(&d.effect).copied().unwrap_or(0));
+                if extra_elsewhere >= d.got - d.expected {
+                    rerun_in_flight.push(d.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+        }
         Ok(CrashPoint {
             k,
             mode,
@@ -702,6 +755,7 @@ impl<W: Workflow> Harness<W> {
             site,
             duplicated,
             missing,
+            rerun_in_flight,
         })
     }
 }
@@ -710,10 +764,19 @@ impl<W: Workflow> Harness<W> {
 struct Baseline {
     output: serde_json::Value,
     counts: BTreeMap<String, usize>,
+    /// Its effect log, for the counts per run.
+    fx: SideEffects,
     effects: Vec<String>,
     checkpoints: u64,
     /// Per checkpoint number: the site's label and key.
     sites: HashMap<u64, (Option<String>, String)>,
+}
+
+impl Baseline {
+    /// [`SideEffects::counts_of_other_runs`] of the uninterrupted run.
+    fn other_runs(&self, run: &str) -> BTreeMap<String, usize> {
+        self.fx.counts_of_other_runs(run)
+    }
 }
 
 /// The effects that ran more often (first) and less often (second) than in
