@@ -19,6 +19,9 @@ use crate::names::{free_in_stmts, pat_names};
 /// A hoisted declaration.
 pub(crate) struct DeferredLocal {
     pub ident: Ident,
+    /// Assigned a borrowed value (`x = "senior"`, `x = &v`) later in the
+    /// block: a reference, which cannot be saved.
+    pub borrowed: bool,
     mutable: bool,
     ty: Option<Type>,
     attrs: Vec<syn::Attribute>,
@@ -59,10 +62,15 @@ pub(crate) fn hoist(stmts: &[Stmt]) -> Hoisted {
     let mut locals = Vec::new();
     let mut out = Vec::with_capacity(stmts.len());
     for (i, stmt) in stmts.iter().enumerate() {
-        let Some(d) = deferrable(stmt, &stmts[..i]) else {
+        let Some(mut d) = deferrable(stmt, &stmts[..i]) else {
             out.push(stmt.clone());
             continue;
         };
+        let owned_type = d
+            .ty
+            .as_ref()
+            .is_some_and(|t| !matches!(t, Type::Reference(_)));
+        d.borrowed = !owned_type && assigned_a_borrow(&d.ident.to_string(), &stmts[i + 1..]);
         locals.push(d);
     }
     Hoisted { locals, stmts: out }
@@ -105,6 +113,7 @@ fn deferrable(stmt: &Stmt, before: &[Stmt]) -> Option<DeferredLocal> {
     }
     Some(DeferredLocal {
         ident: pi.ident.clone(),
+        borrowed: false,
         mutable: pi.mutability.is_some(),
         ty,
         attrs: local.attrs.clone(),
@@ -203,21 +212,38 @@ fn diverging_macro(mac: &syn::Macro) -> bool {
 /// Whether `stmts` assign `name` as a whole (`name = ..`) anywhere outside
 /// closures.
 pub(crate) fn assigned_in(name: &str, stmts: &[Stmt]) -> bool {
+    find_assignment(name, stmts, |_| true)
+}
+
+/// Whether `stmts` assign `name` a borrowed value (a string literal, `&v`,
+/// `.as_str()`: see `syntax::yields_borrowed_value`).
+pub(crate) fn assigned_a_borrow(name: &str, stmts: &[Stmt]) -> bool {
+    find_assignment(name, stmts, super::syntax::yields_borrowed_value)
+}
+
+/// Whether `stmts` assign `name` a value for which `which` holds, anywhere
+/// outside closures.
+fn find_assignment(name: &str, stmts: &[Stmt], which: fn(&Expr) -> bool) -> bool {
     struct Finder<'a> {
         name: &'a str,
+        which: fn(&Expr) -> bool,
         found: bool,
     }
     impl<'ast> Visit<'ast> for Finder<'_> {
         fn visit_expr_assign(&mut self, a: &'ast syn::ExprAssign) {
             if let Expr::Path(p) = &*a.left {
-                self.found |= p.path.is_ident(self.name);
+                self.found |= p.path.is_ident(self.name) && (self.which)(&a.right);
             }
             syn::visit::visit_expr_assign(self, a);
         }
         fn visit_expr_closure(&mut self, _: &'ast syn::ExprClosure) {}
         fn visit_item(&mut self, _: &'ast syn::Item) {}
     }
-    let mut f = Finder { name, found: false };
+    let mut f = Finder {
+        name,
+        which,
+        found: false,
+    };
     for s in stmts {
         f.visit_stmt(s);
     }

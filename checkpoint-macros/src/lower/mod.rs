@@ -73,6 +73,9 @@ pub struct Binding {
     pub save_trait: Ident,
     /// How it is taken from checkpoints of older code (`#[migrate(..)]`).
     pub migration: Option<crate::migrate::Migration>,
+    /// A `let x;` assigned a borrowed value later: refused (once) where a
+    /// site would save it.
+    pub borrowed: bool,
 }
 
 impl Binding {
@@ -274,6 +277,7 @@ impl<'a> Lowerer<'a> {
             // One marker trait per name: it is generic over the type.
             save_trait: Ident::new(&format!("__cp_save_{base}"), Span::mixed_site()),
             migration: None,
+            borrowed: false,
         });
         self.bindings.len() - 1
     }
@@ -320,6 +324,7 @@ impl<'a> Lowerer<'a> {
         for d in &hoisted.locals {
             let id = self.new_binding(&d.ident, false, true);
             self.bindings[id].migration = d.migration();
+            self.bindings[id].borrowed = d.borrowed;
             scope.saved.push(Saved {
                 binding: id,
                 source: Source::Deferred,
@@ -694,6 +699,16 @@ impl<'a> Lowerer<'a> {
                     });
                 }
                 Source::Live => {
+                    if binding.borrowed {
+                        binding.borrowed = false; // one error per local
+                        self.errors.push(
+                            binding.ident.span(),
+                            format!(
+                                "`{name}` holds a reference (it is assigned a borrowed value: a string literal, `&..`, `.as_str()`) and is used after {describe}; a reference cannot be saved in a checkpoint: own the value (declare it `let {name}: String;` and assign `\"..\".to_owned()`), or borrow again after the checkpoint"
+                            ),
+                        );
+                        continue;
+                    }
                     if saved.hidden_by.contains(&name) {
                         self.errors.push(
                             span,
