@@ -1,6 +1,9 @@
 //! Generates the CI sample of programs into `$OUT_DIR/programs.rs` (included
 //! by `tests/fuzz.rs`). `CHECKPOINT_FUZZ_SEED`, `CHECKPOINT_FUZZ_COUNT`,
-//! `CHECKPOINT_FUZZ_SIZE` and `CHECKPOINT_FUZZ_FORMS` select the sample.
+//! `CHECKPOINT_FUZZ_SIZE` and `CHECKPOINT_FUZZ_FORMS` select the sample;
+//! `CHECKPOINT_FUZZ_START` (default 0) is the index of its first program, so
+//! that a long run of one seed can be compiled and run in batches
+//! (`long-run.sh`).
 #![forbid(unsafe_code)]
 
 #[allow(dead_code)]
@@ -30,6 +33,7 @@ fn main() {
     // Keep in sync with DEFAULT_SEED / DEFAULT_COUNT / DEFAULT_SIZE in lib.rs.
     let seed = env_num("CHECKPOINT_FUZZ_SEED", 0x5EED_2026);
     let count = env_num("CHECKPOINT_FUZZ_COUNT", 300) as usize;
+    let start = env_num("CHECKPOINT_FUZZ_START", 0) as usize;
     let size = env_num("CHECKPOINT_FUZZ_SIZE", 30) as usize;
     println!("cargo:rerun-if-env-changed=CHECKPOINT_FUZZ_FORMS");
     let spec = std::env::var("CHECKPOINT_FUZZ_FORMS").unwrap_or_default();
@@ -38,10 +42,11 @@ fn main() {
     let mut out = String::new();
     writeln!(out, "pub const SEED: u64 = {seed};").unwrap();
     writeln!(out, "pub const COUNT: usize = {count};").unwrap();
+    writeln!(out, "pub const START: usize = {start};").unwrap();
     writeln!(out, "pub const SIZE: usize = {size};").unwrap();
     writeln!(out, "pub const FORMS: &str = {:?};", forms.spec()).unwrap();
     let mut sources = String::new();
-    for i in 0..count {
+    for i in start..start + count {
         let p = gen::generate(seed, i, &forms, size);
         let src = p.render(&i.to_string());
         writeln!(
@@ -54,10 +59,10 @@ fn main() {
     writeln!(out, "pub const SOURCES: &[&str] = &[\n{sources}];").unwrap();
     writeln!(
         out,
-        "pub fn run_case(i: usize, prog: checkpoint_fuzz::gen::Program) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, String>> + Send>> {{\n    match i {{"
+        "pub fn run_case(i: usize, prog: checkpoint_fuzz::gen::Program) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<checkpoint_fuzz::Checked, String>> + Send>> {{\n    match i {{"
     )
     .unwrap();
-    for i in 0..count {
+    for i in start..start + count {
         writeln!(
             out,
             "        {i} => Box::pin(async move {{\n            let ctx = checkpoint_fuzz::PlainCtx::new(&prog.script());\n            let plain = p{i}::plain_{i}(&ctx, prog.input.clone()).await;\n            let plain = serde_json::to_value(&plain).expect(\"output is JSON\");\n            checkpoint_fuzz::check_case(p{i}::fz_{i}, &prog, plain, ctx.effects()).await\n        }}),"

@@ -26,7 +26,8 @@
 pub mod gen;
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -116,17 +117,75 @@ impl Conn {
     }
 }
 
-/// The final state of the collections, in a canonical order.
+/// The final state of the collections. The body hands the hash collections
+/// over already collected into sorted ones (`&hm.iter().map(..).collect()`):
+/// passing `&hm` itself to a helper after a checkpoint would let the helper
+/// observe the hash order, which the runtime refuses at save.
 pub fn summary(
     v: &[u64],
     q: &VecDeque<u64>,
     bm: &BTreeMap<u64, u64>,
-    hm: &HashMap<u64, u64>,
-    hs: &HashSet<u64>,
+    hm: &BTreeMap<u64, u64>,
+    hs: &BTreeSet<u64>,
 ) -> String {
-    let hm: BTreeMap<_, _> = hm.iter().collect();
-    let hs: std::collections::BTreeSet<_> = hs.iter().collect();
     format!("v={v:?} q={q:?} bm={bm:?} hm={hm:?} hs={hs:?}")
+}
+
+/// The items of `iter` in the order the runtime's order probe gives a
+/// `HashMap`/`HashSet` iterator in a workflow body (`checkpoint_runtime`'s
+/// `iteration::canonical_order`): sorted by their postcard bytes, a stable
+/// sort. The plain twin wraps the iterators of the `hash_observe` form in it,
+/// so that it computes what the workflow computes.
+pub fn canon<I>(iter: I) -> std::vec::IntoIter<I::Item>
+where
+    I: IntoIterator,
+    I::Item: Serialize,
+{
+    let mut keyed: Vec<(Vec<u8>, I::Item)> = iter
+        .into_iter()
+        .map(|item| (postcard::to_allocvec(&item).unwrap_or_default(), item))
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed
+        .into_iter()
+        .map(|(_, item)| item)
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// The first item of `hs` in its own iteration order (the `hash_helper`
+/// form: a helper the macro cannot rewrite observes the hash order).
+pub fn first_of(hs: &HashSet<u64>) -> u64 {
+    hs.iter().next().copied().unwrap_or(0)
+}
+
+/// The first key of `hm` in its own iteration order (`hash_helper`).
+pub fn first_key(hm: &HashMap<u64, u64>) -> u64 {
+    hm.keys().next().copied().unwrap_or(0)
+}
+
+/// A non-serializable resource with state (the `transient_stateful` form,
+/// in `KNOWN_FAILING`): a `#[transient]` local is rebuilt from its
+/// initializer on resume, so the bumps before the checkpoint are lost.
+pub struct Counter {
+    n: Cell<u64>,
+}
+
+impl Counter {
+    /// A counter at `start`.
+    pub fn new(start: u64) -> Self {
+        Counter {
+            n: Cell::new(start),
+        }
+    }
+    /// Adds one.
+    pub fn bump(&self) {
+        self.n.set(self.n.get().wrapping_add(1));
+    }
+    /// The count.
+    pub fn get(&self) -> u64 {
+        self.n.get()
+    }
 }
 
 /// What the plain twin gets as `ctx`: the same method names as `Ctx`, with
@@ -186,6 +245,24 @@ impl PlainCtx {
     }
 }
 
+/// What the runtime says when it refuses to save a checkpoint because a
+/// resumed run could compute something else (`Error::Inexact`). Matched by
+/// text, not by the error's variant, so that the fuzzer also builds against
+/// runtimes that predate the refusal.
+pub const REFUSAL: &str = "so that a resumed run computes what this one does";
+
+/// What [`check_case`] found on a program that passed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// Checkpoints the uninterrupted run took (each one a crash point the
+    /// harness checked); 0 when refused.
+    pub checkpoints: u64,
+    /// The runtime refused a save (the message), as the program expects:
+    /// it holds a form the macro cannot make exact
+    /// ([`gen::Program::expects_refusal`]). Nothing else was compared.
+    pub refused: Option<String>,
+}
+
 /// Runs both oracles on one program: `wf` is its workflow, `plain` and
 /// `plain_fx` the plain twin's output (as JSON) and effect log.
 pub async fn check_case<I>(
@@ -193,7 +270,7 @@ pub async fn check_case<I>(
     prog: &gen::Program,
     plain: serde_json::Value,
     plain_fx: Vec<String>,
-) -> Result<u64, String>
+) -> Result<Checked, String>
 where
     I: IntoWorkflow,
     I::Workflow: Workflow<Input = Vec<u64>>,
@@ -203,6 +280,7 @@ where
         prog.input.clone(),
         &prog.script(),
         prog.iterates_hash(),
+        prog.expects_refusal(),
         plain,
         plain_fx,
     )
@@ -211,15 +289,18 @@ where
 
 /// [`check_case`] with the program's parts spelled out (the shrinker's
 /// scratch programs call this): `script` as from [`gen::Program::script`],
-/// `unordered` compares the effect logs as multisets.
+/// `unordered` compares the effect logs as multisets, `may_refuse` accepts
+/// a refusal at save ([`REFUSAL`]); any other refusal is a failure (a false
+/// refusal of a program the macro should have made exact).
 pub async fn check_parts<I>(
     wf: I,
     input: Vec<u64>,
     script: &[(String, Vec<u64>)],
     unordered: bool,
+    may_refuse: bool,
     plain: serde_json::Value,
     plain_fx: Vec<String>,
-) -> Result<u64, String>
+) -> Result<Checked, String>
 where
     I: IntoWorkflow,
     I::Workflow: Workflow<Input = Vec<u64>>,
@@ -232,7 +313,24 @@ where
             h = h.signal(&name, &p);
         }
     }
-    let report = h.run().await.map_err(|e| format!("harness: {e}"))?;
+    let report = match h.run().await {
+        Ok(r) => r,
+        Err(e) => {
+            let e = e.to_string();
+            return if e.contains(REFUSAL) && may_refuse {
+                Ok(Checked {
+                    checkpoints: 0,
+                    refused: Some(e),
+                })
+            } else if e.contains(REFUSAL) {
+                Err(format!(
+                    "harness: refused a program with no form expected to be refused: {e}"
+                ))
+            } else {
+                Err(format!("harness: {e}"))
+            };
+        }
+    };
     let mut problems = Vec::new();
     if (report.crash_points.len() as u64) < report.checkpoints {
         problems.push(format!(
@@ -280,7 +378,10 @@ where
         ));
     }
     if problems.is_empty() {
-        Ok(report.checkpoints)
+        Ok(Checked {
+            checkpoints: report.checkpoints,
+            refused: None,
+        })
     } else {
         Err(problems.join("\n"))
     }
@@ -289,10 +390,14 @@ where
 /// The imports generated programs need (the generated module and the
 /// shrinker's scratch program start with `use checkpoint_fuzz::prelude::*;`).
 pub mod prelude {
-    pub use crate::{check, job_value, mk_job, summary, Conn, Job, PlainCtx, S};
+    pub use crate::{
+        canon, check, first_key, first_of, job_value, mk_job, summary, Conn, Counter, Job,
+        PlainCtx, S,
+    };
     pub use checkpoint_runtime::prelude::*;
     pub use checkpoint_runtime::testing::SideEffects;
-    pub use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+    pub use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+    pub use std::sync::{Arc, Mutex};
     pub use std::time::Duration;
 }
 

@@ -20,7 +20,8 @@ fn forms() -> Forms {
 #[test]
 fn sample_is_reproducible() {
     assert_eq!(programs::SOURCES.len(), programs::COUNT);
-    for (i, src) in programs::SOURCES.iter().enumerate() {
+    for (k, src) in programs::SOURCES.iter().enumerate() {
+        let i = programs::START + k;
         let p = generate(programs::SEED, i, &forms(), programs::SIZE);
         assert_eq!(&p.render(&i.to_string()), src, "program {i}");
     }
@@ -31,7 +32,7 @@ async fn generated_programs_survive_crashes_and_match_their_twins() {
     let forms = Arc::new(forms());
     let sem = Arc::new(tokio::sync::Semaphore::new(8));
     let mut set = tokio::task::JoinSet::new();
-    for i in 0..programs::COUNT {
+    for i in programs::START..programs::START + programs::COUNT {
         let prog = generate(programs::SEED, i, &forms, programs::SIZE);
         let permit = sem.clone().acquire_owned().await.expect("semaphore");
         set.spawn(async move {
@@ -44,22 +45,30 @@ async fn generated_programs_survive_crashes_and_match_their_twins() {
             (i, r)
         });
     }
+    // `CHECKPOINT_FUZZ_SHOW_REFUSED=1`: print why each refused program was.
+    let show_refused = std::env::var_os("CHECKPOINT_FUZZ_SHOW_REFUSED").is_some();
     let mut failures = Vec::new();
-    let (mut crash_points, mut with_checkpoints) = (0u64, 0usize);
+    let (mut crash_points, mut with_checkpoints, mut refused) = (0u64, 0usize, 0usize);
     while let Some(done) = set.join_next().await {
         let (i, r) = done.expect("task");
         match r {
-            Ok(n) => {
-                crash_points += n;
-                with_checkpoints += usize::from(n > 0);
+            Ok(c) => {
+                if let (Some(why), true) = (&c.refused, show_refused) {
+                    eprintln!("refused as expected: index {i}: {why}");
+                }
+                crash_points += c.checkpoints;
+                with_checkpoints += usize::from(c.checkpoints > 0);
+                refused += usize::from(c.refused.is_some());
             }
             Err(e) => failures.push((i, e)),
         }
     }
     eprintln!(
-        "{} programs (seed {}), {with_checkpoints} took checkpoints, {crash_points} crash points checked",
+        "{} programs (seed {}, first index {}), {with_checkpoints} took checkpoints, {crash_points} crash points checked, {refused} refused as expected, {} failed",
         programs::COUNT,
-        programs::SEED
+        programs::SEED,
+        programs::START,
+        failures.len()
     );
     failures.sort();
     for (i, e) in &failures {
@@ -67,7 +76,7 @@ async fn generated_programs_survive_crashes_and_match_their_twins() {
             "=== FAILED: seed {} index {i} (forms {}) ===\n{e}\n--- program ---\n{}\n--- shrink with: cargo run -p checkpoint-fuzz --bin shrink -- --seed {} --index {i} ---\n",
             programs::SEED,
             programs::FORMS,
-            programs::SOURCES[*i],
+            programs::SOURCES[*i - programs::START],
             programs::SEED,
         );
     }
@@ -79,9 +88,10 @@ async fn generated_programs_survive_crashes_and_match_their_twins() {
         programs::SEED,
         failures.iter().map(|(i, _)| *i).collect::<Vec<_>>()
     );
-    // The sample exercises the harness: most programs checkpoint.
+    // The sample exercises the harness: most programs checkpoint (a refused
+    // program was refused at a checkpoint's save).
     assert!(
-        with_checkpoints * 10 >= programs::COUNT * 7,
+        (with_checkpoints + refused) * 10 >= programs::COUNT * 7,
         "only {with_checkpoints} of {} programs took a checkpoint",
         programs::COUNT
     );

@@ -171,13 +171,14 @@ impl Scratch {
              let ctx = PlainCtx::new(&script);\n    \
              let plain = plain_x(&ctx, input.clone()).await;\n    \
              let plain = serde_json::to_value(&plain).unwrap();\n    \
-             match checkpoint_fuzz::check_parts(fz_x, input, &script, {}, plain, ctx.effects()).await {{\n        \
-             Ok(n) => println!(\"FUZZ-OK {{n}} checkpoints\"),\n        \
+             match checkpoint_fuzz::check_parts(fz_x, input, &script, {}, {}, plain, ctx.effects()).await {{\n        \
+             Ok(c) => println!(\"FUZZ-OK {{}} checkpoints{{}}\", c.checkpoints, if c.refused.is_some() {{ \" (refused)\" }} else {{ \"\" }}),\n        \
              Err(e) => {{ println!(\"FUZZ-FAIL\\n{{e}}\"); std::process::exit(3) }}\n    }}\n}}\n",
             p.render("x"),
             p.input,
             format_script(&script),
             p.iterates_hash(),
+            p.expects_refusal(),
         );
         std::fs::write(self.dir.join("src/main.rs"), src).expect("scratch main.rs");
     }
