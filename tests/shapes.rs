@@ -327,3 +327,68 @@ async fn transient_closure_and_borrowing_transient() {
     assert_eq!(out["rust async"], 21);
     assert_eq!(out["python"], 0);
 }
+
+// 9. Issue 32, item 6: an agent loop that moves the reply into the history
+// inside an arm of `match &reply`, then checkpoints. The scrutinee cannot
+// be evaluated again on resume (the reply is gone), nor before the split
+// (its borrow would cross it): the arm is entered by its site. Rejected by
+// rustc (E0382) before.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+enum Reply {
+    Assistant { content: String, done: bool },
+    Tool { name: String },
+}
+
+#[workflow]
+async fn agent_turns(ctx: &Ctx, replies: Vec<Reply>) -> Result<(String, usize), String> {
+    let mut messages: Vec<Reply> = Vec::new();
+    let mut turn = 0;
+    loop {
+        let reply = replies[turn % replies.len()].clone();
+        turn += 1;
+        match &reply {
+            Reply::Assistant { content, done } if *done => {
+                let answer = content.clone();
+                ctx.resource::<SideEffects>()
+                    .record(format!("answer {turn}"));
+                messages.push(reply);
+                checkpoint!("answered");
+                return Ok((answer, messages.len()));
+            }
+            Reply::Tool { name } => {
+                ctx.resource::<SideEffects>()
+                    .record(format!("tool {name} {turn}"));
+                messages.push(reply);
+                checkpoint!("tool_called");
+            }
+            _ => {
+                messages.push(reply);
+                checkpoint!("stepped");
+            }
+        }
+        if turn > 10 {
+            return Err("no answer".into());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reply_moved_in_an_arm_of_match_on_its_reference_resumes_exactly() {
+    let replies = vec![
+        Reply::Tool { name: "search".into() },
+        Reply::Assistant {
+            content: "thinking".into(),
+            done: false,
+        },
+        Reply::Tool { name: "fetch".into() },
+        Reply::Assistant {
+            content: "42".into(),
+            done: true,
+        },
+    ];
+    let out = Harness::new(agent_turns)
+        .input(replies)
+        .assert_exact()
+        .await;
+    assert_eq!(out, Ok(("42".to_owned(), 4)));
+}

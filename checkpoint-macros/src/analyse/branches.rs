@@ -123,17 +123,51 @@ pub(crate) fn carried_bindings(pats: &[&Pat], body: &Expr, ctx: Option<&Ident>) 
         .collect()
 }
 
-/// A `match` is resumed by evaluating its scrutinee again (instead of
-/// restoring the arm's bindings) when the scrutinee and guards are pure and
-/// the arms bind references: the scrutinee is borrowed (`&x`, `x.as_ref()`, a
-/// local holding a re-derived reference) or a pattern says `ref`. Bindings
-/// that move out of an owned scrutinee are restored instead.
-pub(crate) fn match_rederives(m: &syn::ExprMatch, refs: &NameSet) -> bool {
-    is_pure(&m.expr)
+/// How a resumed run re-enters an `if` chain or a `match` around its site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reentry {
+    /// The head is evaluated before the split on the normal path; on resume
+    /// the arm holding the site is entered with its bindings restored from
+    /// the checkpoint.
+    Restore,
+    /// The head is pure and borrows: it is evaluated after the merge on both
+    /// paths, which re-derives the arm's reference bindings on resume.
+    Rederive,
+    /// The head borrows a local that an arm with a site moves (`match &reply
+    /// { .. => { messages.push(reply); checkpoint!(); .. } }`): on resume the
+    /// local is gone, so the head cannot be evaluated again, and evaluated
+    /// before the split its borrow would cross the merge. It is evaluated
+    /// after the merge on the normal path only; on resume the arm holding
+    /// the site is entered directly, its bindings unbound (what it reads
+    /// after the site is saved there, and a reference is refused).
+    BySite,
+}
+
+/// How a `match` is re-entered. Re-derived when the scrutinee and guards are
+/// pure and the arms bind references: the scrutinee is borrowed (`&x`,
+/// `x.as_ref()`, a local holding a re-derived reference) or a pattern says
+/// `ref`; entered by site instead when an arm with a site moves a local the
+/// scrutinee reads. Bindings that move out of an owned scrutinee are
+/// restored.
+pub(crate) fn match_reentry(m: &syn::ExprMatch, refs: &NameSet) -> Reentry {
+    let borrows = is_pure(&m.expr)
         && m.arms
             .iter()
             .all(|a| a.guard.as_ref().is_none_or(|(_, g)| is_pure(g)))
-        && (yields_reference(&m.expr, refs) || m.arms.iter().any(|a| binds_by_ref(&a.pat)))
+        && (yields_reference(&m.expr, refs) || m.arms.iter().any(|a| binds_by_ref(&a.pat)));
+    if !borrows {
+        return Reentry::Restore;
+    }
+    let read = free_in_expr(&m.expr);
+    let moves_scrutinee = m.arms.iter().any(|a| {
+        sites::sites_in_expr(&a.body).is_some()
+            && read.iter().any(|n| super::syntax::moves_local(n, &a.body))
+    });
+    if moves_scrutinee {
+        Reentry::BySite
+    } else {
+        Reentry::Rederive
+    }
 }
 
 /// The same for an `if let` chain: every condition pure, and every `let`

@@ -14,7 +14,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::{Expr, Ident, Pat, Stmt};
 
-use super::branches::{if_arms, if_conditions, if_rederives, match_rederives};
+use super::branches::{if_arms, if_conditions, if_rederives, match_reentry, Reentry};
 use super::deferred;
 use super::syntax::{self, strip_parens};
 use crate::names::{
@@ -50,11 +50,22 @@ pub(crate) struct SplitPlan {
 }
 
 impl SplitPlan {
-    /// Whether a handed-over local is assigned again after the split
-    /// (`state = match state { .. }`): dead at some sites, where a
-    /// placeholder holds its place (see `lower`'s `Source::Placeholder`).
+    /// Whether a handed-over local may be dead at some sites after the split:
+    /// assigned again (`state = match state { .. }`), or moved by the split
+    /// statement (`match &reply { .. => { messages.push(reply); checkpoint!()
+    /// } }`). Where it is dead a placeholder holds its place (see `lower`'s
+    /// `Source::Placeholder`).
     pub fn reassigned(&self, stmts: &[Stmt], v: &Visible) -> bool {
-        v.binding.mutable && deferred::assigned_in(&v.binding.ident.to_string(), &stmts[self.at..])
+        let name = v.binding.ident.to_string();
+        let moved = match &stmts[self.at] {
+            Stmt::Expr(e, _) => syntax::moves_local(&name, e),
+            Stmt::Local(l) => l
+                .init
+                .as_ref()
+                .is_some_and(|i| syntax::moves_local(&name, &i.expr)),
+            _ => false,
+        };
+        moved || (v.binding.mutable && deferred::assigned_in(&name, &stmts[self.at..]))
     }
 }
 
@@ -267,7 +278,9 @@ fn post_merge_free_expr(expr: &Expr, refs: &NameSet) -> NameSet {
                         .filter(move |n| !bound.contains(n))
                 })
                 .collect();
-            if match_rederives(m, refs) {
+            // Re-derived or entered by site, the scrutinee and guards are
+            // evaluated after the merge.
+            if match_reentry(m, refs) != Reentry::Restore {
                 out.extend(free_in_expr(&m.expr));
                 for a in &m.arms {
                     if let Some((_, g)) = &a.guard {

@@ -178,6 +178,59 @@ pub(crate) fn is_pure(expr: &Expr) -> bool {
     }
 }
 
+/// Whether `expr` may move local `name` out (a bare `name` passed, pushed,
+/// returned or bound by value), outside closures. Uses that only borrow it
+/// (a method's receiver, a field or index base, `&name`, a comparison, a
+/// macro's arguments) do not count; a `Copy` local used by value does, which
+/// only makes the caller more careful.
+pub(crate) fn moves_local(name: &str, expr: &Expr) -> bool {
+    use syn::visit::{self, Visit};
+    struct Mover<'a> {
+        name: &'a str,
+        found: bool,
+    }
+    impl Mover<'_> {
+        fn is_name(&self, e: &Expr) -> bool {
+            matches!(strip_parens(e), Expr::Path(p) if p.qself.is_none() && p.path.is_ident(self.name))
+        }
+    }
+    impl<'ast> Visit<'ast> for Mover<'_> {
+        fn visit_expr(&mut self, e: &'ast Expr) {
+            match e {
+                Expr::Path(p) if p.qself.is_none() && p.path.is_ident(self.name) => self.found = true,
+                Expr::MethodCall(m) => {
+                    if !self.is_name(&m.receiver) {
+                        self.visit_expr(&m.receiver);
+                    }
+                    m.args.iter().for_each(|a| self.visit_expr(a));
+                }
+                Expr::Field(f) if self.is_name(&f.base) => {}
+                Expr::Index(i) => {
+                    if !self.is_name(&i.expr) {
+                        self.visit_expr(&i.expr);
+                    }
+                    self.visit_expr(&i.index);
+                }
+                Expr::Reference(r) if self.is_name(&r.expr) => {}
+                Expr::Binary(b) if self.is_name(&b.left) || self.is_name(&b.right) => {
+                    for side in [&b.left, &b.right] {
+                        if !self.is_name(side) {
+                            self.visit_expr(side);
+                        }
+                    }
+                }
+                Expr::Closure(_) | Expr::Macro(_) => {}
+                _ => visit::visit_expr(self, e),
+            }
+        }
+        fn visit_stmt_macro(&mut self, _: &'ast syn::StmtMacro) {}
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+    }
+    let mut m = Mover { name, found: false };
+    m.visit_expr(expr);
+    m.found
+}
+
 pub(crate) fn strip_parens(expr: &Expr) -> &Expr {
     match expr {
         Expr::Paren(p) => strip_parens(&p.expr),

@@ -7,7 +7,7 @@ use quote::{format_ident, quote};
 use syn::{Block, Expr, Ident};
 
 use super::{binding_pat, clean_expr, frame_ident, rt, Lowerer, Scope, Split};
-use crate::analyse::branches::Arm;
+use crate::analyse::branches::{Arm, Reentry};
 use crate::names::{free_in_expr, NameSet};
 
 /// The enum a lowered `if` / `match` carries its chosen arm's bindings in,
@@ -53,9 +53,10 @@ impl Lowerer<'_> {
         &mut self,
         scrutinee: Option<&Expr>,
         arms: Vec<Arm>,
-        rederive: bool,
+        reentry: Reentry,
         scope: &Scope,
     ) -> Split {
+        let rederive = reentry == Reentry::Rederive;
         let frame = frame_ident();
         let ident = Ident::new(
             &format!("__CpArms{}", self.fresh("arms")),
@@ -63,8 +64,26 @@ impl Lowerer<'_> {
         );
         let arms_enum = ArmsEnum::new(ident, arms.len());
         let normal_head = arms_head(scrutinee, &arms, &arms_enum, rederive);
-        let (resume_arms, post_arms) = self.arm_bodies(&arms, &arms_enum, rederive, scope);
+        let by_site = reentry == Reentry::BySite;
+        let (resume_arms, post_arms) =
+            self.arm_bodies(&arms, &arms_enum, rederive, by_site, scope);
         let items = arms_enum.item.clone();
+        if by_site {
+            let h = Ident::new("__cp_entered", Span::mixed_site());
+            let post = quote! {{
+                let #h = match #frame.target() {
+                    #(#resume_arms)*
+                    _ => #normal_head,
+                };
+                match #h { #(#post_arms)* }
+            }};
+            return Split {
+                items,
+                normal_head: quote!(()),
+                resume_head: quote!(()),
+                post,
+            };
+        }
         if rederive {
             let post = rederived_post(&arms, &arms_enum, normal_head, post_arms);
             Split {
@@ -91,6 +110,7 @@ impl Lowerer<'_> {
         arms: &[Arm],
         arms_enum: &ArmsEnum,
         rederive: bool,
+        by_site: bool,
         scope: &Scope,
     ) -> (Vec<TokenStream>, Vec<TokenStream>) {
         let last_site_arm = arms.iter().rposition(|a| a.sites.is_some());
@@ -133,7 +153,8 @@ impl Lowerer<'_> {
                 );
             }
             let (first, last) = (range.first, range.last);
-            let pattern = if Some(i) == last_site_arm {
+            // Entered by site, the head's last arm is the normal path's.
+            let pattern = if Some(i) == last_site_arm && !by_site {
                 quote!(_)
             } else {
                 quote!(::core::option::Option::Some(#first..=#last))

@@ -44,7 +44,9 @@ pub(crate) mod canonical;
 mod loops;
 mod scrutinee;
 
-use crate::analyse::branches::{if_arms, if_conditions, if_rederives, match_arms, match_rederives};
+use crate::analyse::branches::{
+    if_arms, if_conditions, if_rederives, match_arms, match_reentry, Reentry,
+};
 use crate::analyse::liveness::{self, ContFrame};
 use crate::analyse::split::{self, direct_site, site_with_postfix, Visible};
 use crate::analyse::{deferred, order, syntax};
@@ -790,8 +792,11 @@ impl<'a> Lowerer<'a> {
                     return self.misplaced(r, i.span());
                 }
                 let arms = if_arms(i);
-                let rederive = if_rederives(i, &scope.ref_locals);
-                self.lower_arms(None, arms, rederive, scope)
+                let reentry = match if_rederives(i, &scope.ref_locals) {
+                    true => Reentry::Rederive,
+                    false => Reentry::Restore,
+                };
+                self.lower_arms(None, arms, reentry, scope)
             }
             Expr::Match(m) => {
                 if let Some(r) = sites::sites_in_expr(&m.expr) {
@@ -808,7 +813,7 @@ impl<'a> Lowerer<'a> {
                 self.lower_arms(
                     Some(&m.expr),
                     arms,
-                    match_rederives(m, &scope.ref_locals),
+                    match_reentry(m, &scope.ref_locals),
                     scope,
                 )
             }
