@@ -81,6 +81,17 @@ pub enum Error {
         status: String,
     },
 
+    /// A signal sent to a run that has ended: it would never be read.
+    #[error("run `{run}` is {status}: it takes no more signals (`{signal}` was not stored)")]
+    RunEnded {
+        /// The run id.
+        run: String,
+        /// Its status, as text.
+        status: String,
+        /// The signal's name.
+        signal: String,
+    },
+
     /// A run id (or signal name) was rejected.
     #[error("invalid id `{id}`: {reason}")]
     InvalidId {

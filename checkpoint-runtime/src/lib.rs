@@ -71,6 +71,8 @@
 //!   otherwise.
 //! - **Signals** ([`Runtime::signal`]) are stored as JSON and kept until a
 //!   `ctx.wait_for` of that name consumes them, oldest first, each exactly once.
+//!   A signal to a run that has ended is refused ([`Error::RunEnded`],
+//!   naming its status), never stored to wait forever.
 //!   A payload that does not decode as the awaited type is rejected (an
 //!   [`Event::SignalRejected`] in the history) and the run keeps waiting.
 //! - **Timers** (`ctx.sleep`, `ctx.wait_for_timeout`) are durable: the run is

@@ -261,6 +261,9 @@ impl Runtime {
     /// let h = rt.start(vendor, "vendor-42", "acme".into()).await?;
     /// rt.signal("vendor-42", "finance_approval", &Approval { approved: true, reason: None }).await?;
     /// assert!(h.result().await?);
+    /// // The run has ended: a signal to it would never be read.
+    /// let late = rt.signal("vendor-42", "finance_approval", &Approval { approved: false, reason: None });
+    /// assert!(matches!(late.await, Err(Error::RunEnded { .. })));
     /// # Ok(()) }
     /// ```
     pub async fn signal<T: Serialize + ?Sized>(

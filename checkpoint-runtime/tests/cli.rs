@@ -352,6 +352,36 @@ async fn history_lists_events() {
     assert_eq!(saved, [&json!(1), &json!(2), &json!(3)]);
 }
 
+/// Issue 34, item 6: a signal to a run that has ended was stored (exit 0)
+/// and never read; it is refused naming the run's status.
+#[tokio::test]
+async fn a_signal_to_a_finished_run_is_refused_naming_its_status() {
+    let f = Fixture::new().await;
+    f.ok(&[
+        "signal",
+        "vendor-42",
+        "finance_approval",
+        r#"{"approved": true, "by": "ada"}"#,
+    ]);
+    f.rt.run_until_idle().await.unwrap();
+    assert_eq!(f.rt.status("vendor-42").await.unwrap(), Status::Completed);
+    let err = f.fails(
+        1,
+        &[
+            "signal",
+            "vendor-42",
+            "finance_approval",
+            r#"{"approved": false, "by": "bob"}"#,
+        ],
+    );
+    assert!(
+        err.contains("vendor-42") && err.contains("completed") && err.contains("no more signals"),
+        "{err}"
+    );
+    let history = f.ok(&["history", "vendor-42"]);
+    assert_eq!(history.matches("signal `finance_approval` stored").count(), 1, "{history}");
+}
+
 #[tokio::test]
 async fn signal_delivers_the_payload() {
     let f = Fixture::new().await;

@@ -42,7 +42,8 @@ impl ApiError {
 /// The status code of a runtime error: 404 for what does not exist, 400 for
 /// a malformed id, 422 for a payload the waiting site cannot decode, 409 for
 /// a request the run's state refuses (an existing id, a run that is not
-/// retryable, a damaged or incompatible checkpoint), 503 for a store that
+/// retryable, a signal to a run that has ended, a damaged or incompatible
+/// checkpoint), 503 for a store that
 /// fails, 500 for the rest.
 pub(crate) fn status_of(e: &Error) -> StatusCode {
     match e {
@@ -51,6 +52,7 @@ pub(crate) fn status_of(e: &Error) -> StatusCode {
         Error::SignalPayload { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         Error::AlreadyExists { .. }
         | Error::NotRetryable { .. }
+        | Error::RunEnded { .. }
         | Error::WorkflowMismatch { .. }
         | Error::Incompatible { .. }
         | Error::Decode { .. }
@@ -109,6 +111,14 @@ mod tests {
             status_of(&Error::NotRetryable {
                 run: run(),
                 status: "completed".into()
+            }),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status_of(&Error::RunEnded {
+                run: run(),
+                status: "completed".into(),
+                signal: "approval".into()
             }),
             StatusCode::CONFLICT
         );

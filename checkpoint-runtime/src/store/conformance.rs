@@ -80,6 +80,7 @@ macro_rules! conformance_tests {
             retry_makes_a_failed_run_runnable_from_its_latest_checkpoint,
             fork_copies_a_checkpoint,
             each_runnable_run_is_claimed_and_no_other,
+            a_signal_to_an_ended_run_is_refused_and_not_stored,
         );
         $crate::store::conformance::conformance_tests!(@fixture_tests [$attr] $open;
             reject_signal_without_its_checkpoint_changes_nothing,
@@ -762,6 +763,36 @@ pub(crate) fn finish_completes_the_run(store: &dyn Store) {
     let err = block_on(store.save_checkpoint(&c.lease, cp("r", 1), None)).unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
     assert!(!block_on(store.cancel("r")).unwrap());
+}
+
+/// Issue 34, item 6: a signal to a run that has ended was stored and never
+/// read; it is refused naming the run's status, and nothing is written.
+pub(crate) fn a_signal_to_an_ended_run_is_refused_and_not_stored(store: &dyn Store) {
+    new_run(store, "done");
+    let c = claim_one(store, "a", "a1");
+    let outcome = Outcome::Completed {
+        output: Arc::from(&b"1"[..]),
+        error: None,
+    };
+    block_on(store.finish("done", &c.lease, outcome)).unwrap();
+    new_run(store, "gone");
+    assert!(block_on(store.cancel("gone")).unwrap());
+    for (id, status) in [("done", "completed"), ("gone", "cancelled")] {
+        let before = events(store, id);
+        let err = block_on(store.put_signal(id, "approval", b"true".to_vec())).unwrap_err();
+        assert!(
+            matches!(&err, Error::RunEnded { run, status: s, signal } if run == id && s == status && signal == "approval"),
+            "{err:?}"
+        );
+        assert!(block_on(store.pending_signals(id)).unwrap().is_empty());
+        assert_eq!(events(store, id), before, "no event for a refused signal");
+    }
+    // A run that has not ended still takes it; an unknown run is named.
+    new_run(store, "open");
+    block_on(store.put_signal("open", "approval", b"true".to_vec())).unwrap();
+    assert_eq!(block_on(store.pending_signals("open")).unwrap().len(), 1);
+    let err = block_on(store.put_signal("nope", "approval", b"1".to_vec())).unwrap_err();
+    assert!(matches!(err, Error::UnknownRun { .. }), "{err:?}");
 }
 
 pub(crate) fn retry_makes_a_failed_run_runnable_from_its_latest_checkpoint(store: &dyn Store) {

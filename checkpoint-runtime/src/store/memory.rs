@@ -549,17 +549,9 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
-        e.signals.push_back(SignalRecord {
-            name: name.to_owned(),
-            payload: payload.into(),
-            received_at: now,
-        });
-        e.event(
-            now,
-            Event::SignalReceived {
-                name: name.to_owned(),
-            },
-        );
+        let (signal, event) = rules::accept_signal(&e.rec, name, payload, now)?;
+        e.signals.push_back(signal);
+        e.event(now, event);
         drop(st);
         self.bump();
         Ok(())

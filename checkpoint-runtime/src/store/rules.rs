@@ -408,6 +408,34 @@ pub(crate) fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> 
     event
 }
 
+/// A signal sent to run `rec`: the record to queue and the history event,
+/// or why it is refused. A run that has ended (completed, failed, cancelled)
+/// consumes no more signals: one sent to it would be stored and never read,
+/// so it is refused naming the run's status, on every store and client.
+pub(crate) fn accept_signal(
+    rec: &RunRecord,
+    name: &str,
+    payload: Vec<u8>,
+    now: SystemTime,
+) -> Result<(SignalRecord, Event), Error> {
+    if rec.state.is_terminal() {
+        return Err(Error::RunEnded {
+            run: rec.id.clone(),
+            status: rec.status().to_string(),
+            signal: name.to_owned(),
+        });
+    }
+    let signal = SignalRecord {
+        name: name.to_owned(),
+        payload: payload.into(),
+        received_at: now,
+    };
+    let event = Event::SignalReceived {
+        name: name.to_owned(),
+    };
+    Ok((signal, event))
+}
+
 /// Retry: a failed run (stopped by the runtime, or whose workflow returned
 /// `Err`) or a parked one becomes `Ready` from its latest checkpoint, as a
 /// new attempt (its wake value, a signal it consumed, stays for the resume).

@@ -575,16 +575,23 @@ impl PostgresStore {
     ) -> Result<(), Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
-        must_exist(&mut cx, id).await?;
+        // Locked against a finish that would otherwise end the run between
+        // this check and the insert.
+        let rec = lock_run(&mut cx, id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
+        let (signal, received) = rules::accept_signal(&rec, name, payload.to_vec(), now)?;
         cx.execute(
             "INSERT INTO cp_signals (run, name, payload, received_at) VALUES ($1, $2, $3, $4)",
-            &[&id, &scrub(name), &payload, &ts(now)],
+            &[
+                &id,
+                &scrub(&signal.name),
+                &&signal.payload[..],
+                &ts(signal.received_at),
+            ],
         )
         .await?;
-        let received = Event::SignalReceived {
-            name: name.to_owned(),
-        };
         history::insert(&mut cx, id, now, &received).await?;
         notify::notify(&mut cx, &self.schema).await?;
         cx.commit().await?;

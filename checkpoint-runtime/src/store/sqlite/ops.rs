@@ -475,21 +475,23 @@ pub(super) fn ord_of(cx: &TxnCtx<'_>, id: &str) -> R<i64> {
 }
 
 pub(super) fn op_put_signal(cx: &mut TxnCtx<'_>, id: &str, name: &str, payload: &[u8]) -> R<()> {
-    let ord = ord_of(cx, id)?;
-    cx.begin()?;
+    let head = cx.head(id)?;
     let now = SystemTime::now();
+    let (signal, event) = rules::accept_signal(&head.rec, name, payload.to_vec(), now)?;
+    let ord = head.ord;
+    cx.put(Arc::from(id), head);
+    cx.begin()?;
     cx.conn
         .prepare_cached(
             "INSERT INTO signals (run, name, payload, received_at) VALUES (?1, ?2, ?3, ?4)",
         )?
-        .execute(params![ord, name, payload, ts(now)])?;
-    cx.event(
-        ord,
-        now,
-        &Event::SignalReceived {
-            name: name.to_owned(),
-        },
-    )?;
+        .execute(params![
+            ord,
+            signal.name,
+            &signal.payload[..],
+            ts(signal.received_at)
+        ])?;
+    cx.event(ord, now, &event)?;
     cx.bump = true;
     Ok(())
 }
