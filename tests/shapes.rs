@@ -375,12 +375,16 @@ async fn agent_turns(ctx: &Ctx, replies: Vec<Reply>) -> Result<(String, usize), 
 #[tokio::test]
 async fn a_reply_moved_in_an_arm_of_match_on_its_reference_resumes_exactly() {
     let replies = vec![
-        Reply::Tool { name: "search".into() },
+        Reply::Tool {
+            name: "search".into(),
+        },
         Reply::Assistant {
             content: "thinking".into(),
             done: false,
         },
-        Reply::Tool { name: "fetch".into() },
+        Reply::Tool {
+            name: "fetch".into(),
+        },
         Reply::Assistant {
             content: "42".into(),
             done: true,

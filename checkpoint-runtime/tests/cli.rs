@@ -379,7 +379,11 @@ async fn a_signal_to_a_finished_run_is_refused_naming_its_status() {
         "{err}"
     );
     let history = f.ok(&["history", "vendor-42"]);
-    assert_eq!(history.matches("signal `finance_approval` stored").count(), 1, "{history}");
+    assert_eq!(
+        history.matches("signal `finance_approval` stored").count(),
+        1,
+        "{history}"
+    );
 }
 
 #[tokio::test]

@@ -66,10 +66,9 @@ pub(crate) fn hoist(stmts: &[Stmt]) -> Hoisted {
             out.push(stmt.clone());
             continue;
         };
-        let owned_type = d
-            .ty
-            .as_ref()
-            .is_some_and(|t| !matches!(t, Type::Reference(_)));
+        let owned_type =
+            d.ty.as_ref()
+                .is_some_and(|t| !matches!(t, Type::Reference(_)));
         d.borrowed = !owned_type && assigned_a_borrow(&d.ident.to_string(), &stmts[i + 1..]);
         locals.push(d);
     }

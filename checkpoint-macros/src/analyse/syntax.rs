@@ -197,7 +197,9 @@ pub(crate) fn moves_local(name: &str, expr: &Expr) -> bool {
     impl<'ast> Visit<'ast> for Mover<'_> {
         fn visit_expr(&mut self, e: &'ast Expr) {
             match e {
-                Expr::Path(p) if p.qself.is_none() && p.path.is_ident(self.name) => self.found = true,
+                Expr::Path(p) if p.qself.is_none() && p.path.is_ident(self.name) => {
+                    self.found = true
+                }
                 Expr::MethodCall(m) => {
                     if !self.is_name(&m.receiver) {
                         self.visit_expr(&m.receiver);

@@ -65,8 +65,7 @@ impl Lowerer<'_> {
         let arms_enum = ArmsEnum::new(ident, arms.len());
         let normal_head = arms_head(scrutinee, &arms, &arms_enum, rederive);
         let by_site = reentry == Reentry::BySite;
-        let (resume_arms, post_arms) =
-            self.arm_bodies(&arms, &arms_enum, rederive, by_site, scope);
+        let (resume_arms, post_arms) = self.arm_bodies(&arms, &arms_enum, rederive, by_site, scope);
         let items = arms_enum.item.clone();
         if by_site {
             let h = Ident::new("__cp_entered", Span::mixed_site());
