@@ -91,10 +91,12 @@ impl SimulatedCrash {
 /// ```
 #[derive(Clone, Default)]
 pub struct SideEffects {
-    /// Each effect, with the run whose execution recorded it (`None`
-    /// outside one).
-    log: Arc<Mutex<Vec<(Option<Arc<str>>, String)>>>,
+    log: Arc<Mutex<Vec<Recorded>>>,
 }
+
+/// One recorded effect, with the run whose execution recorded it (`None`
+/// outside one).
+type Recorded = (Option<Arc<str>>, String);
 
 impl std::fmt::Debug for SideEffects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
