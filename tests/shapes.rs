@@ -396,3 +396,55 @@ async fn a_reply_moved_in_an_arm_of_match_on_its_reference_resumes_exactly() {
         .await;
     assert_eq!(out, Ok(("42".to_owned(), 4)));
 }
+
+// 10. Issue 32, item 10: `match &mut phase` with a checkpoint in an arm
+// whose `&mut` bindings are used after it. The checkpoint saves `phase`
+// while they borrow it: rustc refused it (E0502, four times). The arm's
+// code after the site now matches again, with fresh bindings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+enum Phase {
+    Running { attempts: u32, log: Vec<String> },
+    Done,
+}
+
+#[workflow]
+async fn attempts(ctx: &Ctx, n: u32) -> Phase {
+    let mut phase = Phase::Running {
+        attempts: 0,
+        log: vec![],
+    };
+    for i in 0..n {
+        match &mut phase {
+            Phase::Running { attempts, log } => {
+                *attempts += 1;
+                fx(ctx).record(format!("try {i}"));
+                checkpoint!("attempted");
+                log.push(format!("attempt {attempts}"));
+                checkpoint!("logged");
+                if *attempts == 3 {
+                    log.push("giving up".into());
+                }
+            }
+            Phase::Done => {}
+        }
+    }
+    phase
+}
+
+#[tokio::test]
+async fn mut_bindings_of_a_match_on_a_mut_borrow_live_across_checkpoints() {
+    let out = Harness::new(attempts).input(4).assert_exact().await;
+    assert_eq!(
+        out,
+        Phase::Running {
+            attempts: 4,
+            log: vec![
+                "attempt 1".into(),
+                "attempt 2".into(),
+                "attempt 3".into(),
+                "giving up".into(),
+                "attempt 4".into()
+            ]
+        }
+    );
+}

@@ -8,7 +8,7 @@ use syn::{Block, Expr, Ident};
 
 use super::{binding_pat, clean_expr, frame_ident, rt, Lowerer, Scope, Split};
 use crate::analyse::branches::{Arm, Reentry};
-use crate::names::{free_in_expr, NameSet};
+use crate::names::{free_in_expr, free_in_stmts, NameSet};
 
 /// The enum a lowered `if` / `match` carries its chosen arm's bindings in,
 /// from the head to the post: one variant per arm.
@@ -172,6 +172,79 @@ impl Lowerer<'_> {
         }
         (resume_arms, post_arms)
     }
+}
+
+/// `match &mut x { Pat { a, b } => { *a += 1; checkpoint!(); b.push(..) } }`:
+/// the checkpoint saves `x` while `a` and `b` borrow it mutably and are used
+/// after it, which rustc refuses (E0502). An arm of a re-derived `match` on
+/// a `&mut` borrow, without a guard, gets its statements after each
+/// top-level site that still read its bindings wrapped in the same `match`
+/// again, so that the old borrows end before the site and the rest of the
+/// arm uses fresh ones, on the uninterrupted path and after a resume alike
+/// (nothing between the site and the re-match can change what the pattern
+/// matches while the old bindings are live, so it matches again; if it does
+/// not, the run halts as diverged rather than go on).
+pub(super) fn rebind_after_sites(m: &syn::ExprMatch) -> syn::ExprMatch {
+    let mut m = m.clone();
+    if !matches!(crate::analyse::syntax::strip_parens(&m.expr), Expr::Reference(r) if r.mutability.is_some())
+    {
+        return m;
+    }
+    let scrutinee = (*m.expr).clone();
+    for arm in &mut m.arms {
+        if arm.guard.is_some() {
+            continue;
+        }
+        let bound: NameSet = crate::names::pat_names(&arm.pat);
+        if bound.is_empty() {
+            continue;
+        }
+        let mut block: Block = match &*arm.body {
+            Expr::Block(b) if b.label.is_none() => b.block.clone(),
+            _ => continue,
+        };
+        if rebind_block(&mut block, &arm.pat, &scrutinee, &bound) {
+            arm.body = Box::new(Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block,
+            }));
+        }
+    }
+    m
+}
+
+/// Wraps what follows the first top-level site of `block` that reads
+/// `bound` in `match scrutinee { pat => { .. } }`, recursively; whether
+/// anything changed.
+fn rebind_block(block: &mut Block, pat: &syn::Pat, scrutinee: &Expr, bound: &NameSet) -> bool {
+    let Some(k) = block.stmts.iter().enumerate().position(|(k, s)| {
+        crate::sites::sites_in_stmt(s).is_some()
+            && free_in_stmts(&block.stmts[k + 1..])
+                .iter()
+                .any(|n| bound.contains(n))
+    }) else {
+        return false;
+    };
+    let rest = block.stmts.split_off(k + 1);
+    let mut inner = Block {
+        brace_token: Default::default(),
+        stmts: rest,
+    };
+    rebind_block(&mut inner, pat, scrutinee, bound);
+    let (frame, rt) = (frame_ident(), rt());
+    let rematch: Expr = syn::parse_quote! {
+        match #scrutinee {
+            #pat => #inner,
+            #[allow(unreachable_patterns)]
+            _ => match #frame.halt(#rt::diverged(
+                &#frame,
+                "the `match` around the site no longer matched its arm's pattern after the checkpoint",
+            )).await {},
+        }
+    };
+    block.stmts.push(syn::Stmt::Expr(rematch, None));
+    true
 }
 
 /// The normal path's head: the original `match` / `if` chain, each arm

@@ -809,13 +809,17 @@ impl<'a> Lowerer<'a> {
                 {
                     return self.misplaced(r, m.span());
                 }
+                let reentry = match_reentry(m, &scope.ref_locals);
+                let rebound;
+                let m = match reentry {
+                    Reentry::Rederive => {
+                        rebound = branches::rebind_after_sites(m);
+                        &rebound
+                    }
+                    _ => m,
+                };
                 let arms = match_arms(m, self.ctx);
-                self.lower_arms(
-                    Some(&m.expr),
-                    arms,
-                    match_reentry(m, &scope.ref_locals),
-                    scope,
-                )
+                self.lower_arms(Some(&m.expr), arms, reentry, scope)
             }
             _ => self.misplaced(range, expr.span()),
         }
