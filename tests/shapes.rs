@@ -448,3 +448,38 @@ async fn mut_bindings_of_a_match_on_a_mut_borrow_live_across_checkpoints() {
         }
     );
 }
+
+// 11. Issue 32, item 9: a `Vec` assigned again in one arm of a `match`
+// inside a `loop`, then written through `iter_mut().filter(..)` around a
+// checkpoint. rustc refused it (E0502 at `checkpoint!`): the local, held by
+// a placeholder since it is assigned again, was saved at the site while the
+// loop borrowed it; it is saved as of loop entry, with the items written.
+#[workflow]
+async fn bump_evens(ctx: &Ctx, rounds: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = vec![1, 2, 3];
+    let mut r = 0;
+    loop {
+        match r % 2 {
+            0 => {
+                v = vec![r, r + 1, r + 2, r + 4];
+            }
+            _ => {}
+        }
+        for x in v.iter_mut().filter(|x| **x % 2 == 0) {
+            *x += 100;
+            fx(ctx).record(format!("bump {r} {x}"));
+            checkpoint!("bumped");
+        }
+        r += 1;
+        if r >= rounds {
+            break;
+        }
+    }
+    v
+}
+
+#[tokio::test]
+async fn a_vec_assigned_in_a_match_arm_then_written_through_resumes_exactly() {
+    let out = Harness::new(bump_evens).input(3).assert_exact().await;
+    assert_eq!(out, [102, 3, 104, 106]);
+}

@@ -368,7 +368,8 @@ impl Lowerer<'_> {
     }
 
     /// Locals only the iterable reads were moved into (or are borrowed by)
-    /// the iterator: they are saved as snapshots taken before the loop starts.
+    /// the iterator: they are saved as snapshots taken before the loop starts
+    /// (issue 32, item 9: also those held by a placeholder).
     fn iterable_snapshots(
         &mut self,
         iter_names: &NameSet,
@@ -379,8 +380,13 @@ impl Lowerer<'_> {
         for i in 0..body_scope.saved.len() {
             let binding = body_scope.saved[i].binding;
             let name = self.bindings[binding].ident.to_string();
-            if matches!(body_scope.saved[i].source, Source::Live)
-                && iter_names.contains(&name)
+            // A placeholder too (a local assigned again elsewhere, `v = ..`
+            // in a `match` arm before the loop): inside the loop it is
+            // borrowed by the iterator, whether or not it is live after.
+            if matches!(
+                body_scope.saved[i].source,
+                Source::Live | Source::Placeholder(_)
+            ) && iter_names.contains(&name)
                 && !body_names.contains(&name)
             {
                 let snap = self.fresh("snap");
