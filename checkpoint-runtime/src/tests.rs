@@ -727,9 +727,12 @@ async fn cancel_stops_a_waiting_run() {
         within(h.result()).await,
         Err(Error::Cancelled { .. })
     ));
-    // Cancelling again or signalling changes nothing.
+    // Cancelling again changes nothing; a signal is refused, naming why.
     rt.cancel("v6").await.unwrap();
-    rt.signal("v6", "approval", &1).await.unwrap();
+    assert!(matches!(
+        rt.signal("v6", "approval", &1).await,
+        Err(Error::RunEnded { status, .. }) if status == "cancelled"
+    ));
     within(rt.run_until_idle()).await.unwrap();
     assert_eq!(h.status().await.unwrap(), Status::Cancelled);
     assert!(rt.history("v6").await.unwrap().contains(&Event::Cancelled));

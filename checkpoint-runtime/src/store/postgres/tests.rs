@@ -383,7 +383,9 @@ fn old_owner_cannot_overwrite_new_owners_checkpoint() {
     let (a, b) = (db.store(), db.other());
     new_run(a, "r");
     let mut short = req("a", "a1");
-    short.ttl = Duration::from_millis(50);
+    // Long enough that the claim, the save and b's claim fit in it on a
+    // loaded machine (50 ms did not, with builds running beside the tests).
+    short.ttl = Duration::from_millis(500);
     let old = block_on(a.claim(&short)).unwrap().claimed.remove(0);
     block_on(a.save_checkpoint(&old.lease, cp("r", 1), None)).unwrap();
     // Live lease: b gets nothing.
@@ -391,7 +393,7 @@ fn old_owner_cannot_overwrite_new_owners_checkpoint() {
         .unwrap()
         .claimed
         .is_empty());
-    std::thread::sleep(Duration::from_millis(80));
+    std::thread::sleep(Duration::from_millis(550));
     let new = claim_one(&b, "b", "b1");
     assert_eq!(new.lease.epoch, old.lease.epoch + 1);
     assert_eq!(new.checkpoint.as_ref().map(|c| c.seq), Some(1));
