@@ -6,17 +6,28 @@
 //! `HashSet` and ranges, `match` / `if let` / `let else` on an enum with
 //! data, explicit state machines, shadowing, early `return` and `?`,
 //! `let x;` assigned in branches, `#[transient]` locals, closures, waits and
-//! sleeps), with checkpoints and side effects at random statement positions.
-//! Each program is printed twice: as a `#[workflow]` and as a plain
-//! `async fn` twin (no checkpoints; waits answered from the same script by
-//! [`PlainCtx`]). [`check_case`] is the oracle:
+//! sleeps, and the exactness forms of issue 32: hash order observed after a
+//! checkpoint, by iterators the macro rewrites or by helpers it cannot,
+//! shared `Arc<Mutex<..>>` handles, stateful transients), with checkpoints
+//! and side effects at random statement positions. Each program is printed
+//! twice: as a `#[workflow]` and as a plain `async fn` twin (no checkpoints;
+//! waits answered from the same script by [`PlainCtx`]; the iterators of the
+//! `hash_observe` form wrapped in [`canon`], the canonical order the runtime
+//! gives a hash collection's iterators in a workflow body). [`check_case`]
+//! is the oracle:
 //!
 //! 1. the crash harness (`checkpoint_runtime::testing::Harness`): crashed
 //!    right after every checkpoint and resumed, the run returns the
 //!    uninterrupted output and runs every side effect exactly as often;
 //! 2. the uninterrupted workflow's output and effect log equal the plain
 //!    twin's (the log compared as a multiset when the program iterates a
-//!    hash collection, whose bodies are generated order-insensitive).
+//!    hash collection, whose bodies are generated order-insensitive);
+//! 3. a refusal at save (the runtime's `Error::Inexact`, recognised by its
+//!    text, [`REFUSAL`]) passes only when the program holds a form the
+//!    runtime is expected to refuse (`gen::EXPECTED_REFUSED`: a helper or
+//!    `Debug` observing hash order, a shared handle, iterating a clone of a
+//!    hash collection), and then nothing else is compared; any other
+//!    refusal is a failure (a false refusal).
 //!
 //! `build.rs` generates the CI sample into `OUT_DIR`; `tests/fuzz.rs` runs
 //! it; `src/bin/shrink.rs` reduces a failing program. See the README
