@@ -40,14 +40,30 @@ async fn approval(ctx: &Ctx, vendor: String) -> String {
     )
 }
 
-/// `serde_json::Value` deserializes with `deserialize_any`: no schema, so the
-/// field cannot be shown without the workflow's code.
+/// A count of pairs, which must be even: its `Deserialize` impl refuses the
+/// schema tracer's placeholder (1), so the type has no schema and the field
+/// cannot be shown without the workflow's code, though it saves and loads as
+/// usual. (`serde_json::Value`, the usual such type, is refused at save:
+/// postcard cannot read it back.)
+#[derive(Serialize, Debug)]
+struct Pairs(u32);
+
+impl<'de> Deserialize<'de> for Pairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = u32::deserialize(d)?;
+        if n % 2 == 1 {
+            return Err(serde::de::Error::custom("an odd count of pairs"));
+        }
+        Ok(Pairs(n))
+    }
+}
+
 #[workflow]
 async fn opaque(ctx: &Ctx, n: u32) -> String {
-    let doc: Value = json!({ "n": n });
+    let doc = Pairs(2 * n);
     let count = n + 1;
     checkpoint!("opaque");
-    format!("{doc} {count}")
+    format!("{doc:?} {count}")
 }
 
 /// A store with three runs: `tally-1` completed (three checkpoints),
@@ -445,10 +461,6 @@ async fn signal_delivers_the_payload() {
     f.rt.run_until_idle().await.unwrap();
     let result = f.rt.handle(approval, "vendor-43").result().await.unwrap();
     assert_eq!(result, "reviewed globex (score 6): approved=false by bob");
-
-    // A finished run: stored, with a note that nothing will consume it.
-    let out = f.ok(&["signal", "vendor-43", "finance_approval", "null"]);
-    assert!(out.contains("nothing will consume"), "{out}");
 }
 
 #[tokio::test]

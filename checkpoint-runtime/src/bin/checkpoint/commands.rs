@@ -537,16 +537,11 @@ async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Out
         .with("run", id)
         .with("signal", name)
     })?;
-    // A signal for a run that does not exist is an error, not a stored orphan.
+    // A signal for a run that does not exist, or that has ended, is an
+    // error (the store refuses it), not a stored orphan.
     let status = rt.status(id).await?;
     rt.signal(id, name, &value).await?;
-    let mut text = format!("signal `{name}` stored for run `{id}`\n");
-    if status.is_finished() {
-        text.push_str(&format!(
-            "note: the run is {}; nothing will consume the signal\n",
-            status_text(&status)
-        ));
-    }
+    let text = format!("signal `{name}` stored for run `{id}`\n");
     Ok(Output {
         text,
         json: json!({
