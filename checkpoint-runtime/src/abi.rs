@@ -158,7 +158,8 @@ impl Encoder {
     /// cannot be traced), so that the field can be shown as JSON without this
     /// code. The generated code saves every field with this.
     pub fn typed_field<T: Serialize + DeserializeOwned>(&mut self, value: &T) -> Result<(), Error> {
-        let facts = schema::facts_of::<T>();
+        let info = schema::type_info::<T>();
+        let facts = &info.facts;
         if let Some(why) = &facts.shared {
             return Err(self.inexact(why.clone()));
         }
@@ -171,7 +172,7 @@ impl Encoder {
             codec::encode_into(value, buf)
         })?;
         if let Some(last) = self.schemas.last_mut() {
-            *last = schema::schema_of::<T>();
+            *last = info.schema;
         }
         Ok(())
     }
@@ -184,7 +185,7 @@ impl Encoder {
         value: &T,
         observed: &'static str,
     ) -> Result<(), Error> {
-        if let Some(found) = &schema::facts_of::<T>().hash_ordered {
+        if let Some(found) = &schema::type_info::<T>().facts.hash_ordered {
             return Err(self.inexact(format!(
                 "it holds {found}, which iterates in another order once rebuilt from a checkpoint, and the code after this site observes that order ({observed}); use a `BTreeMap`/`BTreeSet` (or `IndexMap`/`IndexSet`, which keep insertion order), or sort before observing"
             )));

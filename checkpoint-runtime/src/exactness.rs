@@ -5,7 +5,7 @@
 //! macro or in [`iteration`](crate::iteration) treats it.
 //!
 //! What is refused at save is decided from the saved type, once per type
-//! and process, in generic code ([`schema::facts_of`](crate::schema)): the
+//! and process, in generic code (`schema::type_info`, with its schema): the
 //! generated code cannot ask about a local's type where it saves it, since
 //! the type may only be known further down the body (`let sum = xs.sum();
 //! checkpoint!(); .. sum` returned as a `u64`). Encoder::typed_field refuses:

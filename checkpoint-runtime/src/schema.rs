@@ -146,7 +146,17 @@ impl Hasher for IdHasher {
     }
 }
 
-type ByType = HashMap<TypeId, Option<&'static SchemaRef>, BuildHasherDefault<IdHasher>>;
+/// What the save path needs to know of a saved type, found once per type
+/// and process: its schema, and the facts about its round trip that decide
+/// what is refused at save (see [`trace::Facts`] and `crate::exactness`).
+#[derive(Debug)]
+pub(crate) struct TypeInfo {
+    /// `None`: the type cannot be traced.
+    pub(crate) schema: Option<&'static SchemaRef>,
+    pub(crate) facts: trace::Facts,
+}
+
+type ByType = HashMap<TypeId, &'static TypeInfo, BuildHasherDefault<IdHasher>>;
 
 #[derive(Default)]
 struct Global {
@@ -163,9 +173,9 @@ thread_local! {
     static LOCAL: RefCell<ByType> = RefCell::new(ByType::default());
 }
 
-/// The schema of `T`, traced on first use in this process; `None` if `T`
-/// cannot be traced.
-pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
+/// The [`TypeInfo`] of `T`, traced on first use in this process (on a thread
+/// of its own, see [`trace_json`]).
+pub(crate) fn type_info<T: DeserializeOwned>() -> &'static TypeInfo {
     let id = typeid::of::<T>();
     if let Some(hit) = LOCAL.with(|m| m.borrow().get(&id).copied()) {
         return hit;
@@ -176,12 +186,21 @@ pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
         .by_type
         .get(&id)
         .copied();
-    let schema = match found {
-        Some(s) => s,
+    let info = match found {
+        Some(info) => info,
         None => {
             let traced = trace_json::<T>().ok();
+            let facts = std::thread::scope(|s| {
+                std::thread::Builder::new()
+                    .name("checkpoint-schema".to_owned())
+                    .stack_size(TRACE_STACK)
+                    .spawn_scoped(s, trace::facts::<T>)
+                    .ok()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_default()
+            });
             let mut g = global().write().unwrap_or_else(|e| e.into_inner());
-            let s = traced.map(|json| {
+            let schema = traced.map(|json| {
                 let key = key_of(&json);
                 match g.by_key.get(key.as_str()) {
                     Some(s) => *s,
@@ -195,50 +214,19 @@ pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
                     }
                 }
             });
-            *g.by_type.entry(id).or_insert(s)
+            *g.by_type
+                .entry(id)
+                .or_insert_with(|| Box::leak(Box::new(TypeInfo { schema, facts })))
         }
     };
-    LOCAL.with(|m| m.borrow_mut().insert(id, schema));
-    schema
+    LOCAL.with(|m| m.borrow_mut().insert(id, info));
+    info
 }
 
-/// The [`Facts`](trace::Facts) of `T`, found once per type and process (on
-/// a thread of its own, as [`trace_json`] traces) and looked up like
-/// [`schema_of`]: a thread-local map first, a process-wide one behind it.
-pub(crate) fn facts_of<T: DeserializeOwned>() -> &'static trace::Facts {
-    type ByType = HashMap<TypeId, &'static trace::Facts, BuildHasherDefault<IdHasher>>;
-    static GLOBAL: OnceLock<RwLock<ByType>> = OnceLock::new();
-    thread_local! {
-        static LOCAL: RefCell<ByType> = RefCell::new(ByType::default());
-    }
-    let id = typeid::of::<T>();
-    if let Some(hit) = LOCAL.with(|m| m.borrow().get(&id).copied()) {
-        return hit;
-    }
-    let global = GLOBAL.get_or_init(Default::default);
-    let found = global
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&id)
-        .copied();
-    let facts = match found {
-        Some(f) => f,
-        None => {
-            let facts = std::thread::scope(|s| {
-                std::thread::Builder::new()
-                    .name("checkpoint-schema".to_owned())
-                    .stack_size(TRACE_STACK)
-                    .spawn_scoped(s, trace::facts::<T>)
-                    .ok()
-                    .and_then(|h| h.join().ok())
-                    .unwrap_or_default()
-            });
-            let mut g = global.write().unwrap_or_else(|e| e.into_inner());
-            *g.entry(id).or_insert_with(|| Box::leak(Box::new(facts)))
-        }
-    };
-    LOCAL.with(|m| m.borrow_mut().insert(id, facts));
-    facts
+/// The schema of `T`, traced on first use in this process; `None` if `T`
+/// cannot be traced.
+pub(crate) fn schema_of<T: DeserializeOwned>() -> Option<&'static SchemaRef> {
+    type_info::<T>().schema
 }
 
 /// Parses a stored schema document of the version this build reads.
