@@ -204,11 +204,11 @@ pub(super) fn rebind_after_sites(m: &syn::ExprMatch) -> syn::ExprMatch {
             _ => continue,
         };
         if rebind_block(&mut block, &arm.pat, &scrutinee, &bound) {
-            arm.body = Box::new(Expr::Block(syn::ExprBlock {
+            *arm.body = Expr::Block(syn::ExprBlock {
                 attrs: Vec::new(),
                 label: None,
                 block,
-            }));
+            });
         }
     }
     m
