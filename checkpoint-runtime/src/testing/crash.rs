@@ -96,7 +96,7 @@ impl SimulatedCrash {
     /// The run that stored the checkpoint a crash after a checkpoint came
     /// right after (`None` before it fired, and for a crash before one).
     pub fn crashed_run(&self) -> Option<String> {
-        crate::run::lock(&self.0.crashed_run).clone()
+        self.0.crashed_run.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn fire_if(&self, hit: bool) -> bool {
@@ -116,7 +116,7 @@ impl SaveHook for SimulatedCrash {
     fn after_save(&self, n: u64, run: &str) -> bool {
         let hit = !self.0.before && n == self.0.at;
         if hit {
-            *crate::run::lock(&self.0.crashed_run) = Some(run.to_owned());
+            *self.0.crashed_run.lock().unwrap_or_else(|e| e.into_inner()) = Some(run.to_owned());
         }
         self.fire_if(hit)
     }
