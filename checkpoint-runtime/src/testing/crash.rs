@@ -96,7 +96,11 @@ impl SimulatedCrash {
     /// The run that stored the checkpoint a crash after a checkpoint came
     /// right after (`None` before it fired, and for a crash before one).
     pub fn crashed_run(&self) -> Option<String> {
-        self.0.crashed_run.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .crashed_run
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn fire_if(&self, hit: bool) -> bool {
