@@ -7,9 +7,10 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, Stmt};
 
+use crate::errors::Errors;
 use crate::lower::{frame_ident, Binding, Lowerer, SiteLayout};
 use crate::migrate::Missing;
-use crate::parse::{self, Errors, RenamedSite, WorkflowFn};
+use crate::parse::{self, RenamedSite, WorkflowFn};
 use crate::sites::{self, Site, SiteKind};
 
 pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {

@@ -10,9 +10,13 @@
 //!   how, liveness, what is refused;
 //! - [`lower`] and [`expand`]: the resumable body and the workflow type
 //!   (with [`fallback`] when an earlier pass reported an error).
+//!
+//! Every pass reports into [`errors::Errors`], a module beneath them all, so
+//! no two passes import each other.
 #![forbid(unsafe_code)]
 
 mod analyse;
+mod errors;
 mod expand;
 mod fallback;
 mod lower;

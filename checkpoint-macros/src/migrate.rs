@@ -22,7 +22,7 @@ use syn::spanned::Spanned;
 use syn::visit::{self, Visit};
 use syn::{Attribute, Expr, LitStr, Pat, Path, Type};
 
-use crate::parse::Errors;
+use crate::errors::Errors;
 
 /// The attribute's name.
 const ATTR: &str = "migrate";

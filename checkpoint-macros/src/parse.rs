@@ -1,10 +1,12 @@
 //! Parsing and checking the `#[workflow]` item: what the user wrote, before any
 //! analysis of the body.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+
+use crate::errors::Errors;
 
 /// `#[workflow(name = "...", version = N, renamed_site(from = "..", to = ".."))]`
 /// arguments.
@@ -242,31 +244,5 @@ pub fn is_ctx_type(ty: &Type) -> bool {
     match &*r.elem {
         Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Ctx"),
         _ => false,
-    }
-}
-
-/// Collects several `syn::Error`s into one.
-#[derive(Default)]
-pub struct Errors {
-    inner: Option<syn::Error>,
-}
-
-impl Errors {
-    pub fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
-        self.add(syn::Error::new(span, msg));
-    }
-
-    pub fn add(&mut self, err: syn::Error) {
-        match &mut self.inner {
-            Some(e) => e.combine(err),
-            None => self.inner = Some(err),
-        }
-    }
-
-    pub fn finish(self) -> syn::Result<()> {
-        match self.inner {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 }

@@ -14,7 +14,7 @@ use syn::visit::{self, Visit};
 use syn::visit_mut::{self, VisitMut};
 use syn::{Attribute, Expr, Ident, LitStr, Macro, Stmt};
 
-use crate::parse::Errors;
+use crate::errors::Errors;
 
 const MARKER: &str = "__checkpoint_site";
 

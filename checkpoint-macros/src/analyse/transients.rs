@@ -11,8 +11,8 @@
 use syn::visit::{self, Visit};
 use syn::{Block, Local};
 
+use crate::errors::Errors;
 use crate::names::{free_in_expr, pat_bindings, pat_names, NameSet};
-use crate::parse::Errors;
 
 /// Refuses each `#[transient]` local whose initialiser reads a local that is
 /// declared `mut` anywhere in the body (`mut_params`: the parameters

@@ -4,11 +4,13 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
+use syn::spanned::Spanned;
 use syn::{Block, Expr, Ident};
 
 use super::{binding_pat, clean_expr, frame_ident, rt, Lowerer, Scope, Split};
-use crate::analyse::branches::{Arm, Reentry};
+use crate::analyse::branches::{match_arms, match_reentry, Arm, Reentry};
 use crate::names::{free_in_expr, free_in_stmts, NameSet};
+use crate::sites;
 
 /// The enum a lowered `if` / `match` carries its chosen arm's bindings in,
 /// from the head to the post: one variant per arm.
@@ -42,6 +44,32 @@ impl ArmsEnum {
 }
 
 impl Lowerer<'_> {
+    /// A `match` that holds sites in its arms (a site in its scrutinee or a
+    /// guard is misplaced).
+    pub(super) fn lower_match(&mut self, m: &syn::ExprMatch, scope: &Scope) -> Split {
+        if let Some(r) = sites::sites_in_expr(&m.expr) {
+            return self.misplaced(r, m.expr.span());
+        }
+        if let Some(r) = m
+            .arms
+            .iter()
+            .find_map(|a| a.guard.as_ref().and_then(|(_, g)| sites::sites_in_expr(g)))
+        {
+            return self.misplaced(r, m.span());
+        }
+        let reentry = match_reentry(m, &scope.ref_locals);
+        let rebound;
+        let m = match reentry {
+            Reentry::Rederive => {
+                rebound = rebind_after_sites(m);
+                &rebound
+            }
+            _ => m,
+        };
+        let arms = match_arms(m, self.ctx);
+        self.lower_arms(Some(&m.expr), arms, reentry, scope)
+    }
+
     /// `if` chains and `match`: the head picks an arm and carries the arm's
     /// bindings; the post runs the arm's body.
     ///
@@ -184,7 +212,7 @@ impl Lowerer<'_> {
 /// (nothing between the site and the re-match can change what the pattern
 /// matches while the old bindings are live, so it matches again; if it does
 /// not, the run halts as diverged rather than go on).
-pub(super) fn rebind_after_sites(m: &syn::ExprMatch) -> syn::ExprMatch {
+fn rebind_after_sites(m: &syn::ExprMatch) -> syn::ExprMatch {
     let mut m = m.clone();
     if !matches!(crate::analyse::syntax::strip_parens(&m.expr), Expr::Reference(r) if r.mutability.is_some())
     {

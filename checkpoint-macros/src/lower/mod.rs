@@ -35,8 +35,8 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Block, Expr, Ident, Stmt};
 
+use crate::errors::Errors;
 use crate::names::{pat_names, NameSet, PatBinding};
-use crate::parse::Errors;
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 mod branches;
@@ -44,9 +44,7 @@ pub(crate) mod canonical;
 mod loops;
 mod scrutinee;
 
-use crate::analyse::branches::{
-    if_arms, if_conditions, if_rederives, match_arms, match_reentry, Reentry,
-};
+use crate::analyse::branches::{if_arms, if_conditions, if_rederives, Reentry};
 use crate::analyse::liveness::{self, ContFrame};
 use crate::analyse::split::{self, direct_site, site_with_postfix, Visible};
 use crate::analyse::{deferred, order, syntax};
@@ -798,29 +796,7 @@ impl<'a> Lowerer<'a> {
                 };
                 self.lower_arms(None, arms, reentry, scope)
             }
-            Expr::Match(m) => {
-                if let Some(r) = sites::sites_in_expr(&m.expr) {
-                    return self.misplaced(r, m.expr.span());
-                }
-                if let Some(r) = m
-                    .arms
-                    .iter()
-                    .find_map(|a| a.guard.as_ref().and_then(|(_, g)| sites::sites_in_expr(g)))
-                {
-                    return self.misplaced(r, m.span());
-                }
-                let reentry = match_reentry(m, &scope.ref_locals);
-                let rebound;
-                let m = match reentry {
-                    Reentry::Rederive => {
-                        rebound = branches::rebind_after_sites(m);
-                        &rebound
-                    }
-                    _ => m,
-                };
-                let arms = match_arms(m, self.ctx);
-                self.lower_arms(Some(&m.expr), arms, reentry, scope)
-            }
+            Expr::Match(m) => self.lower_match(m, scope),
             _ => self.misplaced(range, expr.span()),
         }
     }
