@@ -1,7 +1,7 @@
 //! Connections: the store URL and its options, a small pool of clients, the
 //! per-connection statement cache, error mapping and time conversions.
 //!
-//! One concern per file, each below the one that uses it:
+//! One concern per file:
 //!
 //! - [`target`]: the URL and this backend's own options ([`Target`]);
 //! - [`connect`](mod@connect): opening one connection ([`connect()`]);
