@@ -204,5 +204,9 @@ pub mod __private {
     pub use serde_json;
 }
 
+// The runtime's tests write `#[workflow]` functions, whose expansion names
+// this crate as `::checkpoint_runtime`.
+#[cfg(test)]
+extern crate self as checkpoint_runtime;
 #[cfg(test)]
 mod tests;
