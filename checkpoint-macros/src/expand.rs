@@ -7,8 +7,10 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, Stmt};
 
+use crate::analyse::plan::{self, Binding, BodyPlan, SitePlan};
 use crate::errors::Errors;
-use crate::lower::{frame_ident, Binding, Lowerer, SiteLayout};
+use crate::hidden::frame_ident;
+use crate::lower::Lowerer;
 use crate::migrate::Missing;
 use crate::parse::{self, RenamedSite, WorkflowFn};
 use crate::sites::{self, Site, SiteKind};
@@ -30,10 +32,9 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream
 
     let mut stmts = vec![input_stmt(&wf)?];
     stmts.extend(wf.item.block.stmts.iter().cloned());
-    let mut lowerer = Lowerer::new(&sites, wf.ctx.as_ref());
-    let body = lowerer.lower_body(&stmts);
-    let (bindings, layouts) = lowerer.finish()?;
-    Ok(generate(&wf, &sites, &bindings, &layouts, body))
+    let plan = plan::plan_body(&stmts, &sites, wf.ctx.as_ref()).checked()?;
+    let body = Lowerer::new(&sites, &plan).lower_body();
+    Ok(generate(&wf, &sites, &plan, body))
 }
 
 /// `let (a, mut b) = <input>;`: the parameters become the body's first
@@ -71,13 +72,8 @@ fn input_stmt(wf: &WorkflowFn) -> syn::Result<Stmt> {
 /// `Workflow` impl and the resumable body. Long because it is one `quote!`
 /// template of those items, kept in one piece so it reads as the expansion
 /// does.
-fn generate(
-    wf: &WorkflowFn,
-    sites: &[Site],
-    bindings: &[Binding],
-    layouts: &[SiteLayout],
-    body: TokenStream,
-) -> TokenStream {
+fn generate(wf: &WorkflowFn, sites: &[Site], plan: &BodyPlan, body: TokenStream) -> TokenStream {
+    let (bindings, layouts) = (&plan.bindings[..], &plan.sites[..]);
     let rt = quote!(::checkpoint_runtime::__private);
     let item = &wf.item;
     let vis = &item.vis;
@@ -237,7 +233,7 @@ fn renamed_from(site: &Site, renames: &[RenamedSite]) -> Vec<String> {
 fn site_table<'a>(
     sites: &'a [Site],
     bindings: &'a [Binding],
-    layouts: &'a [SiteLayout],
+    layouts: &'a [SitePlan],
     renames: &'a [RenamedSite],
 ) -> impl Iterator<Item = TokenStream> + 'a {
     let rt = quote!(::checkpoint_runtime::__private);
@@ -272,19 +268,19 @@ fn site_table<'a>(
 
 /// Whether a field of the site has a migration (its fields are then
 /// matched by name, not position).
-fn migrated(bindings: &[Binding], layout: &SiteLayout) -> bool {
+fn migrated(bindings: &[Binding], layout: &SitePlan) -> bool {
     layout
         .fields
         .iter()
-        .any(|&b| bindings[b].migration.is_some())
+        .any(|f| bindings[f.binding].migration.is_some())
 }
 
 /// Field names of a site: the locals' names, made unique with `#n` when an
 /// inner local has the same name as an outer one.
-fn field_names(bindings: &[Binding], layout: &SiteLayout) -> Vec<String> {
+fn field_names(bindings: &[Binding], layout: &SitePlan) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for &b in &layout.fields {
-        let base = bindings[b].field_name();
+    for f in &layout.fields {
+        let base = bindings[f.binding].field_name();
         let mut name = base.clone();
         let mut n = 1;
         while out.contains(&name) {
@@ -358,7 +354,7 @@ fn save_traits<'a>(
 /// name), converted from an old type, or given a value when missing; the
 /// migrations' own tokens carry their spans, so a migration that does not
 /// fit its local is a type error on the attribute.
-fn migrated_loads(bindings: &[Binding], layout: &SiteLayout, names: &[String]) -> TokenStream {
+fn migrated_loads(bindings: &[Binding], layout: &SitePlan, names: &[String]) -> TokenStream {
     let rt = quote!(::checkpoint_runtime::__private);
     let frame = frame_ident();
     let none = quote!(::core::option::Option::None);
@@ -368,8 +364,8 @@ fn migrated_loads(bindings: &[Binding], layout: &SiteLayout, names: &[String]) -
     );
     let mut plans = Vec::new();
     let mut loads = Vec::new();
-    for (&b, name) in layout.fields.iter().zip(names) {
-        let binding = &bindings[b];
+    for (f, name) in layout.fields.iter().zip(names) {
+        let binding = &bindings[f.binding];
         let (slot, ops) = (&binding.slot, &binding.ops);
         let m = binding.migration.as_ref();
         let old_name = match m.and_then(|m| m.renamed_from.as_ref()) {
@@ -434,7 +430,7 @@ fn migrated_loads(bindings: &[Binding], layout: &SiteLayout, names: &[String]) -
 
 /// Before any user code: check the target site's fields against the code and
 /// decode them into their slots; any mismatch or bad byte halts the run.
-fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout]) -> TokenStream {
+fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SitePlan]) -> TokenStream {
     let rt = quote!(::checkpoint_runtime::__private);
     let frame = frame_ident();
     let arms = sites.iter().zip(layouts).map(|(site, layout)| {
@@ -443,12 +439,12 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SiteLayout])
         let fields = if migrated(bindings, layout) {
             migrated_loads(bindings, layout, &names)
         } else {
-            let checks = layout.fields.iter().zip(&names).map(|(&b, name)| {
-                let slot = &bindings[b].slot;
+            let checks = layout.fields.iter().zip(&names).map(|(f, name)| {
+                let slot = &bindings[f.binding].slot;
                 quote!((#name, #rt::Slot::type_name(&#slot)))
             });
-            let loads = layout.fields.iter().enumerate().map(|(i, &b)| {
-                let (slot, ops) = (&bindings[b].slot, &bindings[b].ops);
+            let loads = layout.fields.iter().enumerate().map(|(i, f)| {
+                let (slot, ops) = (&bindings[f.binding].slot, &bindings[f.binding].ops);
                 quote!(#ops.load(&mut #slot, &#frame, #i)?;)
             });
             quote! {

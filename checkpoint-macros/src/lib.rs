@@ -6,9 +6,10 @@
 //! - [`parse`]: the attribute and the function signature;
 //! - [`sites`] and [`names`]: where the checkpoint sites are, which locals code
 //!   reads;
-//! - [`analyse`]: where the body is split, what each split hands over and
-//!   how, liveness, what is refused;
-//! - [`lower`] and [`expand`]: the resumable body and the workflow type
+//! - [`analyse`]: the body's plan (`analyse::plan::plan_body`): where it is
+//!   split, what each site saves, re-creates, re-derives or refuses, and why;
+//! - [`lower`] and [`expand`]: the resumable body written out from the plan,
+//!   and the workflow type
 //!   (with [`fallback`] when an earlier pass reported an error).
 //!
 //! Every pass reports into [`errors::Errors`], a module beneath them all, so
@@ -19,6 +20,7 @@ mod analyse;
 mod errors;
 mod expand;
 mod fallback;
+mod hidden;
 mod lower;
 mod migrate;
 mod names;

@@ -417,3 +417,65 @@ impl VisitMut for StripMarkers {
     }
     fn visit_item_mut(&mut self, _: &mut syn::Item) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn keys(body: proc_macro2::TokenStream) -> syn::Result<Vec<(String, Option<String>)>> {
+        let mut block: syn::Block = syn::parse2(quote!({ #body })).expect("body parses");
+        let ctx = Ident::new("ctx", Span::call_site());
+        let sites = number_sites(&mut block, Some(&ctx))?;
+        Ok(sites
+            .iter()
+            .map(|s| (s.key().to_owned(), s.legacy_key()))
+            .collect())
+    }
+
+    #[test]
+    fn unlabelled_sites_are_named_after_what_they_are_and_keep_their_old_keys() {
+        let got = keys(quote! {
+            checkpoint!();
+            let x: bool = ctx.wait_for("approval").await;
+            checkpoint!("named");
+            let y: bool = ctx.wait_for("approval").await;
+            ctx.sleep(d).await;
+            let z: u8 = ctx.wait_for(name).await;
+            let t: Option<u8> = ctx.wait_for_timeout("reply", d).await;
+            checkpoint!();
+            (x, y, z, t)
+        })
+        .expect("sites");
+        let want: Vec<(String, Option<String>)> = [
+            ("checkpoint 1", Some("#1")),
+            ("wait_for(\"approval\")", Some("#2")),
+            ("named", None),
+            ("wait_for(\"approval\") 2", Some("#4")),
+            ("sleep 1", Some("#5")),
+            ("wait_for 1", Some("#6")),
+            ("wait_for_timeout(\"reply\")", Some("#7")),
+            ("checkpoint 2", Some("#8")),
+        ]
+        .iter()
+        .map(|(k, l)| (k.to_string(), l.map(str::to_owned)))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_label_that_is_another_site_s_name_or_an_old_key_is_an_error() {
+        let err = keys(quote! {
+            checkpoint!();
+            checkpoint!("checkpoint 1");
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("also the name of an unlabelled site"),
+            "{err}"
+        );
+        let err = keys(quote! { checkpoint!("#3"); }).unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
+    }
+}

@@ -1,6 +1,12 @@
 //! Analysis: what the body's syntax says about each checkpoint site, before
 //! any code is generated, as pure functions with their own tests on bodies.
 //!
+//! - [`plan`]: the one entry point, [`plan::plan_body`]: per site, what is
+//!   saved, re-created, re-derived and refused, and why, and the shape of
+//!   the splits, loops and branches around it; built from the modules below;
+//! - [`rewrite`] and [`scrutinee`]: rewrites the plan is made on (a
+//!   suspension call as a scrutinee becomes a `let`; carried bindings are
+//!   unpacked first in their branch);
 //! - [`split`]: where a statement list is split around its last site, which
 //!   locals the code before the split hands over and how (saved, re-created,
 //!   held by a placeholder), which run after the merge, which are refused;
@@ -17,15 +23,18 @@
 //! - [`transients`]: what a `#[transient]` initialiser may read;
 //! - [`syntax`]: what single expressions are (constant, pure, borrowing).
 //!
-//! Lowering (`crate::lower`) consumes these; nothing here emits the state
-//! machine. Dependencies point one way: `names`, `sites` <- `analyse` <-
-//! `lower` <- `expand`.
+//! Lowering (`crate::lower`) consumes the plan and calls nothing here;
+//! nothing here emits the state machine. Dependencies point one way:
+//! `errors`, `hidden`, `names`, `sites` <- `analyse` <- `lower` <- `expand`.
 
 pub mod branches;
 pub mod deferred;
 pub mod iterables;
 pub mod liveness;
 pub mod order;
+pub mod plan;
+pub mod rewrite;
+pub mod scrutinee;
 pub mod split;
 pub mod syntax;
 pub mod transients;

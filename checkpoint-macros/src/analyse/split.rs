@@ -45,8 +45,9 @@ pub(crate) struct SplitPlan {
     /// Every name the prefix declares: from the split on they hide outer
     /// locals of the same name.
     pub prefix_names: NameSet,
-    /// References handed over across a site: refused.
-    pub errors: Vec<syn::Error>,
+    /// References handed over across a site: refused (each local with its
+    /// error).
+    pub errors: Vec<(Ident, syn::Error)>,
 }
 
 impl SplitPlan {
@@ -119,7 +120,7 @@ pub(crate) fn plan_split(
     let first_site = sites[range.first as usize - 1].describe();
     let errors = exports
         .iter()
-        .filter_map(|v| reference_error(v, &first_site))
+        .filter_map(|v| Some((v.binding.ident.clone(), reference_error(v, &first_site)?)))
         .collect();
     let prefix: Vec<Stmt> = prefix
         .into_iter()
@@ -169,6 +170,9 @@ pub(crate) struct Visible {
     /// `#[transient]`: the pattern and initialiser to run again on resume.
     pub transient_pat: Option<Pat>,
     pub transient_init: Option<Expr>,
+    /// Re-created because it is an immutable local initialised with a
+    /// constant (not declared `#[transient]`).
+    pub constant: bool,
     /// The initialiser is `&expr` / `&mut expr`.
     pub reference_init: bool,
     /// Its `#[migrate(..)]`.
@@ -183,8 +187,9 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
     for (index, stmt) in stmts.iter().enumerate() {
         let Stmt::Local(local) = stmt else { continue };
         let init = local.init.as_ref().map(|i| &*i.expr);
-        let transient = syntax::is_constant_local(local)
-            || local.attrs.iter().any(|a| a.path().is_ident("transient"));
+        let declared = local.attrs.iter().any(|a| a.path().is_ident("transient"));
+        let constant = !declared && syntax::is_constant_local(local);
+        let transient = constant || declared;
         let reference_init = init.is_some_and(syntax::yields_borrowed_value);
         let migration = crate::migrate::of_local(&local.attrs, &local.pat);
         for binding in pat_bindings(&local.pat) {
@@ -197,6 +202,7 @@ fn visible_bindings(stmts: &[Stmt]) -> BTreeMap<String, Visible> {
                     stmt: index,
                     transient_pat: transient.then(|| local.pat.clone()),
                     transient_init: if transient { init.cloned() } else { None },
+                    constant,
                     reference_init,
                     migration: migration.clone(),
                 },
@@ -483,7 +489,7 @@ mod tests {
             "{:?}",
             plan.errors
                 .iter()
-                .map(|e| e.to_string())
+                .map(|e| e.1.to_string())
                 .collect::<Vec<_>>()
         );
         let exports = plan
@@ -564,7 +570,7 @@ mod tests {
         let sites = sites::number_sites(&mut block, None).unwrap();
         let plan =
             plan_split(&block.stmts, &NameSet::new(), &NameSet::new(), None, &sites).unwrap();
-        let msg = plan.errors[0].to_string();
+        let msg = plan.errors[0].1.to_string();
         assert!(
             msg.contains("`tier` holds a reference") && msg.contains("checkpoint \"tiered\""),
             "{msg}"

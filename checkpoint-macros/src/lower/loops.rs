@@ -1,178 +1,96 @@
 //! Loops: `while` and `while let` re-enter their body; `for` re-evaluates its
-//! iterable and skips the items already taken.
+//! iterable and skips the items already taken (what each keeps is the plan's:
+//! `analyse::plan::ForPlan`).
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, ToTokens};
-use syn::spanned::Spanned;
-use syn::{Expr, Ident};
+use quote::quote;
+use syn::Ident;
 
-use super::branches::unpack_carried;
-use super::{binding_pat, frame_ident, rt, Lowerer, Saved, Scope, Source, Split};
-use crate::analyse::branches::carried_bindings;
-use crate::analyse::iterables;
-use crate::analyse::liveness::ContFrame;
-use crate::analyse::syntax::{strip_parens, yields_reference};
-use crate::names::{self, free_in_expr, pat_bindings, pat_names, NameSet, PatBinding};
-use crate::sites::{self, SiteRange};
-use std::rc::Rc;
+use super::{carried_ident, frame_ident, rt, Lowerer, Split};
+use crate::analyse::plan::{ForItems, ForPlan, Overwrite, WhileCond, WhilePlan};
 
 impl Lowerer<'_> {
-    pub(super) fn lower_while(&mut self, w: &syn::ExprWhile, scope: &Scope) -> Split {
-        let unit = quote!(());
-        if crate::analyse::split::site_with_postfix(super::scrutinee_of_if(&w.cond)).is_some() {
-            let desugared = super::scrutinee::desugar_while(w);
-            let range = sites::sites_in_expr(&desugared).unwrap_or(SiteRange { first: 1, last: 1 });
-            return self.lower_ctrl(&desugared, range, scope);
-        }
-        if let Some(r) = sites::sites_in_expr(&w.cond) {
-            return self.misplaced(r, w.cond.span());
-        }
+    pub(super) fn lower_while(&mut self, w: &WhilePlan) -> Split {
         let label = &w.label;
-        let Some(range) = sites::sites_in_block(&w.body) else {
-            return self.misplaced(SiteRange { first: 1, last: 1 }, w.span());
-        };
-        let resuming = self.resuming_into(range);
-        let scope = &scope.then(ContFrame::Loop {
-            body: Rc::new(w.body.clone()),
-            cond: Some(Rc::new((*w.cond).clone())),
-            endless: false,
-            label: w.label.as_ref().map(|l| l.name.ident.to_string()),
-        });
-        let body_code;
-        let head_code;
-        match strip_parens(&w.cond) {
-            Expr::Let(l) => {
-                let carried = carried_bindings(
-                    &[&l.pat],
-                    &Expr::Block(syn::ExprBlock {
-                        attrs: vec![],
-                        label: None,
-                        block: w.body.clone(),
-                    }),
-                    self.ctx,
-                );
+        let resuming = self.resuming_into(w.range);
+        let head_code = match &w.cond {
+            WhileCond::Let { pat, expr, carried } => {
                 // As for `match` arms: the bindings are carried as
-                // `Some(tuple)` and become the body's first locals, saved only
-                // if still needed after its checkpoints.
-                let carried_ident = Ident::new("__cp_carried", Span::mixed_site());
+                // `Some(tuple)` and become the body's first locals (the
+                // plan's body unpacks them).
+                let carried_ident = carried_ident();
                 let names: Vec<&Ident> = carried.iter().map(|b| &b.ident).collect();
-                let pats: Vec<TokenStream> = carried.iter().map(binding_pat).collect();
-                let (pat, e) = (&l.pat, &l.expr);
-                head_code = quote! {
+                quote! {
                     #[allow(unreachable_patterns)]
                     let #carried_ident = if !#resuming {
-                        match #e { #pat => ::core::option::Option::Some((#(#names,)*)), _ => break }
+                        match #expr { #pat => ::core::option::Option::Some((#(#names,)*)), _ => break }
                     } else {
                         ::core::option::Option::None
                     };
-                };
-                let mut body = w.body.clone();
-                match syn::parse2::<syn::Stmt>(unpack_carried(&carried_ident, &pats)) {
-                    Ok(stmt) => body.stmts.insert(0, stmt),
-                    Err(e) => self.errors.add(e),
                 }
-                body_code = self.lower_block(&body, scope);
             }
-            cond => {
-                head_code = quote!(if !#resuming { if !(#cond) { break; } });
-                body_code = self.lower_block(&w.body, scope);
-            }
-        }
-        Split {
-            items: TokenStream::new(),
-            normal_head: unit.clone(),
-            resume_head: unit,
-            post: quote!(#label loop { #head_code #body_code }),
-        }
+            WhileCond::Plain(cond) => quote!(if !#resuming { if !(#cond) { break; } }),
+        };
+        let body_code = self.lower_block(&w.body);
+        Split::post(quote!(#label loop { #head_code #body_code }))
     }
 
-    /// Bindings that are re-derived on resume (loop items, re-evaluated
-    /// `match` arms) but declared `mut` may have changed before the site: save
-    /// them too, and on resume overwrite the re-derived value with the saved one.
-    pub(super) fn restore_mutable_bindings(
-        &mut self,
-        bindings: &[PatBinding],
-        used: &NameSet,
-        range: SiteRange,
-        scope: &mut Scope,
-    ) -> TokenStream {
+    /// On resume into `range`, the re-derived `mut` bindings get their saved
+    /// values back.
+    pub(super) fn overwrite(&self, o: &Overwrite) -> TokenStream {
         let rt = rt();
         let mut code = TokenStream::new();
-        for b in bindings
-            .iter()
-            .filter(|b| b.mutable && used.contains(&b.ident.to_string()))
-        {
-            let id = self.new_binding(&b.ident, false, true);
-            scope.saved.push(Saved {
-                binding: id,
-                source: Source::Live,
-                hidden_by: NameSet::new(),
-            });
-            let slot = self.slot_ident(id);
-            let ident = &b.ident;
+        for (ident, id) in &o.bindings {
+            let slot = self.slot_ident(*id);
             code.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
         }
         if code.is_empty() {
             return code;
         }
-        let resuming = self.resuming_into(range);
+        let resuming = self.resuming_into(o.range);
         quote!(if #resuming { #code })
     }
 
-    pub(super) fn lower_for(&mut self, f: &syn::ExprForLoop, scope: &Scope) -> Split {
-        if let Some(r) = sites::sites_in_expr(&f.expr) {
-            return self.misplaced(r, f.expr.span());
-        }
-        let Some(range) = sites::sites_in_block(&f.body) else {
-            return self.misplaced(SiteRange { first: 1, last: 1 }, f.span());
-        };
+    pub(super) fn lower_for(&mut self, f: &ForPlan) -> Split {
+        let snapshots: TokenStream = f
+            .snapshots
+            .iter()
+            .map(|(binding, snap)| {
+                let ident = &self.plan.bindings[*binding].ident;
+                self.snapshot_stmt(*binding, snap, ident)
+            })
+            .collect();
         let parts = ForParts {
-            iter: self.fresh("iter"),
-            next: self.fresh("next"),
-            pos: self.fresh("pos"),
-            item_fp: self.fresh("item_fp"),
-            depth: scope.loop_positions.len(),
-            resuming: self.resuming_into(range),
-            described: loop_described(f),
-            fingerprinted: !iterables::is_range(&f.expr),
+            resuming: self.resuming_into(f.range),
+            plan: f,
         };
-
-        let iter_names = free_in_expr(&f.expr);
-        let body_names = names::free_in_stmts(&f.body.stmts);
-        let mut body_scope = scope.clone();
-        let snapshots = self.iterable_snapshots(&iter_names, &body_names, &mut body_scope);
-        let entries = self.entry_copies(f, &iter_names, &body_names, scope, &mut body_scope);
-        body_scope.bind_inner(&pat_names(&f.pat));
-        if yields_reference(&f.expr, &scope.ref_locals) {
-            body_scope.ref_locals.extend(pat_names(&f.pat));
-        }
-        body_scope.loop_positions.push(parts.pos.clone());
-        body_scope.loop_items.push(parts.item_fp.clone());
-        body_scope.cont.push(ContFrame::Loop {
-            body: Rc::new(f.body.clone()),
-            cond: None,
-            endless: false,
-            label: f.label.as_ref().map(|l| l.name.ident.to_string()),
-        });
-        let make_iter = self.for_iterator(f, &entries, &parts);
-        let post = if iterables::writes_through(&f.expr) {
-            self.for_writing_back(f, &parts, snapshots, make_iter, &mut body_scope)
-        } else {
-            self.for_plain(
-                f,
-                &parts,
-                range,
-                (snapshots, make_iter),
-                &body_names,
-                &mut body_scope,
-            )
+        let make_iter = self.for_iterator(&parts);
+        self.loops.push((f.pos.clone(), f.item_fp.clone()));
+        let post = match &f.items {
+            ForItems::WritingBack {
+                log,
+                log_binding,
+                cur,
+                bindings,
+            } => {
+                let written = WrittenLog {
+                    log,
+                    log_slot: self.slot_ident(*log_binding),
+                    cur,
+                    bindings: bindings
+                        .iter()
+                        .map(|(b, id)| (b.clone(), self.slot_ident(*id)))
+                        .collect(),
+                };
+                self.for_writing_back(&parts, snapshots, make_iter, written)
+            }
+            ForItems::Plain { overwrite } => {
+                let overwrite = self.overwrite(overwrite);
+                self.for_plain(&parts, (snapshots, make_iter), overwrite)
+            }
         };
-        Split {
-            items: TokenStream::new(),
-            normal_head: quote!(()),
-            resume_head: quote!(()),
-            post,
-        }
+        self.loops.pop();
+        Split::post(post)
     }
 
     /// The loop of a `for` whose items are not written through: on resume
@@ -180,26 +98,22 @@ impl Lowerer<'_> {
     /// bindings get their saved values back.
     fn for_plain(
         &mut self,
-        f: &syn::ExprForLoop,
         parts: &ForParts,
-        range: SiteRange,
         (snapshots, make_iter): (TokenStream, TokenStream),
-        body_names: &NameSet,
-        body_scope: &mut Scope,
+        overwrite: TokenStream,
     ) -> TokenStream {
-        let overwrite =
-            self.restore_mutable_bindings(&pat_bindings(&f.pat), body_names, range, body_scope);
-        let body = self.lower_block(&f.body, body_scope);
+        let f = parts.plan;
+        let body = self.lower_block(&f.body);
         let (frame, item) = (frame_ident(), Ident::new("__cp_item", Span::mixed_site()));
         let check = parts.check_item(quote!(&#item));
-        let ForParts {
+        let ForPlan {
             iter,
             next,
             pos,
             depth,
-            resuming,
             ..
-        } = &parts;
+        } = f;
+        let resuming = &parts.resuming;
         let (label, pat) = (&f.label, &f.pat);
         quote! {{
             #snapshots
@@ -231,14 +145,9 @@ impl Lowerer<'_> {
 
     /// `let mut iter = ..;`: the iterable, its base iterator in a stable
     /// order; evaluated on resume from the inputs it had at loop entry.
-    fn for_iterator(
-        &self,
-        f: &syn::ExprForLoop,
-        entries: &[EntryCopy],
-        parts: &ForParts,
-    ) -> TokenStream {
-        let (rt, iter, resuming) = (rt(), &parts.iter, &parts.resuming);
-        let expr = iterables::in_stable_order(&f.expr).unwrap_or_else(|| (*f.expr).clone());
+    fn for_iterator(&self, parts: &ForParts) -> TokenStream {
+        let (rt, iter, resuming) = (rt(), &parts.plan.iter, &parts.resuming);
+        let (expr, entries) = (&parts.plan.iterable, &parts.plan.entries);
         if entries.is_empty() {
             return quote!(let mut #iter = ::core::iter::IntoIterator::into_iter(#expr););
         }
@@ -283,20 +192,19 @@ impl Lowerer<'_> {
     /// it is the loop's one template.)
     fn for_writing_back(
         &mut self,
-        f: &syn::ExprForLoop,
         parts: &ForParts,
         snapshots: TokenStream,
         make_iter: TokenStream,
-        body_scope: &mut Scope,
+        written: WrittenLog,
     ) -> TokenStream {
-        let (frame, rt) = (frame_ident(), rt());
+        let (frame, rt, f) = (frame_ident(), rt(), parts.plan);
         let WrittenLog {
             log,
             log_slot,
             cur,
             bindings,
-        } = self.written_items(f, body_scope);
-        let body = self.lower_block(&f.body, body_scope);
+        } = written;
+        let body = self.lower_block(&f.body);
         let check = parts.check_item(quote!(match &#cur {
             ::core::option::Option::Some(item) => item,
             ::core::option::Option::None => break,
@@ -311,14 +219,14 @@ impl Lowerer<'_> {
         let restores = bindings
             .iter()
             .map(|(b, slot)| quote!(#rt::restore_through(&mut #b, &mut #slot);));
-        let ForParts {
+        let ForPlan {
             iter,
             next,
             pos,
             depth,
-            resuming,
             ..
-        } = parts;
+        } = f;
+        let resuming = &parts.resuming;
         let (label, pat) = (&f.label, &f.pat);
         quote! {{
             #snapshots
@@ -366,145 +274,25 @@ impl Lowerer<'_> {
             }
         }}
     }
-
-    /// Locals only the iterable reads were moved into (or are borrowed by)
-    /// the iterator: they are saved as snapshots taken before the loop starts
-    /// (issue 32, item 9: also those held by a placeholder).
-    fn iterable_snapshots(
-        &mut self,
-        iter_names: &NameSet,
-        body_names: &NameSet,
-        body_scope: &mut Scope,
-    ) -> TokenStream {
-        let mut snapshots = TokenStream::new();
-        for i in 0..body_scope.saved.len() {
-            let binding = body_scope.saved[i].binding;
-            let name = self.bindings[binding].ident.to_string();
-            // A placeholder too (a local assigned again elsewhere, `v = ..`
-            // in a `match` arm before the loop): inside the loop it is
-            // borrowed by the iterator, whether or not it is live after.
-            if matches!(
-                body_scope.saved[i].source,
-                Source::Live | Source::Placeholder(_)
-            ) && iter_names.contains(&name)
-                && !body_names.contains(&name)
-            {
-                let snap = self.fresh("snap");
-                let ident = self.bindings[binding].ident.clone();
-                snapshots.extend(self.snapshot_stmt(binding, &snap, &ident));
-                body_scope.saved[i].source = Source::Snapshot(snap);
-            }
-        }
-        snapshots
-    }
-
-    /// `mut` locals that both the iterable and the body read: the body may
-    /// change them (`for _ in 0..q.len() { q.pop_front(); .. }`), so the
-    /// iterable is evaluated on resume from copies saved at loop entry. An
-    /// iterable that borrows them (`&q`, `q.iter()`) keeps them from changing
-    /// and needs no copy.
-    fn entry_copies(
-        &mut self,
-        f: &syn::ExprForLoop,
-        iter_names: &NameSet,
-        body_names: &NameSet,
-        scope: &Scope,
-        body_scope: &mut Scope,
-    ) -> Vec<EntryCopy> {
-        if yields_reference(&f.expr, &scope.ref_locals) || iterables::writes_through(&f.expr) {
-            return Vec::new();
-        }
-        let mut out = Vec::new();
-        for saved in &scope.saved {
-            let b = &self.bindings[saved.binding];
-            let name = b.ident.to_string();
-            if !(matches!(saved.source, Source::Live | Source::Placeholder(_))
-                && b.mutable
-                && iter_names.contains(&name)
-                && body_names.contains(&name))
-            {
-                continue;
-            }
-            let local = b.ident.clone();
-            let id = self.new_binding(&local, false, false);
-            self.bindings[id].field_name = Some(format!("{name}@entry"));
-            let snap = self.fresh("entry");
-            body_scope.saved.push(Saved {
-                binding: id,
-                source: Source::Snapshot(snap.clone()),
-                hidden_by: NameSet::new(),
-            });
-            out.push(EntryCopy {
-                local,
-                snap,
-                binding: id,
-            });
-        }
-        out
-    }
-
-    /// The log of finished items and the bindings saved through, for a loop
-    /// that writes through its items.
-    fn written_items(&mut self, f: &syn::ExprForLoop, body_scope: &mut Scope) -> WrittenLog {
-        let log = self.fresh("written");
-        let pat = &f.pat;
-        let pat_text = quote!(#pat).to_string().replace(" ,", ",");
-        let log_id = self.new_binding(&log, false, true);
-        self.bindings[log_id].field_name = Some(format!("{pat_text}@written"));
-        body_scope.saved.push(Saved {
-            binding: log_id,
-            source: Source::Live,
-            hidden_by: NameSet::new(),
-        });
-        let mut bindings = Vec::new();
-        for b in pat_bindings(&f.pat) {
-            let id = self.new_binding(&b.ident, false, false);
-            self.bindings[id].field_name = Some(format!("*{}", b.ident));
-            body_scope.saved.push(Saved {
-                binding: id,
-                source: Source::Through,
-                hidden_by: NameSet::new(),
-            });
-            bindings.push((b.ident.clone(), self.slot_ident(id)));
-        }
-        WrittenLog {
-            log,
-            log_slot: self.slot_ident(log_id),
-            cur: self.fresh("item"),
-            bindings,
-        }
-    }
 }
 
 /// What the parts of a lowered `for` loop share.
-struct ForParts {
-    iter: Ident,
-    /// Items taken so far.
-    next: Ident,
-    /// The current item's position, saved by the sites in the body.
-    pos: Ident,
-    /// The current item's fingerprint, saved with it.
-    item_fp: Ident,
-    /// How many `for` loops enclose this one.
-    depth: usize,
+struct ForParts<'a> {
+    plan: &'a ForPlan,
     /// Whether the run is resuming into this loop's body.
     resuming: TokenStream,
-    /// The loop as errors name it.
-    described: String,
-    /// Whether items get a fingerprint (not a range's).
-    fingerprinted: bool,
 }
 
-impl ForParts {
+impl ForParts<'_> {
     /// `let fp = <fingerprint of item>;` and, on resume, the check that the
     /// loop stands at the item it left.
     fn check_item(&self, item: TokenStream) -> TokenStream {
-        let item_fp = &self.item_fp;
-        if !self.fingerprinted {
+        let item_fp = &self.plan.item_fp;
+        if !self.plan.fingerprinted {
             return quote!(let #item_fp: u64 = 0;);
         }
         let (frame, rt) = (frame_ident(), rt());
-        let (depth, resuming, described) = (self.depth, &self.resuming, &self.described);
+        let (depth, resuming, described) = (self.plan.depth, &self.resuming, &self.plan.described);
         quote! {
             let #item_fp: u64 = {
                 #[allow(unused_imports)]
@@ -520,30 +308,11 @@ impl ForParts {
     }
 }
 
-/// How errors name a loop: its first line, shortened.
-fn loop_described(f: &syn::ExprForLoop) -> String {
-    let pat = &f.pat;
-    let mut d = format!("for {} in {}", quote!(#pat), f.expr.to_token_stream());
-    if d.len() > 80 {
-        d.truncate(d.char_indices().nth(77).map_or(d.len(), |(i, _)| i));
-        d.push_str("...");
-    }
-    d
-}
-
-/// A copy of an iterable's input saved at loop entry (see `entry_copies`).
-struct EntryCopy {
-    local: Ident,
-    snap: Ident,
-    /// The copy's binding (its slot and save trait).
-    binding: usize,
-}
-
-/// What a loop that writes through its items keeps (see `written_items`).
-struct WrittenLog {
-    log: Ident,
+/// What a loop that writes through its items keeps.
+struct WrittenLog<'a> {
+    log: &'a Ident,
     log_slot: Ident,
-    cur: Ident,
+    cur: &'a Ident,
     /// Each binding of the loop's pattern and the slot of its saved value.
     bindings: Vec<(Ident, Ident)>,
 }

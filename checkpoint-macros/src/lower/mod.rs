@@ -28,145 +28,31 @@
 //! same way; `for` loops re-evaluate their iterable and skip the items already
 //! taken. Each statement of the original body appears once in the output, so
 //! the expansion grows linearly with the number of sites.
+//!
+//! What each split hands over, what each site saves and how each loop and
+//! branch is re-entered are the analysis's plan ([`crate::analyse::plan`]);
+//! this module writes the plan out and decides nothing.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
-use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{Block, Expr, Ident, Stmt};
+use syn::{Expr, Ident, Stmt};
 
-use crate::errors::Errors;
-use crate::names::{pat_names, NameSet, PatBinding};
+use crate::analyse::plan::{
+    BlockPlan, BlockStmts, BodyPlan, Ctrl, Save, SiteCall, SiteStmt, SplitNode, Stmts, Wrap,
+};
+use crate::analyse::syntax::strip_parens;
+use crate::hidden::{binding_pat, carried_ident, frame_ident, rt};
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 mod branches;
 pub(crate) mod canonical;
 mod loops;
-mod scrutinee;
 
-use crate::analyse::branches::{if_arms, if_conditions, if_rederives, Reentry};
-use crate::analyse::liveness::{self, ContFrame};
-use crate::analyse::split::{self, direct_site, site_with_postfix, Visible};
-use crate::analyse::{deferred, order, syntax};
-use scrutinee::scrutinee_of_if;
-use syntax::strip_parens;
+#[cfg(test)]
+mod tests;
 
-/// A local that some checkpoint saves, or that is re-created on resume.
-pub struct Binding {
-    pub ident: Ident,
-    pub transient: bool,
-    /// Declared `mut`: the code may change it.
-    pub mutable: bool,
-    /// The field's name in checkpoints when it is not the local's name (a
-    /// loop's entry snapshot `q@entry`, its written items, `*x`).
-    pub field_name: Option<String>,
-    /// The sites that save it, in order.
-    pub saved_at: Vec<u32>,
-    /// The slot its value is restored into: `__cp_slot_<name>`.
-    pub slot: Ident,
-    /// Its saving operations, taken once through `save_trait` where the body
-    /// starts (`__cp_ops_<name>`), so that a type that cannot be saved is one
-    /// error, however many sites save the local.
-    pub ops: Ident,
-    /// The marker trait carrying the message for a type that cannot be
-    /// saved: `__cp_save_<name>`, shared by the locals of one name.
-    pub save_trait: Ident,
-    /// How it is taken from checkpoints of older code (`#[migrate(..)]`).
-    pub migration: Option<crate::migrate::Migration>,
-    /// A `let x;` assigned a borrowed value later: refused (once) where a
-    /// site would save it.
-    pub borrowed: bool,
-}
-
-impl Binding {
-    /// The field's name in checkpoints.
-    pub fn field_name(&self) -> String {
-        self.field_name
-            .clone()
-            .unwrap_or_else(|| self.ident.to_string())
-    }
-}
-
-/// How a saved local is written into a checkpoint.
-#[derive(Clone)]
-enum Source {
-    /// Encode the local itself.
-    Live,
-    /// Encode a snapshot taken when the enclosing `for` loop started: the local
-    /// was moved into (or is borrowed by) the loop's iterator.
-    Snapshot(Ident),
-    /// Encode what a binding of a loop that writes through its items points
-    /// to (`*x` of `for x in v.iter_mut()`); see `iteration::ItemPart`.
-    Through,
-    /// A local declared without a value (`let x;`, hoisted to the top of its
-    /// block) that may still be unassigned here: never saved. From the split
-    /// whose prefix assigns it on, it is `Live` (see `deferred`).
-    Deferred,
-    /// A local assigned again after the split (`state = match state { .. }`):
-    /// where it is live, itself; where it is dead (moved, about to be
-    /// assigned), a snapshot taken at the split, so that the resume path has
-    /// a value of its type that nothing reads before the assignment.
-    Placeholder(Ident),
-}
-
-#[derive(Clone)]
-struct Saved {
-    binding: usize,
-    source: Source,
-    /// Names bound in scopes nested inside the one that declared this local;
-    /// if one equals this local's name, the local cannot be named at the site.
-    hidden_by: NameSet,
-}
-
-/// What is in scope while lowering a piece of code.
-#[derive(Clone, Default)]
-struct Scope {
-    saved: Vec<Saved>,
-    /// Position variables of the enclosing `for` loops, outermost first.
-    loop_positions: Vec<Ident>,
-    /// The fingerprint variables of those loops' current items.
-    loop_items: Vec<Ident>,
-    /// Locals known to hold references that are re-derived on resume (items
-    /// of `for` loops over borrowed collections, bindings of re-evaluated
-    /// `match`es): a `match` on them is evaluated again rather than restored.
-    ref_locals: NameSet,
-    /// What runs after the code being lowered (see `liveness`).
-    cont: Vec<ContFrame>,
-}
-
-impl Scope {
-    fn then(&self, frame: ContFrame) -> Scope {
-        let mut s = self.clone();
-        s.cont.push(frame);
-        s
-    }
-
-    fn bind_inner(&mut self, names: &NameSet) {
-        for s in &mut self.saved {
-            s.hidden_by.extend(names.iter().cloned());
-        }
-    }
-}
-
-/// Per-site results of lowering, used to build the site table and the code
-/// that loads a checkpoint before the body starts.
-#[derive(Clone, Default)]
-pub struct SiteLayout {
-    /// Bindings saved at this site, in field order.
-    pub fields: Vec<usize>,
-    pub loops: u32,
-}
-
-pub struct Lowerer<'a> {
-    sites: &'a [Site],
-    ctx: Option<&'a Ident>,
-    pub bindings: Vec<Binding>,
-    pub layouts: Vec<SiteLayout>,
-    counter: usize,
-    errors: Errors,
-}
-
-/// What a site saves (see `site_fields`).
+/// What a site saves, written out (see `site_fields`).
 struct SiteFields {
     /// The slice of loop positions and item fingerprints a checkpoint stores:
     /// `&[pos.., LOOP_ITEMS, fingerprint..]` (`&[]` outside loops).
@@ -184,13 +70,15 @@ struct Split {
     post: TokenStream,
 }
 
-/// `mut x` or `x`, as the binding was declared.
-fn binding_pat(b: &PatBinding) -> TokenStream {
-    let ident = &b.ident;
-    if b.mutable {
-        quote!(mut #ident)
-    } else {
-        quote!(#ident)
+impl Split {
+    /// The parts of a statement that only runs after the merge.
+    fn post(post: TokenStream) -> Split {
+        Split {
+            items: TokenStream::new(),
+            normal_head: quote!(()),
+            resume_head: quote!(()),
+            post,
+        }
     }
 }
 
@@ -200,44 +88,32 @@ fn restore_stmt(ident: &Ident, slot: &Ident) -> TokenStream {
     quote!(let #ident = #rt::Slot::take(&mut #slot);)
 }
 
-pub fn frame_ident() -> Ident {
-    Ident::new("__cp_frame", Span::mixed_site())
-}
-
-fn rt() -> TokenStream {
-    quote!(::checkpoint_runtime::__private)
+/// Writes out a body's plan.
+pub struct Lowerer<'a> {
+    sites: &'a [Site],
+    plan: &'a BodyPlan,
+    /// The position and item-fingerprint variables of the `for` loops around
+    /// the code being written, outermost first.
+    loops: Vec<(Ident, Ident)>,
 }
 
 impl<'a> Lowerer<'a> {
-    pub fn new(sites: &'a [Site], ctx: Option<&'a Ident>) -> Self {
+    pub fn new(sites: &'a [Site], plan: &'a BodyPlan) -> Self {
         Lowerer {
             sites,
-            ctx,
-            bindings: Vec::new(),
-            layouts: vec![SiteLayout::default(); sites.len()],
-            counter: 0,
-            errors: Errors::default(),
+            plan,
+            loops: Vec::new(),
         }
     }
 
-    pub fn finish(self) -> syn::Result<(Vec<Binding>, Vec<SiteLayout>)> {
-        self.errors.finish()?;
-        Ok((self.bindings, self.layouts))
-    }
-
-    fn fresh(&mut self, what: &str) -> Ident {
-        self.counter += 1;
-        Ident::new(&format!("__cp_{what}_{}", self.counter), Span::mixed_site())
-    }
-
     fn slot_ident(&self, binding: usize) -> Ident {
-        self.bindings[binding].slot.clone()
+        self.plan.bindings[binding].slot.clone()
     }
 
     /// `let snap = <the encoding of `of` now>;`, halting the run if it fails.
     fn snapshot_stmt(&self, binding: usize, snap: &Ident, of: &Ident) -> TokenStream {
         let frame = frame_ident();
-        let ops = self.save_ops(binding);
+        let ops = &self.plan.bindings[binding].ops;
         quote! {
             let #snap = match #ops.snapshot(&#of) {
                 ::core::result::Result::Ok(e) => e,
@@ -246,40 +122,8 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// The saving operations of a local (see `Binding::ops`).
-    fn save_ops(&self, binding: usize) -> TokenStream {
-        self.bindings[binding].ops.to_token_stream()
-    }
-
     pub fn wait_slot_ident(site: u32) -> Ident {
         Ident::new(&format!("__cp_wait_{site}"), Span::mixed_site())
-    }
-
-    /// Registers a local that sites may save; returns its id (and slot).
-    fn new_binding(&mut self, ident: &Ident, transient: bool, mutable: bool) -> usize {
-        // Generated names say which local they belong to; a second local of
-        // the same name gets a suffix.
-        let text = ident.to_string();
-        let base = text.trim_start_matches("__cp_").trim_start_matches("r#");
-        let same = self.bindings.iter().filter(|b| b.ident == text).count();
-        let name = match same {
-            0 => base.to_owned(),
-            n => format!("{base}_{}", n + 1),
-        };
-        self.bindings.push(Binding {
-            ident: ident.clone(),
-            transient,
-            mutable,
-            field_name: None,
-            saved_at: Vec::new(),
-            slot: Ident::new(&format!("__cp_slot_{name}"), Span::mixed_site()),
-            ops: Ident::new(&format!("__cp_ops_{name}"), Span::mixed_site()),
-            // One marker trait per name: it is generic over the type.
-            save_trait: Ident::new(&format!("__cp_save_{base}"), Span::mixed_site()),
-            migration: None,
-            borrowed: false,
-        });
-        self.bindings.len() - 1
     }
 
     fn site(&self, index: u32) -> &Site {
@@ -294,128 +138,98 @@ impl<'a> Lowerer<'a> {
         quote!(::core::matches!(#frame.target(), ::core::option::Option::Some(#first..=#last)))
     }
 
-    /// Lowers the whole body (a block's statements) into statements.
-    pub fn lower_body(&mut self, stmts: &[Stmt]) -> TokenStream {
-        self.lower_block_stmts(stmts, &Scope::default())
+    /// The whole body (a block's statements).
+    pub fn lower_body(&mut self) -> TokenStream {
+        let plan = self.plan;
+        self.lower_block_stmts(&plan.body)
     }
 
-    fn lower_block(&mut self, block: &Block, scope: &Scope) -> TokenStream {
-        let inner = self.lower_block_stmts(&block.stmts, scope);
-        quote_spanned!(block.brace_token.span.join()=> { #inner })
+    fn lower_block(&mut self, block: &BlockPlan) -> TokenStream {
+        let inner = self.lower_block_stmts(&block.stmts);
+        quote_spanned!(block.span=> { #inner })
     }
 
-    /// A block's statements: the declarations that can be deferred (see
-    /// `deferred`) are hoisted to its top, then the rest is lowered.
-    fn lower_block_stmts(&mut self, stmts: &[Stmt], scope: &Scope) -> TokenStream {
-        if !stmts.iter().any(|s| sites::sites_in_stmt(s).is_some()) {
-            return stmts.iter().map(clean_stmt).collect();
-        }
-        let hoisted = deferred::hoist(stmts);
-        let (closures, rest) = deferred::hoist_transient_closures(&hoisted.stmts);
-        let hoisted = deferred::Hoisted {
-            locals: hoisted.locals,
-            stmts: rest,
-        };
-        let mut scope = scope.clone();
-        let names: NameSet = hoisted.locals.iter().map(|d| d.ident.to_string()).collect();
-        scope.bind_inner(&names);
-        scope.ref_locals.retain(|n| !names.contains(n));
-        let mut decls = TokenStream::new();
-        for d in &hoisted.locals {
-            let id = self.new_binding(&d.ident, false, true);
-            self.bindings[id].migration = d.migration();
-            self.bindings[id].borrowed = d.borrowed;
-            scope.saved.push(Saved {
-                binding: id,
-                source: Source::Deferred,
-                hidden_by: NameSet::new(),
-            });
-            decls.extend(d.declaration());
-        }
-        let closures: TokenStream = closures.iter().map(clean_stmt).collect();
-        let body = self.lower_stmts(&hoisted.stmts, &scope, &NameSet::new());
-        quote!(#decls #closures #body)
-    }
-
-    /// Lowers a statement list; `after` are the names read after these
-    /// statements by code that can still see their locals. (The decisions
-    /// are `analyse::split`'s; the length is the split's one template.)
-    fn lower_stmts(&mut self, stmts: &[Stmt], scope: &Scope, after: &NameSet) -> TokenStream {
-        let Some(plan) = split::plan_split(stmts, after, &scope.ref_locals, self.ctx, self.sites)
-        else {
-            return stmts.iter().map(clean_stmt).collect();
-        };
-        for e in plan.errors.iter().cloned() {
-            self.errors.add(e);
-        }
-        let (t, suffix) = (&stmts[plan.at], &stmts[plan.at + 1..]);
-        let mut inner = self.inner_scope(stmts, &plan, scope);
-        let assigned_deferred = self.assign_deferred(&stmts[..plan.at], &mut inner);
-
-        // Handed-over locals: a binding each, saved (or a placeholder, or
-        // re-created) at the sites after the split.
-        let mut ids = Vec::new();
-        let mut placeholders = Vec::new();
-        for v in &plan.exports {
-            let transient = v.transient_init.is_some();
-            let id = self.new_binding(&v.binding.ident, transient, v.binding.mutable);
-            self.bindings[id].migration = v.migration.clone();
-            ids.push(id);
-            if transient {
-                continue;
+    /// A block's statements: the hoisted declarations, then the rest.
+    fn lower_block_stmts(&mut self, stmts: &BlockStmts) -> TokenStream {
+        match stmts {
+            BlockStmts::Plain(stmts) => stmts.iter().map(clean_stmt).collect(),
+            BlockStmts::Split {
+                deferred,
+                closures,
+                body,
+            } => {
+                let decls: TokenStream = deferred.iter().map(|(d, _)| d.declaration()).collect();
+                let closures: TokenStream = closures.iter().map(clean_stmt).collect();
+                let body = self.lower_stmts(body);
+                quote!(#decls #closures #body)
             }
-            let source = if plan.reassigned(stmts, v) {
-                let snap = self.fresh("placeholder");
-                placeholders.push((v.binding.ident.clone(), id, snap.clone()));
-                Source::Placeholder(snap)
-            } else {
-                Source::Live
-            };
-            inner.saved.push(Saved {
-                binding: id,
-                source,
-                hidden_by: NameSet::new(),
-            });
         }
+    }
+
+    fn lower_stmts(&mut self, stmts: &Stmts) -> TokenStream {
+        match stmts {
+            Stmts::Plain(stmts) => stmts.iter().map(clean_stmt).collect(),
+            Stmts::Split(node) => self.lower_split(node),
+        }
+    }
+
+    /// A split statement list (the template in the module docs).
+    fn lower_split(&mut self, node: &SplitNode) -> TokenStream {
+        let rt = rt();
+        let placeholders: Vec<(&Ident, usize, &Ident)> = node
+            .exports
+            .iter()
+            .filter_map(|e| Some((&e.binding.ident, e.id, e.placeholder.as_ref()?)))
+            .collect();
         let snapshots: TokenStream = placeholders
             .iter()
             .map(|(ident, id, snap)| self.snapshot_stmt(*id, snap, ident))
             .collect();
-        let snaps: Vec<&Ident> = placeholders.iter().map(|(_, _, s)| s).collect();
-
-        // The statements before `t`, lowered for their own sites.
-        let prefix_scope = scope.then(ContFrame::Rest {
-            stmts: stmts[plan.at..].into(),
-            shadowed: NameSet::new(),
-        });
-        let prefix_code = self.lower_stmts(&plan.prefix, &prefix_scope, &plan.prefix_after);
+        let snaps: Vec<&Ident> = placeholders.iter().map(|(_, _, s)| *s).collect();
+        let assigned_deferred: TokenStream = node
+            .assigned_deferred
+            .iter()
+            .map(|&id| {
+                let b = &self.plan.bindings[id];
+                let (ident, slot) = (&b.ident, &b.slot);
+                quote!(#ident = #rt::Slot::take(&mut #slot);)
+            })
+            .collect();
+        let prefix_code = self.lower_stmts(&node.prefix);
         let Split {
             items,
             normal_head,
             resume_head,
             post,
-        } = self.lower_site_stmt(t, plan.range, &inner);
+        } = self.lower_site_stmt(&node.head);
 
-        let restore = self.restore_code(&plan.exports, &ids);
-        let pats = plan.exports.iter().map(|v| binding_pat(&v.binding));
-        let names: Vec<&Ident> = plan.exports.iter().map(|v| &v.binding.ident).collect();
-        // Fix each slot's type from the local on the normal path, which rustc
-        // checks first, so restored values have known types on the resume path.
-        let rt = rt();
-        let binds = plan
+        // On resume, saved locals come from their slots and re-created ones
+        // run their initialiser again, in declaration order.
+        let restore: TokenStream = node
             .exports
             .iter()
-            .zip(&ids)
-            .filter(|(v, _)| v.transient_init.is_none())
-            .map(|(v, id)| {
-                let (slot, ident) = (self.slot_ident(*id), &v.binding.ident);
+            .map(|e| match &e.recreate {
+                Some((pat, init)) => quote!(let #pat = #init;),
+                None => restore_stmt(&e.binding.ident, &self.slot_ident(e.id)),
+            })
+            .collect();
+        let pats = node.exports.iter().map(|e| binding_pat(&e.binding));
+        let names: Vec<&Ident> = node.exports.iter().map(|e| &e.binding.ident).collect();
+        // Fix each slot's type from the local on the normal path, which rustc
+        // checks first, so restored values have known types on the resume path.
+        let binds = node
+            .exports
+            .iter()
+            .filter(|e| e.recreate.is_none())
+            .map(|e| {
+                let (slot, ident) = (self.slot_ident(e.id), &e.binding.ident);
                 quote!(#rt::Slot::bind(&#slot, &#ident);)
             });
         let head = Ident::new("__cp_head", Span::mixed_site());
-        let resuming = self.resuming_into(plan.range);
-        let hoisted: TokenStream = plan.items.iter().map(clean_stmt).collect();
-        let after_merge: TokenStream = plan.after_merge.iter().map(clean_stmt).collect();
-        let suffix_code: TokenStream = suffix.iter().map(clean_stmt).collect();
+        let resuming = self.resuming_into(node.range);
+        let hoisted: TokenStream = node.items.iter().map(clean_stmt).collect();
+        let after_merge: TokenStream = node.after_merge.iter().map(clean_stmt).collect();
+        let suffix_code: TokenStream = node.suffix.iter().map(clean_stmt).collect();
         quote! {
             #hoisted
             #items
@@ -439,149 +253,58 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// The scope of `t` and of the statements after the split: the rest of
-    /// the block follows `t` (with what `t` declares or assigns), and what
-    /// the prefix declares hides outer locals of the same name.
-    fn inner_scope(&self, stmts: &[Stmt], plan: &split::SplitPlan, scope: &Scope) -> Scope {
-        let t = &stmts[plan.at];
-        let mut inner = scope.then(ContFrame::Rest {
-            stmts: stmts[plan.at + 1..].into(),
-            shadowed: match t {
-                Stmt::Local(l) => pat_names(&l.pat),
-                _ => NameSet::new(),
-            },
-        });
-        if let Some(assigned) = split::assigned_local(t) {
-            inner.cont.push(ContFrame::Assigns([assigned].into()));
-        }
-        inner.bind_inner(&plan.prefix_names);
-        inner.ref_locals.retain(|n| !plan.prefix_names.contains(n));
-        inner
-    }
-
-    /// Deferred locals the prefix definitely assigns are set from here on:
-    /// saved at every site after the split; returns their assignments for
-    /// the split's resume path.
-    fn assign_deferred(&self, prefix: &[Stmt], inner: &mut Scope) -> TokenStream {
-        let rt = rt();
-        let mut code = TokenStream::new();
-        for saved in &mut inner.saved {
-            if !matches!(saved.source, Source::Deferred) {
-                continue;
-            }
-            let ident = &self.bindings[saved.binding].ident;
-            if deferred::definitely_assigns(&ident.to_string(), prefix) {
-                saved.source = Source::Live;
-                let slot = &self.bindings[saved.binding].slot;
-                code.extend(quote!(#ident = #rt::Slot::take(&mut #slot);));
-            }
-        }
-        code
-    }
-
-    /// Code that rebinds exported locals on the resume path, in declaration
-    /// order: saved ones from their slots, transient ones by running their
-    /// initialiser again.
-    fn restore_code(&self, exported: &[Visible], ids: &[usize]) -> TokenStream {
-        exported
-            .iter()
-            .zip(ids)
-            .map(|(v, &id)| match (&v.transient_init, &v.transient_pat) {
-                (Some(init), Some(pat)) => quote!(let #pat = #init;),
-                _ => restore_stmt(&v.binding.ident, &self.bindings[id].slot),
-            })
-            .collect()
-    }
-
-    /// Splits the statement that contains sites `range`.
-    fn lower_site_stmt(&mut self, stmt: &Stmt, range: SiteRange, scope: &Scope) -> Split {
-        match stmt {
-            Stmt::Macro(m) => match sites::marker(&m.attrs) {
-                Some(index) => self.checkpoint_split(index, scope),
-                None => self.misplaced(range, m.span()),
-            },
-            Stmt::Expr(expr, semi) => {
-                if let Some(index) = direct_site(expr) {
-                    let mut split = self.direct_site_split(index, expr, scope);
-                    if semi.is_none() {
-                        let head = Ident::new("__cp_head", Span::mixed_site());
-                        split.post = quote!(#head);
-                    }
-                    return split;
-                }
-                if let Expr::Assign(a) = strip_parens(expr) {
-                    if sites::sites_in_expr(&a.left).is_none() {
-                        // `state = match state { .. checkpoint!() .. };`
-                        let left = &a.left;
-                        let mut split = match site_with_postfix(&a.right) {
-                            Some((index, site_expr, rest)) => {
-                                let mut s = self.direct_site_split(index, &site_expr, scope);
-                                s.post = rest;
-                                s
-                            }
-                            None => self.lower_ctrl(&a.right, range, scope),
-                        };
-                        let post = split.post;
-                        split.post = quote!(#left = #post #semi);
-                        return split;
-                    }
-                }
-                let mut split = self.lower_ctrl(expr, range, scope);
-                if semi.is_some() {
-                    let post = split.post;
-                    split.post = quote!(#post;);
-                }
-                split
-            }
-            Stmt::Local(local) => {
-                let Some(init) = &local.init else {
-                    return self.misplaced(range, local.span());
+    /// The statement a split is made at.
+    fn lower_site_stmt(&mut self, stmt: &SiteStmt) -> Split {
+        let (mut split, value, wrap) = match stmt {
+            SiteStmt::Site {
+                site,
+                call,
+                rest,
+                wrap,
+            } => {
+                let split = match call {
+                    SiteCall::Checkpoint => self.checkpoint_split(*site),
+                    SiteCall::Suspend(call) => self.suspend_split(*site, call),
                 };
-                if let Some((_, diverge)) = &init.diverge {
-                    if let Some(r) = sites::sites_in_expr(diverge) {
-                        return self.misplaced(r, diverge.span());
-                    }
-                }
-                let attrs = clean_attrs(&local.attrs);
-                let pat = &local.pat;
-                let diverge = init.diverge.as_ref().map(|(e, d)| quote!(#e #d));
-                if let Some((index, site_expr, rest)) = site_with_postfix(&init.expr) {
-                    let mut split = self.direct_site_split(index, &site_expr, scope);
-                    split.post = quote!(#(#attrs)* let #pat = #rest #diverge;);
+                let value = match rest {
+                    Some(rest) => rest.clone(),
+                    None => Ident::new("__cp_head", Span::mixed_site()).into_token_stream(),
+                };
+                // A bare site statement with `;` has nothing after the merge.
+                if let Wrap::Expr { semi: true } = wrap {
                     return split;
                 }
-                let mut split = self.lower_ctrl(&init.expr, range, scope);
-                let post = split.post;
-                split.post = quote!(#(#attrs)* let #pat = #post #diverge;);
-                split
+                (split, value, wrap)
             }
-            Stmt::Item(_) => self.misplaced(range, stmt.span()),
-        }
-    }
-
-    fn misplaced(&mut self, range: SiteRange, _span: Span) -> Split {
-        let site = self.site(range.first);
-        self.errors.push(
-            site.span,
-            format!(
-                "{} must be a statement of its own (or the whole initialiser of a `let`), directly in the workflow body or inside its blocks, `if`, `match` and loops; it cannot be part of a larger expression",
-                site.kind.describe()
-            ),
-        );
-        Split {
-            items: TokenStream::new(),
-            normal_head: quote!(()),
-            resume_head: quote!(()),
-            post: TokenStream::new(),
-        }
+            SiteStmt::Ctrl { ctrl, wrap } => {
+                let mut split = self.lower_ctrl(ctrl);
+                let post = std::mem::take(&mut split.post);
+                if let Wrap::Expr { semi } = wrap {
+                    split.post = if *semi { quote!(#post;) } else { post };
+                    return split;
+                }
+                (split, post, wrap)
+            }
+            SiteStmt::Misplaced => return Split::post(TokenStream::new()),
+        };
+        split.post = match wrap {
+            Wrap::Expr { .. } => value,
+            Wrap::Assign { left, semi } => quote!(#left = #value #semi),
+            Wrap::Let {
+                attrs,
+                pat,
+                diverge,
+            } => quote!(#(#attrs)* let #pat = #value #diverge;),
+        };
+        split
     }
 
     /// `checkpoint!()`: save on the normal path, arrive on the resume path.
-    fn checkpoint_split(&mut self, index: u32, scope: &Scope) -> Split {
+    fn checkpoint_split(&mut self, index: u32) -> Split {
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let span = self.site(index).span;
-        let SiteFields { loops, fields } = self.site_fields(index, scope);
+        let SiteFields { loops, fields } = self.site_fields(index);
         Split {
             items: TokenStream::new(),
             normal_head: quote_spanned! {span=>
@@ -595,35 +318,11 @@ impl<'a> Lowerer<'a> {
     /// A suspension call `ctx.wait_for(..).await` as a whole statement or
     /// initialiser: its value comes from the call or, on resume, from the
     /// delivered signal.
-    fn direct_site_split(&mut self, index: u32, expr: &Expr, scope: &Scope) -> Split {
+    fn suspend_split(&mut self, index: u32, call: &syn::ExprMethodCall) -> Split {
         let site = self.site(index).clone();
-        if site.kind == SiteKind::Checkpoint {
-            return self.checkpoint_split(index, scope);
-        }
-        let Expr::Await(aw) = strip_parens(expr) else {
-            return self.misplaced(
-                SiteRange {
-                    first: index,
-                    last: index,
-                },
-                site.span,
-            );
-        };
-        let Expr::MethodCall(call) = &*aw.base else {
-            return self.misplaced(
-                SiteRange {
-                    first: index,
-                    last: index,
-                },
-                site.span,
-            );
-        };
-        if let Some(r) = call.args.iter().find_map(sites::sites_in_expr) {
-            return self.misplaced(r, call.span());
-        }
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
-        let SiteFields { loops, fields } = self.site_fields(index, scope);
+        let SiteFields { loops, fields } = self.site_fields(index);
         let method = &call.method;
         let turbofish = call.turbofish.as_ref().map(|t| {
             let args = &t.args;
@@ -650,89 +349,36 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// The loop positions and the field-encoding statements for a site, and
-    /// records the site's layout.
-    fn site_fields(&mut self, index: u32, scope: &Scope) -> SiteFields {
+    /// The loop positions and the field-encoding statements of a site, as
+    /// its plan says.
+    fn site_fields(&mut self, index: u32) -> SiteFields {
         let span = self.site(index).span;
-        let describe = self.site(index).describe();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let rt = rt();
         let mut code = TokenStream::new();
-        let mut layout = SiteLayout {
-            fields: Vec::new(),
-            loops: scope.loop_positions.len() as u32,
-        };
-        for saved in &scope.saved {
-            let binding = &mut self.bindings[saved.binding];
+        for field in &self.plan.sites[index as usize - 1].fields {
+            let binding = &self.plan.bindings[field.binding];
             let name = binding.ident.to_string();
-            if matches!(saved.source, Source::Deferred) {
-                continue;
-            }
-            binding.saved_at.push(index);
-            layout.fields.push(saved.binding);
-            let source = match &saved.source {
-                Source::Placeholder(snap) if !liveness::live_after(&name, &scope.cont) => {
-                    Source::Snapshot(snap.clone())
+            let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
+            let ops = &binding.ops;
+            code.extend(match &field.save {
+                Save::Snapshot(snap) => quote!(#enc.encoded(&#snap)?;),
+                Save::Through => quote_spanned! {span=>
+                    #rt::save_through(#enc, &#ident)?;
+                },
+                Save::Live {
+                    order_observed: Some(observed),
+                } => {
+                    quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;)
                 }
-                Source::Placeholder(_) => Source::Live,
-                other => other.clone(),
-            };
-            match &source {
-                Source::Placeholder(_) => unreachable!("resolved above"),
-                Source::Deferred => unreachable!("skipped above"),
-                Source::Snapshot(snap) => code.extend(quote!(#enc.encoded(&#snap)?;)),
-                Source::Through => {
-                    // Saving an inner local of the same name instead would
-                    // write its value into the item on resume.
-                    if saved.hidden_by.contains(&name) {
-                        self.errors.push(
-                            span,
-                            format!(
-                                "the loop item `{name}` must be saved at {describe} because the loop writes through its items, but an inner `{name}` hides it here; rename one of them"
-                            ),
-                        );
-                        continue;
-                    }
-                    let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
-                    code.extend(quote_spanned! {span=>
-                        #rt::save_through(#enc, &#ident)?;
-                    });
-                }
-                Source::Live => {
-                    if binding.borrowed {
-                        binding.borrowed = false; // one error per local
-                        self.errors.push(
-                            binding.ident.span(),
-                            format!(
-                                "`{name}` holds a reference (it is assigned a borrowed value: a string literal, `&..`, `.as_str()`) and is used after {describe}; a reference cannot be saved in a checkpoint: own the value (declare it `let {name}: String;` and assign `\"..\".to_owned()`), or borrow again after the checkpoint"
-                            ),
-                        );
-                        continue;
-                    }
-                    if saved.hidden_by.contains(&name) {
-                        self.errors.push(
-                            span,
-                            format!(
-                                "`{name}` must be saved at {describe} because it is used after it, but an inner `{name}` hides it here; rename one of them"
-                            ),
-                        );
-                        continue;
-                    }
-                    let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
-                    let ops = &binding.ops;
-                    let encode = match order::observed_after(&name, &scope.cont) {
-                        Some(observed) => {
-                            quote_spanned!(span=> #ops.encode_order_observed(&#ident, #enc, #observed)?;)
-                        }
-                        None => quote_spanned!(span=> #ops.encode(&#ident, #enc)?;),
-                    };
-                    code.extend(encode);
-                }
-            }
+                Save::Live {
+                    order_observed: None,
+                } => quote_spanned!(span=> #ops.encode(&#ident, #enc)?;),
+            });
         }
-        self.layouts[index as usize - 1] = layout;
-        let (positions, items) = (&scope.loop_positions, &scope.loop_items);
-        let loops = if positions.is_empty() {
+        let positions = self.loops.iter().map(|(pos, _)| pos);
+        let items = self.loops.iter().map(|(_, item)| item);
+        let loops = if self.loops.is_empty() {
             quote!(&[])
         } else {
             quote!(&[#(#positions,)* #rt::LOOP_ITEMS, #(#items),*])
@@ -743,71 +389,23 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// Lowers a control-flow expression that contains sites.
-    fn lower_ctrl(&mut self, expr: &Expr, range: SiteRange, scope: &Scope) -> Split {
-        let unit = || quote!(());
-        match expr {
-            Expr::Paren(p) => self.lower_ctrl(&p.expr, range, scope),
-            Expr::Group(g) => self.lower_ctrl(&g.expr, range, scope),
-            Expr::Block(b) => {
-                let label = &b.label;
-                let block = self.lower_block(&b.block, scope);
-                Split {
-                    items: TokenStream::new(),
-                    normal_head: unit(),
-                    resume_head: unit(),
-                    post: quote!(#label #block),
-                }
+    /// Control flow that contains sites.
+    fn lower_ctrl(&mut self, ctrl: &Ctrl) -> Split {
+        match ctrl {
+            Ctrl::Block { label, block } => {
+                let block = self.lower_block(block);
+                Split::post(quote!(#label #block))
             }
-            Expr::Loop(l) => {
-                let label = &l.label;
-                let scope = scope.then(ContFrame::Loop {
-                    body: std::rc::Rc::new(l.body.clone()),
-                    cond: None,
-                    endless: true,
-                    label: label.as_ref().map(|l| l.name.ident.to_string()),
-                });
-                let body = self.lower_block(&l.body, &scope);
-                Split {
-                    items: TokenStream::new(),
-                    normal_head: unit(),
-                    resume_head: unit(),
-                    post: quote!(#label loop #body),
-                }
+            Ctrl::Loop { label, body } => {
+                let body = self.lower_block(body);
+                Split::post(quote!(#label loop #body))
             }
-            Expr::While(w) => self.lower_while(w, scope),
-            Expr::ForLoop(f) => self.lower_for(f, scope),
-            Expr::If(i) if site_with_postfix(scrutinee_of_if(&i.cond)).is_some() => {
-                let block = scrutinee::desugar_if(i);
-                self.lower_ctrl(&block, range, scope)
-            }
-            Expr::Match(m) if site_with_postfix(&m.expr).is_some() => {
-                let block = scrutinee::desugar_match(m);
-                self.lower_ctrl(&block, range, scope)
-            }
-            Expr::If(i) => {
-                if let Some(r) = if_conditions(i).into_iter().find_map(sites::sites_in_expr) {
-                    return self.misplaced(r, i.span());
-                }
-                let arms = if_arms(i);
-                let reentry = match if_rederives(i, &scope.ref_locals) {
-                    true => Reentry::Rederive,
-                    false => Reentry::Restore,
-                };
-                self.lower_arms(None, arms, reentry, scope)
-            }
-            Expr::Match(m) => self.lower_match(m, scope),
-            _ => self.misplaced(range, expr.span()),
+            Ctrl::While(w) => self.lower_while(w),
+            Ctrl::For(f) => self.lower_for(f),
+            Ctrl::Arms(a) => self.lower_arms(a),
+            Ctrl::Misplaced => Split::post(TokenStream::new()),
         }
     }
-}
-
-fn clean_attrs(attrs: &[syn::Attribute]) -> Vec<syn::Attribute> {
-    attrs
-        .iter()
-        .filter(|a| !a.path().is_ident("transient"))
-        .cloned()
-        .collect()
 }
 
 /// A user statement emitted unchanged, minus `#[transient]` markers; a
@@ -858,6 +456,3 @@ fn clean_expr(expr: &Expr) -> TokenStream {
     sites::StripMarkers.visit_expr_mut(&mut expr);
     expr.into_token_stream()
 }
-
-#[cfg(test)]
-mod tests;

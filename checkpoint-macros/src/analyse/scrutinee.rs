@@ -13,7 +13,7 @@ fn scrutinee_ident() -> Ident {
 }
 
 /// The expression an `if` condition tests: `e` of `if let P = e` or of `if e`.
-pub(super) fn scrutinee_of_if(cond: &Expr) -> &Expr {
+pub(crate) fn scrutinee_of_if(cond: &Expr) -> &Expr {
     match strip_parens(cond) {
         Expr::Let(l) => &l.expr,
         other => other,
@@ -63,7 +63,7 @@ fn block_expr(stmts: Vec<Stmt>) -> Expr {
 }
 
 /// `match <site> { .. }` → `{ let s = <site>; match s { .. } }`
-pub(super) fn desugar_match(m: &syn::ExprMatch) -> Expr {
+pub(crate) fn desugar_match(m: &syn::ExprMatch) -> Expr {
     let mut m = m.clone();
     let first = let_scrutinee(&m.expr);
     m.expr = Box::new(scrutinee_path());
@@ -72,7 +72,7 @@ pub(super) fn desugar_match(m: &syn::ExprMatch) -> Expr {
 
 /// `if let P = <site> { .. } else { .. }` → `{ let s = <site>; if let P = s { .. } else { .. } }`,
 /// and the same for `if <site> { .. }`.
-pub(super) fn desugar_if(i: &syn::ExprIf) -> Expr {
+pub(crate) fn desugar_if(i: &syn::ExprIf) -> Expr {
     let mut i = i.clone();
     let first;
     match &mut *i.cond {
@@ -90,7 +90,7 @@ pub(super) fn desugar_if(i: &syn::ExprIf) -> Expr {
 
 /// `'l: while let P = <site> { B }` → `'l: loop { let s = <site>; match s { P => B, _ => break } }`,
 /// and `while <site> { B }` → `'l: loop { let s = <site>; if !s { break } B }`.
-pub(super) fn desugar_while(w: &syn::ExprWhile) -> Expr {
+pub(crate) fn desugar_while(w: &syn::ExprWhile) -> Expr {
     let s = scrutinee_path();
     let body = &w.body;
     let mut stmts = Vec::new();
