@@ -160,6 +160,38 @@ async fn deferred_initialisation_in_branches() {
     );
 }
 
+// 5b. A deferred local shadowed by a later `let` of its own name in the
+// same block (`let d = d + 3;`): the hoisted one ends there, so the sites
+// after it save only the new one (the macro used to refuse this as "an
+// inner `d` hides it"; found by the program fuzzer).
+#[workflow]
+async fn shadowed_deferred(ctx: &Ctx, paid: bool) -> u64 {
+    let fee: u64;
+    if paid {
+        fee = 3;
+        checkpoint!("paid");
+    } else {
+        fee = 0;
+        checkpoint!("waived");
+    }
+    let fee = fee.wrapping_add(10);
+    fx(ctx).record(format!("fee:{fee}"));
+    checkpoint!("charged");
+    fee * 2
+}
+
+#[tokio::test]
+async fn a_deferred_local_shadowed_in_its_block() {
+    assert_eq!(
+        Harness::new(shadowed_deferred).input(true).assert_exact().await,
+        26
+    );
+    assert_eq!(
+        Harness::new(shadowed_deferred).input(false).assert_exact().await,
+        20
+    );
+}
+
 // 6. `match &reply` / `if let Some(r) = &reply` with a checkpoint in an arm,
 // inside a loop, and `reply` moved afterwards.
 #[workflow]

@@ -46,6 +46,10 @@ pub(super) struct Saved {
     /// Names bound in scopes nested inside the one that declared this local;
     /// if one equals this local's name, the local cannot be named at the site.
     pub hidden_by: NameSet,
+    /// A deferred local of the block being planned (hoisted to its top): a
+    /// later `let` of the same name in that block ends it, since no code of
+    /// the block can name it again (`let d: u64; .. let d = d + 1;`).
+    pub hoisted_here: bool,
 }
 
 /// What is in scope at a point of the body.
@@ -84,6 +88,7 @@ impl Scope {
             source,
             why,
             hidden_by: NameSet::new(),
+            hoisted_here: false,
         });
     }
 }
@@ -173,6 +178,9 @@ impl<'a> Planner<'a> {
         let hoisted = deferred::hoist(stmts);
         let (closures, rest) = deferred::hoist_transient_closures(&hoisted.stmts);
         let mut scope = scope.clone();
+        for saved in &mut scope.saved {
+            saved.hoisted_here = false;
+        }
         let names: NameSet = hoisted.locals.iter().map(|d| d.ident.to_string()).collect();
         scope.bind_inner(&names);
         scope.ref_locals.retain(|n| !names.contains(n));
@@ -182,6 +190,9 @@ impl<'a> Planner<'a> {
             self.bindings[id].migration = d.migration();
             self.bindings[id].borrowed = d.borrowed;
             scope.save(id, Source::Deferred, Why::AssignedDeferred);
+            if let Some(saved) = scope.saved.last_mut() {
+                saved.hoisted_here = true;
+            }
             deferred.push((d, id));
         }
         let body = self.stmts(&rest, &scope, &NameSet::new());
@@ -297,6 +308,14 @@ impl<'a> Planner<'a> {
             inner.cont.push(ContFrame::Assigns([assigned].into()));
         }
         inner.bind_inner(&plan.prefix_names);
+        // A deferred local of this block that the prefix declares again is
+        // gone for the rest of the block: not saved, not refused as hidden.
+        inner.saved.retain(|s| {
+            !(s.hoisted_here
+                && plan
+                    .prefix_names
+                    .contains(&self.bindings[s.binding].ident.to_string()))
+        });
         inner.ref_locals.retain(|n| !plan.prefix_names.contains(n));
         inner
             .recreated
