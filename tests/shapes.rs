@@ -183,11 +183,17 @@ async fn shadowed_deferred(ctx: &Ctx, paid: bool) -> u64 {
 #[tokio::test]
 async fn a_deferred_local_shadowed_in_its_block() {
     assert_eq!(
-        Harness::new(shadowed_deferred).input(true).assert_exact().await,
+        Harness::new(shadowed_deferred)
+            .input(true)
+            .assert_exact()
+            .await,
         26
     );
     assert_eq!(
-        Harness::new(shadowed_deferred).input(false).assert_exact().await,
+        Harness::new(shadowed_deferred)
+            .input(false)
+            .assert_exact()
+            .await,
         20
     );
 }
