@@ -999,12 +999,9 @@ impl Printer {
                     Coll::Q => "q.pop_front()".to_owned(),
                     Coll::Bm => format!("bm.remove(&({} % 7))", atom_s(&e)),
                     Coll::Hm => format!("hm.remove(&({} % 5 + 10))", atom_s(&e)),
-                    // `remove` and a known key, not `take`: the macro does not
-                    // know `take` is order-free, and would refuse the save.
-                    Coll::Hs => format!(
-                        "(if hs.remove(&({0} % 9)) {{ Some({0} % 9) }} else {{ None }})",
-                        atom_s(&e)
-                    ),
+                    // `take` looks one value up: order-free, so the save of
+                    // `hs` after it must not be refused.
+                    Coll::Hs => format!("hs.take(&({} % 9))", atom_s(&e)),
                 };
                 self.line(&format!("acc = acc.wrapping_add({op}.unwrap_or(3));"));
             }

@@ -76,6 +76,10 @@ const ORDER_FREE: &[&str] = &[
     "insert",
     "remove",
     "remove_entry",
+    // `HashSet::take(&value)` and `::replace(value)` look one value up by
+    // itself; `Option::take()`/`replace(v)` swap a value out.
+    "take",
+    "replace",
     "entry",
     "len",
     "is_empty",
@@ -451,6 +455,8 @@ mod tests {
             let n = seen.len() + 1;
             state.tools.insert(k, v);
             let t = state.tools.get(&k).cloned();
+            let was = seen.take(&u);
+            seen.replace(u.clone());
             state.count += 1;
             if state.count > 3 && !seen.is_empty() { log(n) }
             Ok(Summary { seen, state })
