@@ -89,14 +89,17 @@
 //! - **Schema versions** live in `PRAGMA user_version`; `MIGRATIONS` (in
 //!   `migrations`) lists one function per version, applied in order on open.
 
+mod apply;
 mod checkpoints;
 mod children;
+mod claim;
 mod error;
 mod migrations;
 mod ops;
 mod poller;
 mod reads;
 mod runs;
+mod write;
 mod writer;
 
 use std::collections::HashMap;
@@ -112,6 +115,7 @@ use tokio::sync::{oneshot, watch};
 
 use self::checkpoints::ahead::{Ahead, Recent};
 use self::checkpoints::seal::PartialSeal;
+use self::claim::op_claim;
 use self::error::{retry_busy, Fail, R};
 use self::ops::*;
 use self::poller::{data_version, poller_loop};
