@@ -150,11 +150,6 @@ fn ends_change_what_they_change_in_memory() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(dir.path().join("runs.db")).unwrap();
     let sqlite = script(&sqlite);
-    if std::env::var_os("SHOW_SCRIPT").is_some() {
-        for line in &sqlite {
-            println!("{line}");
-        }
-    }
     for (m, s) in memory.iter().zip(&sqlite) {
         assert_eq!(m, s);
     }

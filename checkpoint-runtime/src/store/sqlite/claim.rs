@@ -139,10 +139,7 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     let expires = from_ts(ts_after(now, req.ttl));
     for id in picked {
         match load(cx, &id) {
-            Ok((h, input, checkpoint)) => {
-                out.claimed
-                    .push(claim_run(cx, &req, h, (input, checkpoint), expires, now)?);
-            }
+            Ok(loaded) => out.claimed.push(claim_run(cx, &req, loaded, expires, now)?),
             Err(fail) if fail.is_damage() => set_aside(cx, &id, fail, now)?,
             Err(fail) => return Err(fail),
         }
@@ -150,32 +147,46 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     Ok(out)
 }
 
+/// A run the claim query picked, as the claim needs it.
+struct Loaded {
+    head: Box<Head>,
+    input: Vec<u8>,
+    checkpoint: Option<Arc<CheckpointRecord>>,
+}
+
 /// Run `id`, which the claim query picked, as the claim needs it: its
 /// head, its input and its latest checkpoint, all read (and decoded)
 /// before anything is written. Never started over without the
 /// checkpoint it had (see [`rules::latest_checkpoint`]).
-fn load(cx: &mut TxnCtx<'_>, id: &str) -> R<(Box<Head>, Vec<u8>, Option<Arc<CheckpointRecord>>)> {
-    let mut h = cx.head(id)?;
+fn load(cx: &mut TxnCtx<'_>, id: &str) -> R<Loaded> {
+    let mut head = cx.head(id)?;
     let input: Vec<u8> = cx
         .conn
         .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
-        .query_row([h.ord], |r| r.get(0))?;
-    let checkpoint = cx.latest(&mut h)?.map(|l: &Located| l.cp.clone());
-    rules::latest_checkpoint(&h.rec, checkpoint.as_deref())?;
-    Ok((h, input, checkpoint))
+        .query_row([head.ord], |r| r.get(0))?;
+    let checkpoint = cx.latest(&mut head)?.map(|l: &Located| l.cp.clone());
+    rules::latest_checkpoint(&head.rec, checkpoint.as_deref())?;
+    Ok(Loaded {
+        head,
+        input,
+        checkpoint,
+    })
 }
 
-/// Claims run `h` (loaded, with its input and latest checkpoint): a waiting
-/// run consumes the oldest signal it waits for, and [`rules::claim`] says
-/// the rest.
+/// Claims a run, loaded: a waiting run consumes the oldest signal it
+/// waits for, and [`rules::claim`] says the rest.
 fn claim_run(
     cx: &mut TxnCtx<'_>,
     req: &ClaimRequest,
-    mut h: Box<Head>,
-    (input, checkpoint): (Vec<u8>, Option<Arc<CheckpointRecord>>),
+    loaded: Loaded,
     expires: SystemTime,
     now: SystemTime,
 ) -> R<Claimed> {
+    let Loaded {
+        head: mut h,
+        input,
+        checkpoint,
+    } = loaded;
     let signal = match &h.rec.state {
         RunState::Waiting { signal, .. } => consume_signal(cx.conn, h.ord, signal)?,
         _ => None,

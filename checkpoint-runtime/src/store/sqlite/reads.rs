@@ -13,8 +13,9 @@ use super::checkpoints::refs::{Shape, Sources};
 use super::checkpoints::rows::{decode_listed, CpRow, CP_COLS};
 use super::error::{corrupt, to_u64, R};
 use super::runs::{run_ord, RawRun, RUN_SELECT};
-use crate::history::{Event, HistoryEntry};
+use crate::history::HistoryEntry;
 use crate::status::RunFilter;
+use crate::store::rules;
 use crate::store::sql::run_row::{state_sql, status_code, COMPLETED, FAILED, PARKED};
 use crate::store::sql::{from_ts, to_i64};
 use crate::store::{CheckpointRecord, RunRecord, SignalRecord};
@@ -185,10 +186,7 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
                         label
                     }
                 };
-                Event::CheckpointSaved {
-                    seq: to_u64(seq, "seq")?,
-                    label,
-                }
+                rules::checkpoint_saved(to_u64(seq, "seq")?, label.as_deref())
             }
             _ => return Err(corrupt(format_args!("run `{id}`: bad history row"))),
         };
