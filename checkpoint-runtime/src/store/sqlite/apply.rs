@@ -121,8 +121,8 @@ pub(super) fn apply(
     if let Some(event) = &event {
         record_event(cx, ord, now, event)?;
     }
-    // As in every backend, an event for a run the store does not have is
-    // dropped (a child created under a parent that is gone).
+    // As in the memory store, an event for a run the store does not have
+    // is dropped (a child created under a parent that is gone).
     if let Some((other, event)) = &elsewhere {
         if let Some(other) = ord_of(cx, other)? {
             record_event(cx, other, now, event)?;
