@@ -92,10 +92,7 @@ impl Hist {
         match self {
             Hist::Saved { at, seq, label } => HistoryEntry {
                 at: *at,
-                event: Event::CheckpointSaved {
-                    seq: *seq,
-                    label: label.as_ref().map(|l| l.to_string()),
-                },
+                event: rules::checkpoint_saved(*seq, label.as_deref()),
             },
             Hist::Other(e) => (**e).clone(),
         }
@@ -103,9 +100,18 @@ impl Hist {
 }
 
 impl Entry {
-    fn event(&mut self, at: SystemTime, event: Event) {
-        self.history
-            .push(Hist::Other(Box::new(HistoryEntry { at, event })));
+    /// Records `event`: a `CheckpointSaved` compactly (its label is static
+    /// for a label written in the workflow), any other boxed.
+    fn record(&mut self, at: SystemTime, event: Event) {
+        let hist = match event {
+            Event::CheckpointSaved { seq, label } => Hist::Saved {
+                at,
+                seq,
+                label: label.map(Cow::Owned),
+            },
+            event => Hist::Other(Box::new(HistoryEntry { at, event })),
+        };
+        self.history.push(hist);
     }
 }
 
@@ -185,66 +191,106 @@ impl MemoryStore {
         if let Some(e) = st.runs.get(run.id.as_str()) {
             return Ok(Created::Existing(Box::new(e.rec.clone())));
         }
-        let held = match (&run.parent, run.max_running) {
-            (Some(parent), Some(_)) => {
-                let running = st
-                    .runs
-                    .values()
-                    .filter(|e| e.rec.parent.as_ref() == Some(parent))
-                    .filter(|e| !e.rec.state.is_terminal() && e.rec.state != RunState::Held)
-                    .count();
-                rules::starts_held(run.max_running, running)
-            }
-            _ => false,
+        let running = match &run.parent {
+            Some(parent) if rules::counts_siblings(&run) => st
+                .runs
+                .values()
+                .filter(|e| e.rec.parent.as_ref() == Some(parent) && rules::is_running(&e.rec))
+                .count(),
+            _ => 0,
         };
         let now = SystemTime::now();
-        let id: Arc<str> = Arc::from(run.id.as_str());
+        let (rec, change) = rules::create(run, running, now);
+        let id = Self::insert(&mut st, rec, VecDeque::new());
+        Self::apply(&mut st, &id, change, now);
+        drop(st);
+        self.bump();
+        Ok(Created::New)
+    }
+
+    /// Adds run `rec`, with `checkpoints`, as the newest run.
+    fn insert(
+        st: &mut State,
+        rec: RunRecord,
+        checkpoints: VecDeque<Arc<CheckpointRecord>>,
+    ) -> Arc<str> {
+        let id: Arc<str> = Arc::from(rec.id.as_str());
         let order = st.next_order;
         st.next_order += 1;
-        let (mut rec, started) = rules::create(run, now);
-        if held {
-            rec.state = RunState::Held;
-        }
-        let mut entry = Entry {
+        let entry = Entry {
             rec,
             order,
-            checkpoints: VecDeque::new(),
+            checkpoints,
             history: Vec::new(),
             signals: VecDeque::new(),
             join_pending: 0,
         };
-        entry.event(now, started);
-        let spawned = rules::spawned(&entry.rec);
-        let parent = entry.rec.parent.clone();
         st.active.insert(order, id.clone());
-        st.runs.insert(id, entry);
-        if let Some(p) = parent.and_then(|p| st.runs.get_mut(p.as_str())) {
-            p.event(now, spawned);
+        st.runs.insert(id.clone(), entry);
+        id
+    }
+
+    /// Applies what a rule changed of run `id` (its record already changed
+    /// in place): its history, another run's, its signals, and what its end
+    /// changes elsewhere (see [`rules::Ended`]). The one place this backend
+    /// stores a transition.
+    fn apply(st: &mut State, id: &str, change: rules::Change, now: SystemTime) {
+        let rules::Change {
+            event,
+            elsewhere,
+            signal,
+            ended,
+            ..
+        } = change;
+        if let Some(e) = st.runs.get_mut(id) {
+            if let Some(event) = event {
+                e.record(now, event);
+            }
+            if let Some(signal) = signal {
+                e.signals.push_back(signal);
+            }
+            // The active index follows the state: an end leaves it, a retry
+            // comes back.
+            let order = e.order;
+            if e.rec.state.is_terminal() {
+                st.active.remove(&order);
+            } else {
+                st.active.entry(order).or_insert_with(|| Arc::from(id));
+            }
         }
-        drop(st);
-        self.bump();
-        Ok(Created::New)
+        if let Some((other, event)) = elsewhere {
+            if let Some(o) = st.runs.get_mut(other.as_str()) {
+                o.record(now, event);
+            }
+        }
+        if let Some(ended) = ended {
+            Self::child_ended(st, id, ended.freed_slot, now);
+            if ended.cancels_descendants {
+                Self::cancel_children(st, id, now);
+            }
+        }
     }
 
     fn do_claim(&self, req: &ClaimRequest) -> Result<ClaimResult, Error> {
         let now = SystemTime::now();
         let mut out = ClaimResult::default();
         let mut changed = false;
-        let mut ended: Vec<Arc<str>> = Vec::new();
         let mut st = self.lock();
-        let State { runs, active, .. } = &mut *st;
         let candidates: Vec<Arc<str>> = match &req.only {
-            Some(only) => runs
+            Some(only) => st
+                .runs
                 .get_key_value(only.as_str())
                 .map(|(k, _)| vec![k.clone()])
                 .unwrap_or_default(),
-            None => active.values().cloned().collect(),
+            None => st.active.values().cloned().collect(),
         };
         for id in candidates {
             if out.claimed.len() >= req.limit {
                 break;
             }
-            let Some(e) = runs.get_mut(&id) else { continue };
+            let Some(e) = st.runs.get_mut(&id) else {
+                continue;
+            };
             if e.rec.state.is_terminal() {
                 continue;
             }
@@ -270,29 +316,20 @@ impl MemoryStore {
             let latest = e.checkpoints.back().filter(|c| c.seq == e.rec.latest_seq);
             if let Err(cause) = rules::latest_checkpoint(&e.rec, latest.map(|c| &**c)) {
                 let error = rules::damaged(&id, Some(&e.rec.workflow), None, &[], &cause);
-                let event = rules::finish(&mut e.rec, Outcome::Failed { error }, now);
-                e.event(now, event);
-                active.remove(&e.order);
-                ended.push(id.clone());
+                let change = rules::set_aside(&mut e.rec, error, now);
+                Self::apply(&mut st, &id, change, now);
                 changed = true;
                 continue;
             }
             let checkpoint = latest.cloned();
             let signal = signal.and_then(|pos| e.signals.remove(pos));
-            let wake = rules::claim_wake(&e.rec.state, signal);
-            let taken = rules::takeover(e.rec.lease.as_ref(), req);
-            let lease = rules::claim(&mut e.rec, req, wake, later(now, req.ttl), now);
-            if let Some(event) = taken {
-                e.event(now, event);
-            }
+            let (lease, change) = rules::claim(&mut e.rec, req, signal, later(now, req.ttl), now);
             out.claimed.push(Claimed {
                 lease,
                 run: e.rec.clone(),
                 checkpoint,
             });
-        }
-        for id in ended {
-            Self::child_ended(&mut st, &id, true);
+            Self::apply(&mut st, &id, change, now);
         }
         drop(st);
         if changed {
@@ -303,20 +340,16 @@ impl MemoryStore {
 
     fn do_release(&self, id: &str, lease: &Lease, how: Release) -> Result<(), Error> {
         let mut st = self.lock();
-        let e = match Self::fenced(&mut st, id, lease) {
-            Ok(e) => e,
-            Err(Error::Cancelled { .. }) => {
-                if let Some(e) = st.runs.get_mut(id) {
-                    rules::release_cancelled(&mut e.rec);
-                }
-                return Ok(());
-            }
+        let now = SystemTime::now();
+        let change = match Self::fenced(&mut st, id, lease) {
+            Ok(e) => rules::release(&mut e.rec, how, now),
+            Err(Error::Cancelled { .. }) => match st.runs.get_mut(id) {
+                Some(e) => rules::release_cancelled(&mut e.rec),
+                None => return Ok(()),
+            },
             Err(err) => return Err(err),
         };
-        let now = SystemTime::now();
-        if let Some(event) = rules::release(&mut e.rec, how, now) {
-            e.event(now, event);
-        }
+        Self::apply(&mut st, id, change, now);
         drop(st);
         self.bump();
         Ok(())
@@ -331,16 +364,12 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, &cp.run, lease)?;
         rules::check_next_seq(&e.rec, &cp)?;
-        rules::save_checkpoint(&mut e.rec, &cp);
-        let saved = Hist::Saved {
-            at: cp.created_at,
-            seq: cp.seq,
-            label: cp.label.clone(),
-        };
+        let change = rules::save_checkpoint(&mut e.rec, &cp);
         let joining = match &cp.suspend {
             Some(Suspend::Joining { children, .. }) => Some(children.clone()),
             _ => None,
         };
+        let at = cp.created_at;
         e.checkpoints.push_back(cp);
         if let Some(keep) = keep {
             let floor = rules::retention_floor(e.rec.latest_seq, keep);
@@ -348,8 +377,8 @@ impl MemoryStore {
                 e.checkpoints.pop_front();
             }
         }
-        e.history.push(saved);
-        let run = Arc::from(e.rec.id.as_str());
+        let run: Arc<str> = Arc::from(e.rec.id.as_str());
+        Self::apply(&mut st, &run, change, at);
         if let Some(children) = joining {
             Self::join(&mut st, run, &children);
         }
@@ -365,7 +394,7 @@ impl MemoryStore {
             .map(Arc::from)
             .collect();
         if pending.is_empty() {
-            Self::joined(st, &waiter);
+            Self::joined(st, &waiter, SystemTime::now());
             return;
         }
         if let Some(e) = st.runs.get_mut(&waiter) {
@@ -376,9 +405,8 @@ impl MemoryStore {
         }
     }
 
-    /// Wakes run `waiter`, whose children all ended: stores the signal its
-    /// join waits for, with their outcomes ([`rules::joined_payload`]).
-    fn joined(st: &mut State, waiter: &str) {
+    /// Wakes run `waiter`, whose children all ended (see [`rules::joined`]).
+    fn joined(st: &mut State, waiter: &str, now: SystemTime) {
         let Some(e) = st.runs.get(waiter) else { return };
         let Some(Suspend::Joining {
             children, token, ..
@@ -386,29 +414,17 @@ impl MemoryStore {
         else {
             return;
         };
-        let (children, token) = (children.clone(), token.clone());
-        let payload = rules::joined_payload(&children, |c| st.runs.get(c).map(|e| &e.rec));
-        if let Some(e) = st.runs.get_mut(waiter) {
-            let now = SystemTime::now();
-            e.signals.push_back(SignalRecord {
-                name: token,
-                payload: payload.into(),
-                received_at: now,
-            });
-            let joined = Event::Joined {
-                children: children.len(),
-            };
-            e.event(now, joined);
-        }
+        let change = rules::joined(children, token, |c| st.runs.get(c).map(|e| &e.rec), now);
+        Self::apply(st, waiter, change, now);
     }
 
     /// What the end of run `child` changes elsewhere, in the same critical
     /// section: each run joining it counts it, and the last one it waited
     /// for delivers its signal.
-    fn child_ended(st: &mut State, child: &str, freed_slot: bool) {
+    fn child_ended(st: &mut State, child: &str, freed_slot: bool, now: SystemTime) {
         let parent = st.runs.get(child).and_then(|e| e.rec.parent.clone());
         if let (true, Some(parent)) = (freed_slot, parent) {
-            Self::promote_sibling(st, &parent);
+            Self::promote_sibling(st, &parent, now);
         }
         for waiter in st.joins.remove(child).unwrap_or_default() {
             let Some(e) = st.runs.get_mut(&waiter) else {
@@ -416,25 +432,28 @@ impl MemoryStore {
             };
             e.join_pending = e.join_pending.saturating_sub(1);
             if e.join_pending == 0 && !e.rec.state.is_terminal() {
-                Self::joined(st, &waiter);
+                Self::joined(st, &waiter, now);
             }
         }
     }
 
     /// Starts the oldest held child of `parent`, if any (a running one ended).
-    fn promote_sibling(st: &mut State, parent: &str) {
+    fn promote_sibling(st: &mut State, parent: &str, now: SystemTime) {
         let next = st
             .runs
             .values_mut()
-            .filter(|e| e.rec.parent.as_deref() == Some(parent) && e.rec.state == RunState::Held)
+            .filter(|e| e.rec.parent.as_deref() == Some(parent) && rules::is_held(&e.rec))
             .min_by_key(|e| e.order);
         if let Some(e) = next {
-            rules::promote(&mut e.rec, SystemTime::now());
+            let change = rules::promote(&mut e.rec, now);
+            let id = e.rec.id.clone();
+            Self::apply(st, &id, change, now);
         }
     }
 
     /// Cancels the unfinished descendants of run `id` (its children, theirs,
-    /// ...), each with its `Cancelled` event.
+    /// ...): each child's cancel is applied (which cancels its own
+    /// descendants); the walk goes on only through children that had ended.
     fn cancel_children(st: &mut State, id: &str, now: SystemTime) {
         let mut parents = vec![id.to_owned()];
         while let Some(parent) = parents.pop() {
@@ -448,14 +467,10 @@ impl MemoryStore {
                 let Some(e) = st.runs.get_mut(&child) else {
                     continue;
                 };
-                let was_held = e.rec.state == RunState::Held;
-                if let Some(event) = rules::cancel(&mut e.rec, now) {
-                    e.event(now, event);
-                    let order = e.order;
-                    st.active.remove(&order);
-                    Self::child_ended(st, &child, !was_held);
+                match rules::cancel(&mut e.rec, now) {
+                    Some(change) => Self::apply(st, &child, change, now),
+                    None => parents.push(child.to_string()),
                 }
-                parents.push(child.to_string());
             }
         }
     }
@@ -474,14 +489,18 @@ impl MemoryStore {
         let Some(sig) = e.signals.remove(pos) else {
             return Ok(None);
         };
-        rules::consume_signal(&mut e.rec, &sig, SystemTime::now());
+        let now = SystemTime::now();
+        let change = rules::consume_signal(&mut e.rec, &sig, now);
+        Self::apply(&mut st, id, change, now);
         Ok(Some(sig))
     }
 
     fn do_time_out(&self, id: &str, lease: &Lease) -> Result<(), Error> {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, id, lease)?;
-        rules::time_out(&mut e.rec, SystemTime::now());
+        let now = SystemTime::now();
+        let change = rules::time_out(&mut e.rec, now);
+        Self::apply(&mut st, id, change, now);
         Ok(())
     }
 
@@ -494,9 +513,8 @@ impl MemoryStore {
             .back()
             .filter(|cp| cp.seq == e.rec.latest_seq)
             .cloned();
-        if let Some(event) = rules::reject_signal(&mut e.rec, reason, latest.as_deref(), now)? {
-            e.event(now, event);
-        }
+        let change = rules::reject_signal(&mut e.rec, reason, latest.as_deref(), now)?;
+        Self::apply(&mut st, id, change, now);
         Ok(())
     }
 
@@ -504,11 +522,8 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = Self::fenced(&mut st, id, lease)?;
         let now = SystemTime::now();
-        let event = rules::finish(&mut e.rec, outcome, now);
-        e.event(now, event);
-        let order = e.order;
-        st.active.remove(&order);
-        Self::child_ended(&mut st, id, true);
+        let change = rules::finish(&mut e.rec, outcome, now);
+        Self::apply(&mut st, id, change, now);
         drop(st);
         self.bump();
         Ok(())
@@ -518,15 +533,10 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
-        let was_held = e.rec.state == RunState::Held;
-        let Some(event) = rules::cancel(&mut e.rec, now) else {
+        let Some(change) = rules::cancel(&mut e.rec, now) else {
             return Ok(false);
         };
-        e.event(now, event);
-        let order = e.order;
-        st.active.remove(&order);
-        Self::child_ended(&mut st, id, !was_held);
-        Self::cancel_children(&mut st, id, now);
+        Self::apply(&mut st, id, change, now);
         drop(st);
         self.bump();
         Ok(true)
@@ -536,10 +546,8 @@ impl MemoryStore {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
-        let event = rules::retry(&mut e.rec, now)?;
-        e.event(now, event);
-        let (order, id) = (e.order, e.rec.id.clone());
-        st.active.insert(order, Arc::from(id.as_str()));
+        let change = rules::retry(&mut e.rec, now)?;
+        Self::apply(&mut st, id, change, now);
         drop(st);
         self.bump();
         Ok(())
@@ -547,11 +555,10 @@ impl MemoryStore {
 
     fn do_put_signal(&self, id: &str, name: &str, payload: Vec<u8>) -> Result<(), Error> {
         let mut st = self.lock();
-        let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
+        let e = st.runs.get(id).ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
-        let (signal, event) = rules::accept_signal(&e.rec, name, payload, now)?;
-        e.signals.push_back(signal);
-        e.event(now, event);
+        let change = rules::accept_signal(&e.rec, name, payload, now)?;
+        Self::apply(&mut st, id, change, now);
         drop(st);
         self.bump();
         Ok(())
@@ -564,10 +571,7 @@ impl MemoryStore {
                 run: new_id.to_owned(),
             });
         }
-        let src = st
-            .runs
-            .get_mut(from)
-            .ok_or_else(|| Error::unknown_run(from))?;
+        let src = st.runs.get(from).ok_or_else(|| Error::unknown_run(from))?;
         let cp = src
             .checkpoints
             .iter()
@@ -579,29 +583,12 @@ impl MemoryStore {
             })?;
         let now = SystemTime::now();
         let (workflow, input) = (src.rec.workflow.clone(), src.rec.input.clone());
-        let (rec, copy, forked) = rules::fork(from, &cp, new_id, workflow, input, now);
-        src.event(now, forked.clone());
-        let id = copy.run.clone();
-        let order = st.next_order;
-        st.next_order += 1;
-        let mut entry = Entry {
-            rec,
-            order,
-            checkpoints: VecDeque::from([Arc::new(copy)]),
-            history: Vec::new(),
-            signals: VecDeque::new(),
-            join_pending: 0,
-        };
-        entry.event(now, forked);
-        let joining = match &cp.suspend {
-            Some(Suspend::Joining { children, .. }) => Some(children.clone()),
-            _ => None,
-        };
-        st.active.insert(order, id.clone());
-        st.runs.insert(id.clone(), entry);
+        let (rec, copy, change) = rules::fork(from, &cp, new_id, workflow, input, now);
+        let id = Self::insert(&mut st, rec, VecDeque::from([Arc::new(copy)]));
+        Self::apply(&mut st, &id, change, now);
         // The fork joins the same children (they are not run again).
-        if let Some(children) = joining {
-            Self::join(&mut st, id, &children);
+        if let Some(Suspend::Joining { children, .. }) = &cp.suspend {
+            Self::join(&mut st, id, children);
         }
         drop(st);
         self.bump();
@@ -712,9 +699,9 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), Error>> {
         let mut st = self.lock();
-        let r = Self::fenced(&mut st, id, lease)
-            .map(|e| rules::renew(&mut e.rec, later(SystemTime::now(), ttl)));
-        ready(r)
+        let now = SystemTime::now();
+        let r = Self::fenced(&mut st, id, lease).map(|e| rules::renew(&mut e.rec, later(now, ttl)));
+        ready(r.map(|change| Self::apply(&mut st, id, change, now)))
     }
 
     fn release<'a>(
@@ -816,7 +803,7 @@ impl Store for MemoryStore {
         let mut st = self.lock();
         let r = match st.runs.get_mut(id) {
             Some(e) => {
-                e.event(SystemTime::now(), event);
+                e.record(SystemTime::now(), event);
                 Ok(())
             }
             None => Err(Error::unknown_run(id)),

@@ -29,18 +29,26 @@
 //! - `integrity`: the checksums a durable backend seals each checkpoint
 //!   with ([`checksums`], checked by [`verify_checksums`]) and the errors
 //!   that report a damaged one;
-//! - `rules`: every run-state transition (claim, renew, release, suspend,
-//!   consume or reject a signal, time out, finish, fail, cancel, fork,
-//!   retention, fencing) as a pure function on the records; every backend
-//!   calls them and only maps their result to its storage;
+//! - `rules`: every run-state transition (create, claim, renew, release,
+//!   suspend, consume or reject a signal, time out, finish, fail, set aside,
+//!   cancel, retry, fork, join, promote, retention, fencing) as a pure
+//!   function on the records that returns a `rules::Change`; the only code
+//!   that sets a [`RunState`] or builds an [`Event`](crate::Event). Each
+//!   backend loads, calls one rule, and applies the change with one `apply`
+//!   of its own (rules decide, backends apply);
 //! - backends: [`MemoryStore`] (maps and the rules), [`sqlite`] (feature
 //!   `sqlite`) and [`postgres`] (feature `postgres`), the last two sharing
 //!   `sql` (the run row, value and time conversions);
 //! - [`open`] and [`StoreUrl`]: a URL to a backend, in one place;
-//! - `conformance` (tests): one macro that runs every rule on every backend.
+//! - `conformance`: the validation suite every backend passes (a macro
+//!   makes a test of each per backend).
+//!
+//! With the `backend-kit` feature, `rules` and `conformance` are public, so
+//! that a custom backend reuses the transitions and runs the suite (see
+//! `conformance`'s docs for an example).
 
-#[cfg(test)]
-mod conformance;
+#[cfg(any(test, feature = "backend-kit"))]
+pub mod conformance;
 mod contract;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod delta;
@@ -49,6 +57,9 @@ mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod records;
+#[cfg(feature = "backend-kit")]
+pub mod rules;
+#[cfg(not(feature = "backend-kit"))]
 mod rules;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;

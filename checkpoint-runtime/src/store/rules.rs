@@ -9,6 +9,41 @@
 //!
 //! Times are passed in (`now`, the lease's expiry), so every rule is a pure
 //! function of its arguments.
+//!
+//! # Rules decide, backends apply
+//!
+//! A write rule takes the run's record as the backend loaded it, changes it
+//! in place, and returns a [`Change`]: whether the row changed, the history
+//! event to record, an event for another run's history, a signal to queue,
+//! and whether the run ended (which wakes its joiners, promotes a held
+//! sibling, and for a cancel, cancels its descendants). The rules are the
+//! only code that sets a [`RunState`] or builds an [`Event`]; a backend
+//! loads, calls one rule, and applies the change with one function of its
+//! own (`apply` in each backend), so a new transition is written here once.
+//!
+//! ```
+//! use std::time::SystemTime;
+//! use checkpoint_runtime::store::rules;
+//! use checkpoint_runtime::store::{NewRun, RunState};
+//!
+//! let run = NewRun {
+//!     id: "order-1".into(),
+//!     workflow: "checkout".into(),
+//!     input: b"{}".to_vec().into(),
+//!     version: 1,
+//!     trace: None,
+//!     parent: None,
+//!     max_running: None,
+//! };
+//! let (mut rec, created) = rules::create(run, 0, SystemTime::now());
+//! assert_eq!(rec.state, RunState::Ready);
+//! assert!(created.event.is_some()); // `Started`, for the run's history
+//!
+//! // Cancelling it ends it; a backend applies the change it returns.
+//! let cancelled = rules::cancel(&mut rec, SystemTime::now()).expect("not ended yet");
+//! assert_eq!(rec.state, RunState::Cancelled);
+//! assert!(cancelled.ended.is_some_and(|e| e.cancels_descendants));
+//! ```
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -22,33 +57,110 @@ use super::{
 use crate::history::Event;
 use crate::Error;
 
+/// What a write rule changed, besides the record it changed in place: what
+/// a backend stores for it (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Change {
+    /// The run's row changed: write the record back.
+    pub row: bool,
+    /// The event the run's history records.
+    pub event: Option<Event>,
+    /// An event the history of another run records, by its id (a parent's
+    /// `ChildSpawned`, the `Forked` of a fork's source).
+    pub elsewhere: Option<(String, Event)>,
+    /// A signal the run receives: queue it.
+    pub signal: Option<SignalRecord>,
+    /// The run ended by this change (see [`Ended`]).
+    pub ended: Option<Ended>,
+}
+
+/// What the end of a run changes elsewhere, which the backend applies in the
+/// same transaction: the runs joining it count it (the last one it waited
+/// for receives its join signal, see [`joined`]), a held sibling is
+/// promoted when `freed_slot`, and when `cancels_descendants` its
+/// unfinished descendants are cancelled, each by [`cancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Ended {
+    /// The run counted against its parent's `max_running` (it was not
+    /// held): the oldest held sibling may start (see [`promote`]).
+    pub freed_slot: bool,
+    /// A cancel: the run's unfinished descendants are cancelled too.
+    pub cancels_descendants: bool,
+}
+
+impl Change {
+    fn row() -> Change {
+        Change {
+            row: true,
+            ..Change::default()
+        }
+    }
+
+    fn row_and(event: Option<Event>) -> Change {
+        Change {
+            row: true,
+            event,
+            ..Change::default()
+        }
+    }
+}
+
 /// Create: a run just created by [`Store::create_run`](super::Store::create_run):
-/// ready, never claimed, no checkpoint yet. Returns it with its `Started`
-/// event.
-pub(crate) fn create(run: NewRun, now: SystemTime) -> (RunRecord, Event) {
+/// never claimed, no checkpoint yet; ready, or held when it is a child
+/// created with `max_running` and `running` of its parent's children (not
+/// ended, not held; the backend counts them, only for such a child) fill
+/// the bound. Returns it with its `Started` event and, for a child, the
+/// parent's `ChildSpawned`.
+pub fn create(run: NewRun, running: usize, now: SystemTime) -> (RunRecord, Change) {
     let started = Event::Started {
         workflow: run.workflow.clone(),
         trace: run.trace.clone(),
     };
-    let mut rec = started_run(run.id, run.workflow, run.input, RunState::Ready, 0, now);
+    let held = run.parent.is_some() && starts_held(run.max_running, running);
+    let state = if held {
+        RunState::Held
+    } else {
+        RunState::Ready
+    };
+    let mut rec = started_run(run.id, run.workflow, run.input, state, 0, now);
     rec.version = run.version.max(1);
     rec.parent = run.parent;
-    (rec, started)
+    let elsewhere = rec.parent.clone().map(|p| {
+        let spawned = Event::ChildSpawned {
+            child: rec.id.clone(),
+            workflow: rec.workflow.clone(),
+            held,
+        };
+        (p, spawned)
+    });
+    let change = Change {
+        elsewhere,
+        ..Change::row_and(Some(started))
+    };
+    (rec, change)
+}
+
+/// Whether a create needs the count of its parent's running children (see
+/// [`create`]): only a child created with `max_running`.
+pub fn counts_siblings(run: &NewRun) -> bool {
+    run.parent.is_some() && run.max_running.is_some()
 }
 
 /// Fork: the run `new_id` that [`Store::fork`](super::Store::fork) creates
 /// from checkpoint `cp` of run `from` (workflow and input as given): never
 /// claimed, its one checkpoint a copy of `cp` as seq 1, in the state that
-/// checkpoint carries. Returns the run, the copy and the `Forked` event both
-/// histories record.
-pub(crate) fn fork(
+/// checkpoint carries. Returns the run, the copy and the change: the
+/// `Forked` event both histories record.
+pub fn fork(
     from: &str,
     cp: &CheckpointRecord,
     new_id: &str,
     workflow: String,
     input: Arc<[u8]>,
     now: SystemTime,
-) -> (RunRecord, CheckpointRecord, Event) {
+) -> (RunRecord, CheckpointRecord, Change) {
     let event = Event::Forked {
         from: from.to_owned(),
         seq: cp.seq,
@@ -59,15 +171,18 @@ pub(crate) fn fork(
     copy.seq = 1;
     copy.created_at = now;
     let rec = started_run(new_id.to_owned(), workflow, input, copy.state(), 1, now);
-    (rec, copy, event)
+    let change = Change {
+        elsewhere: Some((from.to_owned(), event.clone())),
+        ..Change::row_and(Some(event))
+    };
+    (rec, copy, change)
 }
 
 /// A blank record of run `id` at `now` (no workflow nor input, `Ready`, no
 /// lease, seq 0): the columns a rule sets on it are what a backend's
 /// write of that rule alone sets (the PostgreSQL store's one-statement
-/// saves and ends).
-#[cfg(feature = "postgres")]
-pub(crate) fn blank_run(id: &str, now: SystemTime) -> RunRecord {
+/// saves and ends, the SQLite store's set-aside of a run it cannot load).
+pub fn blank_run(id: &str, now: SystemTime) -> RunRecord {
     started_run(
         id.to_owned(),
         String::new(),
@@ -107,7 +222,7 @@ fn started_run(
 /// there is none, it expired, or it is held by the same worker id under an
 /// *older* instance (a restart; see the claim rules in [`Store`](super::Store)'s
 /// docs).
-pub(crate) fn lease_free(
+pub fn lease_free(
     lease: Option<&LeaseInfo>,
     worker: &str,
     instance: &str,
@@ -119,7 +234,7 @@ pub(crate) fn lease_free(
 /// Whether a run in `state` may be executed now (its lease aside): it is
 /// `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored signal
 /// of that name (`has_signal`) or a passed deadline.
-pub(crate) fn runnable(state: &RunState, has_signal: bool, now: SystemTime) -> bool {
+pub fn runnable(state: &RunState, has_signal: bool, now: SystemTime) -> bool {
     match state {
         RunState::Ready => true,
         RunState::Sleeping { until } => *until <= now,
@@ -131,7 +246,7 @@ pub(crate) fn runnable(state: &RunState, has_signal: bool, now: SystemTime) -> b
 /// What a claim delivers to a run in `state`: for a waiting run, the oldest
 /// stored signal it waits for (consumed by the claim), or `TimedOut` when
 /// there is none; nothing for any other run.
-pub(crate) fn claim_wake(state: &RunState, signal: Option<SignalRecord>) -> Option<WakeValue> {
+fn claim_wake(state: &RunState, signal: Option<SignalRecord>) -> Option<WakeValue> {
     match state {
         RunState::Waiting { .. } => Some(match signal {
             Some(sig) => WakeValue::Signal {
@@ -144,16 +259,20 @@ pub(crate) fn claim_wake(state: &RunState, signal: Option<SignalRecord>) -> Opti
     }
 }
 
-/// Claim: a waiting run records `wake` (see [`claim_wake`]) for its latest
-/// checkpoint; the run becomes `Ready` under a new lease with the next epoch
-/// and attempt. Returns the lease.
-pub(crate) fn claim(
+/// Claim: a waiting run records as its wake value `signal`, the oldest
+/// stored signal it waits for (which the backend consumed when it loaded
+/// it), or `TimedOut` when there is none; the run becomes `Ready` under a
+/// new lease with the next epoch and attempt. Returns the lease and the
+/// change: the `TakenOver` event when another instance held the run.
+pub fn claim(
     rec: &mut RunRecord,
     req: &ClaimRequest,
-    wake: Option<WakeValue>,
+    signal: Option<SignalRecord>,
     expires_at: SystemTime,
     now: SystemTime,
-) -> Lease {
+) -> (Lease, Change) {
+    let wake = claim_wake(&rec.state, signal);
+    let taken = takeover(rec.lease.as_ref(), req);
     if let (RunState::Waiting { .. }, Some(value)) = (&rec.state, wake) {
         rec.wake = Some(Wake {
             seq: rec.latest_seq,
@@ -169,18 +288,19 @@ pub(crate) fn claim(
         expires_at,
     });
     rec.updated_at = now;
-    Lease {
+    let lease = Lease {
         worker: req.worker.clone(),
         instance: req.instance.clone(),
         epoch: rec.epoch,
-    }
+    };
+    (lease, Change::row_and(taken))
 }
 
 /// Fencing, applied to every write that presents `lease` (see [`Store`](super::Store)'s
 /// guarantees): [`Error::Cancelled`] for a cancelled run,
 /// [`Error::LeaseLost`] when the run is finished, its epoch moved on, or its
 /// lease is held by another worker or instance.
-pub(crate) fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error> {
+pub fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error> {
     if matches!(rec.state, RunState::Cancelled) {
         return Err(Error::Cancelled { run: id.to_owned() });
     }
@@ -200,19 +320,20 @@ pub(crate) fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<()
 }
 
 /// Renew: the lease now expires at `expires_at`.
-pub(crate) fn renew(rec: &mut RunRecord, expires_at: SystemTime) {
+pub fn renew(rec: &mut RunRecord, expires_at: SystemTime) -> Change {
     if let Some(l) = rec.lease.as_mut() {
         l.expires_at = expires_at;
     }
+    Change::row()
 }
 
 /// Release: the run is given back (its lease cleared). `Suspend` resets the
 /// attempt counter (the state was set by the checkpoint); `Retry` leaves the
-/// run `Ready`. Returns the history event to record, if any.
-pub(crate) fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Option<Event> {
+/// run `Ready`. Returns the change, with the history event to record.
+pub fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Change {
     let worker = rec.lease.take().map(|l| l.worker).unwrap_or_default();
     rec.updated_at = now;
-    match how {
+    let event = match how {
         Release::Suspend => {
             rec.attempt = 0;
             let on = describe_suspension(&rec.state, now);
@@ -229,17 +350,13 @@ pub(crate) fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Opt
             rec.state = RunState::Parked { error };
             Some(Event::Parked { worker, reason })
         }
-    }
+    };
+    Change::row_and(event)
 }
 
 /// Whether `req` may claim a run in `state` (its lease aside): a runnable
 /// one (see [`runnable`]), or a parked one that `req` revisits by name.
-pub(crate) fn claimable(
-    state: &RunState,
-    has_signal: bool,
-    now: SystemTime,
-    req: &ClaimRequest,
-) -> bool {
+pub fn claimable(state: &RunState, has_signal: bool, now: SystemTime, req: &ClaimRequest) -> bool {
     match state {
         RunState::Parked { .. } => req.revisit_parked && req.only.is_some(),
         other => runnable(other, has_signal, now),
@@ -248,13 +365,14 @@ pub(crate) fn claimable(
 
 /// Release of a run that was cancelled under its lease: only the lease is
 /// cleared (the release is not an error, and nothing is recorded).
-pub(crate) fn release_cancelled(rec: &mut RunRecord) {
+pub fn release_cancelled(rec: &mut RunRecord) -> Change {
     rec.lease = None;
+    Change::row()
 }
 
 /// The checkpoint a run may store next: seq `latest + 1`, or an internal
 /// error.
-pub(crate) fn check_next_seq(rec: &RunRecord, cp: &CheckpointRecord) -> Result<(), Error> {
+pub fn check_next_seq(rec: &RunRecord, cp: &CheckpointRecord) -> Result<(), Error> {
     if cp.seq != rec.latest_seq + 1 {
         return Err(Error::internal(format!(
             "run `{}`: checkpoint #{} stored out of order (latest is #{})",
@@ -267,24 +385,36 @@ pub(crate) fn check_next_seq(rec: &RunRecord, cp: &CheckpointRecord) -> Result<(
 /// Save, and suspend: storing checkpoint `cp` moves the run to the state the
 /// checkpoint carries ([`CheckpointRecord::state`]: `Ready`, or `Waiting` /
 /// `Sleeping` for a suspension site), resets the attempt counter to 1 and
-/// clears the wake value.
-pub(crate) fn save_checkpoint(rec: &mut RunRecord, cp: &CheckpointRecord) {
+/// clears the wake value. The change records `CheckpointSaved` (the
+/// backend stores `cp` itself, in its own layout).
+pub fn save_checkpoint(rec: &mut RunRecord, cp: &CheckpointRecord) -> Change {
     rec.latest_seq = cp.seq;
     rec.state = cp.state();
     rec.attempt = 1;
     rec.wake = None;
     rec.updated_at = cp.created_at;
+    Change::row_and(Some(checkpoint_saved(cp.seq, cp.label.as_deref())))
+}
+
+/// The `CheckpointSaved` event of checkpoint `seq` (labelled `label`): what
+/// [`save_checkpoint`] records, and what a backend that keeps these events
+/// compactly (one per checkpoint) rebuilds when it reads a history.
+pub fn checkpoint_saved(seq: u64, label: Option<&str>) -> Event {
+    Event::CheckpointSaved {
+        seq,
+        label: label.map(str::to_owned),
+    }
 }
 
 /// Retention: the oldest seq kept once checkpoint `seq` is stored with
 /// `keep` (the latest is always kept).
-pub(crate) fn retention_floor(seq: u64, keep: usize) -> u64 {
+pub fn retention_floor(seq: u64, keep: usize) -> u64 {
     seq.saturating_sub(keep.max(1) as u64).saturating_add(1)
 }
 
 /// Consume a signal: `sig`, taken from the run's stored signals, becomes the
 /// wake value of the latest checkpoint; the run is `Ready`.
-pub(crate) fn consume_signal(rec: &mut RunRecord, sig: &SignalRecord, now: SystemTime) {
+pub fn consume_signal(rec: &mut RunRecord, sig: &SignalRecord, now: SystemTime) -> Change {
     wake(
         rec,
         WakeValue::Signal {
@@ -292,22 +422,23 @@ pub(crate) fn consume_signal(rec: &mut RunRecord, sig: &SignalRecord, now: Syste
             payload: sig.payload.clone(),
         },
         now,
-    );
+    )
 }
 
 /// Time out: the deadline of the latest (wait) checkpoint passed: wake value
 /// `TimedOut`, state `Ready`.
-pub(crate) fn time_out(rec: &mut RunRecord, now: SystemTime) {
-    wake(rec, WakeValue::TimedOut, now);
+pub fn time_out(rec: &mut RunRecord, now: SystemTime) -> Change {
+    wake(rec, WakeValue::TimedOut, now)
 }
 
-fn wake(rec: &mut RunRecord, value: WakeValue, now: SystemTime) {
+fn wake(rec: &mut RunRecord, value: WakeValue, now: SystemTime) -> Change {
     rec.wake = Some(Wake {
         seq: rec.latest_seq,
         value,
     });
     rec.state = RunState::Ready;
     rec.updated_at = now;
+    Change::row()
 }
 
 /// Reject a signal: the consumed signal of the wake value is discarded (its
@@ -322,12 +453,12 @@ fn wake(rec: &mut RunRecord, value: WakeValue, now: SystemTime) {
 /// [`missing_checkpoint`]'s; the claim that next meets the run sets it
 /// aside (see [`damaged`]). A run without checkpoints has no wake value to
 /// discard (only a checkpoint can make it wait): its state is left as it is.
-pub(crate) fn reject_signal(
+pub fn reject_signal(
     rec: &mut RunRecord,
     reason: String,
     latest: Option<&CheckpointRecord>,
     now: SystemTime,
-) -> Result<Option<Event>, Error> {
+) -> Result<Change, Error> {
     let back = latest_checkpoint(rec, latest)?.map(CheckpointRecord::state);
     let event = match rec.wake.take() {
         Some(Wake {
@@ -340,7 +471,7 @@ pub(crate) fn reject_signal(
         rec.state = state;
     }
     rec.updated_at = now;
-    Ok(event)
+    Ok(Change::row_and(event))
 }
 
 /// The latest checkpoint of `rec`, given what the store found for it
@@ -350,7 +481,7 @@ pub(crate) fn reject_signal(
 /// continues from the latest checkpoint goes through this, so that no
 /// backend ever starts such a run over from its input (which would run
 /// again what its checkpoints had made durable).
-pub(crate) fn latest_checkpoint<'c>(
+pub fn latest_checkpoint<'c>(
     rec: &RunRecord,
     found: Option<&'c CheckpointRecord>,
 ) -> Result<Option<&'c CheckpointRecord>, Error> {
@@ -368,7 +499,7 @@ pub(crate) fn latest_checkpoint<'c>(
 /// The error for a run whose latest checkpoint (`seq`, when known) is
 /// missing from its store: an [`Error::Decode`] naming the run and its
 /// workflow.
-pub(crate) fn missing_checkpoint(run: &str, workflow: Option<&str>, seq: Option<u64>) -> Error {
+pub fn missing_checkpoint(run: &str, workflow: Option<&str>, seq: Option<u64>) -> Error {
     let which = seq.map_or_else(String::new, |s| format!(" #{s}"));
     Error::Decode {
         workflow: workflow.unwrap_or(UNREADABLE).to_owned(),
@@ -384,9 +515,10 @@ pub(crate) fn missing_checkpoint(run: &str, workflow: Option<&str>, seq: Option<
 }
 
 /// Finish and fail: the run ends with `outcome` (completed, possibly with an
-/// `Err` output, or failed by the runtime); its lease is cleared. Returns
-/// the `Completed` or `Failed` event.
-pub(crate) fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> Event {
+/// `Err` output, or failed by the runtime); its lease is cleared. The
+/// change records the `Completed` or `Failed` event, and the end.
+pub fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> Change {
+    let freed_slot = rec.state != RunState::Held;
     let (state, event) = match outcome {
         Outcome::Completed { output, error } => {
             let event = match &error {
@@ -405,19 +537,36 @@ pub(crate) fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> 
     rec.state = state;
     rec.lease = None;
     rec.updated_at = now;
-    event
+    Change {
+        ended: Some(Ended {
+            freed_slot,
+            cancels_descendants: false,
+        }),
+        ..Change::row_and(Some(event))
+    }
+}
+
+/// Set aside: a damaged run (see [`damaged`], which builds `error`) is
+/// marked failed, as [`finish`] fails a run, so that every other run goes
+/// on; once repaired, [`retry`] resumes it. A backend that cannot load the
+/// run's row applies this to a [`blank_run`] and writes the state, the
+/// lease and the time only.
+pub fn set_aside(rec: &mut RunRecord, error: Error, now: SystemTime) -> Change {
+    finish(rec, Outcome::Failed { error }, now)
 }
 
 /// A signal sent to run `rec`: the record to queue and the history event,
 /// or why it is refused. A run that has ended (completed, failed, cancelled)
 /// consumes no more signals: one sent to it would be stored and never read,
 /// so it is refused naming the run's status, on every store and client.
-pub(crate) fn accept_signal(
+/// The change queues the signal and records `SignalReceived`; the row is
+/// unchanged.
+pub fn accept_signal(
     rec: &RunRecord,
     name: &str,
     payload: Vec<u8>,
     now: SystemTime,
-) -> Result<(SignalRecord, Event), Error> {
+) -> Result<Change, Error> {
     if rec.state.is_terminal() {
         return Err(Error::RunEnded {
             run: rec.id.clone(),
@@ -433,14 +582,19 @@ pub(crate) fn accept_signal(
     let event = Event::SignalReceived {
         name: name.to_owned(),
     };
-    Ok((signal, event))
+    Ok(Change {
+        event: Some(event),
+        signal: Some(signal),
+        ..Change::default()
+    })
 }
 
 /// Retry: a failed run (stopped by the runtime, or whose workflow returned
 /// `Err`) or a parked one becomes `Ready` from its latest checkpoint, as a
 /// new attempt (its wake value, a signal it consumed, stays for the resume).
-/// Returns the `Retried` event, or why the run cannot be retried.
-pub(crate) fn retry(rec: &mut RunRecord, now: SystemTime) -> Result<Event, Error> {
+/// The change records `Retried`; or the error says why the run cannot be
+/// retried.
+pub fn retry(rec: &mut RunRecord, now: SystemTime) -> Result<Change, Error> {
     let reason = match &rec.state {
         RunState::Failed { error } | RunState::Parked { error } => error.to_string(),
         RunState::Completed {
@@ -457,27 +611,35 @@ pub(crate) fn retry(rec: &mut RunRecord, now: SystemTime) -> Result<Event, Error
     rec.lease = None;
     rec.attempt = 0;
     rec.updated_at = now;
-    Ok(Event::Retried {
+    Ok(Change::row_and(Some(Event::Retried {
         attempt: 0,
         reason: format!("retried by an operator after: {reason}"),
-    })
+    })))
 }
 
 /// Cancel: a run that is not finished becomes `Cancelled`, its lease
-/// cleared. Returns the `Cancelled` event, or `None` (nothing changed) for a
-/// finished run.
-pub(crate) fn cancel(rec: &mut RunRecord, now: SystemTime) -> Option<Event> {
+/// cleared, and so do its unfinished descendants (the backend applies
+/// [`Ended::cancels_descendants`] by cancelling each). Returns the change,
+/// or `None` (nothing changed) for a finished run.
+pub fn cancel(rec: &mut RunRecord, now: SystemTime) -> Option<Change> {
     if rec.state.is_terminal() {
         return None;
     }
+    let freed_slot = rec.state != RunState::Held;
     rec.state = RunState::Cancelled;
     rec.lease = None;
     rec.updated_at = now;
-    Some(Event::Cancelled)
+    Some(Change {
+        ended: Some(Ended {
+            freed_slot,
+            cancels_descendants: true,
+        }),
+        ..Change::row_and(Some(Event::Cancelled))
+    })
 }
 
 /// How a suspended run's state reads in its `Suspended` history event.
-pub(crate) fn describe_suspension(state: &RunState, now: SystemTime) -> String {
+fn describe_suspension(state: &RunState, now: SystemTime) -> String {
     match state {
         RunState::Waiting {
             signal,
@@ -510,7 +672,7 @@ pub(crate) fn describe_suspension(state: &RunState, now: SystemTime) -> String {
 /// (a checksum or a reference names its field), otherwise that checkpoint's
 /// fields (all of them: a damaged row tells no more). Once repaired,
 /// `retry` resumes it.
-pub(crate) fn damaged(
+pub fn damaged(
     run: &str,
     workflow: Option<&str>,
     site: Option<&str>,
@@ -552,7 +714,7 @@ pub(crate) fn damaged(
 /// The takeover event a claim records when `prev`, the lease on the run
 /// before it, belongs to another instance than the claimer's (see
 /// [`Event::TakenOver`]); `None` for a run nobody held.
-pub(crate) fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<Event> {
+fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<Event> {
     let prev = prev?;
     if prev.worker == *req.worker && *prev.instance == *req.instance {
         return None;
@@ -570,7 +732,7 @@ pub(crate) fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<E
 /// (`ended` says; a child the store does not have counts as ended: the
 /// join reports it as missing rather than wait for it forever). When none
 /// is left, the store delivers the join's signal with the checkpoint.
-pub(crate) fn join_pending(children: &[String], ended: impl Fn(&str) -> bool) -> Vec<&str> {
+pub fn join_pending(children: &[String], ended: impl Fn(&str) -> bool) -> Vec<&str> {
     let mut seen = std::collections::HashSet::with_capacity(children.len());
     children
         .iter()
@@ -583,7 +745,7 @@ pub(crate) fn join_pending(children: &[String], ended: impl Fn(&str) -> bool) ->
 /// `Result<Output, ChildError>` the join yields for it: its output when it
 /// completed, otherwise the `ChildError` (externally tagged, as serde
 /// writes it). `child` is `None` when the store has no such run.
-pub(crate) fn child_outcome(id: &str, child: Option<&RunRecord>) -> serde_json::Value {
+pub fn child_outcome(id: &str, child: Option<&RunRecord>) -> serde_json::Value {
     use serde_json::{json, Value};
     let err = |e: Value| json!({ "Err": e });
     match child.map(|c| &c.state) {
@@ -606,7 +768,7 @@ pub(crate) fn child_outcome(id: &str, child: Option<&RunRecord>) -> serde_json::
 /// outcome of each ([`child_outcome`]), in order, as a JSON array. It is
 /// taken when the last of them ends, so that every resume of the join
 /// reads the same outcomes (a child retried later changes nothing here).
-pub(crate) fn joined_payload<'a>(
+pub fn joined_payload<'a>(
     children: &[String],
     lookup: impl Fn(&str) -> Option<&'a RunRecord>,
 ) -> Vec<u8> {
@@ -620,23 +782,52 @@ pub(crate) fn joined_payload<'a>(
 /// Whether a child created with `max_running` starts held
 /// ([`RunState::Held`]): when `running` of its parent's children (not
 /// ended, not held) already fill the bound.
-pub(crate) fn starts_held(max_running: Option<u32>, running: usize) -> bool {
+fn starts_held(max_running: Option<u32>, running: usize) -> bool {
     max_running.is_some_and(|max| running >= max.max(1) as usize)
 }
 
-/// Promote: a held child whose running sibling ended becomes `Ready`.
-pub(crate) fn promote(rec: &mut RunRecord, now: SystemTime) {
-    if rec.state == RunState::Held {
-        rec.state = RunState::Ready;
-        rec.updated_at = now;
-    }
+/// Whether `rec` is a held child, one [`promote`] starts (the backend picks
+/// the oldest such sibling of a run that freed its slot).
+pub fn is_held(rec: &RunRecord) -> bool {
+    rec.state == RunState::Held
 }
 
-/// The event a parent's history records for a child `rec` just created.
-pub(crate) fn spawned(rec: &RunRecord) -> Event {
-    Event::ChildSpawned {
-        child: rec.id.clone(),
-        workflow: rec.workflow.clone(),
-        held: rec.state == RunState::Held,
+/// Whether `rec` counts against its parent's `max_running` (see [`create`]):
+/// not ended, not held.
+pub fn is_running(rec: &RunRecord) -> bool {
+    !rec.state.is_terminal() && !is_held(rec)
+}
+
+/// Promote: a held child whose running sibling ended becomes `Ready`.
+pub fn promote(rec: &mut RunRecord, now: SystemTime) -> Change {
+    if !is_held(rec) {
+        return Change::default();
+    }
+    rec.state = RunState::Ready;
+    rec.updated_at = now;
+    Change::row()
+}
+
+/// Joined: run joining `children` (under the join's signal name `token`)
+/// is woken, the last of them having ended: the change queues the signal
+/// with their outcomes ([`joined_payload`], `lookup` finding each child's
+/// record) and records `Joined`. The backend applies it to the joining run.
+pub fn joined<'a>(
+    children: &[String],
+    token: &str,
+    lookup: impl Fn(&str) -> Option<&'a RunRecord>,
+    now: SystemTime,
+) -> Change {
+    let payload = joined_payload(children, lookup);
+    Change {
+        event: Some(Event::Joined {
+            children: children.len(),
+        }),
+        signal: Some(SignalRecord {
+            name: token.to_owned(),
+            payload: payload.into(),
+            received_at: now,
+        }),
+        ..Change::default()
     }
 }

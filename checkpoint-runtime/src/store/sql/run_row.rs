@@ -9,6 +9,39 @@ use crate::status::StatusKind;
 use crate::store::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
 use crate::Error;
 
+/// A state code as an SQL literal, for the statements the SQL backends
+/// write as `concat!`ed constants: `state_sql!(WAITING)` is `"1"`. The one
+/// table of codes besides the constants below; `state_sql_matches_the_codes`
+/// checks that they agree. (The schema's history, its `CREATE INDEX ...
+/// WHERE state = 0` of past versions, keeps its literals: it is frozen.)
+macro_rules! state_sql {
+    (READY) => {
+        "0"
+    };
+    (WAITING) => {
+        "1"
+    };
+    (SLEEPING) => {
+        "2"
+    };
+    (COMPLETED) => {
+        "3"
+    };
+    (FAILED) => {
+        "4"
+    };
+    (CANCELLED) => {
+        "5"
+    };
+    (PARKED) => {
+        "6"
+    };
+    (HELD) => {
+        "7"
+    };
+}
+pub(crate) use state_sql;
+
 // State codes of the `state` column.
 pub(crate) const READY: i64 = 0;
 pub(crate) const WAITING: i64 = 1;
@@ -258,5 +291,27 @@ impl RunRow {
             version: u32::try_from(self.version).unwrap_or(1).max(1),
             parent: self.parent,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_sql_matches_the_codes() {
+        let pairs = [
+            (state_sql!(READY), READY),
+            (state_sql!(WAITING), WAITING),
+            (state_sql!(SLEEPING), SLEEPING),
+            (state_sql!(COMPLETED), COMPLETED),
+            (state_sql!(FAILED), FAILED),
+            (state_sql!(CANCELLED), CANCELLED),
+            (state_sql!(PARKED), PARKED),
+            (state_sql!(HELD), HELD),
+        ];
+        for (literal, code) in pairs {
+            assert_eq!(literal.parse::<i64>().ok(), Some(code), "{literal}");
+        }
     }
 }

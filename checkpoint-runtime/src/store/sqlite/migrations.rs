@@ -230,7 +230,7 @@ pub(super) fn migrate_v5(conn: &Connection) -> rusqlite::Result<()> {
 /// Version 6: claims and the next wake-up read only the runs that can be
 /// due, never every unfinished one (with tens of thousands of runs
 /// waiting for a person's approval, each claim walked them all). Each way
-/// a run becomes claimable has an index (see `ops::RUNNABLE`): ready runs
+/// a run becomes claimable has an index (see `claim::RUNNABLE`): ready runs
 /// by creation order; waiting and sleeping runs by their deadline; waiting
 /// ones still under a lease (a crash between their suspending checkpoint
 /// and the lease's release). A waiting run's signal is found from

@@ -81,22 +81,28 @@
 //!   row references, fields stored by appending, a row read back into a
 //!   record, a run's chain of rows and retention); `writer` (the group-commit thread, its `cache` and the
 //!   per-request transaction context `txn::TxnCtx`, the `deferred` rows);
-//!   `ops` (each write operation: a rule of `store::rules` applied to the
-//!   run's head inside the batch) with `children` (joins, the bound on
-//!   running children, cancelling descendants, in the same transactions),
-//!   `reads` (reader threads) and `poller`; this
-//!   file (`SqliteStore`) on top.
+//!   `write` (the single-row writes of a transition: a run's row, an event,
+//!   a signal) and `children` (queries: a run's children, who joins whom);
+//!   `apply` (the one place a transition is stored: the change a rule of
+//!   `store::rules` returned, and what a run's end changes elsewhere);
+//!   `ops` and `claim` (each write operation, inside the batch: load the
+//!   records, call one rule, `apply` its change; the claim's candidates
+//!   are chosen in SQL), `reads` (reader threads) and `poller`; this file
+//!   (`SqliteStore`) on top.
 //! - **Schema versions** live in `PRAGMA user_version`; `MIGRATIONS` (in
 //!   `migrations`) lists one function per version, applied in order on open.
 
+mod apply;
 mod checkpoints;
 mod children;
+mod claim;
 mod error;
 mod migrations;
 mod ops;
 mod poller;
 mod reads;
 mod runs;
+mod write;
 mod writer;
 
 use std::collections::HashMap;
@@ -112,6 +118,7 @@ use tokio::sync::{oneshot, watch};
 
 use self::checkpoints::ahead::{Ahead, Recent};
 use self::checkpoints::seal::PartialSeal;
+use self::claim::op_claim;
 use self::error::{retry_busy, Fail, R};
 use self::ops::*;
 use self::poller::{data_version, poller_loop};
@@ -693,6 +700,8 @@ fn hold_lock_file(path: &Path) -> Result<Option<WorkerHold>, Error> {
     }
 }
 
+#[cfg(test)]
+mod children_tests;
 #[cfg(test)]
 mod damage_tests;
 #[cfg(test)]

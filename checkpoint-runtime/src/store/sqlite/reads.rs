@@ -13,9 +13,10 @@ use super::checkpoints::refs::{Shape, Sources};
 use super::checkpoints::rows::{decode_listed, CpRow, CP_COLS};
 use super::error::{corrupt, to_u64, R};
 use super::runs::{run_ord, RawRun, RUN_SELECT};
-use crate::history::{Event, HistoryEntry};
+use crate::history::HistoryEntry;
 use crate::status::RunFilter;
-use crate::store::sql::run_row::{status_code, COMPLETED, FAILED, PARKED};
+use crate::store::rules;
+use crate::store::sql::run_row::{state_sql, status_code, COMPLETED, FAILED, PARKED};
 use crate::store::sql::{from_ts, to_i64};
 use crate::store::{CheckpointRecord, RunRecord, SignalRecord};
 
@@ -185,10 +186,7 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
                         label
                     }
                 };
-                Event::CheckpointSaved {
-                    seq: to_u64(seq, "seq")?,
-                    label,
-                }
+                rules::checkpoint_saved(to_u64(seq, "seq")?, label.as_deref())
             }
             _ => return Err(corrupt(format_args!("run `{id}`: bad history row"))),
         };
@@ -203,17 +201,29 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
 /// When a claim may next find a run: the earliest lease expiry of an
 /// unfinished run under a lease, or deadline of a waiting or sleeping run
 /// under none. From the indexes the claim's branches read (see
-/// `ops::RUNNABLE`), never from every unfinished run: leases of ready
+/// `claim::RUNNABLE`), never from every unfinished run: leases of ready
 /// runs and of held waiting ones, and the first deadline of a run that is
 /// not held. NULL: none.
-pub(super) const NEXT_WAKEUP: &str = "SELECT min(t) FROM ( \
+pub(super) const NEXT_WAKEUP: &str = concat!(
+    "SELECT min(t) FROM ( \
        SELECT min(lease_expires) AS t FROM runs INDEXED BY runs_ready \
-         WHERE state = 0 AND lease_worker IS NOT NULL \
+         WHERE state = ",
+    state_sql!(READY),
+    " AND lease_worker IS NOT NULL \
        UNION ALL SELECT min(lease_expires) FROM runs INDEXED BY runs_held \
-         WHERE state IN (1, 2) AND lease_worker IS NOT NULL \
+         WHERE state IN (",
+    state_sql!(WAITING),
+    ", ",
+    state_sql!(SLEEPING),
+    ") AND lease_worker IS NOT NULL \
        UNION ALL SELECT * FROM (SELECT due FROM runs INDEXED BY runs_due \
-         WHERE state IN (1, 2) AND due IS NOT NULL AND lease_worker IS NULL \
-         ORDER BY due LIMIT 1))";
+         WHERE state IN (",
+    state_sql!(WAITING),
+    ", ",
+    state_sql!(SLEEPING),
+    ") AND due IS NOT NULL AND lease_worker IS NULL \
+         ORDER BY due LIMIT 1))"
+);
 
 pub(super) fn read_next_wakeup(conn: &Connection) -> R<Option<SystemTime>> {
     let t: Option<i64> = conn

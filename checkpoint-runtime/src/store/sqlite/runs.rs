@@ -1,11 +1,13 @@
 //! The `runs` table (one row per run, without its checkpoints) and the
-//! `signals` table (stored signals, per run, in arrival order).
+//! `signals` table (stored signals, per run, in arrival order), as read;
+//! and a stored signal consumed, which a claim or a take does while it
+//! loads what its rule needs. A transition's writes are `write`'s.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::error::{corrupt, Fail, R};
-use crate::store::sql::run_row::{ErrorCol, RunCols, RunRow, FAILED};
-use crate::store::sql::{from_ts, to_json};
+use crate::store::sql::from_ts;
+use crate::store::sql::run_row::{RunRow, FAILED};
 use crate::store::{RunRecord, SignalRecord};
 use crate::Error;
 
@@ -152,87 +154,6 @@ pub(super) fn run_ord(conn: &Connection, id: &str) -> R<i64> {
         .query_row([id], |r| r.get(0))
         .optional()?
         .ok_or_else(|| Fail::from(Error::unknown_run(id)))
-}
-
-/// The `error` column's text.
-pub(super) fn error_text(col: Option<ErrorCol<'_>>) -> R<Option<String>> {
-    Ok(match col {
-        None => None,
-        Some(ErrorCol::Text(text)) => Some(text.to_owned()),
-        Some(ErrorCol::Json(error)) => Some(to_json(error)?),
-    })
-}
-
-/// Writes every mutable column of `rec` back to run `ord`, whose stored state
-/// code is `before`. The `state` column is left alone when it does not change,
-/// so that the index of active runs is not rewritten.
-pub(super) fn write_run(conn: &Connection, ord: i64, rec: &RunRecord, before: i64) -> R<()> {
-    let cols = RunCols::of(rec)?;
-    let sql = if cols.state == before {
-        "UPDATE runs SET signal = ?3, due = ?4, output = ?5, error = ?6, \
-         lease_worker = ?7, lease_instance = ?8, lease_expires = ?9, epoch = ?10, \
-         attempt = ?11, wake_seq = ?12, wake_signal = ?13, wake_payload = ?14, \
-         updated_at = ?15 WHERE ord = ?1 AND state = ?2"
-    } else {
-        "UPDATE runs SET state = ?2, signal = ?3, due = ?4, output = ?5, error = ?6, \
-         lease_worker = ?7, lease_instance = ?8, lease_expires = ?9, epoch = ?10, \
-         attempt = ?11, wake_seq = ?12, wake_signal = ?13, wake_payload = ?14, \
-         updated_at = ?15 WHERE ord = ?1"
-    };
-    let n = conn.prepare_cached(sql)?.execute(params![
-        ord,
-        cols.state,
-        cols.signal,
-        cols.due,
-        cols.output,
-        error_text(cols.error)?,
-        cols.lease_worker,
-        cols.lease_instance,
-        cols.lease_expires,
-        cols.epoch,
-        cols.attempt,
-        cols.wake_seq,
-        cols.wake_signal,
-        cols.wake_payload,
-        cols.updated_at,
-    ])?;
-    if n != 1 {
-        return Err(
-            Error::internal(format!("run `{}` changed under its transaction", rec.id)).into(),
-        );
-    }
-    Ok(())
-}
-
-/// Inserts a new run (no lease, no wake value, no checkpoint); returns its
-/// `ord`. Two statements.
-pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
-    let cols = RunCols::of(rec)?;
-    conn.prepare_cached(
-        "INSERT INTO runs (id, workflow, input, state, signal, due, output, error, epoch, \
-         attempt, created_at, updated_at, version, parent) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-    )?
-    .execute(params![
-        rec.id,
-        rec.workflow,
-        &rec.input[..],
-        cols.state,
-        cols.signal,
-        cols.due,
-        cols.output,
-        error_text(cols.error)?,
-        cols.epoch,
-        cols.attempt,
-        cols.created_at,
-        cols.updated_at,
-        cols.version,
-        rec.parent,
-    ])?;
-    let ord = conn.last_insert_rowid();
-    conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?
-        .execute([ord])?;
-    Ok(ord)
 }
 
 /// The row id of the oldest stored signal `name` of run `ord`.

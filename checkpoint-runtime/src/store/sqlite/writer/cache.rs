@@ -7,6 +7,7 @@ use std::sync::Arc;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::deferred::{Deferred, DeferredMark};
+use crate::store::sql::run_row::state_code;
 use crate::store::sqlite::checkpoints::{Loc, Located};
 use crate::store::sqlite::error::{corrupt, to_u64, R};
 use crate::store::sqlite::runs::{RawRun, RUN_COLS};
@@ -78,6 +79,21 @@ impl Head {
             prev: None,
             lost_latest: latest_id.is_some() && seq.is_none(),
         }))
+    }
+
+    /// The head of run `rec`, just inserted as row `ord` (its `heads` row
+    /// names no checkpoint yet).
+    pub(in crate::store::sqlite) fn new(ord: i64, rec: RunRecord) -> Head {
+        Head {
+            ord,
+            stored: state_code(&rec.state),
+            rec,
+            latest_id: 0,
+            floor: 1,
+            pruned: 1,
+            prev: None,
+            lost_latest: false,
+        }
     }
 
     pub(in crate::store::sqlite) fn bytes(&self) -> usize {

@@ -3,15 +3,12 @@
 //! builds for new checkpoints.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::cache::{Cache, Head};
 use super::deferred::{CheckpointRow, FoldRow, RowData, SegmentRow};
-use crate::history::Event;
 use crate::store::rules;
-use crate::store::sql::run_row::state_code;
 use crate::store::sql::{to_i64, to_json, ts};
 use crate::store::sqlite::checkpoints::ahead::Extension;
 use crate::store::sqlite::checkpoints::delta::{self, Delta, Fold, NewSegment};
@@ -20,7 +17,6 @@ use crate::store::sqlite::checkpoints::rows::is_tiled;
 use crate::store::sqlite::checkpoints::seal::PartialSeal;
 use crate::store::sqlite::checkpoints::{chain::load_id, Loc, Located};
 use crate::store::sqlite::error::{append_postcard, to_postcard, to_u64, R};
-use crate::store::sqlite::runs::write_run;
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
 
@@ -362,13 +358,6 @@ impl TxnCtx<'_> {
         }
     }
 
-    /// Writes a head's run row back.
-    pub(in crate::store::sqlite) fn save_run(&mut self, h: &mut Head) -> R<()> {
-        write_run(self.conn, h.ord, &h.rec, h.stored)?;
-        h.stored = state_code(&h.rec.state);
-        Ok(())
-    }
-
     /// The latest checkpoint of a head, loaded if needed.
     pub(in crate::store::sqlite) fn latest<'h>(
         &mut self,
@@ -432,18 +421,5 @@ impl TxnCtx<'_> {
         self.cache.new_shapes.push(body.clone());
         self.cache.shapes.insert(body, id);
         Ok(id)
-    }
-
-    pub(in crate::store::sqlite) fn event(
-        &mut self,
-        ord: i64,
-        at: SystemTime,
-        event: &Event,
-    ) -> R<()> {
-        let id = self.next_id()?;
-        self.conn
-            .prepare_cached("INSERT INTO history (id, run, at, event) VALUES (?1, ?2, ?3, ?4)")?
-            .execute(params![id, ord, ts(at), to_json(event)?])?;
-        Ok(())
     }
 }
