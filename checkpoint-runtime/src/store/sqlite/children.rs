@@ -176,9 +176,11 @@ pub(super) fn cancel_children(cx: &mut TxnCtx<'_>, parent: &str, now: SystemTime
             let mut h = cx.head(&child)?;
             let was_held = h.rec.state == RunState::Held;
             match rules::cancel(&mut h.rec, now) {
-                Some(event) => {
+                Some(change) => {
                     cx.save_run(&mut h)?;
-                    cx.event(h.ord, now, &event)?;
+                    if let Some(event) = &change.event {
+                        cx.event(h.ord, now, event)?;
+                    }
                     child_ended(cx, h.ord, !was_held)?;
                 }
                 None => cx.put(Arc::from(child.as_str()), h),

@@ -33,23 +33,20 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
     if let Some((_, rec)) = fetch_run(cx.conn, &run.id)? {
         return Ok(Created::Existing(Box::new(rec)));
     }
-    let held = match (&run.parent, run.max_running) {
-        (Some(parent), Some(_)) => {
-            rules::starts_held(run.max_running, running_children(cx, parent)?)
-        }
-        _ => false,
+    let running = match &run.parent {
+        Some(parent) if rules::counts_siblings(&run) => running_children(cx, parent)?,
+        _ => 0,
     };
     cx.begin()?;
     let now = SystemTime::now();
-    let (mut rec, started) = rules::create(run, now);
-    if held {
-        rec.state = RunState::Held;
-    }
+    let (mut rec, change) = rules::create(run, running, now);
     let ord = insert_run(cx.conn, &rec)?;
-    cx.event(ord, now, &started)?;
-    if let Some(parent) = &rec.parent {
+    if let Some(started) = &change.event {
+        cx.event(ord, now, started)?;
+    }
+    if let Some((parent, spawned)) = &change.elsewhere {
         let parent = ord_of(cx, parent)?;
-        cx.event(parent, now, &rules::spawned(&rec))?;
+        cx.event(parent, now, spawned)?;
     }
     rec.input = Arc::from(&[][..]);
     let key: Arc<str> = Arc::from(rec.id.as_str());
@@ -196,11 +193,9 @@ fn claim_run(
         RunState::Waiting { signal, .. } => consume_signal(cx.conn, h.ord, signal)?,
         _ => None,
     };
-    let wake = rules::claim_wake(&h.rec.state, signal);
-    let taken = rules::takeover(h.rec.lease.as_ref(), req);
-    let lease = rules::claim(&mut h.rec, req, wake, expires, now);
+    let (lease, change) = rules::claim(&mut h.rec, req, signal, expires, now);
     cx.save_run(&mut h)?;
-    if let Some(event) = taken {
+    if let Some(event) = change.event {
         cx.event(h.ord, now, &event)?;
     }
     let mut run = h.rec.clone();
@@ -279,7 +274,7 @@ pub(super) fn op_release(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, how: Rele
     };
     cx.begin()?;
     let now = SystemTime::now();
-    if let Some(event) = rules::release(&mut h.rec, how, now) {
+    if let Some(event) = rules::release(&mut h.rec, how, now).event {
         cx.event(h.ord, now, &event)?;
     }
     cx.save_run(&mut h)?;
@@ -408,7 +403,7 @@ pub(super) fn op_reject(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, reason: St
         }
     };
     let event = match rules::reject_signal(&mut h.rec, reason, latest.as_deref(), now) {
-        Ok(event) => event,
+        Ok(change) => change.event,
         Err(e) => {
             // Nothing changed.
             cx.put(Arc::from(id), h);
@@ -427,9 +422,11 @@ pub(super) fn op_finish(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, outcome: O
     let mut h = cx.fenced(id, lease)?;
     cx.begin()?;
     let now = SystemTime::now();
-    let event = rules::finish(&mut h.rec, outcome, now);
+    let change = rules::finish(&mut h.rec, outcome, now);
     cx.save_run(&mut h)?;
-    cx.event(h.ord, now, &event)?;
+    if let Some(event) = &change.event {
+        cx.event(h.ord, now, event)?;
+    }
     child_ended(cx, h.ord, true)?;
     // A finished run is not written again: its head is not kept.
     cx.bump = true;
@@ -444,11 +441,13 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
     cx.begin()?;
     let now = SystemTime::now();
     let was_held = h.rec.state == RunState::Held;
-    let Some(event) = rules::cancel(&mut h.rec, now) else {
+    let Some(change) = rules::cancel(&mut h.rec, now) else {
         return Ok(false);
     };
     cx.save_run(&mut h)?;
-    cx.event(h.ord, now, &event)?;
+    if let Some(event) = &change.event {
+        cx.event(h.ord, now, event)?;
+    }
     child_ended(cx, h.ord, !was_held)?;
     cancel_children(cx, id, now)?;
     cx.bump = true;
@@ -458,10 +457,12 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
 pub(super) fn op_retry(cx: &mut TxnCtx<'_>, id: &str) -> R<()> {
     let mut h = cx.head(id)?;
     let now = SystemTime::now();
-    let event = rules::retry(&mut h.rec, now)?;
+    let change = rules::retry(&mut h.rec, now)?;
     cx.begin()?;
     cx.save_run(&mut h)?;
-    cx.event(h.ord, now, &event)?;
+    if let Some(event) = &change.event {
+        cx.event(h.ord, now, event)?;
+    }
     cx.bump = true;
     Ok(())
 }
@@ -477,7 +478,10 @@ pub(super) fn ord_of(cx: &TxnCtx<'_>, id: &str) -> R<i64> {
 pub(super) fn op_put_signal(cx: &mut TxnCtx<'_>, id: &str, name: &str, payload: &[u8]) -> R<()> {
     let head = cx.head(id)?;
     let now = SystemTime::now();
-    let (signal, event) = rules::accept_signal(&head.rec, name, payload.to_vec(), now)?;
+    let change = rules::accept_signal(&head.rec, name, payload.to_vec(), now)?;
+    let (Some(signal), Some(event)) = (change.signal, change.event) else {
+        return Err(Error::internal("accept_signal: no signal").into());
+    };
     let ord = head.ord;
     cx.put(Arc::from(id), head);
     cx.begin()?;
@@ -531,8 +535,10 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
         .conn
         .prepare_cached("SELECT input FROM runs WHERE ord = ?1")?
         .query_row([src_ord], |r| r.get(0))?;
-    let (mut rec, copy, forked) = rules::fork(from, &cp, new_id, workflow, input.into(), now);
-    cx.event(src_ord, now, &forked)?;
+    let (mut rec, copy, change) = rules::fork(from, &cp, new_id, workflow, input.into(), now);
+    if let Some((_, forked)) = &change.elsewhere {
+        cx.event(src_ord, now, forked)?;
+    }
     let id = copy.run.clone();
     let ord = insert_run(cx.conn, &rec)?;
     let copy = Arc::new(copy);
@@ -546,7 +552,9 @@ pub(super) fn op_fork(cx: &mut TxnCtx<'_>, from: &str, seq: u64, new_id: &str) -
         latest: latest_id,
         pruned: 1,
     });
-    cx.event(ord, now, &forked)?;
+    if let Some(forked) = &change.event {
+        cx.event(ord, now, forked)?;
+    }
     rec.input = Arc::from(&[][..]);
     let stored = state_code(&rec.state);
     // The fork joins the same children (they are not run again).
