@@ -88,22 +88,21 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
-mod batcher;
+mod apply;
 mod children;
+mod claim;
 mod conn;
-mod create_batch;
-mod finish;
-mod group_commit;
+mod fused;
 mod hold;
 mod notify;
 mod ops;
-mod save;
-mod save_batch;
+mod reads;
 mod schema;
 mod tables;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI32;
@@ -114,6 +113,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
 use self::conn::{get, Pool, Side, Target};
+use self::fused::{batcher, create_batch, finish, group_commit};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
     Release, RunRecord, SignalRecord, Store, WorkerHold,

@@ -1950,8 +1950,9 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let save = |cp: &Arc<CheckpointRecord>, keep: Option<usize>| {
         db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            let one = save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep, None).await;
-            let locked = save::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
+            let one =
+                fused::save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep, None).await;
+            let locked = ops::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
             (one, locked)
         })
     };
@@ -2055,7 +2056,7 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
         let before = stored(&db, &client, &cp.run);
         let fast = db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            save::save_in_one(&mut conn, lease, &cp, Some(1), None).await
+            fused::save::save_in_one(&mut conn, lease, &cp, Some(1), None).await
         });
         assert!(!fast.unwrap(), "saved #{} of {}", cp.seq, cp.run);
         assert_eq!(stored(&db, &client, &cp.run), before);
@@ -2126,7 +2127,7 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
         .unwrap();
     let fast = db.run(async {
         let mut conn = s.pool.get().await.unwrap();
-        save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None).await
+        fused::save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None).await
     });
     assert!(!fast.unwrap());
     block_on(s.save_checkpoint(&new.lease, cp("r", 3), Some(1))).unwrap();
@@ -2177,7 +2178,7 @@ fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
             };
             let save = async {
                 let mut conn = s.pool.get().await.unwrap();
-                save::save_in_one(&mut conn, &c.lease, &cp, None, None).await
+                fused::save::save_in_one(&mut conn, &c.lease, &cp, None, None).await
             };
             tokio::join!(save, commit).0
         });
@@ -2276,11 +2277,13 @@ fn bench_save() {
                     let cp = make(run, seq[i]);
                     let t = std::time::Instant::now();
                     if i == 0 {
-                        assert!(save::save_in_one(&mut conn, &lease, &cp, Some(10), None)
-                            .await
-                            .unwrap());
+                        assert!(
+                            fused::save::save_in_one(&mut conn, &lease, &cp, Some(10), None)
+                                .await
+                                .unwrap()
+                        );
                     } else {
-                        save::save_locked(&mut conn, &lease, &cp, Some(10))
+                        ops::save_locked(&mut conn, &lease, &cp, Some(10))
                             .await
                             .unwrap();
                     }
@@ -3212,8 +3215,11 @@ fn a_batch_of_saves_reads_its_runs_whatever_the_statistics_say() {
         "'{}'".into(),
         "'{}'".into(),
     ];
-    let (read, saved, produced) =
-        db.blocks_read_planned(save_batch::BATCH, &args.join(", "), "force_custom_plan");
+    let (read, saved, produced) = db.blocks_read_planned(
+        fused::save_batch::BATCH,
+        &args.join(", "),
+        "force_custom_plan",
+    );
     eprintln!("the batch saved {saved}, read {read} blocks, its plan's nodes made {produced} rows");
     assert_eq!(saved, n as u64, "every save of the batch is written");
     // Each run's row, its checkpoint's: a few rows per save, or one pass
