@@ -113,7 +113,10 @@ fn write(pool: Arc<Pool>, batch: Vec<NewTop>) -> BoxFuture<'static, Vec<Result<C
 /// this way two workers' batches lock their new rows in the same order);
 /// the ids inserted. A value the server refused wrote nothing (none
 /// inserted); a failed connection is an error.
-async fn insert_batch(conn: &mut Pooled<'_>, batch: &[NewTop]) -> Result<HashSet<String>, Error> {
+pub(in crate::store::postgres) async fn insert_batch(
+    conn: &mut Pooled<'_>,
+    batch: &[NewTop],
+) -> Result<HashSet<String>, Error> {
     if batch.len() < 2 {
         return Ok(HashSet::new());
     }

@@ -225,7 +225,10 @@ fn write(pool: Arc<Pool>, batch: Vec<Ending>) -> BoxFuture<'static, Vec<Result<(
 /// (a run is joined, or the server refused a value) or was not sent; an
 /// error when the connection failed with it in flight (whether it
 /// committed is unknown).
-async fn finish_many(conn: &mut Pooled<'_>, batch: &[Ending]) -> Result<HashSet<String>, Error> {
+pub(in crate::store::postgres) async fn finish_many(
+    conn: &mut Pooled<'_>,
+    batch: &[Ending],
+) -> Result<HashSet<String>, Error> {
     if batch.len() < 2 {
         return Ok(HashSet::new());
     }
