@@ -73,11 +73,9 @@ impl PostgresStore {
         rows.iter().map(decode_run).collect()
     }
 
-    /// Whether this claim looks for runs of unregistered workflows: when
-    /// none of this store's claims did for [`UNREGISTERED_EVERY`]. A worker
-    /// under load claims a hundred times a second, and the query, though
-    /// it reads only runs that can be due, reads those of every workflow.
-
+    /// When a claim may next find a run: the earliest lease expiry of an
+    /// unfinished run under a lease, or deadline of a waiting or sleeping
+    /// run under none.
     pub(super) async fn do_next_wakeup(&self) -> Result<Option<SystemTime>, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();

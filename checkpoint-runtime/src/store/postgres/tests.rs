@@ -2103,7 +2103,7 @@ fn backend_cpu_us(pid: i32) -> f64 {
 }
 
 /// A checkpoint save as one statement ([`save::save_in_one`]), as the
-/// fenced transaction ([`save::save_locked`]) and a raw autocommit `INSERT`
+/// fenced transaction ([`locked::save_locked`]) and a raw autocommit `INSERT`
 /// of the same bytes, in alternating rounds on one connection: the median
 /// latency of each and the server's CPU per call. `cargo test -p
 /// checkpoint-runtime --lib --all-features -- --ignored bench_save --nocapture`
@@ -2174,7 +2174,7 @@ fn bench_save() {
                         .await
                         .unwrap());
                     } else {
-                        ops::save_locked(&mut conn, &lease, &cp, Some(10))
+                        locked::save_locked(&mut conn, &lease, &cp, Some(10))
                             .await
                             .unwrap();
                     }

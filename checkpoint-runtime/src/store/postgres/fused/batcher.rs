@@ -1,5 +1,6 @@
 //! Writes of one kind that wait at the same time share one statement and
-//! its one commit (its one WAL flush): a [`Batcher`] (checkpoint saves,
+//! its one commit (its one WAL flush): a [`Batcher`]. It implements no
+//! rule of its own: it queues the fused writes of the others (checkpoint saves,
 //! see [`group_commit`](super::group_commit); the starts of runs,
 //! [`create_batch`](super::create_batch); their ends,
 //! [`finish`](super::finish)).

@@ -1,9 +1,15 @@
-//! The starts of top-level runs (`Store::create_run` without a parent)
-//! that wait at the same time, written as one statement
+//! The starts of top-level runs (`Store::create_run` without a parent),
+//! fused: the rule is `rules::create` (a run without a parent: its row and
+//! its `Started` event, what `apply` writes for a `Row::Insert`; a child's
+//! start goes through `apply`, which records its parent's `ChildSpawned`).
+//! A lone start is one statement ([`create_alone`]); the starts
+//! that wait at the same time are written as one statement
 //! ([`insert_runs_started`]) by a [`Batcher`]: a program that starts a
 //! thousand runs at once (as the README shows) commits them in a few
 //! statements, where a statement each queued them behind each other's
 //! commits on the pool's connections.
+//!
+//! `tests/fused.rs` compares both with the generic create.
 //!
 //! Each start answers as it would on its own ([`create_alone`]): one the
 //! statement skipped (its id exists, or came twice in the batch) is done on

@@ -1,12 +1,17 @@
-//! The end of a run (`Store::finish`): a top-level run's in one round trip
+//! The end of a run (`Store::finish`), fused: the rule is `rules::finish`
+//! (fenced by `rules::check_lease`), its columns and event computed by
+//! applying it to a blank record ([`ended_run`]), and what its end changes
+//! elsewhere (joiners, a held sibling) left to the generic end, which
+//! `apply` writes: a top-level run's in one round trip
 //! ([`FINISH`], then a guard, [`NO_WAITER`], as one transaction sent in one
 //! flight, [`Pooled::pipelined`]), and the ends of several top-level runs
 //! that wait at the same time in one ([`FINISH_MANY`] and [`NO_WAITERS`]),
 //! shared by a [`Batcher`]: a thousand runs that end together commit in a
 //! few transactions, where a transaction each queued them behind each
 //! other's commits on the pool's connections. The fenced transaction
-//! ([`finish_locked`]: lock, check, write, the run's children and waiters,
-//! five round trips with the row locked) is how every other end goes, and
+//! ([`finish_locked`]: lock, check, the rule applied with the run's
+//! children and waiters, several round trips with the row locked) is how
+//! every other end goes, and
 //! the fallback whenever the others write nothing: it tells why with the
 //! errors of every fenced write.
 //!
@@ -32,7 +37,7 @@ use tokio_postgres::types::ToSql;
 use super::batcher::{held_once, together_then_alone, Batcher};
 use crate::history::Event;
 use crate::store::postgres::conn::{get, to_json, ts, Pool, Pooled};
-use crate::store::postgres::ops::finish_locked;
+use crate::store::postgres::locked::finish_locked;
 use crate::store::postgres::tables::runs::{Bound, StateColumns};
 use crate::store::rules::{self, Change};
 use crate::store::{Lease, Outcome, RunRecord};

@@ -1,4 +1,6 @@
-//! Group commit of checkpoint saves: the saves of the runs of one store
+//! Group commit of checkpoint saves (the rule: `rules::save_checkpoint`,
+//! written by [`save`](super::save) and [`save_batch`](super::save_batch)):
+//! the saves of the runs of one store
 //! instance that wait at the same time share one statement (or one
 //! transaction) and its one WAL flush, through a [`Batcher`] (see there
 //! how saves queue: a lone save is done at once by its caller, as one
@@ -17,7 +19,7 @@
 //! answers for its own run: a save the statement refuses (lease lost, wrong
 //! seq, a run gone, a row it leaves to the fenced transaction) changes
 //! nothing and is done again on its own after the batch committed
-//! ([`ops::save_locked`](crate::store::postgres::ops::save_locked)), which gives exactly
+//! ([`locked::save_locked`](crate::store::postgres::locked::save_locked)), which gives exactly
 //! the error a lone save gives. A statement that fails (e.g. a value the
 //! server refuses) writes nothing of its saves, which are then done on
 //! their own, so one bad save fails alone. Both lock the runs' rows in the
@@ -32,7 +34,7 @@ use super::batcher::Batcher;
 use super::save::{save_in_one, saved_run, Save};
 use super::save_batch::{Columns, BATCH};
 use crate::store::postgres::conn::{sqlstate_class, Pool, Pooled};
-use crate::store::postgres::ops::save_locked;
+use crate::store::postgres::locked::save_locked;
 use crate::store::postgres::tables::checkpoints::segments::RowPlan;
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;

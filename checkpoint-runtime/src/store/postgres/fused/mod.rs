@@ -8,7 +8,7 @@
 //! [`batcher`]. Each module's docs name the rule it implements; each
 //! computes the rule's columns by applying the rule itself (to a
 //! `rules::blank_run`), so only the fence is written twice (in SQL), and
-//! each writes nothing when it refuses: the generic path ([`ops`](super::ops))
+//! each writes nothing when it refuses: the generic path ([`ops`](super::ops), [`locked`](super::locked))
 //! then decides and tells why. `tests/fused.rs` runs both on fresh runs
 //! and compares the rows, records, histories and refusals.
 //!

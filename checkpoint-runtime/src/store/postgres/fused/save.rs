@@ -4,7 +4,7 @@
 //! `apply` (`Row::Saved`) writes: the fenced write of the run's row (the
 //! rule applied to a `rules::blank_run`, [`saved_run`]), the checkpoint's
 //! row holding its `CheckpointSaved` event, and retention. It writes
-//! nothing when it refuses; the generic save (`ops::save_locked`) then
+//! nothing when it refuses; the generic save (`locked::save_locked`) then
 //! tells why. [`ops`](crate::store::postgres::ops) and the group commit
 //! ([`group_commit`](super::group_commit)) call it; `tests/fused.rs`
 //! shows it writes what the generic save writes.

@@ -1,6 +1,10 @@
 //! The checkpoint saves of a group commit as one statement ([`BATCH`]):
-//! what the saves' own statements ([`save::statement`](super::save)) would
-//! write, for every save of the batch at once, from columns it unnests.
+//! the rule is `rules::save_checkpoint` (fenced by `rules::check_lease`
+//! and `rules::check_next_seq`), as in [`save`](super::save): what the
+//! saves' own statements would write, for every save of the batch at
+//! once, from columns it unnests (each run's columns are the rule applied
+//! to a blank record, `save::saved_run`). `tests/fused.rs` compares it
+//! with the generic save (`locked::save_locked`).
 //!
 //! A statement per save cost the server about 200 us each (its executor
 //! started for the run's `UPDATE` and the checkpoint's `INSERT`, its 30-odd

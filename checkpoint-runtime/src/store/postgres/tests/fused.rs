@@ -93,7 +93,7 @@ fn a_batch_of_saves_writes_what_the_generic_save_writes() {
             let cp = of_run(&like, g);
             db.run(async {
                 let mut conn = s.pool.get().await.unwrap();
-                ops::save_locked(&mut conn, &lease, &cp, None).await
+                locked::save_locked(&mut conn, &lease, &cp, None).await
             })
             .unwrap();
             assert_eq!(same_times(&db, &client, b), same_times(&db, &client, g));
@@ -114,7 +114,7 @@ fn a_batch_of_saves_writes_what_the_generic_save_writes() {
             let mut conn = s.pool.get().await.unwrap();
             let rows = conn.plain().query(BATCH, &columns.params()).await;
             let cp = of_run(&cp, "g-1");
-            let generic = ops::save_locked(&mut conn, &lease, &cp, None).await;
+            let generic = locked::save_locked(&mut conn, &lease, &cp, None).await;
             (rows.unwrap().len(), generic)
         });
         assert_eq!(rows, 0);
@@ -240,7 +240,7 @@ fn ends_in_one_round_trip_write_what_the_generic_end_writes() {
             ending("f-2", &old, &outcomes[0]),
         ];
         let many = fused_finish::finish_many(&mut conn, &ends).await;
-        let generic = ops::finish_locked(&mut conn, "g-1", &old, outcomes[0].clone(), at).await;
+        let generic = locked::finish_locked(&mut conn, "g-1", &old, outcomes[0].clone(), at).await;
         (one, many, generic)
     });
     assert!(!one.unwrap());
@@ -271,7 +271,7 @@ fn ends_in_one_round_trip_write_what_the_generic_end_writes() {
         let outcome = outcomes[outcome].clone();
         db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            ops::finish_locked(&mut conn, g, &lease, outcome, at).await
+            locked::finish_locked(&mut conn, g, &lease, outcome, at).await
         })
         .unwrap();
     }
@@ -478,7 +478,7 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
                 None,
             )
             .await;
-            let locked = ops::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
+            let locked = locked::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
             (one, locked)
         })
     };
