@@ -25,12 +25,31 @@
 //!   by `?schema=NAME` in the URL / [`PostgresStore::open_in_schema`]
 //!   (created if missing), so that several independent stores can share a
 //!   database.
-//! - **Code**: `tables/{runs,checkpoints,signals,history}` hold each table's
-//!   SQL and never import each other; `ops` builds the store's transactions
-//!   from them and the run-state rules (`store::rules`), with `children`
-//!   (joins, the bound on running children, cancelling descendants, and
-//!   the lock order they keep); `conn`, `schema` and `notify` sit below.
-//! - **Claims and fencing** (`tables::runs`, `ops`): a claim selects runnable runs with
+//! - **Code** (rules decide, this backend applies; see `store::rules`):
+//!   - `ops`: the generic writes: each loads the run's row (locked, fenced
+//!     by its lease where the write presents one), calls one rule, and
+//!     applies the change it returns;
+//!   - `locked`: the generic save and end (what the fused paths fall back
+//!     to, and how a join's checkpoint and a child's end go);
+//!   - `claim`: the claim (its query, `rules::claim` per run, the runs it
+//!     cannot load set aside);
+//!   - `apply`: the one place a transition is written: the run's row, its
+//!     event, another run's event, a queued signal, and what an end changes
+//!     elsewhere (joiners counted and woken, a held sibling started,
+//!     descendants cancelled, each through `apply` again);
+//!   - `write`: the low-level writes `apply` makes;
+//!   - `children`: the queries of child runs (joins, the bound on running
+//!     children, descendants) and the lock order they keep;
+//!   - `fused/`: the speed paths, one statement for what a rule and `apply`
+//!     would write: `save`, `save_batch`, `group_commit`, `create_batch`,
+//!     `finish`, `renew`, and the `batcher` they share; each names its
+//!     rule, and `tests/fused.rs` shows it writes what the generic path
+//!     writes;
+//!   - `reads`: the reads (no rule);
+//!   - `tables/{runs,checkpoints,signals,history}`: each table's SQL,
+//!     never importing each other;
+//!   - `conn`, `schema`, `notify`, `hold` and `tls` sit below.
+//! - **Claims and fencing** (`tables::runs`, `claim`, `ops`): a claim selects runnable runs with
 //!   `FOR NO KEY UPDATE SKIP LOCKED` (so concurrent workers never wait for,
 //!   nor both take, the same run), bumps the fencing epoch and sets the
 //!   lease. Every write that presents a [`Lease`] locks the run's row and
@@ -40,18 +59,18 @@
 //!   changes nothing, so a paused or partitioned worker cannot overwrite
 //!   the new owner's checkpoint.
 //! - **Checkpoints** (`tables::checkpoints`): one row per version, inserted with the
-//!   run's state change in one statement (`save::statement`), the row holding the
+//!   run's state change in one statement (`fused::save`), the row holding the
 //!   checkpoint's history event;
 //!   retention (`keep`) deletes the oldest rows in the same statement
-//!   (`save::SAVE_KEEP`), never the latest. Saves of several runs waiting at
-//!   the same time are sent as one statement (`save_batch`), fenced each by
-//!   its own run's lease (`group_commit`).
-//! - **Starts and ends** (`create_batch`, `finish`): the starts of runs made
+//!   (`fused::save`), never the latest. Saves of several runs waiting at
+//!   the same time are sent as one statement (`fused::save_batch`), fenced
+//!   each by its own run's lease (`fused::group_commit`).
+//! - **Starts and ends** (`fused::create_batch`, `fused::finish`): the starts of runs made
 //!   at the same time are one statement, and the ends of top-level runs one
 //!   transaction, through a `batcher::Batcher` (a lone write goes at once;
 //!   the rest queue for a writer task); each answers as it would alone. A
 //!   lone end is one round trip; a child's end, and an end that another run
-//!   joins, take the fenced transaction (`finish::finish_locked`).
+//!   joins, take the fenced transaction (`locked::finish_locked`).
 //! - **Signals** (`tables::signals`) are consumed exactly once, under the run's lock.
 //! - **History** (`tables::history`): an append-only table of JSON events,
 //!   read together with the `CheckpointSaved` events that the kept
@@ -64,7 +83,7 @@
 //! - **Round trips** (`conn`): a checkpoint is one statement in autocommit,
 //!   so one round trip and one WAL flush: a data-modifying `WITH` whose
 //!   fenced `UPDATE` of the run's row gates the checkpoint row (holding its
-//!   history event) and retention (`save::statement`); a save it refuses is done again as
+//!   history event) and retention (`fused::save`); a save it refuses is done again as
 //!   a transaction, which tells why. Elsewhere `BEGIN` is sent with a
 //!   transaction's first statement, and independent statements of one
 //!   transaction are sent together (`Cx::fork`).
@@ -88,22 +107,22 @@
 //! in sync (NTP): a worker whose clock runs ahead takes over expired leases
 //! early (the fencing epoch still keeps the old owner's writes out).
 
-mod batcher;
+mod apply;
 mod children;
+mod claim;
 mod conn;
-mod create_batch;
-mod finish;
-mod group_commit;
+mod fused;
 mod hold;
+mod locked;
 mod notify;
 mod ops;
-mod save;
-mod save_batch;
+mod reads;
 mod schema;
 mod tables;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI32;
@@ -114,6 +133,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
 use self::conn::{get, Pool, Side, Target};
+use self::fused::{batcher, create_batch, finish, group_commit};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
     Release, RunRecord, SignalRecord, Store, WorkerHold,

@@ -1931,118 +1931,6 @@ fn of_run(cp: &CheckpointRecord, run: &str) -> Arc<CheckpointRecord> {
     not(checkpoint_test_postgres),
     ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
 )]
-fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
-    let Some(db) = Db::open("a_save_in_one_statement_writes_what_the_fenced_save_writes") else {
-        return;
-    };
-    let s = db.store();
-    let client = schema_client(&db);
-    // Two runs in the same state under the same lease: "one" saved by the
-    // statement, "locked" by the fenced transaction.
-    new_run(s, "one");
-    new_run(s, "locked");
-    let mut both = req("a", "a1");
-    both.limit = 2;
-    let claimed = block_on(s.claim(&both)).unwrap().claimed;
-    assert_eq!(claimed.len(), 2);
-    let lease = claimed[0].lease.clone();
-    assert_eq!(lease, claimed[1].lease);
-    let save = |cp: &Arc<CheckpointRecord>, keep: Option<usize>| {
-        db.run(async {
-            let mut conn = s.pool.get().await.unwrap();
-            let one = save::save_in_one(&mut conn, &lease, &of_run(cp, "one"), keep, None).await;
-            let locked = save::save_locked(&mut conn, &lease, &of_run(cp, "locked"), keep).await;
-            (one, locked)
-        })
-    };
-    let deadline = SystemTime::now() + Duration::from_secs(3600);
-    let wait = Suspend::Waiting {
-        signal: "go\0now".into(),
-        deadline: Some(deadline),
-        payload_schema: Some("k-go".into()),
-        sites_before: Some(vec!["checkpoint 1".into()]),
-    };
-    let sleep = Suspend::Sleeping {
-        until: deadline + Duration::from_secs(1),
-        sites_before: None,
-    };
-    let (one, locked) = save(&rich_cp("r", 1, None), None);
-    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
-    let (one, locked) = save(&rich_cp("r", 2, Some(wait)), Some(2));
-    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
-    // A wake value (a consumed signal), which the next save clears.
-    for run in ["one", "locked"] {
-        block_on(s.put_signal(run, "go\0now", b"7".to_vec())).unwrap();
-        assert!(block_on(s.take_signal(run, &lease, "go\0now"))
-            .unwrap()
-            .is_some());
-    }
-    let (one, locked) = save(&rich_cp("r", 3, Some(sleep)), Some(2));
-    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
-    // A text the server refuses (a NUL in a label): the statement leaves it
-    // to the fenced save, whose error it is; nothing is written.
-    let mut bad = (*rich_cp("r", 4, None)).clone();
-    bad.label = Some(Cow::Borrowed("bad\0label"));
-    let bad = Arc::new(bad);
-    let (one, locked) = save(&bad, Some(1));
-    assert!(!one.unwrap());
-    assert!(matches!(locked, Err(Error::Store { .. })), "{locked:?}");
-    let err = block_on(s.save_checkpoint(&lease, of_run(&bad, "one"), Some(1))).unwrap_err();
-    assert!(matches!(err, Error::Store { .. }), "{err}");
-    let (one, locked) = save(&rich_cp("r", 4, None), Some(1));
-    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
-    let last = rich_cp("r", 5, None);
-    let (one, locked) = save(&last, Some(10));
-    assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
-    // Both sealed: read back (and checked against the seal) as saved.
-    for run in ["one", "locked"] {
-        let back = block_on(s.checkpoint(run, 5)).unwrap();
-        assert_eq!(back, Some(of_run(&last, run)));
-    }
-    // The same rows, but for the times of the runs' creation and signals.
-    db.run(client.batch_execute(
-        "UPDATE cp_runs SET created_at = 0; \
-         UPDATE cp_history SET at = 0 WHERE NOT event ? 'CheckpointSaved'",
-    ))
-    .unwrap();
-    let (one, locked) = (stored(&db, &client, "one"), stored(&db, &client, "locked"));
-    assert_eq!(one, locked);
-    // Retention kept 4 and 5; the run waits for nothing, at seq 5.
-    // Its row, checkpoints 4 and 5 (holding their events), and 5 events:
-    // started, saved 1 and 2, the signal received, saved 3 (moved from the
-    // rows retention deleted). The history: 7 events, the same for both.
-    assert_eq!(one.len(), 1 + 2 + 5, "{one:#?}");
-    let history = |run: &str| -> Vec<Event> {
-        let h = block_on(s.history(run)).unwrap();
-        h.into_iter().map(|e| e.event).collect()
-    };
-    assert_eq!(history("one"), history("locked"));
-    let saved: Vec<u64> = history("one")
-        .iter()
-        .filter_map(|e| match e {
-            Event::CheckpointSaved { seq, .. } => Some(*seq),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(saved, [1, 2, 3, 4, 5]);
-    assert_eq!(history("one").len(), 7);
-    assert!(matches!(history("one")[3], Event::SignalReceived { .. }));
-    let kept: Vec<u64> = block_on(s.list_checkpoints("one"))
-        .unwrap()
-        .iter()
-        .map(|c| c.seq)
-        .collect();
-    assert_eq!(kept, vec![4, 5]);
-    let run = block_on(s.load_run("one")).unwrap().unwrap();
-    assert_eq!((run.latest_seq, run.attempt, run.wake), (5, 1, None));
-    assert_eq!(run.lease.map(|l| l.worker), Some("a".to_owned()));
-}
-
-#[test]
-#[cfg_attr(
-    not(checkpoint_test_postgres),
-    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-)]
 fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
     let Some(db) = Db::open("a_save_its_statement_refuses_changes_nothing_and_says_why") else {
         return;
@@ -2055,7 +1943,7 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
         let before = stored(&db, &client, &cp.run);
         let fast = db.run(async {
             let mut conn = s.pool.get().await.unwrap();
-            save::save_in_one(&mut conn, lease, &cp, Some(1), None).await
+            super::fused::save::save_in_one(&mut conn, lease, &cp, Some(1), None).await
         });
         assert!(!fast.unwrap(), "saved #{} of {}", cp.seq, cp.run);
         assert_eq!(stored(&db, &client, &cp.run), before);
@@ -2126,7 +2014,7 @@ fn a_save_its_statement_refuses_changes_nothing_and_says_why() {
         .unwrap();
     let fast = db.run(async {
         let mut conn = s.pool.get().await.unwrap();
-        save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None).await
+        super::fused::save::save_in_one(&mut conn, &new.lease, &cp("r", 3), None, None).await
     });
     assert!(!fast.unwrap());
     block_on(s.save_checkpoint(&new.lease, cp("r", 3), Some(1))).unwrap();
@@ -2177,7 +2065,7 @@ fn a_save_waiting_for_the_run_row_is_fenced_by_what_committed_meanwhile() {
             };
             let save = async {
                 let mut conn = s.pool.get().await.unwrap();
-                save::save_in_one(&mut conn, &c.lease, &cp, None, None).await
+                super::fused::save::save_in_one(&mut conn, &c.lease, &cp, None, None).await
             };
             tokio::join!(save, commit).0
         });
@@ -2215,7 +2103,7 @@ fn backend_cpu_us(pid: i32) -> f64 {
 }
 
 /// A checkpoint save as one statement ([`save::save_in_one`]), as the
-/// fenced transaction ([`save::save_locked`]) and a raw autocommit `INSERT`
+/// fenced transaction ([`locked::save_locked`]) and a raw autocommit `INSERT`
 /// of the same bytes, in alternating rounds on one connection: the median
 /// latency of each and the server's CPU per call. `cargo test -p
 /// checkpoint-runtime --lib --all-features -- --ignored bench_save --nocapture`
@@ -2276,11 +2164,17 @@ fn bench_save() {
                     let cp = make(run, seq[i]);
                     let t = std::time::Instant::now();
                     if i == 0 {
-                        assert!(save::save_in_one(&mut conn, &lease, &cp, Some(10), None)
-                            .await
-                            .unwrap());
+                        assert!(super::fused::save::save_in_one(
+                            &mut conn,
+                            &lease,
+                            &cp,
+                            Some(10),
+                            None
+                        )
+                        .await
+                        .unwrap());
                     } else {
-                        save::save_locked(&mut conn, &lease, &cp, Some(10))
+                        locked::save_locked(&mut conn, &lease, &cp, Some(10))
                             .await
                             .unwrap();
                     }
@@ -2615,6 +2509,7 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
 }
 
 mod delta;
+mod fused;
 
 /// The batch statement sends each row's chains as an array literal
 /// (`CpColumns`): every number reads back exactly as it was.
@@ -3212,8 +3107,11 @@ fn a_batch_of_saves_reads_its_runs_whatever_the_statistics_say() {
         "'{}'".into(),
         "'{}'".into(),
     ];
-    let (read, saved, produced) =
-        db.blocks_read_planned(save_batch::BATCH, &args.join(", "), "force_custom_plan");
+    let (read, saved, produced) = db.blocks_read_planned(
+        super::fused::save_batch::BATCH,
+        &args.join(", "),
+        "force_custom_plan",
+    );
     eprintln!("the batch saved {saved}, read {read} blocks, its plan's nodes made {produced} rows");
     assert_eq!(saved, n as u64, "every save of the batch is written");
     // Each run's row, its checkpoint's: a few rows per save, or one pass

@@ -40,3 +40,11 @@ pub(in crate::store::postgres) fn db_err(e: tokio_postgres::Error) -> Error {
 pub(in crate::store::postgres) fn corrupt(what: impl std::fmt::Display) -> Error {
     Error::store(format!("postgres: unreadable stored data: {what}"))
 }
+
+/// The class (the first two characters of the SQLSTATE) of the server's
+/// error behind `e`, if the server refused a statement.
+pub(in crate::store::postgres) fn sqlstate_class(e: &Error) -> Option<&str> {
+    let source = std::error::Error::source(e)?;
+    let code = source.downcast_ref::<tokio_postgres::Error>()?.code()?;
+    code.code().get(..2)
+}

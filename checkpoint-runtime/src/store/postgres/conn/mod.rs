@@ -27,7 +27,7 @@ mod target;
 pub(super) use self::connect::{connect, connect_watched};
 pub(super) use self::convert::{from_ts, get, scrub, to_i64, to_json, to_u64, ts, ts_after};
 pub(super) use self::cx::Cx;
-pub(super) use self::error::{connect_error, corrupt, db_err};
+pub(super) use self::error::{connect_error, corrupt, db_err, sqlstate_class};
 pub(super) use self::pool::{Pool, Pooled};
 pub(super) use self::side::Side;
 pub(super) use self::target::{check_schema_name, quote_ident, Target};

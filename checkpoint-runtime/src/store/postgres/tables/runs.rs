@@ -11,7 +11,7 @@ use tokio_postgres::Row;
 use crate::history::Event;
 use crate::store::postgres::conn::{corrupt, get, scrub, to_json, ts, Cx};
 use crate::store::rules::check_lease;
-use crate::store::sql::run_row::{ErrorCol, RunCols, RunRow};
+use crate::store::sql::run_row::{state_sql, ErrorCol, RunCols, RunRow};
 use crate::store::{Lease, RunRecord};
 use crate::Error;
 
@@ -203,7 +203,7 @@ impl<'a> SavedColumns<'a> {
     }
 }
 
-/// A state code as the `smallint` column holds it (codes are 0 to 5).
+/// A state code as the `smallint` column holds it (codes are 0 to 7).
 pub(in crate::store::postgres) fn code(state: i64) -> i16 {
     i16::try_from(state).unwrap_or(i16::MAX)
 }
@@ -561,21 +561,21 @@ macro_rules! runnable_branches {
     ($workflow:literal, $own:literal, $select:expr, $tail:literal) => {
         concat!(
             "queued AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE r.state = 0 AND r.lease_worker IS NULL AND ", $workflow,
+               WHERE r.state = ", state_sql!(READY), " AND r.lease_worker IS NULL AND ", $workflow,
             " ORDER BY r.ord", $tail, "), \
              expired AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE r.state = 0 AND r.lease_worker IS NOT NULL AND r.lease_expires <= $1 \
+               WHERE r.state = ", state_sql!(READY), " AND r.lease_worker IS NOT NULL AND r.lease_expires <= $1 \
                AND NOT (", $own, " AND r.lease_worker = $2 AND r.lease_instance < $3) AND ",
             $workflow, " ORDER BY r.lease_expires", $tail, "), \
              own AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE ", $own, " AND r.state = 0 AND r.lease_worker = $2 \
+               WHERE ", $own, " AND r.state = ", state_sql!(READY), " AND r.lease_worker = $2 \
                AND r.lease_instance < $3 AND ", $workflow,
             " ORDER BY r.ord", $tail, "), \
              due AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE r.state IN (1, 2) AND r.due <= $1 AND ",
+               WHERE r.state IN (", state_sql!(WAITING), ", ", state_sql!(SLEEPING), ") AND r.due <= $1 AND ",
             runnable_lease!($workflow), " ORDER BY r.due", $tail, "), \
              signalled AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE r.state = 1 AND (r.due IS NULL OR r.due > $1) \
+               WHERE r.state = ", state_sql!(WAITING), " AND (r.due IS NULL OR r.due > $1) \
                AND r.id = ANY (ARRAY(SELECT DISTINCT s.run FROM cp_signals s)) \
                AND EXISTS (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal) \
                AND ",
@@ -638,7 +638,9 @@ pub(in crate::store::postgres) const CLAIM_PARKED: &str = concat!(
     "SELECT ",
     run_cols!(),
     ", r.input FROM cp_runs r \
-     WHERE r.id = $2 AND r.state = 6 AND r.workflow = ANY($1) AND r.lease_worker IS NULL \
+     WHERE r.id = $2 AND r.state = ",
+    state_sql!(PARKED),
+    " AND r.workflow = ANY($1) AND r.lease_worker IS NULL \
      FOR NO KEY UPDATE OF r SKIP LOCKED"
 );
 
@@ -664,22 +666,38 @@ pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
 /// (`cp_runs_held`), deadlines of those under no lease (`cp_runs_due`,
 /// the first that is not held: a held run's deadline counts once its
 /// lease is gone). NULL: none.
-pub(in crate::store::postgres) const NEXT_WAKEUP: &str = "SELECT least( \
-       (SELECT min(lease_expires) FROM cp_runs WHERE state = 0 AND lease_worker IS NOT NULL), \
+pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
+    "SELECT least( \
+       (SELECT min(lease_expires) FROM cp_runs WHERE state = ",
+    state_sql!(READY),
+    " AND lease_worker IS NOT NULL), \
        (SELECT min(lease_expires) FROM cp_runs \
-        WHERE state IN (1, 2) AND lease_worker IS NOT NULL), \
-       (SELECT due FROM cp_runs WHERE state IN (1, 2) AND due IS NOT NULL \
-          AND lease_worker IS NULL ORDER BY due LIMIT 1))";
+        WHERE state IN (",
+    state_sql!(WAITING),
+    ", ",
+    state_sql!(SLEEPING),
+    ") AND lease_worker IS NOT NULL), \
+       (SELECT due FROM cp_runs WHERE state IN (",
+    state_sql!(WAITING),
+    ", ",
+    state_sql!(SLEEPING),
+    ") AND due IS NOT NULL \
+          AND lease_worker IS NULL ORDER BY due LIMIT 1))"
+);
 
 /// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`
 /// worker, `$4` instance, `$5` the new expiry. Returns the run's id when it
 /// renewed; no row when the lease is not held (lost, cancelled, finished) or
 /// the row is locked by another transaction (see [`LOAD_PLAIN`] to tell
 /// them apart). One statement, so no transaction stays open around it.
-pub(in crate::store::postgres) const RENEW: &str = "UPDATE cp_runs SET lease_expires = $5 \
+pub(in crate::store::postgres) const RENEW: &str = concat!(
+    "UPDATE cp_runs SET lease_expires = $5 \
      WHERE id = (SELECT id FROM cp_runs WHERE id = $1 AND epoch = $2 AND lease_worker = $3 \
-                 AND lease_instance = $4 AND state < 3 FOR NO KEY UPDATE SKIP LOCKED) \
-     RETURNING id";
+                 AND lease_instance = $4 AND state < ",
+    state_sql!(COMPLETED),
+    " FOR NO KEY UPDATE SKIP LOCKED) \
+     RETURNING id"
+);
 
 /// [`RENEW`] for many runs at once: `$1`–`$4` the runs' ids, epochs,
 /// workers and instances (arrays, in step), `$5` the new expiry. Returns the
@@ -691,14 +709,18 @@ pub(in crate::store::postgres) const RENEW: &str = "UPDATE cp_runs SET lease_exp
 /// starts), the planner would take that filter to select one row, and
 /// read every run once per renewed lease (as a batch of saves did, see
 /// `save_batch`).
-pub(in crate::store::postgres) const RENEW_MANY: &str = "UPDATE cp_runs SET lease_expires = $5 \
+pub(in crate::store::postgres) const RENEW_MANY: &str = concat!(
+    "UPDATE cp_runs SET lease_expires = $5 \
      WHERE id IN (SELECT r.id FROM cp_runs r \
                   JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) \
                        AS w(id, epoch, worker, instance) \
                     ON r.id = w.id AND r.epoch = w.epoch AND r.lease_worker = w.worker \
                    AND r.lease_instance = w.instance \
-                  WHERE (w.id IS NULL OR r.state < 3) FOR NO KEY UPDATE OF r SKIP LOCKED) \
-     RETURNING id";
+                  WHERE (w.id IS NULL OR r.state < ",
+    state_sql!(COMPLETED),
+    ") FOR NO KEY UPDATE OF r SKIP LOCKED) \
+     RETURNING id"
+);
 
 /// [`RENEW_MANY`] waiting for the rows' locks, for runs it found locked
 /// every time for a while: a run that checkpoints without pause is in
@@ -708,17 +730,20 @@ pub(in crate::store::postgres) const RENEW_MANY: &str = "UPDATE cp_runs SET leas
 /// bounds each wait (`lock_timeout`, for this statement only: it is its
 /// own transaction on the side connection, and the filter that sets it
 /// runs before any row is locked). The state is checked as in [`RENEW_MANY`].
-pub(in crate::store::postgres) const RENEW_MANY_WAITING: &str =
+pub(in crate::store::postgres) const RENEW_MANY_WAITING: &str = concat!(
     "UPDATE cp_runs SET lease_expires = $5 \
      WHERE id IN (SELECT r.id FROM cp_runs r \
                   JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) \
                        AS w(id, epoch, worker, instance) \
                     ON r.id = w.id AND r.epoch = w.epoch AND r.lease_worker = w.worker \
                    AND r.lease_instance = w.instance \
-                  WHERE (w.id IS NULL OR r.state < 3) \
+                  WHERE (w.id IS NULL OR r.state < ",
+    state_sql!(COMPLETED),
+    ") \
                     AND (SELECT set_config('lock_timeout', $6::text, true)) IS NOT NULL \
                   ORDER BY r.id FOR NO KEY UPDATE OF r) \
-     RETURNING id";
+     RETURNING id"
+);
 
 /// Runs' rows without their input and without a lock (`$1` the ids, an array).
 pub(in crate::store::postgres) const LOAD_PLAIN_MANY: &str = concat!(

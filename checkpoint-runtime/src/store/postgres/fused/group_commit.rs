@@ -1,4 +1,6 @@
-//! Group commit of checkpoint saves: the saves of the runs of one store
+//! Group commit of checkpoint saves (the rule: `rules::save_checkpoint`,
+//! written by [`save`](super::save) and [`save_batch`](super::save_batch)):
+//! the saves of the runs of one store
 //! instance that wait at the same time share one statement (or one
 //! transaction) and its one WAL flush, through a [`Batcher`] (see there
 //! how saves queue: a lone save is done at once by its caller, as one
@@ -17,7 +19,7 @@
 //! answers for its own run: a save the statement refuses (lease lost, wrong
 //! seq, a run gone, a row it leaves to the fenced transaction) changes
 //! nothing and is done again on its own after the batch committed
-//! ([`save::save_locked`](super::save::save_locked)), which gives exactly
+//! ([`locked::save_locked`](crate::store::postgres::locked::save_locked)), which gives exactly
 //! the error a lone save gives. A statement that fails (e.g. a value the
 //! server refuses) writes nothing of its saves, which are then done on
 //! their own, so one bad save fails alone. Both lock the runs' rows in the
@@ -29,10 +31,11 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use super::batcher::Batcher;
-use super::conn::{Pool, Pooled};
-use super::save::{save_in_one, save_locked, saved_run, sqlstate_class, Save};
+use super::save::{save_in_one, saved_run, Save};
 use super::save_batch::{Columns, BATCH};
-use super::tables::checkpoints::segments::RowPlan;
+use crate::store::postgres::conn::{sqlstate_class, Pool, Pooled};
+use crate::store::postgres::locked::save_locked;
+use crate::store::postgres::tables::checkpoints::segments::RowPlan;
 use crate::store::{CheckpointRecord, Lease};
 use crate::Error;
 use tokio_postgres::types::ToSql;
@@ -41,7 +44,7 @@ use tokio_postgres::types::ToSql;
 const MAX_BATCH: usize = 512;
 
 /// The group commit of one store (see the module docs).
-pub(super) struct GroupCommit {
+pub(in crate::store::postgres) struct GroupCommit {
     pool: Arc<Pool>,
     batcher: Batcher<Queued, bool>,
     /// Batches of more than one save committed, their saves, and those of
@@ -60,7 +63,7 @@ struct Queued {
 }
 
 impl GroupCommit {
-    pub(super) fn new(pool: Arc<Pool>) -> GroupCommit {
+    pub(in crate::store::postgres) fn new(pool: Arc<Pool>) -> GroupCommit {
         #[cfg(test)]
         let batches = Arc::new(Mutex::new((0, 0, 0)));
         let write = {
@@ -95,7 +98,7 @@ impl GroupCommit {
     /// Saves `cp` under `lease` (see the module docs), stored as `plan`
     /// says or whole: the result of `PostgresStore::save_checkpoint`, and
     /// whether it was stored as planned.
-    pub(super) async fn save(
+    pub(in crate::store::postgres) async fn save(
         &self,
         lease: &Lease,
         cp: Arc<CheckpointRecord>,
@@ -119,7 +122,7 @@ impl GroupCommit {
     /// Batches of more than one save committed so far, their saves, and
     /// their saves that appended fields in the batch statement.
     #[cfg(test)]
-    pub(super) fn batches(&self) -> (u64, u64, u64) {
+    pub(in crate::store::postgres) fn batches(&self) -> (u64, u64, u64) {
         *self.batches.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -1,9 +1,15 @@
-//! The starts of top-level runs (`Store::create_run` without a parent)
-//! that wait at the same time, written as one statement
+//! The starts of top-level runs (`Store::create_run` without a parent),
+//! fused: the rule is `rules::create` (a run without a parent: its row and
+//! its `Started` event, what `apply` writes for a `Row::Insert`; a child's
+//! start goes through `apply`, which records its parent's `ChildSpawned`).
+//! A lone start is one statement ([`create_alone`]); the starts
+//! that wait at the same time are written as one statement
 //! ([`insert_runs_started`]) by a [`Batcher`]: a program that starts a
 //! thousand runs at once (as the README shows) commits them in a few
 //! statements, where a statement each queued them behind each other's
 //! commits on the pool's connections.
+//!
+//! `tests/fused.rs` compares both with the generic create.
 //!
 //! Each start answers as it would on its own ([`create_alone`]): one the
 //! statement skipped (its id exists, or came twice in the batch) is done on
@@ -19,26 +25,46 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 
 use super::batcher::{held_once, together_then_alone, Batcher};
-use super::conn::{to_json, ts, Pool, Pooled};
-use super::save::sqlstate_class;
-use super::tables::runs::{insert_run_started, insert_runs_started, load};
 use crate::history::Event;
+use crate::store::postgres::conn::{sqlstate_class, to_json, ts, Pool, Pooled};
+use crate::store::postgres::tables::runs::{insert_run_started, insert_runs_started, load};
+use crate::store::rules::Change;
 use crate::store::{Created, RunRecord};
 use crate::Error;
 
 /// Starts in one statement at most.
 const MAX_BATCH: usize = 1000;
 
-/// A start: the new run's record and its first event (`rules::create`'s),
-/// and when it was made.
-pub(super) struct NewTop {
-    pub(super) rec: RunRecord,
-    pub(super) started: Event,
-    pub(super) at: SystemTime,
+/// A start: the new run's record and its change (`rules::create`'s, of a
+/// run without a parent: its row and its `Started` event), and when it
+/// was made.
+pub(in crate::store::postgres) struct NewTop {
+    pub(in crate::store::postgres) rec: RunRecord,
+    pub(in crate::store::postgres) change: Change,
+    pub(in crate::store::postgres) at: SystemTime,
+}
+
+impl NewTop {
+    /// The one event the start records: `None` for a change that the
+    /// statements cannot write (a child's: it records its parent's
+    /// `ChildSpawned` too, and goes through `apply`).
+    fn started(&self) -> Option<&Event> {
+        match &self.change {
+            Change {
+                row: true,
+                event: Some(started),
+                elsewhere: None,
+                signal: None,
+                ended: None,
+                ..
+            } => Some(started),
+            _ => None,
+        }
+    }
 }
 
 /// The batcher of a store's starts.
-pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<NewTop, Created> {
+pub(in crate::store::postgres) fn batcher(pool: Arc<Pool>) -> Batcher<NewTop, Created> {
     let writer = pool.clone();
     Batcher::new(
         pool,
@@ -49,9 +75,18 @@ pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<NewTop, Created> {
 
 /// A start on its own: the row and its first event in one statement, or
 /// the run that exists under its id. Notifies when it wrote.
-pub(super) async fn create_alone(conn: &mut Pooled<'_>, new: &NewTop) -> Result<Created, Error> {
+pub(in crate::store::postgres) async fn create_alone(
+    conn: &mut Pooled<'_>,
+    new: &NewTop,
+) -> Result<Created, Error> {
     let mut cx = conn.plain();
-    if insert_run_started(&mut cx, &new.rec, new.at, &new.started).await? {
+    let Some(started) = new.started() else {
+        return Err(Error::internal(format!(
+            "run `{}`: not a top-level start",
+            new.rec.id
+        )));
+    };
+    if insert_run_started(&mut cx, &new.rec, new.at, started).await? {
         cx.notify_after_commit("");
         return Ok(Created::New);
     }
@@ -84,7 +119,10 @@ fn write(pool: Arc<Pool>, batch: Vec<NewTop>) -> BoxFuture<'static, Vec<Result<C
 /// this way two workers' batches lock their new rows in the same order);
 /// the ids inserted. A value the server refused wrote nothing (none
 /// inserted); a failed connection is an error.
-async fn insert_batch(conn: &mut Pooled<'_>, batch: &[NewTop]) -> Result<HashSet<String>, Error> {
+pub(in crate::store::postgres) async fn insert_batch(
+    conn: &mut Pooled<'_>,
+    batch: &[NewTop],
+) -> Result<HashSet<String>, Error> {
     if batch.len() < 2 {
         return Ok(HashSet::new());
     }
@@ -92,7 +130,7 @@ async fn insert_batch(conn: &mut Pooled<'_>, batch: &[NewTop]) -> Result<HashSet
     once.sort_by(|a, b| a.rec.id.cmp(&b.rec.id));
     let mut rows = Vec::with_capacity(once.len());
     for new in &once {
-        let Ok(event) = to_json(&new.started) else {
+        let Some(Ok(event)) = new.started().map(to_json) else {
             continue;
         };
         rows.push((&new.rec, ts(new.at), event));

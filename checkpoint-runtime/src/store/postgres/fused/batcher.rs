@@ -1,5 +1,6 @@
 //! Writes of one kind that wait at the same time share one statement and
-//! its one commit (its one WAL flush): a [`Batcher`] (checkpoint saves,
+//! its one commit (its one WAL flush): a [`Batcher`]. It implements no
+//! rule of its own: it queues the fused writes of the others (checkpoint saves,
 //! see [`group_commit`](super::group_commit); the starts of runs,
 //! [`create_batch`](super::create_batch); their ends,
 //! [`finish`](super::finish)).
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use super::conn::{Pool, Pooled};
+use crate::store::postgres::conn::{Pool, Pooled};
 use crate::Error;
 
 /// Writes (or batches) of one batcher in flight at most at a time (the
@@ -27,12 +28,12 @@ use crate::Error;
 const WRITERS: usize = 2;
 
 /// Writes a batch of jobs: one answer per job, in the batch's order.
-pub(super) type WriteBatch<J, O> =
+pub(in crate::store::postgres) type WriteBatch<J, O> =
     Box<dyn Fn(Vec<J>) -> BoxFuture<'static, Vec<Result<O, Error>>> + Send + Sync>;
 
 /// The group commit of one kind of write (see the module docs): jobs `J`,
 /// each answered with an `O`.
-pub(super) struct Batcher<J, O> {
+pub(in crate::store::postgres) struct Batcher<J, O> {
     inner: Arc<Inner<J, O>>,
 }
 
@@ -78,7 +79,11 @@ impl<J, O> Inner<J, O> {
 impl<J: Send + 'static, O: Send + 'static> Batcher<J, O> {
     /// A batcher that writes batches of up to `max` jobs with `write`, in
     /// tasks on the runtime of `pool`'s connections.
-    pub(super) fn new(pool: Arc<Pool>, max: usize, write: WriteBatch<J, O>) -> Self {
+    pub(in crate::store::postgres) fn new(
+        pool: Arc<Pool>,
+        max: usize,
+        write: WriteBatch<J, O>,
+    ) -> Self {
         Batcher {
             inner: Arc::new(Inner {
                 pool,
@@ -96,7 +101,7 @@ impl<J: Send + 'static, O: Send + 'static> Batcher<J, O> {
 
     /// Does `job`: at once with `alone` when nothing else is in flight,
     /// else in the next batch (see the module docs).
-    pub(super) async fn run<F, Fut>(&self, job: J, alone: F) -> Result<O, Error>
+    pub(in crate::store::postgres) async fn run<F, Fut>(&self, job: J, alone: F) -> Result<O, Error>
     where
         F: FnOnce(J) -> Fut,
         Fut: Future<Output = Result<O, Error>>,
@@ -140,7 +145,7 @@ impl<J: Send + 'static, O: Send + 'static> Batcher<J, O> {
 impl<J, O> Batcher<J, O> {
     /// Jobs handed to the write in batches of more than one so far.
     #[cfg(test)]
-    pub(super) fn batched(&self) -> u64 {
+    pub(in crate::store::postgres) fn batched(&self) -> u64 {
         self.inner.lock().batched
     }
 }
@@ -150,7 +155,7 @@ impl<J, O> Batcher<J, O> {
 /// whether it committed is unknown: then every job answers with it), then
 /// each other one `alone`, in the batch's order. The jobs written together
 /// answer `written()`, and have the store's notification sent.
-pub(super) async fn together_then_alone<J, O>(
+pub(in crate::store::postgres) async fn together_then_alone<J, O>(
     pool: &Pool,
     batch: &[J],
     key: impl Fn(&J) -> &str,
@@ -182,7 +187,7 @@ pub(super) async fn together_then_alone<J, O>(
 
 /// The jobs of `batch` whose key no other job of it has, in order: those a
 /// statement can write as one row each (the others go on their own).
-pub(super) fn held_once<J>(batch: &[J], key: impl Fn(&J) -> &str) -> Vec<&J> {
+pub(in crate::store::postgres) fn held_once<J>(batch: &[J], key: impl Fn(&J) -> &str) -> Vec<&J> {
     let mut count: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
     for job in batch {
         *count.entry(key(job)).or_default() += 1;

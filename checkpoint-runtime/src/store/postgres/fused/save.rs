@@ -1,21 +1,22 @@
-//! The checkpoint save, the most frequent write: one fenced statement
-//! ([`statement`]) that writes what `rules::save_checkpoint` would, the locked
-//! transaction it falls back to when it refuses ([`save_locked`], which
-//! tells why with the errors of every fenced write), and the save of a
-//! join's checkpoint ([`save_joining`], which locks the children first:
-//! see [`children`](super::children)). [`ops`](super::ops) and the group
-//! commit ([`group_commit`](super::group_commit)) call them; this module
-//! imports neither.
+//! The checkpoint save, fused: one statement ([`statement`]) that does
+//! what `rules::save_checkpoint` (with `rules::check_lease`,
+//! `rules::check_next_seq` and `rules::retention_floor`) decides and
+//! `apply` (`Row::Saved`) writes: the fenced write of the run's row (the
+//! rule applied to a `rules::blank_run`, [`saved_run`]), the checkpoint's
+//! row holding its `CheckpointSaved` event, and retention. It writes
+//! nothing when it refuses; the generic save (`locked::save_locked`) then
+//! tells why. [`ops`](crate::store::postgres::ops) and the group commit
+//! ([`group_commit`](super::group_commit)) call it; `tests/fused.rs`
+//! shows it writes what the generic save writes.
 
 use std::sync::LazyLock;
 
 use tokio_postgres::types::ToSql;
 
-use super::children;
-use super::conn::{to_i64, Cx, Pooled};
-use super::tables::checkpoints::segments::RowPlan;
-use super::tables::checkpoints::{self, cp_insert_cols, CpRow};
-use super::tables::runs::{fenced, write_run, Bound};
+use crate::store::postgres::conn::{sqlstate_class, Pooled};
+use crate::store::postgres::tables::checkpoints::segments::RowPlan;
+use crate::store::postgres::tables::checkpoints::{cp_insert_cols, CpRow};
+use crate::store::postgres::tables::runs::Bound;
 use crate::store::rules;
 use crate::store::{CheckpointRecord, Lease, RunRecord};
 use crate::Error;
@@ -28,9 +29,9 @@ const SAVE_HEAD: &str = concat!(
      wake_payload = $20, updated_at = $21 \
      WHERE id = $1 AND epoch = $22 AND lease_worker = $23 AND lease_instance = $24 \
        AND lease_expires IS NOT NULL AND latest_seq = $25 \
-       AND (state = 0 OR (state = 1 AND signal IS NOT NULL) \
-            OR (state = 2 AND due IS NOT NULL)) \
-       AND (wake_seq IS NULL OR wake_seq >= 0) \
+       AND ",
+    decodable!(""),
+    " AND (wake_seq IS NULL OR wake_seq >= 0) \
      RETURNING id), \
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
@@ -133,32 +134,16 @@ fn statement(keep: bool, segments: bool) -> &'static str {
     &TEXTS[usize::from(keep) + 2 * usize::from(segments)]
 }
 
-/// Retention in a transaction: deletes run `$1`'s checkpoints up to seq
-/// `$2`, moves the `CheckpointSaved` events their rows held to
-/// `cp_history`, under the same ids (so in the same place in the history)
-/// and as [`Event`]'s JSON, and deletes the segments of the chains no kept
-/// checkpoint names (as [`SAVE_KEEP`], after the new checkpoint's row).
-const PRUNE: &str = "WITH d AS (DELETE FROM cp_checkpoints WHERE run = $1 AND seq <= $2 \
-     RETURNING run, seq, label, created_at, event_id, chains), \
-     e AS (INSERT INTO cp_history (id, run, at, event) OVERRIDING SYSTEM VALUE \
-     SELECT event_id, run, created_at, jsonb_build_object('CheckpointSaved', \
-       jsonb_build_object('seq', seq, 'label', label)) FROM d WHERE event_id IS NOT NULL) \
-     DELETE FROM cp_segments s USING \
-       (SELECT unnest(d.chains) FROM d \
-        EXCEPT SELECT unnest(k.chains) FROM (SELECT chains FROM cp_checkpoints \
-          WHERE run = $1 AND seq > $2 ORDER BY seq LIMIT 1) k) dead (chain) \
-     WHERE s.run = $1 AND s.chain = dead.chain";
-
 /// The parameters of a save's [`statement`].
-pub(super) struct Save<'a> {
-    pub(super) row: CpRow<'a>,
-    pub(super) plan: Option<&'a RowPlan>,
-    pub(super) run: Bound<'a>,
-    pub(super) epoch: i64,
-    pub(super) worker: &'a str,
-    pub(super) instance: &'a str,
-    pub(super) prev: i64,
-    pub(super) below: Option<i64>,
+pub(in crate::store::postgres) struct Save<'a> {
+    pub(in crate::store::postgres) row: CpRow<'a>,
+    pub(in crate::store::postgres) plan: Option<&'a RowPlan>,
+    pub(in crate::store::postgres) run: Bound<'a>,
+    pub(in crate::store::postgres) epoch: i64,
+    pub(in crate::store::postgres) worker: &'a str,
+    pub(in crate::store::postgres) instance: &'a str,
+    pub(in crate::store::postgres) prev: i64,
+    pub(in crate::store::postgres) below: Option<i64>,
 }
 
 impl<'a> Save<'a> {
@@ -166,7 +151,7 @@ impl<'a> Save<'a> {
     /// stored as `plan` says (or whole), unless a value does not bind as
     /// the [`statement`] needs it: then the fenced save ([`save_locked`])
     /// decides.
-    pub(super) fn of(
+    pub(in crate::store::postgres) fn of(
         lease: &'a Lease,
         cp: &'a CheckpointRecord,
         after: &'a RunRecord,
@@ -195,7 +180,7 @@ impl<'a> Save<'a> {
     }
 
     /// The [`statement`] and its parameters.
-    pub(super) fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
+    pub(in crate::store::postgres) fn statement(&self) -> (&'static str, Vec<&(dyn ToSql + Sync)>) {
         let fence: [&(dyn ToSql + Sync); 4] =
             [&self.epoch, &self.worker, &self.instance, &self.prev];
         let mut params = Vec::with_capacity(40);
@@ -229,7 +214,7 @@ impl<'a> Save<'a> {
 /// or whole): whether it saved `cp`. `false`: nothing was written,
 /// [`save_locked`] decides (the statement refused the save, a value does
 /// not bind, or the server refused the statement's data).
-pub(super) async fn save_in_one(
+pub(in crate::store::postgres) async fn save_in_one(
     conn: &mut Pooled<'_>,
     lease: &Lease,
     cp: &CheckpointRecord,
@@ -250,80 +235,8 @@ pub(super) async fn save_in_one(
 
 /// What `rules::save_checkpoint` makes of the run's row, as far as a save
 /// sets it (see [`Bound::saved`]): the rule applied to a blank record.
-pub(super) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
+pub(in crate::store::postgres) fn saved_run(cp: &CheckpointRecord) -> RunRecord {
     let mut rec = rules::blank_run(&cp.run, cp.created_at);
     rules::save_checkpoint(&mut rec, cp);
     rec
-}
-
-/// The class (the first two characters of the SQLSTATE) of the server's
-/// error behind `e`, if the server refused a statement.
-pub(super) fn sqlstate_class(e: &Error) -> Option<&str> {
-    let source = std::error::Error::source(e)?;
-    let code = source.downcast_ref::<tokio_postgres::Error>()?.code()?;
-    code.code().get(..2)
-}
-
-/// A checkpoint save as one transaction: the run's row locked and checked
-/// by [`fenced`] and `rules::check_next_seq`, then the three writes
-/// pipelined (`Cx::fork`), retention, `COMMIT` (three round trips). What
-/// [`PostgresStore::do_save`] falls back to when its statement refused the
-/// save: it tells why with the same errors as every fenced write, and
-/// saves a run whose row the statement does not judge (a parked one).
-pub(super) async fn save_locked(
-    conn: &mut Pooled<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-) -> Result<(), Error> {
-    let mut cx = conn.begin().await?;
-    save_in(&mut cx, lease, cp, keep).await?;
-    cx.commit().await
-}
-
-/// A checkpoint that suspends its run on children (`ctx.join`): saved as
-/// [`save_locked`] does, with the children's rows locked first and the
-/// join recorded (or the run woken at once) in the same transaction (see
-/// [`children`]).
-pub(super) async fn save_joining(
-    conn: &mut Pooled<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-    children: &[String],
-    token: &str,
-) -> Result<(), Error> {
-    let mut cx = conn.begin().await?;
-    let live = children::lock_children(&mut cx, children).await?;
-    save_in(&mut cx, lease, cp, keep).await?;
-    children::join(&mut cx, &cp.run, children, token, &live).await?;
-    cx.commit().await
-}
-
-/// The writes of [`save_locked`], in the caller's transaction.
-async fn save_in(
-    cx: &mut Cx<'_>,
-    lease: &Lease,
-    cp: &CheckpointRecord,
-    keep: Option<usize>,
-) -> Result<(), Error> {
-    let mut rec = fenced(cx, &cp.run, lease).await?;
-    rules::check_next_seq(&rec, cp)?;
-    rules::save_checkpoint(&mut rec, cp);
-    {
-        // The checkpoint's row holds its `CheckpointSaved` event.
-        let (mut a, mut b) = (cx.fork()?, cx.fork()?);
-        futures::try_join!(
-            checkpoints::insert_saved(&mut a, cp),
-            write_run(&mut b, &rec),
-        )?;
-    }
-    if let Some(keep) = keep {
-        let below = rules::retention_floor(cp.seq, keep) - 1;
-        if below > 0 {
-            let run: &str = &cp.run;
-            cx.execute(PRUNE, &[&run, &to_i64(below, "seq")?]).await?;
-        }
-    }
-    Ok(())
 }

@@ -1,12 +1,17 @@
-//! The end of a run (`Store::finish`): a top-level run's in one round trip
+//! The end of a run (`Store::finish`), fused: the rule is `rules::finish`
+//! (fenced by `rules::check_lease`), its columns and event computed by
+//! applying it to a blank record ([`ended_run`]), and what its end changes
+//! elsewhere (joiners, a held sibling) left to the generic end, which
+//! `apply` writes: a top-level run's in one round trip
 //! ([`FINISH`], then a guard, [`NO_WAITER`], as one transaction sent in one
 //! flight, [`Pooled::pipelined`]), and the ends of several top-level runs
 //! that wait at the same time in one ([`FINISH_MANY`] and [`NO_WAITERS`]),
 //! shared by a [`Batcher`]: a thousand runs that end together commit in a
 //! few transactions, where a transaction each queued them behind each
 //! other's commits on the pool's connections. The fenced transaction
-//! ([`finish_locked`]: lock, check, write, the run's children and waiters,
-//! five round trips with the row locked) is how every other end goes, and
+//! ([`finish_locked`]: lock, check, the rule applied with the run's
+//! children and waiters, several round trips with the row locked) is how
+//! every other end goes, and
 //! the fallback whenever the others write nothing: it tells why with the
 //! errors of every fenced write.
 //!
@@ -30,12 +35,12 @@ use futures::future::BoxFuture;
 use tokio_postgres::types::ToSql;
 
 use super::batcher::{held_once, together_then_alone, Batcher};
-use super::children;
-use super::conn::{get, to_json, ts, Pool, Pooled};
-use super::tables::history;
-use super::tables::runs::{fenced, write_run, Bound, StateColumns};
 use crate::history::Event;
-use crate::store::{rules, Lease, Outcome, RunRecord};
+use crate::store::postgres::conn::{get, to_json, ts, Pool, Pooled};
+use crate::store::postgres::locked::finish_locked;
+use crate::store::postgres::tables::runs::{Bound, StateColumns};
+use crate::store::rules::{self, Change};
+use crate::store::{Lease, Outcome, RunRecord};
 use crate::Error;
 
 /// Ends in one transaction at most.
@@ -50,17 +55,18 @@ const MAX_BATCH: usize = 512;
 /// (every column this statement keeps is one `write_run` writes back
 /// unchanged). Only for a run without a parent: a child's end may start a
 /// held sibling. One row back when it wrote, none when it refused.
-const FINISH: &str = "WITH r AS (UPDATE cp_runs SET state = $2, signal = $3, due = $4, \
+const FINISH: &str = concat!(
+    "WITH r AS (UPDATE cp_runs SET state = $2, signal = $3, due = $4, \
      output = $5, error = $6, updated_at = $7, \
      lease_worker = NULL, lease_instance = NULL, lease_expires = NULL \
      WHERE id = $1 AND epoch = $8 AND lease_worker = $9 AND lease_instance = $10 \
-       AND lease_expires IS NOT NULL AND parent IS NULL \
-       AND (state = 0 OR (state = 1 AND signal IS NOT NULL) \
-            OR (state = 2 AND due IS NOT NULL)) \
-       AND latest_seq >= 0 AND attempt >= 0 AND (wake_seq IS NULL OR wake_seq >= 0) \
+       AND lease_expires IS NOT NULL AND parent IS NULL AND ",
+    decodable!(""),
+    " AND latest_seq >= 0 AND attempt >= 0 AND (wake_seq IS NULL OR wake_seq >= 0) \
      RETURNING id) \
      INSERT INTO cp_history (run, at, event) SELECT id, $7, $11::text::jsonb FROM r \
-     RETURNING 1";
+     RETURNING 1"
+);
 
 /// Fails (and so rolls back the transaction) when a run waits for run `$1`
 /// to end (see the module docs): the waiter's id does not read as an
@@ -71,7 +77,7 @@ const NO_WAITER: &str = "SELECT ('run ' || waiter || ' joins this run')::integer
 /// Ends run `id` under `lease` with `outcome` at `now` in one round trip
 /// (see the module docs): whether it did. `false`: nothing was written,
 /// the fenced transaction decides.
-pub(super) async fn finish_in_one(
+pub(in crate::store::postgres) async fn finish_in_one(
     conn: &mut Pooled<'_>,
     id: &str,
     lease: &Lease,
@@ -82,7 +88,9 @@ pub(super) async fn finish_in_one(
     if lease.worker.contains('\0') || lease.instance.contains('\0') {
         return Ok(false);
     }
-    let (ended, event) = ended_run(id, outcome, now);
+    let Some((ended, event)) = ended_run(id, outcome, now) else {
+        return Ok(false);
+    };
     let (Ok(bound), Ok(epoch), Ok(event)) = (
         Bound::of(&ended),
         i64::try_from(lease.epoch),
@@ -120,10 +128,22 @@ pub(super) async fn finish_in_one(
 
 /// What `rules::finish` makes of a run's row, as far as [`FINISH`] sets
 /// it, and the event it records: the rule applied to a blank record.
-fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> (RunRecord, Event) {
+/// `None` for a change this statement cannot write alone (none today: an
+/// end's change is the row, the event and the end, whose joiners and held
+/// sibling the statement leaves to the fenced end, see the module docs).
+fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> Option<(RunRecord, Event)> {
     let mut rec = rules::blank_run(id, now);
-    let event = rules::finish(&mut rec, outcome.clone(), now);
-    (rec, event)
+    let change = rules::finish(&mut rec, outcome.clone(), now);
+    match change {
+        Change {
+            row: true,
+            event: Some(event),
+            elsewhere: None,
+            signal: None,
+            ..
+        } => Some((rec, event)),
+        _ => None,
+    }
 }
 
 /// The ends of several top-level runs: [`FINISH`] for each of them at once
@@ -137,7 +157,8 @@ fn ended_run(id: &str, outcome: &Outcome, now: SystemTime) -> (RunRecord, Event)
 /// as conditions on `cp_runs` alone, it took them for selective (one row
 /// of a thousand unfinished runs) and compared every unfinished run with
 /// every end (a nested loop: 161 ms for 300 ends; 7.6 ms this way).
-const FINISH_MANY: &str = "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
+const FINISH_MANY: &str = concat!(
+    "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
        WHERE id IN (SELECT unnest($1::text[])) ORDER BY id FOR UPDATE), \
      r AS (UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
        output = u.output, error = u.error, updated_at = u.at, \
@@ -148,30 +169,30 @@ const FINISH_MANY: &str = "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
        WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
          AND cp_runs.epoch = u.epoch AND lease_worker = u.worker \
          AND lease_instance = u.instance \
-         AND (u.run IS NULL OR (lease_expires IS NOT NULL AND parent IS NULL \
-           AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
-                OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
-           AND cp_runs.latest_seq >= 0 AND cp_runs.attempt >= 0 \
+         AND (u.run IS NULL OR (lease_expires IS NOT NULL AND parent IS NULL AND ",
+    decodable!("cp_runs."),
+    " AND cp_runs.latest_seq >= 0 AND cp_runs.attempt >= 0 \
            AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0))) \
        RETURNING u.run, u.at, u.event), \
      h AS (INSERT INTO cp_history (run, at, event) \
        SELECT run, at, event::jsonb FROM r ORDER BY run RETURNING run) \
-     SELECT coalesce(array_agg(run), '{}') FROM h";
+     SELECT coalesce(array_agg(run), '{}') FROM h"
+);
 
 /// [`NO_WAITER`] for the runs `$1`.
 const NO_WAITERS: &str = "SELECT ('run ' || waiter || ' joins run ' || child)::integer \
      FROM cp_joins WHERE child = ANY($1::text[]) LIMIT 1";
 
 /// The end of a run, as `Store::finish` is asked for it.
-pub(super) struct Ending {
-    pub(super) id: String,
-    pub(super) lease: Lease,
-    pub(super) outcome: Outcome,
-    pub(super) at: SystemTime,
+pub(in crate::store::postgres) struct Ending {
+    pub(in crate::store::postgres) id: String,
+    pub(in crate::store::postgres) lease: Lease,
+    pub(in crate::store::postgres) outcome: Outcome,
+    pub(in crate::store::postgres) at: SystemTime,
 }
 
 /// The batcher of a store's ends.
-pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<Ending, ()> {
+pub(in crate::store::postgres) fn batcher(pool: Arc<Pool>) -> Batcher<Ending, ()> {
     let writer = pool.clone();
     Batcher::new(
         pool,
@@ -181,38 +202,15 @@ pub(super) fn batcher(pool: Arc<Pool>) -> Batcher<Ending, ()> {
 }
 
 /// An end on its own: in one round trip, or else the fenced transaction.
-pub(super) async fn finish_alone(conn: &mut Pooled<'_>, end: &Ending) -> Result<(), Error> {
+pub(in crate::store::postgres) async fn finish_alone(
+    conn: &mut Pooled<'_>,
+    end: &Ending,
+) -> Result<(), Error> {
     if finish_in_one(conn, &end.id, &end.lease, &end.outcome, end.at).await? {
         conn.plain().notify_after_commit("");
         return Ok(());
     }
     finish_locked(conn, &end.id, &end.lease, end.outcome.clone(), end.at).await
-}
-
-/// The fenced end (see the module docs): the run's row locked and checked
-/// by [`fenced`], the row and the event written, the run's held sibling
-/// started and its joiners counted (`children::child_ended`).
-pub(super) async fn finish_locked(
-    conn: &mut Pooled<'_>,
-    id: &str,
-    lease: &Lease,
-    outcome: Outcome,
-    now: SystemTime,
-) -> Result<(), Error> {
-    let mut cx = conn.begin().await?;
-    let mut rec = fenced(&mut cx, id, lease).await?;
-    let event = rules::finish(&mut rec, outcome, now);
-    {
-        // Independent writes, sent together (one round trip).
-        let (mut a, mut b) = (cx.fork()?, cx.fork()?);
-        futures::try_join!(
-            write_run(&mut a, &rec),
-            history::insert(&mut b, id, now, &event),
-        )?;
-    }
-    children::child_ended(&mut cx, id, true).await?;
-    cx.notify_after_commit("");
-    cx.commit().await
 }
 
 /// Writes a batch of ends: those [`FINISH_MANY`] takes in one transaction,
@@ -232,7 +230,10 @@ fn write(pool: Arc<Pool>, batch: Vec<Ending>) -> BoxFuture<'static, Vec<Result<(
 /// (a run is joined, or the server refused a value) or was not sent; an
 /// error when the connection failed with it in flight (whether it
 /// committed is unknown).
-async fn finish_many(conn: &mut Pooled<'_>, batch: &[Ending]) -> Result<HashSet<String>, Error> {
+pub(in crate::store::postgres) async fn finish_many(
+    conn: &mut Pooled<'_>,
+    batch: &[Ending],
+) -> Result<HashSet<String>, Error> {
     if batch.len() < 2 {
         return Ok(HashSet::new());
     }
@@ -241,7 +242,9 @@ async fn finish_many(conn: &mut Pooled<'_>, batch: &[Ending]) -> Result<HashSet<
     let (mut ats, mut epochs, mut workers, mut instances) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for end in held_once(batch, |e| &e.id) {
-        let (rec, event) = ended_run(&end.id, &end.outcome, end.at);
+        let Some((rec, event)) = ended_run(&end.id, &end.outcome, end.at) else {
+            continue;
+        };
         let (Ok(event), Ok(epoch)) = (to_json(&event), i64::try_from(end.lease.epoch)) else {
             continue;
         };

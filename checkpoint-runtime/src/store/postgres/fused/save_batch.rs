@@ -1,6 +1,10 @@
 //! The checkpoint saves of a group commit as one statement ([`BATCH`]):
-//! what the saves' own statements ([`save::statement`](super::save)) would
-//! write, for every save of the batch at once, from columns it unnests.
+//! the rule is `rules::save_checkpoint` (fenced by `rules::check_lease`
+//! and `rules::check_next_seq`), as in [`save`](super::save): what the
+//! saves' own statements would write, for every save of the batch at
+//! once, from columns it unnests (each run's columns are the rule applied
+//! to a blank record, `save::saved_run`). `tests/fused.rs` compares it
+//! with the generic save (`locked::save_locked`).
 //!
 //! A statement per save cost the server about 200 us each (its executor
 //! started for the run's `UPDATE` and the checkpoint's `INSERT`, its 30-odd
@@ -42,8 +46,8 @@
 use tokio_postgres::types::ToSql;
 
 use super::save::Save;
-use super::tables::checkpoints::{cp_insert_cols, CpColumns};
-use super::tables::runs::SavedColumns;
+use crate::store::postgres::tables::checkpoints::{cp_insert_cols, CpColumns};
+use crate::store::postgres::tables::runs::SavedColumns;
 
 /// The batch statement (see the module docs), for saves without
 /// retention (a save with it goes as its own statement). Its parameters,
@@ -56,7 +60,7 @@ use super::tables::runs::SavedColumns;
 /// (`$29`–`$33`, `$34`–`$37`, each with its save's index first; a batch
 /// without folds does not look for segments to delete: `cardinality($34)`
 /// is a one-time filter).
-pub(super) const BATCH: &str = concat!(
+pub(in crate::store::postgres) const BATCH: &str = concat!(
     "WITH k AS MATERIALIZED (SELECT id FROM cp_runs \
        WHERE id IN (SELECT unnest($2::text[])) ORDER BY id FOR UPDATE), \
      r AS (UPDATE cp_runs SET state = u.state, signal = u.signal, due = u.due, \
@@ -72,10 +76,9 @@ pub(super) const BATCH: &str = concat!(
        WHERE (SELECT count(*) FROM k) >= 0 AND cp_runs.id = u.run \
          AND cp_runs.epoch = u.epoch AND lease_worker = u.worker \
          AND lease_instance = u.instance AND cp_runs.latest_seq = u.prev \
-         AND (u.idx IS NULL OR (lease_expires IS NOT NULL \
-           AND (cp_runs.state = 0 OR (cp_runs.state = 1 AND cp_runs.signal IS NOT NULL) \
-                OR (cp_runs.state = 2 AND cp_runs.due IS NOT NULL)) \
-           AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0))) \
+         AND (u.idx IS NULL OR (lease_expires IS NOT NULL AND ",
+    decodable!("cp_runs."),
+    " AND (cp_runs.wake_seq IS NULL OR cp_runs.wake_seq >= 0))) \
        RETURNING u.idx, u.run), \
      c AS (INSERT INTO cp_checkpoints (",
     cp_insert_cols!(),
@@ -111,7 +114,7 @@ const REPLAN_FROM: usize = 32;
 
 /// The parameters of [`BATCH`] for some saves.
 #[derive(Default)]
-pub(super) struct Columns<'a> {
+pub(in crate::store::postgres) struct Columns<'a> {
     idx: Vec<i32>,
     cp: CpColumns<'a>,
     run: SavedColumns<'a>,
@@ -147,7 +150,7 @@ struct FoldColumns {
 impl<'a> Columns<'a> {
     /// Adds `save` as save `idx` (its index in the batch). Not for a save
     /// with retention (see [`BATCH`]).
-    pub(super) fn push(&mut self, idx: i32, save: &'a Save<'a>) {
+    pub(in crate::store::postgres) fn push(&mut self, idx: i32, save: &'a Save<'a>) {
         debug_assert!(save.below.is_none());
         self.idx.push(idx);
         self.cp.push(&save.row);
@@ -175,19 +178,19 @@ impl<'a> Columns<'a> {
     }
 
     /// Whether no save was added.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(in crate::store::postgres) fn is_empty(&self) -> bool {
         self.idx.is_empty()
     }
 
     /// Whether [`BATCH`] is to be planned for these saves
-    /// ([`query_planned`](super::conn::Cx::query_planned)) rather than run
+    /// ([`query_planned`](crate::store::postgres::conn::Cx::query_planned)) rather than run
     /// with its prepared, generic plan: from [`REPLAN_FROM`] saves on.
-    pub(super) fn replan(&self) -> bool {
+    pub(in crate::store::postgres) fn replan(&self) -> bool {
         self.idx.len() >= REPLAN_FROM
     }
 
     /// [`BATCH`]'s parameters, in order.
-    pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+    pub(in crate::store::postgres) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let cp = &self.cp;
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &self.idx,
