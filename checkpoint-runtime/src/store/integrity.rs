@@ -115,6 +115,7 @@ pub(crate) fn seal_of(meta: u32, fields: impl ExactSizeIterator<Item = u32>) -> 
 }
 
 /// The field sums of a seal, if it is one of the current format.
+#[cfg(any(test, feature = "sqlite"))]
 pub(crate) fn field_sums(seal: &[u8]) -> Option<Vec<u32>> {
     let (&format, rest) = seal.split_first()?;
     if format != FORMAT || rest.len() % 4 != 0 || rest.len() < 4 {
@@ -134,6 +135,7 @@ pub(crate) fn field_sums(seal: &[u8]) -> Option<Vec<u32>> {
 /// a concatenation follows from the parts' (`crc32fast::Hasher::combine`).
 /// A field that grew by appending is sealed this way at the cost of its
 /// header and tail; the caller must know that the body is the same bytes.
+#[cfg(any(test, feature = "sqlite"))]
 pub(crate) fn extended_sum(
     old_sum: u32,
     old_header: &[u8],

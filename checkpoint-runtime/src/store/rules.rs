@@ -182,6 +182,10 @@ pub fn fork(
 /// lease, seq 0): the columns a rule sets on it are what a backend's
 /// write of that rule alone sets (the PostgreSQL store's one-statement
 /// saves and ends, the SQLite store's set-aside of a run it cannot load).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "backend-kit")),
+    allow(dead_code)
+)]
 pub fn blank_run(id: &str, now: SystemTime) -> RunRecord {
     started_run(
         id.to_owned(),

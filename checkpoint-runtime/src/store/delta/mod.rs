@@ -87,6 +87,7 @@ impl Delta {
     }
 
     /// Whether segment `(chain, level, start)` is one of this delta's own.
+    #[cfg(any(test, feature = "sqlite"))]
     pub(in crate::store) fn uses(&self, chain: u64, level: u64, start: u64) -> bool {
         let Some(k) = usize::try_from(level)
             .ok()
@@ -101,6 +102,8 @@ impl Delta {
 
 /// A segment a new version writes: the field's bytes from `at` (an offset
 /// in them) to their end, at `level`, starting at `start` in the stream.
+/// (A PostgreSQL segment row, `(run, chain, lo, hi, bytes)`, has no level.)
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(in crate::store) struct NewSegment {
     pub(in crate::store) level: u64,
     pub(in crate::store) start: u64,
@@ -120,7 +123,9 @@ pub(in crate::store) struct Fold {
 /// its descriptor, the segment this version writes (if any) and the
 /// segments it folded into that one; and how its bytes were found to
 /// extend the old ones: `new[..new_header] ++ old[old_header..] ++ tail`,
-/// the old body being `body_len` bytes (compared).
+/// the old body being `body_len` bytes (compared). The header lengths
+/// serve the SQLite store, which seals an extended field from its old sum.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(in crate::store) struct Planned {
     pub(in crate::store) base: Loc,
     pub(in crate::store) delta: Delta,
@@ -166,6 +171,7 @@ const MAX_COMPARES: usize = 4;
 /// with `old[h_old..]`, an old body of at least [`MIN_BODY`] bytes: the
 /// first pair, in the order [`plan`] tries them, that passes the quick
 /// checks (the bodies are not compared).
+#[cfg(any(test, feature = "sqlite"))]
 pub(in crate::store) fn likely_extension(new: &[u8], old: &[u8]) -> Option<(usize, usize)> {
     let max_old = old.len().checked_sub(MIN_BODY)?;
     candidates(varint_len(old), max_old).find_map(|h_old| {
