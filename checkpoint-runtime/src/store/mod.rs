@@ -52,6 +52,8 @@ pub mod conformance;
 mod contract;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod delta;
+#[cfg(test)]
+mod ends_script;
 mod integrity;
 mod memory;
 #[cfg(feature = "postgres")]

@@ -701,8 +701,6 @@ fn hold_lock_file(path: &Path) -> Result<Option<WorkerHold>, Error> {
 }
 
 #[cfg(test)]
-mod children_tests;
-#[cfg(test)]
 mod damage_tests;
 #[cfg(test)]
 mod delta_tests;

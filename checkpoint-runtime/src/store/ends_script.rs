@@ -1,15 +1,15 @@
-//! Tests of what a run's end changes elsewhere in the SQLite store (a held
-//! sibling promoted, joining runs woken, descendants cancelled), as one
-//! script run on a `MemoryStore` and a `SqliteStore`: the two apply the
-//! same rules (`rules::Ended`), so they must write the same records,
-//! histories and signals. The conformance suite has no child runs.
+//! What a run's end changes elsewhere (a held sibling promoted, joining
+//! runs woken, descendants cancelled), as one script that each backend's
+//! tests run beside a `MemoryStore` (SQLite's below, PostgreSQL's in
+//! `postgres/tests.rs`): every backend applies the same rules
+//! (`rules::Ended`), so all must write the same records, histories and
+//! signals. The conformance suite has no child runs.
 
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use futures::executor::block_on;
 
-use super::SqliteStore;
 use crate::history::Event;
 use crate::status::RunFilter;
 use crate::store::conformance::{cp, req};
@@ -92,7 +92,9 @@ fn norm(r: &RunRecord) -> String {
     format!("{r:?}")
 }
 
-fn script(store: &dyn Store) -> Vec<String> {
+/// Runs the script on `store` (empty); returns what each step returned,
+/// then every run's record, history and pending signals.
+pub(crate) fn script(store: &dyn Store) -> Vec<String> {
     let mut out = Vec::new();
     // `p` runs at most one child at a time, and joins them (and one the
     // store does not have); a child under a parent the store does not
@@ -144,14 +146,20 @@ fn script(store: &dyn Store) -> Vec<String> {
     out
 }
 
-#[test]
-fn ends_change_what_they_change_in_memory() {
+/// Asserts that the script does on `store` what it does in memory.
+pub(crate) fn assert_same_as_memory(store: &dyn Store) {
     let memory = script(&MemoryStore::new());
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = SqliteStore::open(dir.path().join("runs.db")).unwrap();
-    let sqlite = script(&sqlite);
-    for (m, s) in memory.iter().zip(&sqlite) {
+    let got = script(store);
+    for (m, s) in memory.iter().zip(&got) {
         assert_eq!(m, s);
     }
-    assert_eq!(memory.len(), sqlite.len());
+    assert_eq!(memory.len(), got.len());
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_ends_change_what_they_change_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = super::sqlite::SqliteStore::open(dir.path().join("runs.db")).unwrap();
+    assert_same_as_memory(&sqlite);
 }
