@@ -38,10 +38,16 @@
 //!   of its own (rules decide, backends apply);
 //! - backends: [`MemoryStore`] (maps and the rules), [`sqlite`] (feature
 //!   `sqlite`) and [`postgres`] (feature `postgres`), the last two sharing
-//!   `sql` (the run row, value and time conversions);
+//!   `sql` (the run row, value and time conversions, and `state_sql!`: state
+//!   codes rendered into SQL from the one table). PostgreSQL's one-statement
+//!   speed paths (`postgres/fused/`: save, batches of saves and starts,
+//!   ends, renewals) are the rules written a second time in SQL; its
+//!   `tests/fused.rs` proves each stores what the rule and `apply` store;
 //! - [`open`] and [`StoreUrl`]: a URL to a backend, in one place;
 //! - `conformance`: the validation suite every backend passes (a macro
-//!   makes a test of each per backend).
+//!   makes a test of each per backend); `ends_script` (tests only): what a
+//!   run's end changes elsewhere (held siblings, joins, descendants),
+//!   compared between each SQL backend and the memory store.
 //!
 //! With the `backend-kit` feature, `rules` and `conformance` are public, so
 //! that a custom backend reuses the transitions and runs the suite (see
