@@ -45,9 +45,9 @@
 //!   `tests/fused.rs` proves each stores what the rule and `apply` store;
 //! - [`open`] and [`StoreUrl`]: a URL to a backend, in one place;
 //! - `conformance`: the validation suite every backend passes (a macro
-//!   makes a test of each per backend); `ends_script` (tests only): what a
-//!   run's end changes elsewhere (held siblings, joins, descendants),
-//!   compared between each SQL backend and the memory store.
+//!   makes a test of each per backend); among them, what a run's end
+//!   changes elsewhere (held siblings, joins, descendants), compared with
+//!   the memory store.
 //!
 //! With the `backend-kit` feature, `rules` and `conformance` are public, so
 //! that a custom backend reuses the transitions and runs the suite (see
@@ -58,8 +58,6 @@ pub mod conformance;
 mod contract;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod delta;
-#[cfg(test)]
-mod ends_script;
 mod integrity;
 mod memory;
 #[cfg(feature = "postgres")]

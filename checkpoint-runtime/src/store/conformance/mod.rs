@@ -38,10 +38,12 @@ use crate::history::Event;
 use crate::status::{RunFilter, Status, StatusKind};
 use crate::Error;
 
+mod children;
 mod ends;
 mod leases;
 mod signals;
 
+pub use children::*;
 pub use ends::*;
 pub use leases::*;
 pub use signals::*;
@@ -93,62 +95,45 @@ macro_rules! conformance_tests {
         mod conformance {
         #[allow(unused_imports)]
         use super::*;
-        $crate::store::conformance::conformance_tests!(@tests [$attr] $open;
-            fencing_rejects_stale_lease,
-            expired_lease_is_taken_over,
-            retention_keeps_latest,
-            unregistered_runs_are_reported_not_claimed,
-            cancel_blocks_fenced_writes,
-            claim_takes_a_lease,
-            a_run_keeps_the_version_that_started_it,
-            renew_extends_the_lease,
-            renew_many_renews_each_and_fences_each,
-            release_retry_and_abandon,
-            suspend_waits_for_a_signal,
-            a_parked_run_keeps_its_wake_and_is_taken_only_by_name,
-            sleeping_run_is_claimed_when_due,
-            take_signal_consumes_the_oldest,
-            reject_signal_returns_to_waiting,
-            time_out_wakes_with_timed_out,
-            claim_after_deadline_times_out,
-            finish_completes_the_run,
-            fail_records_the_error,
-            retry_makes_a_failed_run_runnable_from_its_latest_checkpoint,
-            fork_copies_a_checkpoint,
-            each_runnable_run_is_claimed_and_no_other,
-            a_signal_to_an_ended_run_is_refused_and_not_stored,
+        $crate::store::conformance::conformance_tests!(@lists [$attr] $open;
+            [
+                fencing_rejects_stale_lease,
+                expired_lease_is_taken_over,
+                retention_keeps_latest,
+                unregistered_runs_are_reported_not_claimed,
+                cancel_blocks_fenced_writes,
+                claim_takes_a_lease,
+                a_run_keeps_the_version_that_started_it,
+                renew_extends_the_lease,
+                renew_many_renews_each_and_fences_each,
+                release_retry_and_abandon,
+                suspend_waits_for_a_signal,
+                a_parked_run_keeps_its_wake_and_is_taken_only_by_name,
+                sleeping_run_is_claimed_when_due,
+                take_signal_consumes_the_oldest,
+                reject_signal_returns_to_waiting,
+                time_out_wakes_with_timed_out,
+                claim_after_deadline_times_out,
+                finish_completes_the_run,
+                fail_records_the_error,
+                retry_makes_a_failed_run_runnable_from_its_latest_checkpoint,
+                fork_copies_a_checkpoint,
+                each_runnable_run_is_claimed_and_no_other,
+                a_signal_to_an_ended_run_is_refused_and_not_stored,
+                ends_change_what_they_change_in_memory,
+            ]
+            [
+                reject_signal_without_its_checkpoint_changes_nothing,
+                claim_sets_aside_a_run_whose_checkpoint_is_missing,
+            ]
         );
-        $crate::store::conformance::conformance_tests!(@fixture_tests [$attr] $open;
-            reject_signal_without_its_checkpoint_changes_nothing,
-            claim_sets_aside_a_run_whose_checkpoint_is_missing,
-        );
-        $crate::store::conformance::conformance_tests!(@names
-            [fencing_rejects_stale_lease,
-            expired_lease_is_taken_over,
-            retention_keeps_latest,
-            unregistered_runs_are_reported_not_claimed,
-            cancel_blocks_fenced_writes,
-            claim_takes_a_lease,
-            a_run_keeps_the_version_that_started_it,
-            renew_extends_the_lease,
-            renew_many_renews_each_and_fences_each,
-            release_retry_and_abandon,
-            suspend_waits_for_a_signal,
-            a_parked_run_keeps_its_wake_and_is_taken_only_by_name,
-            sleeping_run_is_claimed_when_due,
-            take_signal_consumes_the_oldest,
-            reject_signal_returns_to_waiting,
-            time_out_wakes_with_timed_out,
-            claim_after_deadline_times_out,
-            finish_completes_the_run,
-            fail_records_the_error,
-            retry_makes_a_failed_run_runnable_from_its_latest_checkpoint,
-            fork_copies_a_checkpoint,
-            each_runnable_run_is_claimed_and_no_other,
-            a_signal_to_an_ended_run_is_refused_and_not_stored]
-            [reject_signal_without_its_checkpoint_changes_nothing,
-            claim_sets_aside_a_run_whose_checkpoint_is_missing]);
         }
+    };
+    (@lists [$attr:meta] $open:expr;
+        [$($store:ident),* $(,)?] [$($fixture:ident),* $(,)?]) => {
+        $crate::store::conformance::conformance_tests!(@tests [$attr] $open; $($store),*);
+        $crate::store::conformance::conformance_tests!(@fixture_tests [$attr] $open; $($fixture),*);
+        $crate::store::conformance::conformance_tests!(@names [$($store),*] [$($fixture),*]);
     };
     (@names [$($store:ident),*] [$($fixture:ident),*]) => {
         #[test]
@@ -261,6 +246,10 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_signal_to_an_ended_run_is_refused_and_not_stored",
         a_signal_to_an_ended_run_is_refused_and_not_stored,
+    ),
+    (
+        "ends_change_what_they_change_in_memory",
+        ends_change_what_they_change_in_memory,
     ),
 ];
 

@@ -168,16 +168,7 @@ impl PostgresStore {
             .query_opt(SQL, &[&id])
             .await?
             .ok_or_else(|| Error::unknown_run(id))?;
-        if !get::<bool>(&row, 0)? {
-            return Ok(None);
-        }
-        let workflow: String = get(&row, 1)?;
-        Ok(Some(Arc::new(decode(
-            &Arc::from(id),
-            Some(&workflow),
-            &row,
-            2,
-        )?)))
+        found_checkpoint(id, &row)
     }
 
     pub(super) async fn do_checkpoint(
@@ -203,16 +194,7 @@ impl PostgresStore {
             .query_opt(SQL, &[&id, &seq])
             .await?
             .ok_or_else(|| Error::unknown_run(id))?;
-        if !get::<bool>(&row, 0)? {
-            return Ok(None);
-        }
-        let workflow: String = get(&row, 1)?;
-        Ok(Some(Arc::new(decode(
-            &Arc::from(id),
-            Some(&workflow),
-            &row,
-            2,
-        )?)))
+        found_checkpoint(id, &row)
     }
 
     /// A damaged version is listed as such (see [`decode_listed`]); the
@@ -265,4 +247,22 @@ impl PostgresStore {
             ..GcReport::default()
         })
     }
+}
+
+/// The checkpoint a row of `SELECT c.seq IS NOT NULL, r.workflow, cp_cols!()`
+/// holds: none when the run has no such checkpoint.
+fn found_checkpoint(
+    id: &str,
+    row: &tokio_postgres::Row,
+) -> Result<Option<Arc<CheckpointRecord>>, Error> {
+    if !get::<bool>(row, 0)? {
+        return Ok(None);
+    }
+    let workflow: String = get(row, 1)?;
+    Ok(Some(Arc::new(decode(
+        &Arc::from(id),
+        Some(&workflow),
+        row,
+        2,
+    )?)))
 }

@@ -3162,15 +3162,3 @@ fn renewing_many_leases_reads_their_runs_whatever_the_statistics_say() {
         );
     }
 }
-
-#[test]
-#[cfg_attr(
-    not(checkpoint_test_postgres),
-    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-)]
-fn ends_change_what_they_change_in_memory() {
-    let Some(db) = Db::open("ends_change_what_they_change_in_memory") else {
-        return;
-    };
-    crate::store::ends_script::assert_same_as_memory(db.store());
-}

@@ -1,24 +1,20 @@
-//! What a run's end changes elsewhere (a held sibling promoted, joining
-//! runs woken, descendants cancelled), as one script that each backend's
-//! tests run beside a `MemoryStore` (SQLite's below, PostgreSQL's in
-//! `postgres/tests.rs`): every backend applies the same rules
-//! (`rules::Ended`), so all must write the same records, histories and
-//! signals. The conformance suite has no child runs.
+//! Conformance: what a run's end changes elsewhere (a held sibling
+//! promoted, joining runs woken, descendants cancelled), as one script run
+//! on the store under test and on a [`MemoryStore`]: every backend applies
+//! the same rules (`rules::Ended`), so all must write the same records,
+//! histories and signals.
 
-use std::sync::Arc;
+use super::*;
 use std::time::UNIX_EPOCH;
 
-use futures::executor::block_on;
+use crate::store::MemoryStore;
 
-use crate::history::Event;
-use crate::status::RunFilter;
-use crate::store::conformance::{cp, req};
-use crate::store::{
-    CheckpointRecord, ClaimRequest, Lease, MemoryStore, NewRun, Outcome, Release, RunRecord, Store,
-    Suspend,
-};
-
-fn create(store: &dyn Store, id: &str, parent: Option<&str>, max_running: Option<u32>) -> String {
+fn create_child(
+    store: &dyn Store,
+    id: &str,
+    parent: Option<&str>,
+    max_running: Option<u32>,
+) -> String {
     let r = block_on(store.create_run(NewRun {
         id: id.into(),
         workflow: "wf".into(),
@@ -32,7 +28,7 @@ fn create(store: &dyn Store, id: &str, parent: Option<&str>, max_running: Option
 }
 
 /// Claims run `id` by name.
-fn claim(store: &dyn Store, id: &str) -> Lease {
+fn claim_named(store: &dyn Store, id: &str) -> Lease {
     let req = ClaimRequest {
         only: Some(id.to_owned()),
         ..req("w", "w1")
@@ -54,15 +50,15 @@ fn joining(run: &str, seq: u64, children: &[&str]) -> Arc<CheckpointRecord> {
 }
 
 /// Run `id` (claimed) saves a checkpoint joining `children` and suspends.
-fn join(store: &dyn Store, id: &str, children: &[&str]) -> String {
-    let lease = claim(store, id);
+fn join_named(store: &dyn Store, id: &str, children: &[&str]) -> String {
+    let lease = claim_named(store, id);
     let saved = block_on(store.save_checkpoint(&lease, joining(id, 1, children), None));
     let released = block_on(store.release(id, &lease, Release::Suspend));
     format!("join {id}: {saved:?} {released:?}")
 }
 
-fn finish(store: &dyn Store, id: &str, output: Option<&[u8]>) -> String {
-    let lease = claim(store, id);
+fn finish_named(store: &dyn Store, id: &str, output: Option<&[u8]>) -> String {
+    let lease = claim_named(store, id);
     let outcome = match output {
         Some(out) => Outcome::Completed {
             output: Arc::from(out),
@@ -78,7 +74,7 @@ fn finish(store: &dyn Store, id: &str, output: Option<&[u8]>) -> String {
     )
 }
 
-fn cancel(store: &dyn Store, id: &str) -> String {
+fn cancel_named(store: &dyn Store, id: &str) -> String {
     format!("cancel {id}: {:?}", block_on(store.cancel(id)))
 }
 
@@ -94,38 +90,38 @@ fn norm(r: &RunRecord) -> String {
 
 /// Runs the script on `store` (empty); returns what each step returned,
 /// then every run's record, history and pending signals.
-pub(crate) fn script(store: &dyn Store) -> Vec<String> {
+fn script(store: &dyn Store) -> Vec<String> {
     let mut out = Vec::new();
     // `p` runs at most one child at a time, and joins them (and one the
     // store does not have); a child under a parent the store does not
     // have is created all the same.
-    out.push(create(store, "p", None, None));
+    out.push(create_child(store, "p", None, None));
     for c in ["c1", "c2", "c3"] {
-        out.push(create(store, c, Some("p"), Some(1)));
+        out.push(create_child(store, c, Some("p"), Some(1)));
     }
-    out.push(create(store, "orphan", Some("nobody"), None));
-    out.push(join(store, "p", &["c1", "c2", "ghost", "c3", "c1"]));
+    out.push(create_child(store, "orphan", Some("nobody"), None));
+    out.push(join_named(store, "p", &["c1", "c2", "ghost", "c3", "c1"]));
     // Each end starts the next held child; the last one wakes `p`.
-    out.push(finish(store, "c1", Some(b"1")));
-    out.push(finish(store, "c2", None));
-    out.push(cancel(store, "c3"));
+    out.push(finish_named(store, "c1", Some(b"1")));
+    out.push(finish_named(store, "c2", None));
+    out.push(cancel_named(store, "c3"));
     // Ended already: nothing changes.
-    out.push(cancel(store, "c1"));
+    out.push(cancel_named(store, "c1"));
     // `q` joins `q1` (ended, with an unfinished child `q1a`) and `q2`;
     // cancelling `q` cancels both unfinished descendants, and `q`,
     // cancelled, is not woken by their end.
-    out.push(create(store, "q", None, None));
+    out.push(create_child(store, "q", None, None));
     for (c, parent) in [("q1", "q"), ("q2", "q"), ("q1a", "q1")] {
-        out.push(create(store, c, Some(parent), None));
+        out.push(create_child(store, c, Some(parent), None));
     }
-    out.push(finish(store, "q1", Some(b"2")));
-    out.push(join(store, "q", &["q1", "q2"]));
-    out.push(cancel(store, "q"));
+    out.push(finish_named(store, "q1", Some(b"2")));
+    out.push(join_named(store, "q", &["q1", "q2"]));
+    out.push(cancel_named(store, "q"));
     // A finished run is not cancelled, nor are its unfinished children.
-    out.push(create(store, "r", None, None));
-    out.push(create(store, "r1", Some("r"), None));
-    out.push(finish(store, "r", Some(b"3")));
-    out.push(cancel(store, "r"));
+    out.push(create_child(store, "r", None, None));
+    out.push(create_child(store, "r1", Some("r"), None));
+    out.push(finish_named(store, "r", Some(b"3")));
+    out.push(cancel_named(store, "r"));
     // A fork of `p`'s join: its children all ended, it is woken at once.
     out.push(format!("fork: {:?}", block_on(store.fork("p", 1, "pf"))));
     for r in block_on(store.list_runs(&RunFilter::new())).unwrap() {
@@ -146,20 +142,16 @@ pub(crate) fn script(store: &dyn Store) -> Vec<String> {
     out
 }
 
-/// Asserts that the script does on `store` what it does in memory.
-pub(crate) fn assert_same_as_memory(store: &dyn Store) {
+/// Conformance: ending a run (finished, failed, cancelled) starts the next
+/// held sibling, wakes the runs joining it once the last of their children
+/// ends, and for a cancel cancels its unfinished descendants; a fork of a
+/// join is woken at once. All as the memory store does: the same records,
+/// histories and pending signals.
+pub fn ends_change_what_they_change_in_memory(store: &dyn Store) {
     let memory = script(&MemoryStore::new());
     let got = script(store);
     for (m, s) in memory.iter().zip(&got) {
         assert_eq!(m, s);
     }
     assert_eq!(memory.len(), got.len());
-}
-
-#[cfg(feature = "sqlite")]
-#[test]
-fn sqlite_ends_change_what_they_change_in_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = super::sqlite::SqliteStore::open(dir.path().join("runs.db")).unwrap();
-    assert_same_as_memory(&sqlite);
 }
