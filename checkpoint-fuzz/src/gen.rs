@@ -146,8 +146,10 @@ pub const EXPECTED_REFUSED: &[&str] = &["hash_helper", "shared_handle", "hash_cl
 ///
 /// - `transient_cell`: `let base = Cell::new(..); #[transient] let off =
 ///   base.get(); base.set(..); checkpoint!(); .. off ..`. The `Cell` is
-///   saved with its new value and a resumed run rebuilds `off` from it, so
-///   `off` differs from the uninterrupted run's.
+///   saved with its new value and a resumed run would rebuild `off` from
+///   it. The macro refuses it at compile time now (it sees `base.set(..)`,
+///   `tests/ui/transient_reads_cell.rs`); it stays listed because the
+///   fuzzer counts a program that does not compile as a failure.
 /// - `transient_stateful`: a `#[transient]` `Counter` (a `Cell` inside)
 ///   bumped in a loop with a checkpoint inside and read after it: a resumed
 ///   run rebuilds the counter from its initializer, losing the bumps made

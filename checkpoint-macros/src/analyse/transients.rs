@@ -5,8 +5,12 @@
 //! *at the checkpoint*. The uninterrupted run built it from their values
 //! *where it was declared*. The two agree only if nothing the initialiser
 //! reads changes in between, so an initialiser that reads a local declared
-//! `mut` is refused here, naming both (the rest of the model, such as a
-//! transient iterator, is in `docs/exactness.md`).
+//! `mut`, or one the body changes through a shared reference (`base.set(..)`
+//! on a `Cell`, `.borrow_mut()` on a `RefCell`, `.lock()` on a `Mutex`: see
+//! [`INTERIOR_MUTATORS`]), is refused here, naming both. A change the body
+//! cannot show (through a clone of an `Rc`, inside a method of the user's
+//! own) stays invisible: the rest of the model, such as a transient
+//! iterator, is in `docs/exactness.md`.
 
 use syn::visit::{self, Visit};
 use syn::{Block, Local};
@@ -14,12 +18,44 @@ use syn::{Block, Local};
 use crate::errors::Errors;
 use crate::names::{free_in_expr, pat_bindings, pat_names, NameSet};
 
+/// Methods that change their receiver through a shared reference (`Cell`,
+/// `RefCell`, `Mutex`, `RwLock`, the atomics), with their argument count:
+/// called on a local, they change it even though it is not declared `mut`.
+/// The count keeps namesakes out (`str::replace(from, to)`,
+/// `Iterator::take(n)`, `io::Write::write(buf)`).
+const INTERIOR_MUTATORS: &[(&str, usize)] = &[
+    ("set", 1),
+    ("replace", 1),
+    ("replace_with", 1),
+    ("swap", 1),
+    ("take", 0),
+    ("update", 1),
+    ("borrow_mut", 0),
+    ("try_borrow_mut", 0),
+    ("lock", 0),
+    ("try_lock", 0),
+    ("write", 0),
+    ("try_write", 0),
+    ("store", 2),
+    ("fetch_add", 2),
+    ("fetch_sub", 2),
+    ("fetch_and", 2),
+    ("fetch_or", 2),
+    ("fetch_xor", 2),
+    ("fetch_max", 2),
+    ("fetch_min", 2),
+    ("fetch_update", 3),
+    ("compare_exchange", 4),
+    ("compare_exchange_weak", 4),
+];
 /// Refuses each `#[transient]` local whose initialiser reads a local that is
 /// declared `mut` anywhere in the body (`mut_params`: the parameters
-/// declared `mut`).
+/// declared `mut`), or that the body changes through one of the
+/// [`INTERIOR_MUTATORS`].
 pub(crate) fn check(body: &Block, mut_params: &NameSet) -> syn::Result<()> {
     let mut finder = Finder {
         mutable: mut_params.clone(),
+        mutated: Vec::new(),
         transients: Vec::new(),
     };
     finder.visit_block(body);
@@ -27,15 +63,21 @@ pub(crate) fn check(body: &Block, mut_params: &NameSet) -> syn::Result<()> {
     for local in &finder.transients {
         let Some(init) = &local.init else { continue };
         let read = free_in_expr(&init.expr);
-        let Some(changing) = read.iter().find(|n| finder.mutable.contains(*n)) else {
-            continue;
-        };
         let names: Vec<String> = pat_names(&local.pat).into_iter().collect();
         let name = names.join("`, `");
+        let how = if let Some(changing) = read.iter().find(|n| finder.mutable.contains(*n)) {
+            format!("from `{changing}`, which is declared `mut` and may change after `{name}` is made: a resumed run would build it from the value `{changing}` has at the checkpoint")
+        } else if let Some((changing, method)) =
+            finder.mutated.iter().find(|(n, _)| read.contains(n))
+        {
+            format!("from `{changing}`, which the body changes through a shared reference (`{changing}.{method}(..)`) and may change after `{name}` is made: a resumed run would build it from the value `{changing}` has at the checkpoint")
+        } else {
+            continue;
+        };
         errors.push(
             syn::spanned::Spanned::span(&local.pat),
             format!(
-                "`#[transient]` local `{name}` is built again on resume from `{changing}`, which is declared `mut` and may change after `{name}` is made: a resumed run would build it from the value `{changing}` has at the checkpoint, not the value it had here; drop `#[transient]` so that `{name}` is saved, or build it only from locals that do not change"
+                "`#[transient]` local `{name}` is built again on resume {how}, not the value it had here; drop `#[transient]` so that `{name}` is saved, or build it only from locals that do not change"
             ),
         );
     }
@@ -44,6 +86,9 @@ pub(crate) fn check(body: &Block, mut_params: &NameSet) -> syn::Result<()> {
 
 struct Finder {
     mutable: NameSet,
+    /// Locals the body calls one of the [`INTERIOR_MUTATORS`] on, with the
+    /// first such method.
+    mutated: Vec<(String, String)>,
     transients: Vec<Local>,
 }
 
@@ -60,7 +105,34 @@ impl<'ast> Visit<'ast> for Finder {
         visit::visit_local(self, l);
     }
 
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        let method = call.method.to_string();
+        if INTERIOR_MUTATORS.contains(&(method.as_str(), call.args.len())) {
+            if let Some(root) = receiver_local(&call.receiver) {
+                if !self.mutated.iter().any(|(n, _)| *n == root) {
+                    self.mutated.push((root, method));
+                }
+            }
+        }
+        visit::visit_expr_method_call(self, call);
+    }
+
     fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
+/// The local a method is called on: `x` of `x.m()`, `x.a.b.m()`,
+/// `x[i].m()`, `(&x).m()`, `(*x).m()`; not through another call (`x.clone()`
+/// is another value).
+fn receiver_local(expr: &syn::Expr) -> Option<String> {
+    match expr {
+        syn::Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+        syn::Expr::Field(f) => receiver_local(&f.base),
+        syn::Expr::Index(i) => receiver_local(&i.expr),
+        syn::Expr::Paren(p) => receiver_local(&p.expr),
+        syn::Expr::Reference(r) => receiver_local(&r.expr),
+        syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) => receiver_local(&u.expr),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +155,44 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.contains("`offset`") && err.contains("`base`"), "{err}");
+    }
+
+    #[test]
+    fn a_transient_built_from_a_local_changed_through_a_shared_reference_is_refused() {
+        for change in [
+            quote!(base.set(40);),
+            quote!(*base.borrow_mut() += 1;),
+            quote!(*state.base.lock().unwrap() = 2;),
+        ] {
+            let err = checked(quote! {
+                let base = Cell::new(30);
+                let state = State::default();
+                #[transient]
+                let offset = base.get() + state.base.lock().unwrap().clone();
+                #change
+                checkpoint!();
+                out.push(offset);
+            })
+            .unwrap_err();
+            assert!(
+                err.contains("`offset`") && err.contains("shared reference"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn namesakes_of_the_mutators_change_nothing() {
+        checked(quote! {
+            let name = String::from("a-b");
+            let items = vec![1, 2, 3];
+            #[transient]
+            let client = Client::new(&name, &items);
+            let dashed = name.replace("-", "_");
+            let first: Vec<_> = items.iter().take(2).collect();
+            checkpoint!();
+        })
+        .unwrap();
     }
 
     #[test]
