@@ -109,6 +109,15 @@ impl StoreUrl {
 ///     redact_url("postgres://app:pa/ss?w@db/prod"),
 ///     "postgres://app:***@db/prod"
 /// );
+/// // An unencoded `@` in the password, a percent-encoded key: hidden too.
+/// assert_eq!(
+///     redact_url("postgres://app:p@ss@db/prod"),
+///     "postgres://app:***@db/prod"
+/// );
+/// assert_eq!(
+///     redact_url("postgres://app@db/prod?passw%6Frd=s3cret"),
+///     "postgres://app@db/prod?passw%6Frd=***"
+/// );
 /// // TLS parameters are kept; the password of a client key is hidden too.
 /// assert_eq!(
 ///     redact_url("postgres://app:s3cret@db/prod?sslmode=verify-full&sslrootcert=/etc/ca.pem"),
@@ -122,7 +131,7 @@ impl StoreUrl {
 /// ```
 pub fn redact_url(url: &str) -> String {
     let shown = match url.find("://") {
-        Some(scheme_end) => redact_userinfo(url, scheme_end + 3),
+        Some(scheme_end) => redact_query(&redact_userinfo(url, scheme_end + 3)),
         None => url.to_owned(),
     };
     redact_password_pairs(&shown)
@@ -131,15 +140,42 @@ pub fn redact_url(url: &str) -> String {
 /// Hides the password of the `user:password@` part that starts at `from`.
 fn redact_userinfo(url: &str, from: usize) -> String {
     let rest = &url[from..];
-    // The user info ends at the first `@` (tokio-postgres reads it so), not
-    // at the first `/` or `?`: a password may hold those unencoded.
-    let Some(at) = rest.find('@') else {
+    // tokio-postgres ends the user info at the first `@`, not at the first
+    // `/` or `?`: a password may hold those unencoded. A password with an
+    // unencoded `@` is cut there (and fails to log in), but what follows is
+    // still the user's secret: hide up to the last `@` before the query.
+    let Some(first_at) = rest.find('@') else {
         return url.to_owned();
     };
+    let query = rest[first_at..]
+        .find('?')
+        .map_or(rest.len(), |q| first_at + q);
+    let at = rest[..query].rfind('@').unwrap_or(first_at);
     match rest[..at].find(':') {
         Some(colon) => format!("{}{}:***{}", &url[..from], &rest[..colon], &rest[at..]),
         None => url.to_owned(),
     }
+}
+
+/// Hides the value of every query parameter whose key, percent-decoded as
+/// tokio-postgres decodes it, names a password (`passw%6Frd=` included).
+fn redact_query(url: &str) -> String {
+    let Some(q) = url.find('?') else {
+        return url.to_owned();
+    };
+    let pairs: Vec<String> = url[q + 1..]
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if names_a_password(key) => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{}?{}", &url[..q], pairs.join("&"))
+}
+
+fn names_a_password(key: &str) -> bool {
+    let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+    key.eq_ignore_ascii_case("password") || key.eq_ignore_ascii_case("sslpassword")
 }
 
 /// Hides the value of every `password=` pair, in a query string (up to `&`)
@@ -167,4 +203,50 @@ fn redact_password_pairs(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    /// Every form a password can take in a store URL is hidden, and what
+    /// is not a secret stays readable.
+    #[test]
+    fn every_password_form_is_hidden() {
+        for (url, shown) in [
+            ("postgres://app:p@ss@db/prod", "postgres://app:***@db/prod"),
+            (
+                "postgres://app@corp:pw@db/prod",
+                "postgres://app@corp:***@db/prod",
+            ),
+            (
+                "postgres://app:p@ss@db/prod?application_name=a@b",
+                "postgres://app:***@db/prod?application_name=a@b",
+            ),
+            (
+                "postgres://app@db/prod?passw%6Frd=s3cret",
+                "postgres://app@db/prod?passw%6Frd=***",
+            ),
+            (
+                "postgres://app@db/prod?%70assword=s3cret&x=1",
+                "postgres://app@db/prod?%70assword=***&x=1",
+            ),
+            (
+                "postgres://app@db/prod?PASSWORD=s3cret",
+                "postgres://app@db/prod?PASSWORD=***",
+            ),
+            (
+                "postgres://app@db/prod?sslpassword=k&sslmode=require",
+                "postgres://app@db/prod?sslpassword=***&sslmode=require",
+            ),
+            ("postgres://app@db/prod", "postgres://app@db/prod"),
+            ("sqlite://runs.db", "sqlite://runs.db"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            let secretless = ["p@ss", "ss@", "pw@", "s3cret", "=k&"];
+            for secret in secretless {
+                assert!(!redact_url(url).contains(secret), "{url} shows {secret}");
+            }
+        }
+    }
 }
