@@ -664,6 +664,17 @@ async fn a_signal_resumes_the_run_and_bad_ones_change_nothing() {
     .await;
     f.refused("GET", signal, None, 405, "method_not_allowed")
         .await;
+    // A name the store keeps for joins is the client's mistake (was 500).
+    let e = f
+        .refused(
+            "POST",
+            "/api/runs/vendor-42/signals/join%231",
+            Some("true"),
+            400,
+            "reserved_signal",
+        )
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("reserved"), "{e}");
 
     let answer = f
         .post(signal, Some(r#"{"approved": true, "by": "api"}"#), 200)

@@ -302,14 +302,19 @@ pub(crate) async fn history(
 
 /// `POST /api/runs/{id}/signals/{name}` with a JSON body: stores the signal
 /// (as `checkpoint signal`). The run must exist; a body that is not JSON is
-/// 400, a payload the waiting site cannot decode 422, and neither stores
-/// anything.
+/// 400, and so is a name reserved for joins (`join#..`); a payload the
+/// waiting site cannot decode 422; none of them stores anything.
 pub(crate) async fn signal(
     State(rt): State<Runtime>,
     params: Result<Path<(String, String)>, PathRejection>,
     payload: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let (id, name) = path(params)?;
+    crate::store::user_signal_name(&id, &name).map_err(|e| {
+        ApiError::bad_request("reserved_signal", e.to_string())
+            .detail("run", id.as_str())
+            .detail("signal", name.as_str())
+    })?;
     let payload = body(payload)?;
     let value: Value = serde_json::from_slice(&payload).map_err(|e| {
         ApiError::bad_request(
