@@ -1224,3 +1224,31 @@ async fn runs_by_parent_and_the_tree_of_a_fan_out() {
         .ok(&["tree", "fan-1"])
         .starts_with("fan-1  fan  completed"));
 }
+
+/// A stored string holding terminal escape sequences (an error copied from
+/// a signal payload) is shown escaped by every text command, never sent to
+/// the operator's terminal raw; `--json` escapes it as JSON does.
+#[tokio::test]
+async fn control_characters_in_stored_strings_reach_no_terminal() {
+    let f = Fixture::new().await;
+    let reason = "bad\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31mvendor".to_owned();
+    f.rt.start(refuse, "hostile-1", reason).await.unwrap();
+    f.rt.run_until_idle().await.unwrap();
+    for args in [
+        &["runs", "--wide"][..],
+        &["show", "hostile-1"],
+        &["history", "hostile-1"],
+    ] {
+        let text = f.ok(args);
+        assert!(text.contains("hostile-1") || args[0] != "runs", "{text}");
+        assert!(
+            !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{args:?} printed a control character: {text:?}"
+        );
+        assert!(text.contains("bad\\u{1b}]0;pwned"), "{args:?}: {text}");
+    }
+    let json = f.json(&["show", "hostile-1"]);
+    assert!(json.to_string().contains("\\u001b"), "{json}");
+}

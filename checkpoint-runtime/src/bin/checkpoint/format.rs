@@ -99,6 +99,27 @@ pub fn table(columns: &[Column], rows: &[Vec<String>], wide: bool) -> String {
     out
 }
 
+/// `text` as a terminal shows it without obeying it: every control
+/// character but line breaks and tabs (an escape sequence copied into an
+/// error from a signal payload, say) written as its Rust escape (`\u{1b}`),
+/// so that stored strings cannot move the cursor, retitle the window or
+/// hide lines. Applied to all text output; JSON output escapes them itself.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let shown = |c: char| !c.is_control() || c == '\n' || c == '\t';
+    if text.chars().all(shown) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if shown(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Renders `key: value` lines with the values aligned.
 pub fn pairs(rows: &[(&str, String)]) -> String {
     let width = rows.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
@@ -261,6 +282,26 @@ mod tests {
         );
         // A finished run's last worker is not news.
         assert_eq!(text(&Status::Completed, Some("w-1"), None), "completed");
+    }
+
+    #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        let hostile = "boom\u{1b}]0;pwned\u{7}\u{1b}[2J\r\u{9b}31m\tok\nnext";
+        let shown = terminal_safe(hostile);
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{shown}"
+        );
+        assert_eq!(
+            shown,
+            "boom\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\r\\u{9b}31m\tok\nnext"
+        );
+        assert!(matches!(
+            terminal_safe("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

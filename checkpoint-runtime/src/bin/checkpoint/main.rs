@@ -217,7 +217,7 @@ fn report(e: &CliError, json: bool) -> ExitCode {
     let line = if json {
         e.json_line()
     } else {
-        format!("error: {}", e.message)
+        format!("error: {}", format::terminal_safe(&e.message))
     };
     let _ = writeln!(std::io::stderr(), "{line}");
     ExitCode::from(1)
@@ -258,7 +258,7 @@ fn print(out: &Output, json: bool) -> Result<ExitCode, CliError> {
             .map_err(|e| CliError::new("io", format!("cannot render JSON: {e}")))?
             + "\n"
     } else {
-        out.text.clone()
+        format::terminal_safe(&out.text).into_owned()
     };
     write_stdout(text.as_bytes())
 }

@@ -64,7 +64,7 @@ pub async fn watch(
             last = Some(seen);
         }
         if !lines.is_empty() {
-            let mut text = lines.join("\n");
+            let mut text = crate::format::terminal_safe(&lines.join("\n")).into_owned();
             text.push('\n');
             let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
             match written {
