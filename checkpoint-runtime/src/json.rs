@@ -147,6 +147,36 @@ pub fn run_json(r: &RunInfo) -> Value {
     })
 }
 
+/// A run's input and, once it completed, its output, as the JSON values the
+/// workflow was started with and returned (`null` for an output not yet
+/// there, or bytes that are not JSON): the `input` and `output` of
+/// `checkpoint show --json` and `GET /api/runs/{id}`.
+///
+/// ```
+/// # use std::{sync::Arc, time::SystemTime};
+/// use checkpoint_runtime::json::input_output_json;
+/// use checkpoint_runtime::store::{MemoryStore, NewRun, Store};
+/// # futures::executor::block_on(async {
+/// let store = MemoryStore::new();
+/// store.create_run(NewRun {
+///     id: "r".into(), workflow: "wf".into(), input: Arc::from(&b"[1,2]"[..]),
+///     version: 1, trace: None, parent: None, max_running: None,
+/// }).await.unwrap();
+/// let run = store.load_run("r").await.unwrap().unwrap();
+/// assert_eq!(input_output_json(&run), (serde_json::json!([1, 2]), serde_json::Value::Null));
+/// # });
+/// ```
+pub fn input_output_json(run: &crate::store::RunRecord) -> (Value, Value) {
+    let input = serde_json::from_slice(&run.input).unwrap_or(Value::Null);
+    let output = match &run.state {
+        crate::store::RunState::Completed { output, .. } => {
+            serde_json::from_slice(output).unwrap_or(Value::Null)
+        }
+        _ => Value::Null,
+    };
+    (input, output)
+}
+
 /// A checkpoint version's summary: seq, label, site, time and size.
 ///
 /// ```

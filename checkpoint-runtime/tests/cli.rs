@@ -279,6 +279,16 @@ async fn show_prints_the_status_and_the_latest_fields_as_json() {
         line(&text, "seen").ends_with(r#"["a","b","c"]"#),
         "the field's value as JSON:\n{text}"
     );
+    // The input it started with and the output it returned, as the API
+    // shows them.
+    assert!(
+        line(&text, "input:").ends_with(r#"["a","b","c"]"#),
+        "{text}"
+    );
+    assert!(line(&text, "output:").ends_with('3'), "{text}");
+    let shown = f.json(&["show", "tally-1"]);
+    assert_eq!(shown["input"], json!(["a", "b", "c"]), "{shown}");
+    assert_eq!(shown["output"], json!(3), "{shown}");
 
     let shown = f.json(&["show", "vendor-42"]);
     assert_eq!(shown["id"], "vendor-42");
@@ -293,6 +303,10 @@ async fn show_prints_the_status_and_the_latest_fields_as_json() {
         "{text}"
     );
     assert!(line(&text, "score").contains("u32"), "{text}");
+    // Not completed: no output line, `null` under --json.
+    assert!(!text.contains("output:"), "{text}");
+    assert_eq!(shown["output"], Value::Null);
+    assert_eq!(shown["input"], json!("acme"));
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use crate::json::{
     checkpoint_json, checkpoint_listing_json, entry_json, error_json, field_diff, field_json,
     run_json, status_json,
 };
-use crate::store::{RunState, Suspend};
+use crate::store::Suspend;
 use crate::{Error, RunFilter, Runtime, Status, StatusKind};
 
 type ApiResult = Result<Response, ApiError>;
@@ -153,11 +153,7 @@ pub(crate) async fn get_run(
         .ok_or_else(|| Error::unknown_run(&id))?;
     let info = crate::runtime::run_info(record.clone());
     let mut v = run_json(&info);
-    v["input"] = serde_json::from_slice(&record.input).unwrap_or(Value::Null);
-    v["output"] = match &record.state {
-        RunState::Completed { output, .. } => serde_json::from_slice(output).unwrap_or(Value::Null),
-        _ => Value::Null,
-    };
+    (v["input"], v["output"]) = crate::json::input_output_json(&record);
 
     // The latest checkpoint: its summary and fields; a damaged one is
     // reported in place so that the rest of the run can still be seen.

@@ -371,6 +371,10 @@ fn fields_table(fields: &[FieldJson], indent: &str, wide: bool) -> String {
 
 async fn show(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
     let run = run_info(rt, id).await?;
+    let (input, output) = match rt.store().load_run(id).await? {
+        Some(record) => checkpoint_runtime::json::input_output_json(&record),
+        None => (Value::Null, Value::Null),
+    };
     let latest = if run.latest_seq == 0 {
         None
     } else {
@@ -393,6 +397,17 @@ async fn show(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
     if let Some(w) = &run.worker {
         rows.push(("worker", w.clone()));
     }
+    // On one line, cut unless `--wide` (an input may be a whole document).
+    rows.push((
+        "input",
+        crate::format::fit(&input.to_string(), Some(120), wide),
+    ));
+    if !output.is_null() {
+        rows.push((
+            "output",
+            crate::format::fit(&output.to_string(), Some(120), wide),
+        ));
+    }
     rows.push((
         "checkpoint",
         match &latest {
@@ -408,6 +423,8 @@ async fn show(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError> {
     }
 
     let mut json = run_json(&run);
+    json["input"] = input;
+    json["output"] = output;
     json["checkpoint"] = match &latest {
         None => Value::Null,
         Some((info, fields)) => {
