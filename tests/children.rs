@@ -196,6 +196,16 @@ async fn three_tools_in_parallel_one_waiting_for_a_person(backend: Backend) {
     let children = rt.runs(RunFilter::new().parent("turn-1")).await.unwrap();
     let ids: Vec<&str> = children.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["turn-1/tool-0", "turn-1/tool-1", "turn-1/tool-2"]);
+    // A status filter tells a join from a wait for a signal, on every store.
+    let listed = |kind| {
+        let rt = rt.clone();
+        async move {
+            let runs = rt.runs(RunFilter::new().status(kind)).await.unwrap();
+            runs.into_iter().map(|r| r.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(StatusKind::Joining).await, ["turn-1"]);
+    assert_eq!(listed(StatusKind::Waiting).await, ["turn-1/tool-1"]);
 
     rt.signal("turn-1/tool-1", "approval", &Approval { approved: true })
         .await

@@ -523,9 +523,12 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn runs(&self, filter: RunFilter) -> Result<Vec<RunInfo>, Error> {
-        // Stores keep `Queued` and `Running` as one state (runnable); the
-        // lease tells them apart now, so those filters are applied here.
-        let Some(kind @ (StatusKind::Queued | StatusKind::Running)) = filter.status else {
+        // Stores keep `Queued` and `Running` as one state (runnable), and
+        // `Waiting` and `Joining` as another: the lease and the signal's
+        // name tell them apart, so those filters are applied here.
+        let shares_its_state =
+            |k: &StatusKind| matches!(k.stored(), StatusKind::Running | StatusKind::Waiting);
+        let Some(kind) = filter.status.filter(shares_its_state) else {
             let runs = self.inner.env.store.list_runs(&filter).await?;
             return Ok(runs.into_iter().map(run_info).collect());
         };

@@ -66,7 +66,7 @@ pub enum Status {
         detail: String,
     },
     /// Suspended in `ctx.join` / `ctx.join_all` until the children it
-    /// joins have all ended (its kind is [`StatusKind::Waiting`]).
+    /// joins have all ended.
     Joining,
     /// A child run created beyond its parent's bound on running children
     /// ([`Ctx::spawn_limited`](crate::Ctx::spawn_limited)): it starts, in
@@ -109,7 +109,7 @@ impl Status {
             Status::Cancelled => StatusKind::Cancelled,
             Status::Incompatible { .. } => StatusKind::Incompatible,
             Status::Held { .. } => StatusKind::Held,
-            Status::Joining => StatusKind::Waiting,
+            Status::Joining => StatusKind::Joining,
         }
     }
 }
@@ -187,11 +187,13 @@ pub enum StatusKind {
     Incompatible,
     /// See [`Status::Held`].
     Held,
+    /// See [`Status::Joining`].
+    Joining,
 }
 
 impl StatusKind {
     /// Every kind, in declaration order.
-    pub const ALL: [StatusKind; 9] = [
+    pub const ALL: [StatusKind; 10] = [
         StatusKind::Queued,
         StatusKind::Running,
         StatusKind::Waiting,
@@ -201,6 +203,7 @@ impl StatusKind {
         StatusKind::Cancelled,
         StatusKind::Incompatible,
         StatusKind::Held,
+        StatusKind::Joining,
     ];
 
     /// The kind in lowercase, as the CLI's `--status` and the metrics name it.
@@ -215,14 +218,17 @@ impl StatusKind {
             StatusKind::Cancelled => "cancelled",
             StatusKind::Incompatible => "incompatible",
             StatusKind::Held => "held",
+            StatusKind::Joining => "joining",
         }
     }
 
     /// The kind as stores keep it: `Queued` and `Running` are one stored
-    /// state (runnable), told apart by the lease at the time of asking.
+    /// state (runnable), told apart by the lease at the time of asking;
+    /// `Joining` is a wait on a join's signal, told apart by its name.
     pub(crate) fn stored(self) -> StatusKind {
         match self {
             StatusKind::Queued => StatusKind::Running,
+            StatusKind::Joining => StatusKind::Waiting,
             other => other,
         }
     }

@@ -200,6 +200,8 @@ pub enum StatusArg {
     Incompatible,
     /// A child waiting for a free slot among its parent's running children.
     Held,
+    /// Waiting for the children it joins to end.
+    Joining,
 }
 
 impl From<StatusArg> for StatusKind {
@@ -214,6 +216,7 @@ impl From<StatusArg> for StatusKind {
             StatusArg::Cancelled => StatusKind::Cancelled,
             StatusArg::Incompatible => StatusKind::Incompatible,
             StatusArg::Held => StatusKind::Held,
+            StatusArg::Joining => StatusKind::Joining,
         }
     }
 }

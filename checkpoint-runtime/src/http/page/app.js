@@ -7,7 +7,7 @@
 
 const TOKEN_KEY = "checkpoint-token";
 const LIST_LIMIT = 500;
-const STATUSES = ["queued", "running", "waiting", "sleeping", "completed", "failed", "cancelled", "incompatible"];
+const STATUSES = ["queued", "running", "waiting", "joining", "sleeping", "held", "completed", "failed", "cancelled", "incompatible"];
 
 let timer = null; // the current view's refresh
 

@@ -75,7 +75,7 @@ pub(crate) fn state_code(state: &RunState) -> i64 {
 pub(crate) fn status_code(kind: StatusKind) -> i64 {
     match kind {
         StatusKind::Queued | StatusKind::Running => READY,
-        StatusKind::Waiting => WAITING,
+        StatusKind::Waiting | StatusKind::Joining => WAITING,
         StatusKind::Sleeping => SLEEPING,
         StatusKind::Completed => COMPLETED,
         StatusKind::Failed => FAILED,
