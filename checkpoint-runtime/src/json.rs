@@ -19,7 +19,7 @@
 //! );
 //! ```
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use serde_json::{json, Map, Value};
 
@@ -34,36 +34,7 @@ use crate::{CheckpointInfo, Error, Event, FieldJson, HistoryEntry, RunInfo, Stat
 /// assert_eq!(checkpoint_runtime::json::rfc3339(t), "2024-02-29T12:34:56.789Z");
 /// ```
 pub fn rfc3339(t: SystemTime) -> String {
-    let nanos: i128 = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i128,
-        Err(e) => -(e.duration().as_nanos() as i128),
-    };
-    let secs = nanos.div_euclid(1_000_000_000);
-    let millis = nanos.rem_euclid(1_000_000_000) / 1_000_000;
-    let days = secs.div_euclid(86_400) as i64;
-    let of_day = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // [0, 11], March first
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    crate::status::rfc3339(t)
 }
 
 /// A status as JSON: `{"state": "waiting", "signal": "approval"}`,
@@ -515,6 +486,7 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339_utc() {
+        use std::time::UNIX_EPOCH;
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_789); // a leap day
         assert_eq!(rfc3339(t), "2024-02-29T12:34:56.789Z");
@@ -522,6 +494,16 @@ mod tests {
         assert_eq!(rfc3339(t), "2000-03-01T00:00:00.000Z");
         let t = UNIX_EPOCH - Duration::from_millis(1);
         assert_eq!(rfc3339(t), "1969-12-31T23:59:59.999Z");
+        // Truncated to the millisecond, towards the past.
+        let t = UNIX_EPOCH + Duration::from_nanos(1_999_999_999);
+        assert_eq!(rfc3339(t), "1970-01-01T00:00:01.999Z");
+        let t = UNIX_EPOCH - Duration::from_nanos(1_500_000);
+        assert_eq!(rfc3339(t), "1969-12-31T23:59:59.998Z");
+        // Beyond year 9999 (a damaged time): the last time RFC 3339 has.
+        let t = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert!(rfc3339(t).starts_with("9999-12-"), "{}", rfc3339(t));
+        let t = UNIX_EPOCH - Duration::from_secs(400_000_000_000);
+        assert_eq!(rfc3339(t), "0001-01-01T00:00:00.000Z");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 /// assert!(!s.is_finished());
 /// assert!(Status::Completed.is_finished());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Status {
     /// Runnable, and no worker holds it: not executed yet, handed back for
@@ -112,6 +112,79 @@ impl Status {
             Status::Joining => StatusKind::Joining,
         }
     }
+}
+
+/// As derived, but with times in RFC 3339 (a `SystemTime` prints its raw
+/// seconds and nanoseconds since the epoch):
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use checkpoint_runtime::Status;
+///
+/// let until = UNIX_EPOCH + Duration::from_secs(1_709_210_096);
+/// assert_eq!(
+///     format!("{:?}", Status::Sleeping { until }),
+///     "Sleeping { until: 2024-02-29T12:34:56.000Z }"
+/// );
+/// ```
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        /// A time that debug-prints as RFC 3339.
+        struct At(SystemTime);
+        impl std::fmt::Debug for At {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&rfc3339(self.0))
+            }
+        }
+        match self {
+            Status::Queued => f.write_str("Queued"),
+            Status::Running => f.write_str("Running"),
+            Status::Waiting { signal, deadline } => f
+                .debug_struct("Waiting")
+                .field("signal", signal)
+                .field("deadline", &deadline.map(At))
+                .finish(),
+            Status::Sleeping { until } => f
+                .debug_struct("Sleeping")
+                .field("until", &At(*until))
+                .finish(),
+            Status::Completed => f.write_str("Completed"),
+            Status::Failed { error } => f.debug_struct("Failed").field("error", error).finish(),
+            Status::Cancelled => f.write_str("Cancelled"),
+            Status::Incompatible {
+                workflow,
+                site,
+                field,
+                detail,
+            } => f
+                .debug_struct("Incompatible")
+                .field("workflow", workflow)
+                .field("site", site)
+                .field("field", field)
+                .field("detail", detail)
+                .finish(),
+            Status::Joining => f.write_str("Joining"),
+            Status::Held { parent } => f.debug_struct("Held").field("parent", parent).finish(),
+        }
+    }
+}
+
+/// `t` as an RFC 3339 UTC timestamp with milliseconds, truncated
+/// (`2024-05-01T12:30:05.250Z`; see `json::rfc3339`). A time beyond what
+/// RFC 3339 can write (years past 9999 or before 0001, only from a damaged
+/// record) shows as the nearest one it can (the last one jiff has, or
+/// 0001-01-01).
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    // 0001-01-01T00:00:00Z: RFC 3339 has no year before 1.
+    const FIRST_SECOND: i64 = -62_135_596_800;
+    let ts = jiff::Timestamp::try_from(t)
+        .ok()
+        .filter(|ts| ts.as_second() >= FIRST_SECOND)
+        .unwrap_or_else(|| match t < SystemTime::UNIX_EPOCH {
+            true => jiff::Timestamp::from_second(FIRST_SECOND).unwrap_or(jiff::Timestamp::MIN),
+            false => jiff::Timestamp::MAX,
+        });
+    ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 impl std::fmt::Display for Status {
