@@ -8,8 +8,8 @@
 //! batch still runs (the test counts them as failures).
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "src/gen.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "src/gen/mod.rs"]
 mod gen;
 
 use std::fmt::Write as _;
@@ -30,7 +30,7 @@ fn env_num(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/gen.rs");
+    println!("cargo:rerun-if-changed=src/gen");
     println!("cargo:rerun-if-changed=build.rs");
     // Keep in sync with DEFAULT_SEED / DEFAULT_COUNT / DEFAULT_SIZE in lib.rs.
     let seed = env_num("CHECKPOINT_FUZZ_SEED", 0x5EED_2026);
