@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use checkpoint_runtime::prelude::*;
 
-use super::{met, scaled, BoxError};
+use super::stats::{met, scaled};
+use super::BoxError;
 
 #[workflow]
 async fn trivial(n: u32) -> u32 {

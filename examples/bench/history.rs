@@ -37,10 +37,11 @@ use checkpoint_runtime::store::Store;
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    cpu_split, disk_size, median_of, met, mib, ms, raw_conn, raw_sequential, scaled, settle,
-    thread_ticks, us, wal_path, written_bytes, BoxError, Floor,
-};
+use super::disk::{disk_size, settle, wal_path};
+use super::floor::{raw_conn, raw_sequential, Floor};
+use super::process::{cpu_split, thread_ticks, written_bytes};
+use super::stats::{median_of, met, mib, ms, scaled, us};
+use super::BoxError;
 
 /// One message of the agent's conversation.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -169,7 +170,7 @@ pub(crate) async fn agent(ctx: &Ctx, args: (u32, usize)) -> usize {
         if let Some(f) = ctx.try_resource::<RawFloor>() {
             f.checkpointed(turn);
         }
-        if let Some(p) = ctx.try_resource::<super::Probe>() {
+        if let Some(p) = ctx.try_resource::<super::workloads::Probe>() {
             p.mark();
         }
     }
@@ -221,7 +222,7 @@ async fn run_agent(
     let per = |v: u64| v as f64 / f64::from(n.max(1));
     let written = per(written_bytes().saturating_sub(wrote));
     let logical = per(store.bytes_written() - stored);
-    let (disk, wal) = (disk_size(path), super::file_len(&wal_path(path)));
+    let (disk, wal) = (disk_size(path), super::disk::file_len(&wal_path(path)));
     let growth = per(disk.saturating_sub(before));
     let (times, raw, cpu) = floor.take();
     drop(rt);

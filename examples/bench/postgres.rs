@@ -60,7 +60,9 @@ use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::store::postgres::PostgresStore;
 use tokio_postgres::{Client, NoTls};
 
-use super::{durable_loop, median_of, met, pct, scaled, us, BoxError, Probe};
+use super::stats::{median_of, met, pct, scaled, us};
+use super::workloads::{durable_loop, Probe};
+use super::BoxError;
 
 /// The server to measure on: `--postgres URL` or `CHECKPOINT_TEST_POSTGRES_URL`.
 pub(crate) fn url(args: &[String]) -> Option<String> {

@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use checkpoint_runtime::prelude::*;
 
-use super::{
-    durable_loop, met, mib, raw_floor, remove_db, scaled, settle, BoxError, Floor, WalWatch,
-};
+use super::disk::{remove_db, settle, WalWatch};
+use super::floor::{raw_floor, Floor};
+use super::stats::{met, mib, scaled};
+use super::workloads::durable_loop;
+use super::BoxError;
 
 /// Rows per transaction of the floor.
 const PER_TX: usize = 64;
