@@ -40,6 +40,9 @@ pub(crate) struct Inner {
     pub(crate) max_attempts: u32,
     pub(crate) registry: Arc<Registry>,
     active: Arc<ActiveRuns>,
+    /// Executions ended so far, counted before they leave
+    /// [`Inner::active`] (see [`Inner::run_until_idle`]).
+    ended: AtomicU64,
     /// Renews the leases of [`Inner::active`].
     keeper: LeaseKeeper,
     local: watch::Sender<u64>,
@@ -162,6 +165,7 @@ impl Inner {
             max_attempts: cfg.max_attempts.max(1),
             registry,
             active: Arc::new(ActiveRuns::default()),
+            ended: AtomicU64::new(0),
             keeper: LeaseKeeper::new(),
             local: watch::channel(0).0,
             shutdown: watch::channel(false).0,
@@ -409,8 +413,19 @@ impl Inner {
                     return Err(stuck);
                 }
                 self.revisit_parked().await?;
+                // Idle only if no execution was in flight at any moment of
+                // the claim: none before it, and none started or ended
+                // since. An execution that ends during the claim may hand
+                // its run back for a retry (a panic) after the claim looked:
+                // returning then left a runnable run behind (seen as a
+                // flaky test under load).
+                let (busy, ended) = (self.active_count(), self.ended.load(Ordering::Acquire));
                 let started = self.pump(None, false).await?;
-                if started == 0 && self.active_count() == 0 {
+                if started == 0
+                    && busy == 0
+                    && self.active_count() == 0
+                    && self.ended.load(Ordering::Acquire) == ended
+                {
                     return Ok(());
                 }
             }
@@ -723,6 +738,7 @@ async fn drive_in_span(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
         lock(&rt.parked_tried).insert(run.id.to_string(), seq);
     }
     conclude(&rt, &run, end).await;
+    rt.ended.fetch_add(1, Ordering::AcqRel);
     rt.active.remove(&run);
     rt.bump_local();
 }
