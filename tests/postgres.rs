@@ -263,7 +263,6 @@ fn cp(run: &str, seq: u64, data: &[u8]) -> Arc<CheckpointRecord> {
         seq,
         Cow::Borrowed("site"),
         None,
-        0,
         vec![],
         vec![],
         data.to_vec(),

@@ -112,7 +112,7 @@ fn generate(wf: &WorkflowFn, sites: &[Site], plan: &BodyPlan, body: TokenStream)
         .iter()
         .filter(|s| s.kind != SiteKind::Checkpoint && s.kind != SiteKind::Sleep)
         .map(|s| {
-            let slot = Lowerer::wait_slot_ident(s.index);
+            let slot = Lowerer::wait_slot_ident(s.number);
             quote!(let mut #slot = #rt::Slot::new();)
         });
     let load = load_checkpoint(sites, bindings, layouts);
@@ -259,7 +259,7 @@ fn site_table<'a>(
             None => quote!(::core::option::Option::None),
         };
         let migrated = migrated(bindings, layout);
-        let before = sites[..site.index as usize - 1].iter().map(|s| s.key());
+        let before = sites::before(sites, site.number).iter().map(|s| s.key());
         quote! {
             #rt::SiteInfo { key: #key, label: #label, kind: #rt::SiteKind::#kind, fields: &[#(#fields),*], loops: #loops, signal: #signal, renamed_from: &[#(#renamed_from),*], sites_before: &[#(#before),*], migrated: #migrated }
         }
@@ -319,7 +319,7 @@ fn save_traits<'a>(
         let name = b.field_name();
         let mut where_saved: Vec<String> = Vec::new();
         for s in &saved_at {
-            let d = sites[*s as usize - 1].describe();
+            let d = sites::numbered(sites, *s).describe();
             if !where_saved.contains(&d) {
                 where_saved.push(d);
             }
@@ -434,7 +434,7 @@ fn load_checkpoint(sites: &[Site], bindings: &[Binding], layouts: &[SitePlan]) -
     let rt = quote!(::checkpoint_runtime::__private);
     let frame = frame_ident();
     let arms = sites.iter().zip(layouts).map(|(site, layout)| {
-        let index = site.index;
+        let index = site.number;
         let names = field_names(bindings, layout);
         let fields = if migrated(bindings, layout) {
             migrated_loads(bindings, layout, &names)

@@ -57,8 +57,8 @@ impl SiteKind {
 pub struct Site {
     /// The site's number, from 1 in source order: the `#N` of messages, of
     /// the keys older versions gave unlabelled sites, and the number the
-    /// generated code passes the runtime.
-    pub index: u32,
+    /// generated code passes the runtime (see [`numbered`]).
+    pub number: u32,
     pub kind: SiteKind,
     pub label: Option<String>,
     /// A wait's signal name, when it is a string literal.
@@ -83,16 +83,41 @@ impl Site {
     /// The key versions before readable names gave an unlabelled site
     /// (`#N`, its number among all sites), which it still takes on resume.
     pub fn legacy_key(&self) -> Option<String> {
-        self.label.is_none().then(|| format!("#{}", self.index))
+        self.label.is_none().then(|| format!("#{}", self.number))
     }
 
     /// How errors and messages name this site.
     pub fn describe(&self) -> String {
         match &self.label {
             Some(l) => format!("checkpoint \"{l}\""),
-            None => format!("{} #{}", self.kind.describe(), self.index),
+            None => format!("{} #{}", self.kind.describe(), self.number),
         }
     }
+}
+
+/// The entry of site `number` in a list kept per site in site order (the
+/// sites, their plans). Sites are numbered from 1 everywhere: in keys and
+/// messages (`#N`), in the generated code, and in the runtime
+/// (`Frame::target`, `SiteInfo::numbered`); this is the one place in the
+/// macro where a number becomes a position.
+pub fn numbered<T>(per_site: &[T], number: u32) -> &T {
+    &per_site[position(number)]
+}
+
+/// [`numbered`], to change the entry.
+pub fn numbered_mut<T>(per_site: &mut [T], number: u32) -> &mut T {
+    &mut per_site[position(number)]
+}
+
+/// The entries of the sites before site `number`.
+pub fn before<T>(per_site: &[T], number: u32) -> &[T] {
+    &per_site[..position(number)]
+}
+
+fn position(number: u32) -> usize {
+    (number as usize)
+        .checked_sub(1)
+        .expect("site numbers start at 1")
 }
 
 /// Gives each site its key (see [`Site::key`]).
@@ -208,10 +233,10 @@ impl SiteFinder<'_> {
             value
         });
         // Site numbers start at 1, as `#N` in keys and messages do.
-        let index = self.sites.len() as u32 + 1;
-        attrs.push(syn::parse_quote_spanned!(span=> #[__checkpoint_site = #index]));
+        let number = self.sites.len() as u32 + 1;
+        attrs.push(syn::parse_quote_spanned!(span=> #[__checkpoint_site = #number]));
         self.sites.push(Site {
-            index,
+            number,
             kind,
             label,
             signal,

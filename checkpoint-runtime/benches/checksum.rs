@@ -42,7 +42,6 @@ fn record(size: usize, fields: usize) -> CheckpointRecord {
         17,
         Cow::Borrowed("task_done"),
         Some(Cow::Borrowed("task_done")),
-        3,
         vec![4],
         recs,
         data,

@@ -59,7 +59,6 @@ fn record(run: &str, seq: u64, history: &[u8]) -> Arc<CheckpointRecord> {
         seq,
         Cow::Borrowed("turn"),
         None,
-        0,
         vec![],
         fields,
         data,

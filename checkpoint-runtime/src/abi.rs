@@ -52,6 +52,26 @@ impl SiteInfo {
     pub fn takes(&self, key: &str) -> bool {
         self.key == key || self.renamed_from.contains(&key)
     }
+
+    /// The site numbered `number` in a workflow's site table. Sites are
+    /// numbered from 1 in source order, everywhere: in the generated code,
+    /// in [`Frame::target`](crate::frame::Frame::target) and in the `#n` key
+    /// of an unlabelled site; this is the one place that turns a number into
+    /// a table entry.
+    pub fn numbered(sites: &'static [SiteInfo], number: u32) -> Option<&'static SiteInfo> {
+        sites.get(usize::try_from(number).ok()?.checked_sub(1)?)
+    }
+
+    /// The number of the site a checkpoint stored under `key` resumes at:
+    /// the site with that key, else the one that [`takes`](Self::takes) it
+    /// (a renamed site).
+    pub(crate) fn number_taking(sites: &[SiteInfo], key: &str) -> Option<u32> {
+        let index = sites
+            .iter()
+            .position(|s| s.key == key)
+            .or_else(|| sites.iter().position(|s| s.takes(key)))?;
+        u32::try_from(index + 1).ok()
+    }
 }
 
 /// How the code takes one field of a site with migrations from a stored

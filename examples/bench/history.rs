@@ -310,7 +310,6 @@ async fn store_alone(
             u64::from(turn),
             Cow::Borrowed("turn"),
             Some(Cow::Borrowed("turn")),
-            0,
             vec![],
             fields,
             data,

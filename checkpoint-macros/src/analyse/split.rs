@@ -117,7 +117,7 @@ pub(crate) fn plan_split(
         })
         .collect();
     exports.sort_by_key(|v| v.order);
-    let first_site = sites[range.first as usize - 1].describe();
+    let first_site = sites::numbered(sites, range.first).describe();
     let errors = exports
         .iter()
         .filter_map(|v| Some((v.binding.ident.clone(), reference_error(v, &first_site)?)))

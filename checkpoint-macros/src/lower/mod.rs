@@ -126,9 +126,8 @@ impl<'a> Lowerer<'a> {
         Ident::new(&format!("__cp_wait_{site}"), Span::mixed_site())
     }
 
-    fn site(&self, index: u32) -> &Site {
-        // Site numbers start at 1.
-        &self.sites[(index as usize).saturating_sub(1)]
+    fn site(&self, number: u32) -> &Site {
+        sites::numbered(self.sites, number)
     }
 
     /// `matches!(frame.target(), Some(first..=last))`
@@ -300,15 +299,15 @@ impl<'a> Lowerer<'a> {
     }
 
     /// `checkpoint!()`: save on the normal path, arrive on the resume path.
-    fn checkpoint_split(&mut self, index: u32) -> Split {
+    fn checkpoint_split(&mut self, number: u32) -> Split {
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
-        let span = self.site(index).span;
-        let SiteFields { loops, fields } = self.site_fields(index);
+        let span = self.site(number).span;
+        let SiteFields { loops, fields } = self.site_fields(number);
         Split {
             items: TokenStream::new(),
             normal_head: quote_spanned! {span=>
-                #frame.save(#index, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }).await
+                #frame.save(#number, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }).await
             },
             resume_head: quote!(#frame.arrive()),
             post: TokenStream::new(),
@@ -318,11 +317,11 @@ impl<'a> Lowerer<'a> {
     /// A suspension call `ctx.wait_for(..).await` as a whole statement or
     /// initialiser: its value comes from the call or, on resume, from the
     /// delivered signal.
-    fn suspend_split(&mut self, index: u32, call: &syn::ExprMethodCall) -> Split {
-        let site = self.site(index).clone();
+    fn suspend_split(&mut self, number: u32, call: &syn::ExprMethodCall) -> Split {
+        let site = self.site(number).clone();
         let frame = frame_ident();
         let enc = Ident::new("__cp_enc", Span::mixed_site());
-        let SiteFields { loops, fields } = self.site_fields(index);
+        let SiteFields { loops, fields } = self.site_fields(number);
         let method = &call.method;
         let turbofish = call.turbofish.as_ref().map(|t| {
             let args = &t.args;
@@ -331,13 +330,13 @@ impl<'a> Lowerer<'a> {
         let args = call.args.iter();
         let span = site.span;
         let normal_head = quote_spanned! {span=>
-            #frame.#method #turbofish(#index, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }, #(#args),*).await
+            #frame.#method #turbofish(#number, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }, #(#args),*).await
         };
         let rt = rt();
         let resume_head = match site.kind {
             SiteKind::Sleep => quote!(#frame.arrive()),
             _ => {
-                let slot = Self::wait_slot_ident(index);
+                let slot = Self::wait_slot_ident(number);
                 quote!({ #frame.arrive(); #rt::Slot::take(&mut #slot) })
             }
         };
@@ -351,12 +350,12 @@ impl<'a> Lowerer<'a> {
 
     /// The loop positions and the field-encoding statements of a site, as
     /// its plan says.
-    fn site_fields(&mut self, index: u32) -> SiteFields {
-        let span = self.site(index).span;
+    fn site_fields(&mut self, number: u32) -> SiteFields {
+        let span = self.site(number).span;
         let enc = Ident::new("__cp_enc", Span::mixed_site());
         let rt = rt();
         let mut code = TokenStream::new();
-        for field in &self.plan.sites[index as usize - 1].fields {
+        for field in &sites::numbered(&self.plan.sites, number).fields {
             let binding = &self.plan.bindings[field.binding];
             let name = binding.ident.to_string();
             let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));

@@ -32,16 +32,12 @@ impl Frame {
     where
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
-        // Site numbers start at 1; stored records keep the 0-based index.
-        let index = site.checked_sub(1);
-        let info = index
-            .and_then(|i| self.sites.get(i as usize))
-            .ok_or_else(|| {
-                Error::internal(format!(
-                    "workflow `{}` has no checkpoint site #{site}",
-                    self.run.workflow
-                ))
-            })?;
+        let info = self.site(site).ok_or_else(|| {
+            Error::internal(format!(
+                "workflow `{}` has no checkpoint site #{site}",
+                self.run.workflow
+            ))
+        })?;
         // Positions, then (optionally) the current items' fingerprints.
         let n = info.loops as usize;
         let well_formed =
@@ -85,7 +81,6 @@ impl Frame {
                 seq,
                 Cow::Borrowed(info.key),
                 info.label.map(Cow::Borrowed),
-                index.unwrap_or(0),
                 loops.to_vec(),
                 encoded,
                 data,
@@ -224,9 +219,9 @@ impl Frame {
         }
     }
 
-    /// Takes a checkpoint at `site`: encodes the live locals with `fields` (in
-    /// the order of `SITES[site].fields`) and returns once it is stored. On
-    /// failure, cancellation or a lost lease the execution halts instead.
+    /// Takes a checkpoint at site number `site`: encodes the live locals
+    /// with `fields` (in the order of the site's `fields`) and returns once
+    /// it is stored. On failure, cancellation or a lost lease the execution halts instead.
     pub fn save<F>(
         &mut self,
         site: u32,
@@ -245,7 +240,7 @@ impl Frame {
     /// returns its schema, whose key is stored with the wait so that other
     /// processes check it too ([`Frame::store_with`] then stores the schema).
     fn note_payload_type<T: DeserializeOwned>(&self, site: u32) -> Option<&'static SchemaRef> {
-        if let Some(info) = site.checked_sub(1).and_then(|i| self.sites.get(i as usize)) {
+        if let Some(info) = self.site(site) {
             signal_types::note::<T>(self.run.workflow, info.key);
         }
         schema::schema_of::<T>()
@@ -254,9 +249,7 @@ impl Frame {
     /// What a suspension at `site` stores of the sites before it (see
     /// [`SiteInfo::sites_before`](crate::abi::SiteInfo)).
     pub(super) fn sites_before(&self, site: u32) -> Option<Vec<String>> {
-        let info = site
-            .checked_sub(1)
-            .and_then(|i| self.sites.get(i as usize))?;
+        let info = self.site(site)?;
         Some(info.sites_before.iter().map(|k| (*k).to_owned()).collect())
     }
 

@@ -105,9 +105,7 @@ impl Frame {
         Frame {
             run,
             sites,
-            // The executor knows the site's index; the generated code, its
-            // number (from 1).
-            target: target.map(|index| index + 1),
+            target,
             checkpoint,
             wake,
             resumed: false,
@@ -137,22 +135,24 @@ impl Frame {
         self.run.workflow
     }
 
-    /// The number of the site being resumed (from 1: `W::SITES[n - 1]`, the
-    /// `#n` of an unlabelled site's key); `None` when running forward (fresh
-    /// start, or after [`Frame::arrive`]).
+    /// The number of the site being resumed (from 1, as the generated code
+    /// numbers sites: [`SiteInfo::numbered`], the `#n` of an unlabelled
+    /// site's older key); `None` when running forward (fresh start, or after
+    /// [`Frame::arrive`]).
     pub fn target(&self) -> Option<u32> {
         self.target
+    }
+
+    /// The site numbered `number` (from 1) of this workflow.
+    fn site(&self, number: u32) -> Option<&'static SiteInfo> {
+        SiteInfo::numbered(self.sites, number)
     }
 
     fn site_key(&self) -> String {
         self.checkpoint
             .as_ref()
             .map(|c| c.site_key.to_string())
-            .or_else(|| {
-                self.target
-                    .and_then(|t| self.sites.get((t as usize).checked_sub(1)?))
-                    .map(|s| s.key.to_owned())
-            })
+            .or_else(|| Some(self.site(self.target?)?.key.to_owned()))
             .unwrap_or_else(|| "-".to_owned())
     }
 

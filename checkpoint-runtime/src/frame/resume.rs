@@ -297,10 +297,7 @@ impl Frame {
     /// Notes the payload type of the wait site being resumed (see
     /// [`crate::signal_types`]).
     fn note_resumed_payload_type<T: DeserializeOwned>(&self) {
-        let info = self
-            .target
-            .and_then(|t| self.sites.get((t as usize).checked_sub(1)?));
-        if let Some(info) = info {
+        if let Some(info) = self.target.and_then(|t| self.site(t)) {
             crate::signal_types::note::<T>(self.run.workflow, info.key);
         }
     }
@@ -317,11 +314,8 @@ impl Frame {
         cp: Arc<CheckpointRecord>,
         claimed: &Claimed,
     ) -> Result<Frame, Halt> {
-        let index = sites
-            .iter()
-            .position(|s| s.key == cp.site_key)
-            .or_else(|| sites.iter().position(|s| s.takes(&cp.site_key)));
-        let Some(index) = index else {
+        let number = SiteInfo::number_taking(sites, &cp.site_key);
+        let Some(site) = number.and_then(|n| SiteInfo::numbered(sites, n)) else {
             let known: Vec<&str> = sites.iter().map(|s| s.key).collect();
             return Err(incompatible(
                 &run,
@@ -337,7 +331,6 @@ impl Frame {
                 ),
             ));
         };
-        let site = &sites[index];
         check_site(&run, sites, site, &cp)?;
         let wake = match site.kind {
             SiteKind::WaitFor | SiteKind::WaitForTimeout | SiteKind::Join | SiteKind::JoinAll => {
@@ -365,7 +358,7 @@ impl Frame {
             }
             _ => None,
         };
-        Ok(Frame::new(run, sites, Some(index as u32), Some(cp), wake))
+        Ok(Frame::new(run, sites, number, Some(cp), wake))
     }
 
     /// Checks the names and types (`std::any::type_name`) of the fields the

@@ -14,8 +14,7 @@
 //! of each field, so that a mismatch names the field, and one over the
 //! checkpoint's metadata, so that bytes read from the wrong place or under
 //! the wrong name are caught too. The metadata sum is taken over the record
-//! as the executor sees it (run id, seq, site, label, site index, loop
-//! positions, each field's name, type, schema key, offset and length, the
+//! as the executor sees it (run id, seq, site, label, loop positions, each field's name, type, schema key, offset and length, the
 //! size, the suspension and the time), not over a backend's columns: a
 //! backend that stores a record differently (SQLite shares unchanged fields
 //! with earlier rows and interns the field list) still checks everything
@@ -24,9 +23,10 @@
 //! bits in a field under 11 KB, and every burst of up to 32 bits; other
 //! damage goes unnoticed with a chance of about one in four billion.
 //!
-//! A seal is `[1, metadata CRC, field CRC...]`: a format byte, then
+//! A seal is `[2, metadata CRC, field CRC...]`: a format byte, then
 //! little-endian `u32`s. A checkpoint written before seals existed has none
-//! and is read unchecked.
+//! and is read unchecked; one sealed in format 1 (before 2026-12-05) is
+//! checked with [`verify_stored_checksums`].
 //!
 //! ```
 //! use std::borrow::Cow;
@@ -43,7 +43,7 @@
 //!     len: 1,
 //! };
 //! let cp = CheckpointRecord::new(
-//!     Arc::from("run-1"), 1, Cow::Borrowed("counted"), None, 0, vec![],
+//!     Arc::from("run-1"), 1, Cow::Borrowed("counted"), None, vec![],
 //!     vec![field], vec![7], None, SystemTime::now(),
 //! );
 //! let seal = checksums(&cp);
@@ -65,8 +65,15 @@ pub(crate) use super::records::UNREADABLE;
 use super::records::{CheckpointRecord, Suspend};
 use crate::Error;
 
-/// The first byte of a seal.
-const FORMAT: u8 = 1;
+/// The first byte of a seal of today's format.
+const FORMAT: u8 = 2;
+
+/// The first byte of a seal written before 2026-12-05, whose metadata sum
+/// also covered the site's 0-based index in its workflow's site table (a
+/// value records no longer carry: nothing read it back). A backend that kept
+/// that index beside such a checkpoint passes it to
+/// [`verify_stored_checksums`].
+const FORMAT_1: u8 = 1;
 
 /// The seal of `cp`: the checksums a durable store keeps with it and checks
 /// with [`verify_checksums`] on every read that rebuilds it, so that a
@@ -74,11 +81,11 @@ const FORMAT: u8 = 1;
 /// refused (an [`Error::Decode`] naming the run, the site and the field),
 /// never resumed as a wrong value.
 ///
-/// A seal is `[1, metadata CRC, field CRC...]`: a format byte, then
+/// A seal is `[2, metadata CRC, field CRC...]`: a format byte, then
 /// little-endian CRC-32s, 4 bytes each: one over each field's bytes (so
 /// that a mismatch names the field) and one over the record's metadata, as
-/// the executor sees it (run id, seq, site, label, site index, loop
-/// positions, each field's name, type, schema key, offset and length, the
+/// the executor sees it (run id, seq, site, label, loop positions, each
+/// field's name, type, schema key, offset and length, the
 /// size, the suspension and the time), whatever a backend's columns are.
 /// CRC-32 detects every error of one or two bits at any size a checkpoint
 /// has, and any burst of up to 32 bits; other damage passes with a chance
@@ -89,7 +96,7 @@ const FORMAT: u8 = 1;
 /// # use std::{borrow::Cow, sync::Arc, time::SystemTime};
 /// # use checkpoint_runtime::store::{checksums, CheckpointRecord};
 /// let cp = CheckpointRecord::new(
-///     Arc::from("r"), 1, Cow::Borrowed("site"), None, 0, vec![], vec![], vec![], None,
+///     Arc::from("r"), 1, Cow::Borrowed("site"), None, vec![], vec![], vec![], None,
 ///     SystemTime::now(),
 /// );
 /// assert_eq!(checksums(&cp).len(), 5);
@@ -118,7 +125,7 @@ pub(crate) fn seal_of(meta: u32, fields: impl ExactSizeIterator<Item = u32>) -> 
 #[cfg(any(test, feature = "sqlite"))]
 pub(crate) fn field_sums(seal: &[u8]) -> Option<Vec<u32>> {
     let (&format, rest) = seal.split_first()?;
-    if format != FORMAT || rest.len() % 4 != 0 || rest.len() < 4 {
+    if format != FORMAT && format != FORMAT_1 || rest.len() % 4 != 0 || rest.len() < 4 {
         return None;
     }
     Some(
@@ -166,7 +173,7 @@ pub(crate) fn extended_sum(
 /// # use std::{borrow::Cow, sync::Arc, time::SystemTime};
 /// # use checkpoint_runtime::store::{checksums, verify_checksums, ChecksumMismatch, CheckpointRecord};
 /// let cp = CheckpointRecord::new(
-///     Arc::from("r"), 4, Cow::Borrowed("site"), None, 0, vec![], vec![], vec![], None,
+///     Arc::from("r"), 4, Cow::Borrowed("site"), None, vec![], vec![], vec![], None,
 ///     SystemTime::now(),
 /// );
 /// let seal = checksums(&cp);
@@ -176,9 +183,37 @@ pub(crate) fn extended_sum(
 /// assert_eq!(verify_checksums(&cp, &seal[..3]), Err(ChecksumMismatch::Unreadable));
 /// ```
 pub fn verify_checksums(cp: &CheckpointRecord, seal: &[u8]) -> Result<(), ChecksumMismatch> {
-    let Some((&FORMAT, rest)) = seal.split_first() else {
-        return Err(ChecksumMismatch::Unreadable);
+    verify_stored_checksums(cp, seal, None)
+}
+
+/// [`verify_checksums`] for a backend that may hold seals of format 1
+/// (written before 2026-12-05), whose metadata sum also covered the site's
+/// 0-based index in its workflow's site table at the time:
+/// `format_1_site_index` is that index as the backend stored it. Without
+/// it, such a seal is checked on its fields' bytes only. Seals of today's
+/// format do not use it.
+///
+/// ```
+/// # use std::{borrow::Cow, sync::Arc, time::SystemTime};
+/// # use checkpoint_runtime::store::{checksums, verify_stored_checksums, CheckpointRecord};
+/// let cp = CheckpointRecord::new(
+///     Arc::from("r"), 4, Cow::Borrowed("site"), None, vec![], vec![], vec![], None,
+///     SystemTime::now(),
+/// );
+/// // Today's seals are checked the same with or without a stored index.
+/// assert_eq!(verify_stored_checksums(&cp, &checksums(&cp), Some(7)), Ok(()));
+/// ```
+pub fn verify_stored_checksums(
+    cp: &CheckpointRecord,
+    seal: &[u8],
+    format_1_site_index: Option<u32>,
+) -> Result<(), ChecksumMismatch> {
+    let legacy_index = match seal.split_first() {
+        Some((&FORMAT, _)) => None,
+        Some((&FORMAT_1, _)) => Some(format_1_site_index),
+        _ => return Err(ChecksumMismatch::Unreadable),
     };
+    let rest = &seal[1..];
     if rest.len() % 4 != 0 || rest.len() < 4 {
         return Err(ChecksumMismatch::Unreadable);
     }
@@ -198,7 +233,13 @@ pub fn verify_checksums(cp: &CheckpointRecord, seal: &[u8]) -> Result<(), Checks
             return Err(ChecksumMismatch::Field { index });
         }
     }
-    if metadata_sum(cp) != meta {
+    let expected = match legacy_index {
+        None => metadata_sum(cp),
+        Some(Some(index)) => metadata_sum_format_1(cp, index),
+        // A format-1 seal whose site index was not kept: its fields matched.
+        Some(None) => return Ok(()),
+    };
+    if expected != meta {
         return Err(ChecksumMismatch::Metadata);
     }
     Ok(())
@@ -269,7 +310,7 @@ impl ChecksumMismatch {
     /// # use std::{borrow::Cow, sync::Arc, time::SystemTime};
     /// # use checkpoint_runtime::{store::{CheckpointRecord, ChecksumMismatch}, Error};
     /// let cp = CheckpointRecord::new(
-    ///     Arc::from("r-1"), 3, Cow::Borrowed("step"), None, 0, vec![], vec![], vec![], None,
+    ///     Arc::from("r-1"), 3, Cow::Borrowed("step"), None, vec![], vec![], vec![], None,
     ///     SystemTime::now(),
     /// );
     /// let err = ChecksumMismatch::Metadata.to_error(&cp, Some("wf"));
@@ -337,12 +378,35 @@ pub(crate) fn field_sum(cp: &CheckpointRecord, i: usize) -> u32 {
 /// The CRC of everything in `cp` but its fields' bytes, each part
 /// length-prefixed so that no two records feed it the same bytes.
 pub(crate) fn metadata_sum(cp: &CheckpointRecord) -> u32 {
+    metadata_sum_after(cp, |_| ())
+}
+
+/// A seal of format 1 of `cp`, as it was written when `cp`'s site had
+/// index `site_index` in its workflow's site table (for tests of checkpoints
+/// stored before format 2).
+#[cfg(test)]
+pub(crate) fn format_1_seal(cp: &CheckpointRecord, site_index: u32) -> Vec<u8> {
+    let sums = (0..cp.fields.len()).map(|i| field_sum(cp, i));
+    let mut seal = seal_of(metadata_sum_format_1(cp, site_index), sums);
+    seal[0] = FORMAT_1;
+    seal
+}
+
+/// The metadata sum of a format-1 seal: `site_index` was fed after the
+/// label.
+fn metadata_sum_format_1(cp: &CheckpointRecord, site_index: u32) -> u32 {
+    metadata_sum_after(cp, |h| h.u64(u64::from(site_index)))
+}
+
+/// The metadata sum, with `legacy` feeding what an older format fed after
+/// the label.
+fn metadata_sum_after(cp: &CheckpointRecord, legacy: impl FnOnce(&mut Feed)) -> u32 {
     let mut h = Feed::new();
     h.text(&cp.run);
     h.u64(cp.seq);
     h.text(&cp.site_key);
     h.opt_text(cp.label.as_deref());
-    h.u64(u64::from(cp.site_index));
+    legacy(&mut h);
     h.u64(cp.loops.len() as u64);
     for &l in &cp.loops {
         h.u64(l);
@@ -549,7 +613,6 @@ mod tests {
             7,
             Cow::Borrowed("task_done"),
             Some(Cow::Borrowed("task_done")),
-            2,
             vec![1, 9],
             fields,
             vec![2, b'h', b'i', 1, 9],
@@ -562,6 +625,47 @@ mod tests {
             SystemTime::now(),
         )
         .with_schemas(vec![Some(Cow::Borrowed("k1")), None])
+    }
+
+    /// A checkpoint sealed in format 1 (before 2026-12-05), whose metadata
+    /// sum also covered the site's index in the site table: the sum below
+    /// was computed independently of this code, from the bytes format 1
+    /// fed (`zlib.crc32` over them).
+    #[test]
+    fn a_format_1_seal_is_checked_against_the_stored_site_index() {
+        let mut cp = record();
+        cp.suspend = None;
+        cp.created_at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(metadata_sum_format_1(&cp, 2), 0x0afb_0f42);
+        let seal = format_1_seal(&cp, 2);
+        assert_eq!(seal[0], 1);
+        assert_eq!(verify_stored_checksums(&cp, &seal, Some(2)), Ok(()));
+        assert_eq!(
+            verify_stored_checksums(&cp, &seal, Some(3)),
+            Err(ChecksumMismatch::Metadata)
+        );
+        let mut renamed = cp.clone();
+        renamed.site_key = Cow::Borrowed("other");
+        assert_eq!(
+            verify_stored_checksums(&renamed, &seal, Some(2)),
+            Err(ChecksumMismatch::Metadata)
+        );
+        // Without the stored index only the fields can be checked.
+        assert_eq!(verify_checksums(&renamed, &seal), Ok(()));
+        let mut flipped = cp.clone();
+        flipped.data[0] ^= 1;
+        assert_eq!(
+            verify_checksums(&flipped, &seal),
+            Err(ChecksumMismatch::Field { index: 0 })
+        );
+        // Today's seal does not depend on any index.
+        assert_eq!(checksums(&cp)[0], FORMAT);
+        assert_eq!(
+            verify_stored_checksums(&cp, &checksums(&cp), Some(9)),
+            Ok(())
+        );
+        assert_ne!(checksums(&cp)[1..5], seal[1..5]);
+        assert_eq!(field_sums(&seal), field_sums(&checksums(&cp)));
     }
 
     #[test]
@@ -591,7 +695,6 @@ mod tests {
             ("seq", Box::new(|c| c.seq = 8)),
             ("site", Box::new(|c| c.site_key = Cow::Borrowed("other"))),
             ("label", Box::new(|c| c.label = None)),
-            ("site index", Box::new(|c| c.site_index = 3)),
             ("loops", Box::new(|c| c.loops[1] = 8)),
             (
                 "name",

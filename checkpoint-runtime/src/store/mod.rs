@@ -79,7 +79,7 @@ use crate::Error;
 
 pub use crate::error::StoreSource;
 pub use contract::Store;
-pub use integrity::{checksums, verify_checksums, ChecksumMismatch};
+pub use integrity::{checksums, verify_checksums, verify_stored_checksums, ChecksumMismatch};
 pub use memory::MemoryStore;
 pub(crate) use records::{user_signal_name, JOIN_SIGNAL_PREFIX};
 pub use records::{

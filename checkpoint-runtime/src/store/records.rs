@@ -290,8 +290,6 @@ pub struct CheckpointRecord {
     pub site_key: Cow<'static, str>,
     /// The site's label.
     pub label: Option<Cow<'static, str>>,
-    /// The site's index in the workflow's site table when it was stored.
-    pub site_index: u32,
     /// Positions of the enclosing `for` loops, outermost first; then, after
     /// [`LOOP_ITEMS`], the fingerprints of their current items.
     pub loops: Vec<u64>,
@@ -330,7 +328,6 @@ impl CheckpointRecord {
         seq: u64,
         site_key: Cow<'static, str>,
         label: Option<Cow<'static, str>>,
-        site_index: u32,
         loops: Vec<u64>,
         fields: Vec<FieldRecord>,
         data: Vec<u8>,
@@ -342,7 +339,6 @@ impl CheckpointRecord {
             seq,
             site_key,
             label,
-            site_index,
             loops,
             fields,
             data,
@@ -390,7 +386,6 @@ impl CheckpointRecord {
             seq,
             Cow::Owned(site),
             label.map(Cow::Owned),
-            0,
             Vec::new(),
             Vec::new(),
             Vec::new(),
@@ -408,7 +403,7 @@ impl CheckpointRecord {
     /// # use std::{borrow::Cow, sync::Arc, time::SystemTime};
     /// # use checkpoint_runtime::store::CheckpointRecord;
     /// let cp = CheckpointRecord::new(
-    ///     Arc::from("r"), 1, Cow::Borrowed("site"), None, 0, vec![], vec![], vec![], None,
+    ///     Arc::from("r"), 1, Cow::Borrowed("site"), None, vec![], vec![], vec![], None,
     ///     SystemTime::now(),
     /// );
     /// assert!(!cp.is_damaged());
@@ -705,7 +700,6 @@ mod tests {
             1,
             site,
             None,
-            0,
             loops,
             Vec::new(),
             Vec::new(),

@@ -130,9 +130,8 @@ impl<'a> Planner<'a> {
         Ident::new(&format!("__cp_{what}_{}", self.counter), Span::mixed_site())
     }
 
-    pub fn site_info(&self, index: u32) -> &Site {
-        // Site numbers start at 1.
-        &self.sites[(index as usize).saturating_sub(1)]
+    pub fn site_info(&self, number: u32) -> &Site {
+        sites::numbered(self.sites, number)
     }
 
     /// Registers a local that sites may save; returns its id.
@@ -210,12 +209,13 @@ impl<'a> Planner<'a> {
         else {
             return Stmts::Plain(stmts.to_vec());
         };
-        let first = plan.range.first as usize - 1;
         for e in plan.errors.iter().cloned() {
-            self.plans[first].refused.push(Refused {
-                name: e.0.to_string(),
-                why: e.1.to_string(),
-            });
+            sites::numbered_mut(&mut self.plans, plan.range.first)
+                .refused
+                .push(Refused {
+                    name: e.0.to_string(),
+                    why: e.1.to_string(),
+                });
             self.errors.add(e.1);
         }
         let (t, suffix) = (&stmts[plan.at], &stmts[plan.at + 1..]);
@@ -431,17 +431,17 @@ impl<'a> Planner<'a> {
     /// expression; `None` for a `checkpoint!()` statement).
     fn site(
         &mut self,
-        index: u32,
+        number: u32,
         expr: Option<&Expr>,
         rest: Option<TokenStream>,
         wrap: Wrap,
         scope: &Scope,
     ) -> SiteStmt {
         let one = SiteRange {
-            first: index,
-            last: index,
+            first: number,
+            last: number,
         };
-        let call = match self.site_info(index).kind {
+        let call = match self.site_info(number).kind {
             SiteKind::Checkpoint => SiteCall::Checkpoint,
             _ => {
                 let Some(Expr::Await(aw)) = expr.map(strip_parens) else {
@@ -456,9 +456,9 @@ impl<'a> Planner<'a> {
                 SiteCall::Suspend(call.clone())
             }
         };
-        self.plan_site(index, scope);
+        self.plan_site(number, scope);
         SiteStmt::Site {
-            site: index,
+            site: number,
             call,
             rest,
             wrap,
@@ -466,15 +466,15 @@ impl<'a> Planner<'a> {
     }
 
     /// What site `index` saves, given what is in scope there: its plan.
-    fn plan_site(&mut self, index: u32, scope: &Scope) {
-        let span = self.site_info(index).span;
-        let describe = self.site_info(index).describe();
+    fn plan_site(&mut self, number: u32, scope: &Scope) {
+        let span = self.site_info(number).span;
+        let describe = self.site_info(number).describe();
         let mut plan = SitePlan {
             fields: Vec::new(),
             loops: scope.loops as u32,
             recreated: scope.recreated.clone(),
             rederived: scope.rederived.clone(),
-            refused: std::mem::take(&mut self.plans[index as usize - 1].refused),
+            refused: std::mem::take(&mut sites::numbered_mut(&mut self.plans, number).refused),
         };
         for saved in &scope.saved {
             let binding = &mut self.bindings[saved.binding];
@@ -482,7 +482,7 @@ impl<'a> Planner<'a> {
             if matches!(saved.source, Source::Deferred) {
                 continue;
             }
-            binding.saved_at.push(index);
+            binding.saved_at.push(number);
             let save = match &saved.source {
                 Source::Placeholder(snap) if !liveness::live_after(&name, &scope.cont) => {
                     Save::Snapshot(snap.clone())
@@ -533,7 +533,7 @@ impl<'a> Planner<'a> {
                 why: saved.why,
             });
         }
-        self.plans[index as usize - 1] = plan;
+        *sites::numbered_mut(&mut self.plans, number) = plan;
     }
 
     /// Plans a control-flow expression that contains sites.

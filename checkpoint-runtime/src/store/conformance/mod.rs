@@ -306,7 +306,6 @@ pub(crate) fn cp(run: &str, seq: u64) -> Arc<CheckpointRecord> {
         seq,
         Cow::Borrowed("site"),
         None,
-        0,
         vec![],
         vec![],
         vec![],

@@ -57,7 +57,6 @@ pub(in crate::store) fn record(
         seq,
         Cow::Owned(site),
         None,
-        0,
         vec![seq],
         recs,
         data,

@@ -54,7 +54,6 @@ fn cp(
         seq,
         Cow::Borrowed(site),
         Some(Cow::Borrowed(site)),
-        1,
         vec![seq],
         recs,
         data,

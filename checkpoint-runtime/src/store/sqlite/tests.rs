@@ -86,7 +86,6 @@ fn cp_fields(
         seq,
         Cow::Borrowed("step"),
         Some(Cow::Borrowed("step")),
-        3,
         vec![7, seq],
         recs,
         data,
@@ -247,7 +246,6 @@ fn checkpoints_round_trip_exactly() {
         3,
         Cow::Borrowed("odd"),
         None,
-        1,
         vec![],
         vec![FieldRecord {
             name: Cow::Borrowed("x"),

@@ -198,7 +198,7 @@ impl<'a> Columns<'a> {
             &cp.seq,
             &cp.site_key,
             &cp.label,
-            &cp.site_index,
+            &cp.format_1_site_index,
             &cp.data,
             &cp.suspend,
             &cp.created_at,

@@ -314,7 +314,6 @@ mod tests {
             seq,
             Cow::Borrowed("s"),
             None,
-            0,
             vec![],
             vec![f],
             field,

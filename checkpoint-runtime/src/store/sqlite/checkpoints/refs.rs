@@ -109,7 +109,11 @@ pub(in crate::store::sqlite) struct Packed {
 pub(in crate::store::sqlite) struct Shape<'a> {
     pub(in crate::store::sqlite) site_key: Cow<'a, str>,
     pub(in crate::store::sqlite) label: Option<Cow<'a, str>>,
-    pub(in crate::store::sqlite) site_index: u32,
+    /// The site's 0-based index in its workflow's site table, which seals
+    /// of format 1 (before 2026-12-05) covered and nothing else reads:
+    /// shapes written since hold 0 (the slot stays so that older shapes
+    /// decode).
+    pub(in crate::store::sqlite) format_1_site_index: u32,
     pub(in crate::store::sqlite) fields: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     pub(in crate::store::sqlite) schemas: Vec<Option<Cow<'a, str>>>,
 }
@@ -119,7 +123,7 @@ impl<'a> Shape<'a> {
         Shape {
             site_key: Cow::Borrowed(&cp.site_key),
             label: cp.label.as_deref().map(Cow::Borrowed),
-            site_index: cp.site_index,
+            format_1_site_index: 0,
             fields: cp
                 .fields
                 .iter()
@@ -138,7 +142,6 @@ impl<'a> Shape<'a> {
 pub(in crate::store::sqlite) fn same_shape(a: &CheckpointRecord, b: &CheckpointRecord) -> bool {
     a.site_key == b.site_key
         && a.label == b.label
-        && a.site_index == b.site_index
         && a.schemas == b.schemas
         && a.fields.len() == b.fields.len()
         && a.fields

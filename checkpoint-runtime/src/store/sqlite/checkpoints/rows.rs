@@ -13,7 +13,7 @@ use crate::store::integrity::field_sums;
 use crate::store::integrity::{damaged_checkpoint, field_list};
 use crate::store::sql::from_ts;
 use crate::store::sqlite::error::{to_u64, Fail, R};
-use crate::store::{verify_checksums, CheckpointRecord, FieldRecord, Suspend};
+use crate::store::{verify_stored_checksums, CheckpointRecord, FieldRecord, Suspend};
 
 pub(in crate::store::sqlite) const CP_COLS: &str =
     "c.id, c.seq, c.shape, c.created_at, c.loops, c.suspend, c.size, c.refs, \
@@ -350,12 +350,12 @@ pub(in crate::store::sqlite) fn decode_checkpoint(
         return Err(naming.err(None, "its size does not match the stored bytes"));
     }
     let (loops, suspend) = loops_and_suspension(&row.loops, &row.suspend, &naming)?;
+    let shape_index = shape.format_1_site_index;
     let mut cp = CheckpointRecord::new(
         run.clone(),
         seq,
         Cow::Owned(shape.site_key.into_owned()),
         shape.label.map(|l| Cow::Owned(l.into_owned())),
-        shape.site_index,
         loops,
         fields,
         data,
@@ -366,7 +366,7 @@ pub(in crate::store::sqlite) fn decode_checkpoint(
         cp = cp.with_schemas(owned_keys(shape.schemas));
     }
     if let Some(seal) = &row.checksum {
-        if let Err(mismatch) = verify_checksums(&cp, seal) {
+        if let Err(mismatch) = verify_stored_checksums(&cp, seal, Some(shape_index)) {
             let workflow = workflow_of(conn, ord);
             return Err(Fail::from(mismatch.to_error(&cp, workflow.as_deref())));
         }

@@ -110,7 +110,6 @@ mod tests {
             2,
             Cow::Borrowed("s"),
             None,
-            0,
             vec![],
             recs,
             data,

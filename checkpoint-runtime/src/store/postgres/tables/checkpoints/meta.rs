@@ -102,7 +102,6 @@ mod tests {
             3,
             Cow::Borrowed("site"),
             None,
-            1,
             vec![2, u64::MAX],
             vec![
                 FieldRecord {

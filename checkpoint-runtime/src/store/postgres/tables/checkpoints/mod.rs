@@ -14,7 +14,7 @@ use tokio_postgres::Row;
 
 use crate::store::integrity::{damaged_checkpoint, field_list};
 use crate::store::postgres::conn::{from_ts, get, to_i64, to_json, to_u64, ts, Cx};
-use crate::store::{checksums, verify_checksums, CheckpointRecord, FieldRecord, Suspend};
+use crate::store::{checksums, verify_stored_checksums, CheckpointRecord, FieldRecord, Suspend};
 use crate::Error;
 use segments::{Appended, RowPlan, Segments};
 
@@ -127,8 +127,8 @@ pub(in crate::store::postgres) fn decode_stored(
             )
         })?),
     };
-    let site_index =
-        u32::try_from(get::<i32>(row, at + 3)?).map_err(|_| bad(None, "site index"))?;
+    // Only a seal of format 1 covers it (see `CpRow::format_1_site_index`).
+    let format_1_site_index = u32::try_from(get::<i32>(row, at + 3)?).ok();
     let keys: Vec<Option<Cow<'static, str>>> =
         schemas.into_iter().map(|k| k.map(Cow::Owned)).collect();
     let cp = CheckpointRecord::new(
@@ -136,7 +136,6 @@ pub(in crate::store::postgres) fn decode_stored(
         seq,
         Cow::Owned(site_key.clone()),
         get::<Option<String>>(row, at + 2)?.map(Cow::Owned),
-        site_index,
         loops,
         fields,
         data,
@@ -145,7 +144,8 @@ pub(in crate::store::postgres) fn decode_stored(
     )
     .with_schemas(keys);
     if let Some(seal) = get::<Option<Vec<u8>>>(row, at + 13)? {
-        verify_checksums(&cp, &seal).map_err(|m| m.to_error(&cp, workflow))?;
+        verify_stored_checksums(&cp, &seal, format_1_site_index)
+            .map_err(|m| m.to_error(&cp, workflow))?;
     }
     Ok((cp, stored))
 }
@@ -258,7 +258,11 @@ pub(in crate::store::postgres) struct CpRow<'a> {
     seq: i64,
     site_key: &'a str,
     label: Option<&'a str>,
-    site_index: i32,
+    /// The `site_index` column: the site's 0-based index in its workflow's
+    /// site table, which seals of format 1 (before 2026-12-05) covered and
+    /// nothing else reads. Rows written since hold 0 (the column stays, so
+    /// that older rows keep it and older schemas take these inserts).
+    format_1_site_index: i32,
     /// See [`meta`].
     meta: Vec<u8>,
     data: &'a [u8],
@@ -295,15 +299,13 @@ impl<'a> CpRow<'a> {
             to_i64(f.len as u64, "field length")?;
         }
         let suspend = cp.suspend.as_ref().map(to_json).transpose()?;
-        let site_index = i32::try_from(cp.site_index)
-            .map_err(|_| Error::internal(format!("site index {} is too large", cp.site_index)))?;
         let checksum = checksums(cp);
         Ok(CpRow {
             run: &cp.run,
             seq: to_i64(cp.seq, "seq")?,
             site_key: &cp.site_key,
             label: cp.label.as_deref(),
-            site_index,
+            format_1_site_index: 0,
             meta: meta::encode(cp)?,
             data: &cp.data,
             suspend,
@@ -327,7 +329,7 @@ impl<'a> CpRow<'a> {
             &self.seq,
             &self.site_key,
             &self.label,
-            &self.site_index,
+            &self.format_1_site_index,
             &self.meta,
             &self.data,
             &self.suspend,
@@ -348,7 +350,7 @@ pub(in crate::store::postgres) struct CpColumns<'a> {
     pub(in crate::store::postgres) seq: Vec<i64>,
     pub(in crate::store::postgres) site_key: Vec<&'a str>,
     pub(in crate::store::postgres) label: Vec<Option<&'a str>>,
-    pub(in crate::store::postgres) site_index: Vec<i32>,
+    pub(in crate::store::postgres) format_1_site_index: Vec<i32>,
     pub(in crate::store::postgres) data: Vec<&'a [u8]>,
     pub(in crate::store::postgres) suspend: Vec<Option<&'a str>>,
     pub(in crate::store::postgres) created_at: Vec<i64>,
@@ -366,7 +368,7 @@ impl<'a> CpColumns<'a> {
         self.seq.push(row.seq);
         self.site_key.push(row.site_key);
         self.label.push(row.label);
-        self.site_index.push(row.site_index);
+        self.format_1_site_index.push(row.format_1_site_index);
         self.data.push(row.data);
         self.suspend.push(row.suspend.as_deref());
         self.created_at.push(row.created_at);
