@@ -315,6 +315,31 @@ impl RuntimeBuilder {
         let store = crate::store::open(url).await?;
         Ok(self.build(store))
     }
+
+    /// Like [`open`](RuntimeBuilder::open), but only a store that already
+    /// exists at this build's schema version: it never creates an SQLite
+    /// file, a PostgreSQL schema or their tables, and never upgrades them
+    /// ([`store::open_existing`](crate::store::open_existing)). For tools
+    /// that read or operate runs: a mistyped path is an
+    /// [`Error::Store`] saying it is "not a checkpoint store",
+    /// not an empty store, and a store of an older version stays as the
+    /// workers using it left it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::{Error, Runtime};
+    /// let opened = Runtime::builder().client_only().open_existing("no-such-store.db").await;
+    /// assert!(matches!(opened, Err(Error::Store { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_existing(mut self, url: &str) -> Result<Runtime, Error> {
+        if let Some(store) = self.store.take() {
+            return Ok(self.build(store));
+        }
+        let store = crate::store::open_existing(url).await?;
+        Ok(self.build(store))
+    }
 }
 
 impl Runtime {

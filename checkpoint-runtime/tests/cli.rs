@@ -1266,3 +1266,90 @@ async fn control_characters_in_stored_strings_reach_no_terminal() {
     let json = f.json(&["show", "hostile-1"]);
     assert!(json.to_string().contains("\\u001b"), "{json}");
 }
+
+/// The command line reads and operates stores; it never creates one nor
+/// changes a schema: an empty file, another program's database and a store
+/// of an older schema version are refused, byte for byte as they were.
+#[tokio::test]
+async fn commands_never_create_or_upgrade_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let other = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    conn.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY); PRAGMA user_version = 3;")
+        .unwrap();
+    drop(conn);
+    // A store of this version, then set back to look like one of version 1.
+    let older = dir.path().join("older.db");
+    drop(Runtime::open(older.to_str().unwrap()).await.unwrap());
+    let conn = rusqlite::Connection::open(&older).unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    drop(conn);
+
+    for (path, says) in [
+        (&empty, "not a checkpoint store"),
+        (&other, "not a checkpoint store"),
+        (&older, "has schema version 1, older than this build's"),
+    ] {
+        let before = std::fs::read(path).unwrap();
+        let store = path.to_str().unwrap();
+        for args in [
+            &["runs"][..],
+            &["signal", "r-1", "go", "1"],
+            &["cancel", "r-1"],
+        ] {
+            let out = cli(Some(store), args);
+            let err = expect_failure(&out, 1, args);
+            assert!(
+                err.contains("cannot open store") && err.contains(says),
+                "{args:?}: {err}"
+            );
+        }
+        assert_eq!(std::fs::read(path).unwrap(), before, "{store} changed");
+        let version: i64 = rusqlite::Connection::open(path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            version,
+            if path == &empty {
+                0
+            } else if path == &other {
+                3
+            } else {
+                1
+            }
+        );
+    }
+    let out = cli(Some(empty.to_str().unwrap()), &["--json", "runs"]);
+    let err = json_error(&expect_failure(&out, 1, &["--json", "runs"]));
+    assert_eq!(err["kind"], "cannot_open_store", "{err}");
+}
+
+/// On PostgreSQL, a schema without the tables is not created by a command.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn commands_never_create_a_postgres_schema() {
+    let base = std::env::var("CHECKPOINT_TEST_POSTGRES_URL").unwrap();
+    let schema = format!("cp_cli_absent_{}", std::process::id());
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={schema}");
+    let out = cli(Some(&url), &["runs"]);
+    if out.stderr.contains("has no PostgreSQL store") {
+        return; // a build of the tool without the `postgres` feature
+    }
+    let err = expect_failure(&out, 1, &["runs"]);
+    assert!(err.contains("not a checkpoint store"), "{err}");
+    let psql = Command::new("psql")
+        .args([base.as_str(), "-tAc"])
+        .arg(format!(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = '{schema}'"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "0");
+}

@@ -118,6 +118,39 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>, Error> {
     })
 }
 
+/// Like [`open`], but only a store that already exists at this build's
+/// schema version: never creates an SQLite file, a PostgreSQL schema or
+/// their tables, never upgrades them (see
+/// [`SqliteStore::open_existing`](sqlite::SqliteStore::open_existing) and
+/// `PostgresStore::open_existing`). What the command line opens stores with.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+/// use checkpoint_runtime::{store, Error};
+/// let err = store::open_existing("no-such-store.db").await.err().unwrap();
+/// assert!(matches!(err, Error::Store { .. }) && err.to_string().contains("not a checkpoint store"));
+/// assert!(!std::path::Path::new("no-such-store.db").exists());
+/// # Ok(()) }
+/// ```
+pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>, Error> {
+    Ok(match StoreUrl::parse(url)? {
+        StoreUrl::Memory => Arc::new(MemoryStore::new()),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open_existing(&url).await?),
+        #[cfg(feature = "sqlite")]
+        StoreUrl::Sqlite(path) => {
+            let store =
+                tokio::task::spawn_blocking(move || sqlite::SqliteStore::open_existing(path))
+                    .await
+                    .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
+            Arc::new(store)
+        }
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(url, &other)),
+    })
+}
+
 /// The error for a store whose backend this build leaves out (its cargo
 /// feature is off).
 #[allow(dead_code)]

@@ -4,7 +4,6 @@
 use std::io::Read;
 use std::time::SystemTime;
 
-use checkpoint_runtime::store::StoreUrl;
 use checkpoint_runtime::{
     CheckpointInfo, Error, FieldJson, RunFilter, RunInfo, Runtime, StatusKind,
 };
@@ -113,28 +112,16 @@ pub fn store_url(given: Option<String>) -> Result<String, CliError> {
     }
 }
 
-/// Opens the store at `url`. An SQLite file must already exist: the command
-/// line inspects stores, it does not create them (a mistyped path would
-/// otherwise show an empty store).
+/// Opens the store at `url`, which must already be a store of this build's
+/// schema version: the command line reads and operates stores, it never
+/// creates or upgrades them (a mistyped path would otherwise show an empty
+/// store, and an older command line would upgrade the store under its
+/// workers).
 pub async fn open(url: &str) -> Result<Runtime, CliError> {
-    // A URL that does not parse (an unknown `scheme://`) is left for
-    // opening to report.
-    if let Ok(StoreUrl::Sqlite(path)) = StoreUrl::parse(url) {
-        if !path.exists() {
-            return Err(CliError::new(
-                "cannot_open_store",
-                format!(
-                    "cannot open store `{url}`: the SQLite file `{}` does not exist",
-                    path.display()
-                ),
-            )
-            .with("url", url));
-        }
-    }
     Runtime::builder()
         .worker_id(CLI_WORKER)
         .client_only()
-        .open(url)
+        .open_existing(url)
         .await
         .map_err(|e| match e {
             Error::UnsupportedStore { .. } => CliError::from(e),

@@ -4,8 +4,11 @@
 //! Every command takes the store as `--store URL` (an SQLite file path or
 //! `sqlite://PATH`, `:memory:`, or `postgres://...`), or from the
 //! `CHECKPOINT_STORE` environment variable (`--store` wins; `--help` never
-//! shows the variable's value, which may hold a password). An SQLite file
-//! must exist: the tool never creates a store. `--json` prints
+//! shows the variable's value, which may hold a password). The store must
+//! exist, at this build's schema version: the tool never creates a store or
+//! its tables and never upgrades them (workers do), so an empty file,
+//! another program's database or an older store is refused ("not a
+//! checkpoint store", or the versions), left as it was. `--json` prints
 //! machine-readable JSON instead of aligned text, for every command. Times
 //! are RFC 3339 in UTC.
 //!

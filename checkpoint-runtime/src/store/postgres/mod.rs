@@ -291,7 +291,27 @@ impl PostgresStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn open(url: &str) -> Result<PostgresStore, Error> {
-        Self::open_target(Target::parse(url, None)?).await
+        Self::open_target(Target::parse(url, None)?, false).await
+    }
+
+    /// Opens the store at `url` only if its tables already exist, at this
+    /// build's schema version: never creates the schema or the tables, never
+    /// upgrades them. For tools that read or operate runs (the `checkpoint`
+    /// command line uses it): a database or schema without the tables is an
+    /// [`Error::Store`] saying it is "not a checkpoint store",
+    /// and tables of an older version are refused rather than upgraded under
+    /// the workers using them (a worker of this build upgrades them with
+    /// [`open`](PostgresStore::open)).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), checkpoint_runtime::Error> {
+    /// use checkpoint_runtime::store::postgres::PostgresStore;
+    /// let store = PostgresStore::open_existing("postgres://app@localhost/workflows").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn open_existing(url: &str) -> Result<PostgresStore, Error> {
+        Self::open_target(Target::parse(url, None)?, true).await
     }
 
     /// Like [`open`](PostgresStore::open), with the tables in PostgreSQL
@@ -305,10 +325,12 @@ impl PostgresStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn open_in_schema(url: &str, schema: &str) -> Result<PostgresStore, Error> {
-        Self::open_target(Target::parse(url, Some(schema))?).await
+        Self::open_target(Target::parse(url, Some(schema))?, false).await
     }
 
-    async fn open_target(target: Target) -> Result<PostgresStore, Error> {
+    /// Opens the store `target` names; `existing`: only if its tables are
+    /// there at this build's version (see [`open_existing`](Self::open_existing)).
+    async fn open_target(target: Target, existing: bool) -> Result<PostgresStore, Error> {
         let handle =
             tokio::runtime::Handle::try_current().map_err(|_| Error::UnsupportedStore {
                 url: target.shown.clone(),
@@ -319,6 +341,9 @@ impl PostgresStore {
         let side = Side::new(target.clone(), handle.clone());
         let schema = {
             let mut c = pool.get().await?;
+            if existing {
+                schema::check_existing(&mut c, target.schema.as_deref(), &target.shown).await?;
+            }
             schema::migrate(&mut c, target.schema.as_deref(), &target.shown)
                 .await
                 .map_err(|e| match e {

@@ -254,6 +254,56 @@ const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
+/// Checks, reading only, that the tables of a store at this build's version
+/// are in schema `schema` (else the first schema of the search path): an
+/// [`Error::Store`] saying what is there otherwise. After it,
+/// [`migrate`] finds nothing to do.
+pub(super) async fn check_existing(
+    conn: &mut Pooled<'_>,
+    schema: Option<&str>,
+    shown: &str,
+) -> Result<(), Error> {
+    let refuse = |reason: String| Error::store(format!("postgres: `{shown}`: {reason}"));
+    let mut cx = conn.plain();
+    let row = cx
+        .query_one(
+            "SELECT s.name, to_regclass(format('%I.cp_schema_version', s.name)) IS NOT NULL \
+             FROM (SELECT coalesce($1::text, current_schema()::text) AS name) s",
+            &[&schema],
+        )
+        .await?;
+    let (Some(name), true) = (get::<Option<String>>(&row, 0)?, get::<bool>(&row, 1)?) else {
+        return Err(refuse(format!(
+            "not a checkpoint store: schema `{}` holds none of its tables; a store is \
+             created by a worker opening it, never by a command that reads it (check \
+             the database and `?schema=`)",
+            schema.unwrap_or("(the search path's first)")
+        )));
+    };
+    // The connection's search path is the store's schema (see `connect`).
+    let version: Option<i32> = cx
+        .query_opt("SELECT version FROM cp_schema_version", &[])
+        .await?
+        .map(|row| get(&row, 0))
+        .transpose()?;
+    match version {
+        Some(v) if v == SCHEMA_VERSION => Ok(()),
+        Some(v) if v > SCHEMA_VERSION => Err(refuse(format!(
+            "the tables in schema `{name}` are at version {v}, newer than this build \
+             supports ({SCHEMA_VERSION}); upgrade checkpoint-runtime"
+        ))),
+        Some(v) => Err(refuse(format!(
+            "the tables in schema `{name}` are at version {v}, older than this build's \
+             {SCHEMA_VERSION}: commands that read or operate runs do not upgrade a \
+             store; a worker of this build upgrades it when it opens it (or use the \
+             command line of the version the workers run)"
+        ))),
+        None => Err(refuse(format!(
+            "not a checkpoint store: schema `{name}` has no schema version recorded"
+        ))),
+    }
+}
+
 /// Creates the PostgreSQL schema `schema` if asked to, then the tables, or
 /// upgrades them. Returns the name of the schema holding the tables.
 pub(super) async fn migrate(

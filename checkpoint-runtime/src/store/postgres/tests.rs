@@ -1069,7 +1069,7 @@ fn a_user_without_create_rights_uses_existing_tables() {
     let mut target = Target::parse(&db.url, Some(schema)).unwrap();
     target.config.user(&role);
     // The store (and its connections) is dropped before the role.
-    let load = match db.run(PostgresStore::open_target(target)) {
+    let load = match db.run(PostgresStore::open_target(target, false)) {
         Ok(s) => block_on(s.load_run("r")).map(|r| r.map(|r| r.id)),
         Err(e) => Err(e),
     };
@@ -3195,4 +3195,41 @@ fn renewing_many_leases_reads_their_runs_whatever_the_statistics_say() {
             "{mode}: renewing {n} leases made {produced} rows in its plan, over {runs} runs"
         );
     }
+}
+
+/// `open_existing` opens tables of this build's version as they are, and
+/// refuses (changing nothing) tables of an older version and a schema
+/// without them.
+#[test]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+fn open_existing_neither_creates_nor_upgrades() {
+    let Some(db) = Db::open("open_existing_neither_creates_nor_upgrades") else {
+        return;
+    };
+    let url = format!("{}{}schema={}", db.url, sep(&db.url), db.schema);
+    db.run(PostgresStore::open_existing(&url)).unwrap();
+    db.sql("UPDATE cp_schema_version SET version = 1");
+    let err = db.run(PostgresStore::open_existing(&url)).err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("at version 1, older than this build's"),
+        "{err}"
+    );
+    assert_eq!(db.sql_i64("SELECT version FROM cp_schema_version"), 1);
+    db.sql(&format!(
+        "UPDATE cp_schema_version SET version = {}",
+        schema::SCHEMA_VERSION
+    ));
+
+    let absent = fresh_schema();
+    let url = format!("{}{}schema={absent}", db.url, sep(&db.url));
+    let err = db.run(PostgresStore::open_existing(&url)).err().unwrap();
+    assert!(err.to_string().contains("not a checkpoint store"), "{err}");
+    let made = db.sql_i64(&format!(
+        "SELECT count(*) FROM pg_namespace WHERE nspname = '{absent}'"
+    ));
+    assert_eq!(made, 0);
 }

@@ -97,6 +97,7 @@ mod checkpoints;
 mod children;
 mod claim;
 mod error;
+mod existing;
 mod migrations;
 mod ops;
 mod poller;
@@ -281,6 +282,34 @@ impl SqliteStore {
                 poller_loop(poll_conn, changes, srx, baseline, fold, batch)
             })?);
         Ok(store)
+    }
+
+    /// Opens the store at `path` only if it already is one, of this build's
+    /// schema version: never creates the file or its tables, never changes
+    /// its schema. For tools that read or operate runs (the `checkpoint`
+    /// command line uses it): a mistyped path or an empty file is an
+    /// [`Error::Store`] saying it is "not a checkpoint store",
+    /// and a store of an older version is refused rather than upgraded
+    /// under the workers using it (a worker of this build upgrades it with
+    /// [`open`](SqliteStore::open)).
+    ///
+    /// ```
+    /// use checkpoint_runtime::{store::sqlite::SqliteStore, Error};
+    /// let path = std::env::temp_dir().join(format!("checkpoint-doc-existing-{}.db", std::process::id()));
+    /// let err = SqliteStore::open_existing(&path).unwrap_err();
+    /// assert!(err.to_string().contains("not a checkpoint store"), "{err}");
+    /// assert!(!path.exists()); // nothing was created
+    /// drop(SqliteStore::open(&path)?); // a worker creates it
+    /// let store = SqliteStore::open_existing(&path)?;
+    /// # drop(store);
+    /// # for ext in ["", "-wal", "-shm"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{ext}", path.to_string_lossy()));
+    /// # }
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
+        existing::check_existing(path.as_ref())?;
+        SqliteStore::open(path)
     }
 
     /// The path the store was opened with.
