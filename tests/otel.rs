@@ -84,6 +84,26 @@ fn a_resumed_run_joins_the_trace_it_was_started_in() {
             "every execution is in the request's trace"
         );
     }
+    // Numbers stay numbers, each field once; a fresh start and a resume
+    // each say so at INFO.
+    use opentelemetry::Value;
+    for (span, from_seq, event) in [(runs[0], 0, "started"), (runs[1], 2, "resumed")] {
+        let value = |key: &str| {
+            let found: Vec<&Value> = span
+                .attributes
+                .iter()
+                .filter(|kv| kv.key.as_str() == key)
+                .map(|kv| &kv.value)
+                .collect();
+            assert_eq!(found.len(), 1, "{key} in {:?}", span.attributes);
+            found[0].clone()
+        };
+        assert_eq!(value("attempt"), Value::I64(1));
+        assert_eq!(value("version"), Value::I64(1));
+        assert_eq!(value("from_seq"), Value::I64(from_seq));
+        let events: Vec<&str> = span.events.iter().map(|e| e.name.as_ref()).collect();
+        assert!(events.contains(&event), "{events:?}");
+    }
     let request = spans
         .iter()
         .find(|s| s.name == "POST /vendors")

@@ -677,7 +677,6 @@ async fn drive(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
         &run.id,
         claimed.run.attempt,
         &rt.env.worker,
-        claimed.run.version,
         claimed.checkpoint.as_ref().map_or(0, |cp| cp.seq),
     );
     if let Some(propagation) = &rt.env.trace {
@@ -704,9 +703,12 @@ async fn drive_in_span(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
         .await;
     let end = match picked {
         None => End::Halted(Halt::Shutdown),
-        Some(Err(refusal)) => End::Halted(Halt::Park(refusal)),
+        Some(Err(refusal)) => {
+            observe::record_version(&tracing::Span::current(), claimed.run.version);
+            End::Halted(Halt::Park(refusal))
+        }
         Some(Ok(launcher)) => {
-            tracing::Span::current().record("version", launcher.version());
+            observe::record_version(&tracing::Span::current(), launcher.version());
             if claimed.checkpoint.is_none() && claimed.run.attempt > 1 {
                 let _ = rt
                     .env

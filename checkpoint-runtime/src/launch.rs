@@ -135,6 +135,7 @@ impl<W: Workflow> Launcher for WorkflowLauncher<W> {
                 Ok(i) => i,
                 Err(e) => return Launch::Refuse(Halt::Park(input_error::<W>(&run.id, e))),
             };
+            crate::observe::started();
             let fut = wf.run(Frame::start(run.clone(), W::SITES), Some(input));
             return Launch::Run(finish_future::<W>(run, fut));
         };

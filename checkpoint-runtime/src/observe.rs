@@ -4,8 +4,12 @@
 //! three calls into the no-op recorder.
 //!
 //! **Spans.** Each execution of a run is one `checkpoint.run` span, with
-//! the fields `workflow`, `run`, `attempt`, `worker`, `version` and
-//! `from_seq` (the checkpoint it resumes from, 0 for a fresh start). With
+//! the fields `workflow`, `run`, `attempt`, `worker`, `version` (the
+//! workflow version executing it, recorded once the code is picked) and
+//! `from_seq` (the checkpoint it resumes from, 0 for a fresh start).
+//! Numbers are recorded as signed 64-bit integers, which OpenTelemetry
+//! exporters keep as numbers (`tracing-opentelemetry` turns unsigned ones
+//! into strings). With
 //! a [`TracePropagation`] set on the runtime
 //! ([`RuntimeBuilder::trace_propagation`](crate::RuntimeBuilder::trace_propagation)),
 //! a run stores the trace context it was started in and every execution's
@@ -15,6 +19,7 @@
 //!
 //! | event | level | fields |
 //! |---|---|---|
+//! | `started` | info | (a fresh start, or a restart before the first checkpoint) |
 //! | `checkpoint saved` | debug | `site`, `seq`, `bytes`, `commit_us` |
 //! | `resumed` | info | `from_seq` |
 //! | `suspended` | info | |
@@ -78,7 +83,6 @@ pub(crate) fn run_span(
     run: &str,
     attempt: u32,
     worker: &str,
-    version: u32,
     from_seq: u64,
 ) -> tracing::Span {
     // `&'static str` labels: nothing is allocated when no recorder is set.
@@ -88,11 +92,27 @@ pub(crate) fn run_span(
         "checkpoint.run",
         workflow,
         run,
-        attempt,
+        attempt = i64::from(attempt),
         worker,
-        version,
-        from_seq
+        version = tracing::field::Empty,
+        from_seq = number(from_seq)
     )
+}
+
+/// Records the workflow version executing the run on its span (once: a
+/// field recorded twice shows twice).
+pub(crate) fn record_version(span: &tracing::Span, version: u32) {
+    span.record("version", i64::from(version));
+}
+
+/// `n` as the `i64` a span or event records (see the module doc).
+fn number(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+/// The run starts from its beginning (no checkpoint to resume from).
+pub(crate) fn started() {
+    tracing::info!(target: "checkpoint", "started");
 }
 
 /// A checkpoint was stored durably in `commit`.
@@ -106,9 +126,9 @@ pub(crate) fn checkpoint_saved(
     tracing::debug!(
         target: "checkpoint",
         site,
-        seq,
-        bytes,
-        commit_us = commit.as_micros() as u64,
+        seq = number(seq),
+        bytes = number(bytes),
+        commit_us = number(commit.as_micros()),
         "checkpoint saved"
     );
     metrics::counter!("checkpoint_checkpoints_total", "workflow" => workflow).increment(1);
@@ -118,7 +138,7 @@ pub(crate) fn checkpoint_saved(
 
 /// The run was resumed from checkpoint `from_seq`, before its user code.
 pub(crate) fn resumed(from_seq: u64) {
-    tracing::info!(target: "checkpoint", from_seq, "resumed");
+    tracing::info!(target: "checkpoint", from_seq = number(from_seq), "resumed");
 }
 
 /// A halt on `err` that ends the execution without a write of its own.

@@ -194,6 +194,7 @@ fn each_execution_is_a_span_with_its_events_and_metrics() {
     assert_eq!(
         names,
         [
+            "started",
             "checkpoint saved",
             "checkpoint saved",
             "checkpoint saved",
