@@ -362,7 +362,9 @@ impl Frame {
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
         let name = name.to_owned();
-        let deadline = SystemTime::now().checked_add(timeout);
+        // Durable time: the runtime's clock (a test clock in tests).
+        let clock = self.run.env.clock.clone();
+        let deadline = clock.now().checked_add(timeout);
         let payload = self.note_payload_type::<T>(site);
         let suspend = Suspend::Waiting {
             signal: name.clone(),
@@ -378,7 +380,7 @@ impl Frame {
             if let Some(v) = self.try_take::<T>(&name).await {
                 return Some(v);
             }
-            if deadline.is_some_and(|d| d <= SystemTime::now()) {
+            if deadline.is_some_and(|d| d <= clock.now()) {
                 let timed_out = self
                     .run
                     .env
@@ -406,7 +408,9 @@ impl Frame {
     where
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
-        let now = SystemTime::now();
+        // Durable time: the runtime's clock (a test clock in tests).
+        let clock = self.run.env.clock.clone();
+        let now = clock.now();
         // An unrepresentable deadline is as good as "never": cap it at ~100 years.
         let until = now
             .checked_add(duration)
@@ -419,7 +423,7 @@ impl Frame {
         let prepared = self.prepare(site, loops, fields, Some(suspend));
         async move {
             self.commit(prepared).await;
-            if until <= SystemTime::now() {
+            if until <= clock.now() {
                 let woke = self
                     .run
                     .env

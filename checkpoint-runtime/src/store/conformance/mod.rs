@@ -274,6 +274,7 @@ pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
         limit: 10,
         only: None,
         revisit_parked: false,
+        clock_now: SystemTime::now(),
     }
 }
 
