@@ -250,9 +250,9 @@ impl RuntimeBuilder {
     /// use checkpoint_runtime::prelude::*;
     ///
     /// #[workflow]
-    /// async fn reminder(ctx: &Ctx) -> &'static str {
+    /// async fn reminder(ctx: &Ctx) -> String {
     ///     ctx.sleep(Duration::from_secs(7 * 86_400)).await;
-    ///     "a week later"
+    ///     "a week later".to_owned()
     /// }
     ///
     /// # #[tokio::main(flavor = "current_thread")]

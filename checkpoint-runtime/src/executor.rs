@@ -624,7 +624,9 @@ impl Inner {
                         failures = 0;
                     }
                     Wakeup {
-                        lease: Some(SystemTime::now() + Duration::from_millis(50 << failures.min(6))),
+                        lease: Some(
+                            SystemTime::now() + Duration::from_millis(50 << failures.min(6)),
+                        ),
                         timer: None,
                     }
                 }

@@ -235,7 +235,9 @@ impl<W: Workflow> WorkflowHandle<W> {
                 continue;
             }
             let wait = match wait_until {
-                Some(Wait::Lease(t)) => t.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO),
+                Some(Wait::Lease(t)) => t
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO),
                 Some(Wait::Timer(t)) => t.duration_since(clock.now()).unwrap_or(Duration::ZERO),
                 None => RESULT_POLL,
             }

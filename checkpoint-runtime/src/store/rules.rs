@@ -267,7 +267,11 @@ pub fn timer(state: &RunState) -> Option<SystemTime> {
 /// [`timer`] when it is later than `after` and the run is under no lease
 /// (a leased run's timer counts once its lease is gone, and the lease's
 /// expiry is a wake-up of its own).
-pub fn timer_after(state: &RunState, lease: Option<&LeaseInfo>, after: SystemTime) -> Option<SystemTime> {
+pub fn timer_after(
+    state: &RunState,
+    lease: Option<&LeaseInfo>,
+    after: SystemTime,
+) -> Option<SystemTime> {
     if lease.is_some() {
         return None;
     }

@@ -60,8 +60,9 @@ impl PostgresStore {
         let instance: &str = &req.instance;
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-            [&now_i, &worker, &instance, &workflows, &req.only, &limit, &clock_i];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &now_i, &worker, &instance, &workflows, &req.only, &limit, &clock_i,
+        ];
         let own = req.only.is_some() || self.own_due(worker, instance);
         if req.only.is_some() || self.unregistered_due() {
             for row in cx.query(UNREGISTERED, &params).await? {

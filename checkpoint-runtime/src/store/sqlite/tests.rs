@@ -401,7 +401,12 @@ fn signals_wake_waiting_runs_exactly_once() {
 #[test]
 fn timers_and_deadlines_make_runs_claimable() {
     let (_dir, store) = open();
-    assert_eq!(block_on(store.next_wakeup(SystemTime::UNIX_EPOCH)).unwrap().earliest(), None);
+    assert_eq!(
+        block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        None
+    );
     new_run(&store, "sleeper");
     new_run(&store, "waiter");
     let soon = SystemTime::now() + Duration::from_millis(300);
@@ -424,7 +429,12 @@ fn timers_and_deadlines_make_runs_claimable() {
         // The lease is still held: the wake-up is its expiry or earlier.
         block_on(store.release(&c.run.id, &c.lease, Release::Suspend)).unwrap();
     }
-    assert_eq!(block_on(store.next_wakeup(SystemTime::UNIX_EPOCH)).unwrap().earliest(), Some(soon));
+    assert_eq!(
+        block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        Some(soon)
+    );
     assert!(block_on(store.claim(&req("w", "i")))
         .unwrap()
         .claimed
@@ -443,7 +453,10 @@ fn timers_and_deadlines_make_runs_claimable() {
         })
     );
     // Both are leased now: the next wake-up is a lease expiry.
-    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH)).unwrap().earliest().unwrap();
+    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     assert!(next > SystemTime::now() + Duration::from_secs(20));
 }
 
@@ -2356,7 +2369,10 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         ))
         .unwrap();
     }
-    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH)).unwrap().earliest().unwrap();
+    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     // No later than the deadlines set: the short leases expire before them,
     // unless setting up took longer than a lease (on a loaded machine),
     // and then the deadlines themselves come first.
