@@ -110,6 +110,7 @@ macro_rules! conformance_tests {
                 suspend_waits_for_a_signal,
                 a_parked_run_keeps_its_wake_and_is_taken_only_by_name,
                 sleeping_run_is_claimed_when_due,
+                timers_are_due_on_the_claims_clock,
                 take_signal_consumes_the_oldest,
                 reject_signal_returns_to_waiting,
                 time_out_wakes_with_timed_out,
@@ -215,6 +216,10 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "sleeping_run_is_claimed_when_due",
         sleeping_run_is_claimed_when_due,
+    ),
+    (
+        "timers_are_due_on_the_claims_clock",
+        timers_are_due_on_the_claims_clock,
     ),
     (
         "take_signal_consumes_the_oldest",
