@@ -3038,13 +3038,13 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     let now = crate::store::sql::ts(SystemTime::now());
     let claim = db.blocks_read(
         tables::runs::CLAIM,
-        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false"),
+        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false, {now}"),
     );
     let unregistered = db.blocks_read(
         tables::runs::UNREGISTERED,
-        &format!("{now}, 'z', '1', '{{other}}', NULL, 10"),
+        &format!("{now}, 'z', '1', '{{other}}', NULL, 10, {now}"),
     );
-    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, "");
+    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, &now.to_string());
     eprintln!(
         "{pages} pages; read: claim {claim}, unregistered {unregistered}, next wake-up {wakeup}"
     );
