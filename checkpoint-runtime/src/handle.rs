@@ -155,6 +155,10 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// - a cancelled run gives [`Error::Cancelled`];
     /// - a run the runtime failed gives that error (for example
     ///   [`Error::Panicked`]);
+    /// - on a runtime whose clock skips ([`TestClock::new`](crate::TestClock::new)),
+    ///   a run waiting for a timer lets time jump: the runtime runs until
+    ///   it is idle, skipping to each earliest timer, as
+    ///   [`Runtime::run_until_idle`](crate::Runtime::run_until_idle) does;
     /// - a run parked because this runtime's code cannot resume its latest
     ///   checkpoint ([`Status::Incompatible`](crate::Status::Incompatible))
     ///   gives the refusal ([`Error::Incompatible`], [`Error::Decode`]) once
