@@ -60,6 +60,13 @@ async fn approval(ctx: &Ctx, days: u64) -> Option<bool> {
     answer
 }
 
+#[workflow]
+async fn parent(ctx: &Ctx, days: u64) -> u64 {
+    let kid = ctx.spawn(nap, "kid", days).await;
+    let outs = ctx.join_all(vec![kid]).await;
+    outs.into_iter().map(|o| o.unwrap_or(0)).sum()
+}
+
 /// Fails the test instead of hanging when the clock does not move.
 async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), f)
@@ -93,6 +100,7 @@ async fn runtime(url: &str, clock: &TestClock, fired: Option<&Fired>) -> Runtime
     let rt = builder.open(url).await.expect("the store opens");
     rt.register(nap);
     rt.register(approval);
+    rt.register(parent);
     rt
 }
 
@@ -192,6 +200,16 @@ async fn advance_fires_only_the_timers_due(url: &str) {
     assert_eq!(clock.now(), fired.start + DAY * 4);
 }
 
+/// A child's 30-day sleep skips while its parent joins it.
+async fn a_childs_timer_skips_while_its_parent_joins(url: &str) {
+    let clock = TestClock::new();
+    let start = clock.now();
+    let rt = runtime(url, &clock, None).await;
+    let h = rt.start(parent, "parent", 30).await.unwrap();
+    assert_eq!(within(h.result()).await.unwrap(), 30);
+    assert_eq!(clock.now(), start + DAY * 30);
+}
+
 /// One `#[tokio::test]` per case and store (PostgreSQL only with
 /// `CHECKPOINT_TEST_POSTGRES_URL`; skipped with a note otherwise).
 macro_rules! on_every_store {
@@ -234,6 +252,7 @@ on_every_store!(
     a_signal_before_the_deadline_wins,
     timers_fire_in_deadline_order,
     advance_fires_only_the_timers_due,
+    a_childs_timer_skips_while_its_parent_joins,
 );
 
 /// The crash harness on virtual time: a 30-day timeout, crashed at every
@@ -256,5 +275,15 @@ async fn the_crash_harness_runs_a_30_day_timeout_on_virtual_time() {
     .await;
     assert_eq!(out, Some(true));
     let out = within(Harness::new(nap).input(30).virtual_time().assert_exact()).await;
+    assert_eq!(out, 30);
+    // A child's timer, while the parent joins it.
+    let out = within(
+        Harness::new(parent)
+            .register(nap)
+            .input(30)
+            .virtual_time()
+            .assert_exact(),
+    )
+    .await;
     assert_eq!(out, 30);
 }

@@ -156,8 +156,8 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// - a run the runtime failed gives that error (for example
     ///   [`Error::Panicked`]);
     /// - on a runtime whose clock skips ([`TestClock::new`](crate::TestClock::new)),
-    ///   a run waiting for a timer lets time jump: the runtime runs until
-    ///   it is idle, skipping to each earliest timer, as
+    ///   waiting lets time jump: the runtime runs until it is idle,
+    ///   skipping to each earliest timer (the run's, its children's), as
     ///   [`Runtime::run_until_idle`](crate::Runtime::run_until_idle) does;
     /// - a run parked because this runtime's code cannot resume its latest
     ///   checkpoint ([`Status::Incompatible`](crate::Status::Incompatible))
@@ -229,14 +229,15 @@ impl<W: Workflow> WorkflowHandle<W> {
             // Executions happen in the background; this only waits.
             inner.ensure_background();
             let clock = &inner.env.clock;
-            if let (Some(Wait::Timer(_)), true) = (wait_until, inner.clock_skips()) {
-                // On a clock that skips (a test clock), waiting for a timer
+            if inner.clock_skips() {
+                // On a clock that skips (a test clock), waiting for a result
                 // is what lets time jump: the runtime runs until it is idle,
-                // skipping to each earliest timer (see `TestClock`). Its
+                // skipping to each earliest timer (see `TestClock`): this
+                // run's, or a child's it joins. Its
                 // errors are those of other runs; this run's outcome is
-                // read from the store.
+                // read from the store. Then the wait below returns at once
+                // if the run changed (or its timer is due), and never spins.
                 let _ = inner.run_until_idle().await;
-                continue;
             }
             let wait = match wait_until {
                 Some(Wait::Lease(t)) => t

@@ -66,7 +66,7 @@ mod records;
 #[cfg(feature = "backend-kit")]
 pub mod rules;
 #[cfg(not(feature = "backend-kit"))]
-mod rules;
+pub(crate) mod rules;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]

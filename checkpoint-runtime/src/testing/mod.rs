@@ -69,7 +69,7 @@ use crate::clock::TestClock;
 use crate::run::{lock, Resources};
 use crate::runtime::Runtime;
 use crate::status::RunFilter;
-use crate::store::{MemoryStore, RunState, Store, JOIN_SIGNAL_PREFIX};
+use crate::store::{rules, MemoryStore, RunState, Store, JOIN_SIGNAL_PREFIX};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
@@ -598,16 +598,15 @@ impl<W: Workflow> Harness<W> {
                     None => SystemTime::now() + Duration::from_millis(5),
                 },
             };
-            // A timer, on virtual time: it fires now (`run_until_idle`
-            // took every run as far as it goes, and the scripted signals
-            // were delivered first).
-            let timer = matches!(
-                run.state,
-                RunState::Sleeping { .. } | RunState::Waiting { .. }
-            ) && !matches!(&run.state, RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX));
-            if let (Some(clock), true) = (clock, timer) {
-                clock.advance_to(wait_until);
-                continue;
+            // On virtual time, the earliest timer of any run of the check
+            // (this one's, or a child's it joins) fires now:
+            // `run_until_idle` took every run as far as it goes, and the
+            // scripted signals were delivered first.
+            if let Some(clock) = clock {
+                if let Some(t) = self.next_timer(rt, clock.now()).await? {
+                    clock.advance_to(t);
+                    continue;
+                }
             }
             let wait = wait_until
                 .duration_since(SystemTime::now())
@@ -615,6 +614,26 @@ impl<W: Workflow> Harness<W> {
                 .max(Duration::from_millis(1));
             tokio::time::sleep(wait.min(self.timeout)).await;
         }
+    }
+
+    /// The earliest timer later than `after` of the check's runs (the run
+    /// and its children), whoever holds them: after a simulated crash, the
+    /// crashed runtime's lease is still on the run, and the runtime that
+    /// resumes it (a newer instance of its worker) takes it once it is due.
+    async fn next_timer(
+        &self,
+        rt: &Runtime,
+        after: SystemTime,
+    ) -> Result<Option<SystemTime>, Error> {
+        let runs = rt
+            .store()
+            .list_runs(&RunFilter::new().id_prefix(&self.run_id))
+            .await?;
+        Ok(runs
+            .iter()
+            .filter_map(|r| rules::timer(&r.state))
+            .filter(|t| *t > after)
+            .min())
     }
 
     /// Starts the run on `rt`.
