@@ -280,6 +280,7 @@ fn claim_req(worker: &str, ttl: Duration) -> ClaimRequest {
         limit: 1,
         only: None,
         revisit_parked: false,
+        clock_now: SystemTime::now(),
     }
 }
 

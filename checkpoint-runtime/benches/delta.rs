@@ -89,6 +89,7 @@ fn build(store: &SqliteStore, n: usize) {
         limit: 1,
         only: Some(id.clone()),
         revisit_parked: false,
+        clock_now: SystemTime::now(),
     }))
     .expect("claim");
     let lease = claimed.claimed[0].lease.clone();

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::{Clock, SystemClock};
 use crate::executor::{Engine, Inner, InnerConfig};
 use crate::observe::TracePropagation;
 use crate::run::Resources;
@@ -49,6 +50,7 @@ pub struct RuntimeBuilder {
     save_hook: Option<Arc<dyn SaveHook>>,
     client_only: bool,
     trace: Option<Arc<dyn TracePropagation>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -62,6 +64,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("resources", &self.resources.len())
             .field("client_only", &self.client_only)
             .field("trace_propagation", &self.trace.is_some())
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -79,6 +82,7 @@ impl Default for RuntimeBuilder {
             save_hook: None,
             client_only: false,
             trace: None,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -234,6 +238,36 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The clock of durable time (default [`SystemClock`]): the deadlines
+    /// `ctx.sleep` and `ctx.wait_for_timeout` store and when they are due.
+    /// Tests give a [`TestClock`](crate::TestClock), on which timers fire at
+    /// once, in deadline order, or when the test advances it. Leases stay
+    /// on the system's time (see [`crate::clock`]). Every runtime on one
+    /// store should use the same clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use checkpoint_runtime::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn reminder(ctx: &Ctx) -> String {
+    ///     ctx.sleep(Duration::from_secs(7 * 86_400)).await;
+    ///     "a week later".to_owned()
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let clock = TestClock::new();
+    /// let rt = Runtime::builder().clock(clock.clone()).in_memory();
+    /// let h = rt.start(reminder, "r", ()).await?;
+    /// assert_eq!(h.result().await?, "a week later");
+    /// # Ok(()) }
+    /// ```
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// Installs a hook around checkpoint writes (a simulated crash; see
     /// [`SimulatedCrash::install`](crate::testing::SimulatedCrash::install)).
     pub(crate) fn save_hook(mut self, hook: Arc<dyn SaveHook>) -> Self {
@@ -265,6 +299,7 @@ impl RuntimeBuilder {
                 save_hook: self.save_hook,
                 client_only: self.client_only,
                 trace: self.trace,
+                clock: self.clock,
             }))),
         }
     }

@@ -25,7 +25,7 @@ use crate::lease_keeper::{ActiveRuns, LeaseKeeper};
 use crate::observe;
 use crate::registry::Registry;
 use crate::run::{lock, Halt, Resources, RunEnv, RunShared};
-use crate::store::{ClaimRequest, Claimed, Outcome, Release, Store};
+use crate::store::{ClaimRequest, Claimed, Outcome, Release, Store, Wakeup};
 use crate::testing::crash::SaveHook;
 use crate::workflow::Workflow;
 use crate::Error;
@@ -138,6 +138,7 @@ pub(crate) struct InnerConfig {
     pub(crate) save_hook: Option<Arc<dyn SaveHook>>,
     pub(crate) client_only: bool,
     pub(crate) trace: Option<Arc<dyn crate::observe::TracePropagation>>,
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl Inner {
@@ -154,6 +155,7 @@ impl Inner {
                 save_hook: cfg.save_hook,
                 trace: cfg.trace,
                 registry: registry.clone(),
+                clock: cfg.clock,
             }),
             instance: Arc::from(new_instance_id()),
             // Bounded so that lease arithmetic on times never overflows.
@@ -292,6 +294,7 @@ impl Inner {
             limit: capacity,
             only: only.map(str::to_owned),
             revisit_parked,
+            clock_now: self.env.clock.now(),
         };
         // The store computes the leases' expiry after this, never before.
         let asked = std::time::Instant::now();
@@ -426,11 +429,36 @@ impl Inner {
                     && self.active_count() == 0
                     && self.ended.load(Ordering::Acquire) == ended
                 {
+                    // Idle. On a clock that skips (a test clock), time
+                    // jumps to the earliest timer ahead, and that run goes
+                    // on: timers fire at once, in deadline order.
+                    if self.skip_to_next_timer().await? {
+                        continue;
+                    }
                     return Ok(());
                 }
             }
             self.wait_change(&mut store_rx, &mut local_rx, POLL).await;
         }
+    }
+
+    /// On a clock that [skips](crate::Clock::skips), with nothing to run:
+    /// moves the clock to the earliest timer ahead of it, if any, and says
+    /// whether it did.
+    async fn skip_to_next_timer(&self) -> Result<bool, Error> {
+        let clock = &self.env.clock;
+        if !clock.skips() {
+            return Ok(false);
+        }
+        let next = self.env.store.next_wakeup(clock.now()).await?;
+        Ok(next.timer.is_some_and(|t| clock.skip_to(t)))
+    }
+
+    /// Whether this runtime's clock skips to the earliest timer when it
+    /// waits with nothing to run (a test clock), so that a handle waiting
+    /// for a run's result drives the runtime (see `WorkflowHandle::result`).
+    pub(crate) fn clock_skips(&self) -> bool {
+        self.env.clock.skips() && !self.client_only
     }
 
     /// Starts the worker loop in the background, once: on a runtime that
@@ -556,9 +584,9 @@ impl Inner {
                 // throughput case.)
                 let changed = |rx: &watch::Receiver<u64>| rx.has_changed().unwrap_or(false);
                 if changed(&store_rx) || changed(&local_rx) {
-                    return Ok(None);
+                    return Ok(Wakeup::default());
                 }
-                self.env.store.next_wakeup().await
+                self.env.store.next_wakeup(self.env.clock.now()).await
             };
             // Failures are reported on stderr (the 1st, 2nd, 4th, 8th ... in
             // a row), and so is the first success after them:
@@ -595,21 +623,36 @@ impl Inner {
                         self.report(e);
                         failures = 0;
                     }
-                    Some(SystemTime::now() + Duration::from_millis(50 << failures.min(6)))
+                    Wakeup {
+                        lease: Some(
+                            SystemTime::now() + Duration::from_millis(50 << failures.min(6)),
+                        ),
+                        timer: None,
+                    }
                 }
             };
-            // A time already past belongs to a run this worker could not take
-            // (not registered here, or no free slot: a slot freeing up notifies).
+            // A lease expiry already past belongs to a run this worker
+            // could not take (not registered here, or no free slot: a slot
+            // freeing up notifies). Leases are on the system's time; the
+            // next timer is on the runtime's clock, waited for on it (a
+            // test clock's time comes when the test moves it).
             let now = SystemTime::now();
-            let wait = match next {
+            let wait = match next.lease {
                 Some(t) if t > now => t
                     .duration_since(now)
                     .unwrap_or(Duration::ZERO)
                     .min(POLL * 4),
                 _ => POLL * 4,
             };
+            let timer = async {
+                match next.timer {
+                    Some(t) => self.env.clock.wait_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = self.wait_change(&mut store_rx, &mut local_rx, wait) => {}
+                _ = timer => {}
                 _ = shutdown_rx.changed() => {}
             }
         }

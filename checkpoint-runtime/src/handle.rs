@@ -72,6 +72,14 @@ impl<W: Workflow> std::fmt::Debug for WorkflowHandle<W> {
 /// How long `result()` sleeps between checks when nothing notifies it.
 const RESULT_POLL: Duration = Duration::from_millis(250);
 
+/// What a run [`WorkflowHandle::result`] waits for may wait for: a timer
+/// (the runtime's clock) or another execution's lease (the system's time).
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Timer(SystemTime),
+    Lease(SystemTime),
+}
+
 impl<W: Workflow> WorkflowHandle<W> {
     pub(crate) fn new(rt: Arc<Engine>, workflow: W, id: &str) -> Self {
         WorkflowHandle {
@@ -147,6 +155,10 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// - a cancelled run gives [`Error::Cancelled`];
     /// - a run the runtime failed gives that error (for example
     ///   [`Error::Panicked`]);
+    /// - on a runtime whose clock skips ([`TestClock::new`](crate::TestClock::new)),
+    ///   waiting lets time jump: the runtime runs until it is idle,
+    ///   skipping to each earliest timer (the run's, its children's), as
+    ///   [`Runtime::run_until_idle`](crate::Runtime::run_until_idle) does;
     /// - a run parked because this runtime's code cannot resume its latest
     ///   checkpoint ([`Status::Incompatible`](crate::Status::Incompatible))
     ///   gives the refusal ([`Error::Incompatible`], [`Error::Decode`]) once
@@ -205,9 +217,10 @@ impl<W: Workflow> WorkflowHandle<W> {
                         run: self.id.to_string(),
                     })
                 }
-                RunState::Sleeping { until } => Some(*until),
-                RunState::Waiting { deadline, .. } => *deadline,
-                RunState::Ready => run.lease.as_ref().map(|l| l.expires_at),
+                // A timer is on the runtime's clock, a lease on the system's.
+                RunState::Sleeping { until } => Some(Wait::Timer(*until)),
+                RunState::Waiting { deadline, .. } => deadline.map(Wait::Timer),
+                RunState::Ready => run.lease.as_ref().map(|l| Wait::Lease(l.expires_at)),
             };
             if !inner.client_only && !inner.is_registered(W::NAME) {
                 // The handle knows the workflow: make it executable here.
@@ -215,16 +228,35 @@ impl<W: Workflow> WorkflowHandle<W> {
             }
             // Executions happen in the background; this only waits.
             inner.ensure_background();
-            let wait = wait_until
-                .map(|t| {
-                    t.duration_since(SystemTime::now())
-                        .unwrap_or(Duration::ZERO)
-                })
-                .unwrap_or(RESULT_POLL)
-                .clamp(Duration::from_millis(5), RESULT_POLL);
+            let clock = &inner.env.clock;
+            if inner.clock_skips() {
+                // On a clock that skips (a test clock), waiting for a result
+                // is what lets time jump: the runtime runs until it is idle,
+                // skipping to each earliest timer (see `TestClock`): this
+                // run's, or a child's it joins. Its
+                // errors are those of other runs; this run's outcome is
+                // read from the store. Then the wait below returns at once
+                // if the run changed (or its timer is due), and never spins.
+                let _ = inner.run_until_idle().await;
+            }
+            let wait = match wait_until {
+                Some(Wait::Lease(t)) => t
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO),
+                Some(Wait::Timer(t)) => t.duration_since(clock.now()).unwrap_or(Duration::ZERO),
+                None => RESULT_POLL,
+            }
+            .clamp(Duration::from_millis(5), RESULT_POLL);
+            let timer = async {
+                match wait_until {
+                    Some(Wait::Timer(t)) => clock.wait_until(t).await,
+                    _ => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = store_rx.changed() => {}
                 _ = local_rx.changed() => {}
+                _ = timer => {}
                 _ = tokio::time::sleep(wait) => {}
             }
         }

@@ -76,7 +76,10 @@
 //!   A payload that does not decode as the awaited type is rejected (an
 //!   [`Event::SignalRejected`] in the history) and the run keeps waiting.
 //! - **Timers** (`ctx.sleep`, `ctx.wait_for_timeout`) are durable: the run is
-//!   suspended and resumed by any worker once due.
+//!   suspended and resumed by any worker once due, by the runtime's
+//!   [`Clock`]. Tests give the runtime a [`TestClock`]
+//!   ([`RuntimeBuilder::clock`], [`testing::Harness::virtual_time`]): timers
+//!   then fire at once, in deadline order, or when the test advances it.
 //! - **Workers and leases.** A claimed run is leased to its worker and the
 //!   lease is renewed while it executes; another worker takes it over when the
 //!   lease expires, and every write is fenced by an epoch so the old worker can
@@ -107,7 +110,8 @@
 //! feature (off by default) the module `http`: a JSON API and a web page
 //! over a store as one axum router, which `checkpoint serve` serves.
 //!
-//! Modules: [`store`] (the storage boundary and its backends), [`testing`]
+//! Modules: [`store`] (the storage boundary and its backends), [`clock`]
+//! (durable time, and what stays on real time), [`testing`]
 //! (a harness that crashes a workflow after every checkpoint and checks that
 //! it resumes to the same result), `http` (feature `http`) and `json` (the
 //! JSON shapes the command line and the HTTP API share; features `cli` or
@@ -118,6 +122,7 @@
 mod abi;
 mod builder;
 mod child;
+pub mod clock;
 mod codec;
 mod compatibility;
 mod conclude;
@@ -152,6 +157,7 @@ mod workflow;
 
 pub use builder::{RuntimeBuilder, DEFAULT_CONCURRENCY, DEFAULT_WORKER_ID};
 pub use child::{Child, ChildError};
+pub use clock::{Clock, SystemClock, TestClock};
 pub use compatibility::Incompatibility;
 pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
@@ -174,9 +180,9 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CheckpointInfo, Child, ChildError, Ctx, Error, Event, FieldInfo,
-        FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status, StatusKind,
-        Workflow, WorkflowHandle,
+        checkpoint, workflow, CheckpointInfo, Child, ChildError, Clock, Ctx, Error, Event,
+        FieldInfo, FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status,
+        StatusKind, SystemClock, TestClock, Workflow, WorkflowHandle,
     };
 }
 

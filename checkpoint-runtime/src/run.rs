@@ -72,6 +72,8 @@ pub(crate) struct RunEnv {
     /// here so that this module stays below it): `ctx.spawn` registers
     /// the child's workflow, so that this runtime executes it too.
     pub(crate) registry: Arc<dyn Any + Send + Sync>,
+    /// The clock of durable time: deadlines and when timers are due.
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl RunEnv {

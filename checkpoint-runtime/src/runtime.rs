@@ -398,7 +398,10 @@ impl Runtime {
     /// Executes runnable runs until this runtime has no run in progress and
     /// none it may take is runnable: each is finished, waiting for a signal,
     /// sleeping with a timer not yet due, held by another worker's live
-    /// lease, or of a workflow not registered here.
+    /// lease, or of a workflow not registered here. On a clock that skips
+    /// ([`TestClock::new`](crate::TestClock::new)), a timer not yet due
+    /// does not end it: the clock jumps to the earliest timer ahead and
+    /// that run goes on, so it returns once no timer is left ahead.
     ///
     /// A store that keeps refusing this runtime's writes (disk full, a
     /// read-only file) is an [`Error::Store`] naming the run that cannot

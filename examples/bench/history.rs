@@ -29,7 +29,7 @@
 //!   many loads of each alternate (default 201).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use checkpoint_runtime::prelude::*;
 use checkpoint_runtime::store::sqlite::SqliteStore;
@@ -283,6 +283,7 @@ async fn store_alone(
             limit: 1,
             only: Some(id.to_owned()),
             revisit_parked: false,
+            clock_now: SystemTime::now(),
         })
         .await?;
     let lease = claimed.claimed.first().ok_or("not claimed")?.lease.clone();

@@ -355,7 +355,9 @@ impl Frame {
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
         let name = name.to_owned();
-        let deadline = SystemTime::now().checked_add(timeout);
+        // Durable time: the runtime's clock (a test clock in tests).
+        let clock = self.run.env.clock.clone();
+        let deadline = clock.now().checked_add(timeout);
         let payload = self.note_payload_type::<T>(site);
         let suspend = Suspend::Waiting {
             signal: name.clone(),
@@ -371,7 +373,7 @@ impl Frame {
             if let Some(v) = self.try_take::<T>(&name).await {
                 return Some(v);
             }
-            if deadline.is_some_and(|d| d <= SystemTime::now()) {
+            if deadline.is_some_and(|d| d <= clock.now()) {
                 let timed_out = self
                     .run
                     .env
@@ -399,7 +401,9 @@ impl Frame {
     where
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
-        let now = SystemTime::now();
+        // Durable time: the runtime's clock (a test clock in tests).
+        let clock = self.run.env.clock.clone();
+        let now = clock.now();
         // An unrepresentable deadline is as good as "never": cap it at ~100 years.
         let until = now
             .checked_add(duration)
@@ -412,7 +416,7 @@ impl Frame {
         let prepared = self.prepare(site, loops, fields, Some(suspend));
         async move {
             self.commit(prepared).await;
-            if until <= SystemTime::now() {
+            if until <= clock.now() {
                 let woke = self
                     .run
                     .env

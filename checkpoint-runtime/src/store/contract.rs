@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, WorkerHold,
+    Release, RunRecord, SignalRecord, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -39,7 +39,10 @@ use crate::Error;
 ///   [`Store::hold_worker`], so that the newer instance's rule only ever
 ///   meets the runs of a dead one);
 ///   and it is `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored
-///   signal of that name or a passed deadline. A claim increments the epoch and
+///   signal of that name or a passed deadline. Timers and deadlines are
+///   compared with the claiming runtime's clock, [`ClaimRequest::clock_now`]
+///   (never with the database's or the system's time: a test runs on a
+///   virtual clock); leases with the system's time. A claim increments the epoch and
 ///   the attempt counter, sets the state to `Ready`, and for a waiting run
 ///   records the wake value for the latest checkpoint (the oldest matching signal
 ///   is consumed, exactly once).
@@ -240,10 +243,12 @@ pub trait Store: Send + Sync + 'static {
         new_id: &'a str,
     ) -> BoxFuture<'a, Result<(), Error>>;
 
-    /// The earliest time at which a run that is not runnable now may become
-    /// runnable without a signal (a timer, a deadline, another worker's lease
-    /// expiring), if any.
-    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>>;
+    /// When a run that is not runnable now may next become runnable without
+    /// a signal: the earliest expiry of another worker's lease (system
+    /// time), and the earliest timer or deadline later than `after` (the
+    /// runtime's clock reading) of a sleeping or waiting run under no lease
+    /// (see [`rules::timer_after`](super::rules::timer_after)).
+    fn next_wakeup(&self, after: SystemTime) -> BoxFuture<'_, Result<Wakeup, Error>>;
 
     /// A counter that changes whenever a run may have become runnable or finished.
     fn subscribe(&self) -> watch::Receiver<u64>;

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::rules;
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, Store, Suspend,
+    RunRecord, RunState, SignalRecord, Store, Suspend, Wakeup,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -303,7 +303,7 @@ impl MemoryStore {
                 }
                 _ => None,
             };
-            if !rules::claimable(&e.rec.state, signal.is_some(), now, req) {
+            if !rules::claimable(&e.rec.state, signal.is_some(), req) {
                 continue;
             }
             if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
@@ -595,27 +595,20 @@ impl MemoryStore {
         Ok(())
     }
 
-    fn do_next_wakeup(&self) -> Option<SystemTime> {
+    fn do_next_wakeup(&self, after: SystemTime) -> Wakeup {
         let st = self.lock();
-        let mut best: Option<SystemTime> = None;
-        let mut consider = |t: SystemTime| {
-            best = Some(best.map_or(t, |b| b.min(t)));
+        let earliest = |a: Option<SystemTime>, t: Option<SystemTime>| match (a, t) {
+            (Some(a), Some(t)) => Some(a.min(t)),
+            (a, t) => a.or(t),
         };
+        let mut next = Wakeup::default();
         for id in st.active.values() {
             let Some(e) = st.runs.get(id) else { continue };
-            if let Some(l) = &e.rec.lease {
-                consider(l.expires_at);
-                continue;
-            }
-            match &e.rec.state {
-                RunState::Sleeping { until } => consider(*until),
-                RunState::Waiting {
-                    deadline: Some(d), ..
-                } => consider(*d),
-                _ => {}
-            }
+            let lease = e.rec.lease.as_ref();
+            next.lease = earliest(next.lease, lease.map(|l| l.expires_at));
+            next.timer = earliest(next.timer, rules::timer_after(&e.rec.state, lease, after));
         }
-        best
+        next
     }
 
     fn with_entry<T>(&self, id: &str, f: impl FnOnce(&Entry) -> T) -> Result<T, Error> {
@@ -824,8 +817,8 @@ impl Store for MemoryStore {
         ready(self.do_fork(from, seq, new_id))
     }
 
-    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {
-        ready(Ok(self.do_next_wakeup()))
+    fn next_wakeup(&self, after: SystemTime) -> BoxFuture<'_, Result<Wakeup, Error>> {
+        ready(Ok(self.do_next_wakeup(after)))
     }
 
     fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {

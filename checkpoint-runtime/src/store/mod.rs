@@ -66,7 +66,7 @@ mod records;
 #[cfg(feature = "backend-kit")]
 pub mod rules;
 #[cfg(not(feature = "backend-kit"))]
-mod rules;
+pub(crate) mod rules;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -85,7 +85,7 @@ pub(crate) use records::{user_signal_name, JOIN_SIGNAL_PREFIX};
 pub use records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
     LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SchemaKeys, SignalRecord, Suspend,
-    Wake, WakeValue, WorkerHold, LOOP_ITEMS,
+    Wake, WakeValue, Wakeup, WorkerHold, LOOP_ITEMS,
 };
 pub use url::{redact_url, StoreUrl};
 

@@ -573,6 +573,46 @@ pub struct ClaimRequest {
     /// ([`RunState::Parked`]), to try it with this worker's code. Other
     /// claims never take a parked run.
     pub revisit_parked: bool,
+    /// The claiming runtime's clock reading ([`Clock::now`](crate::Clock::now)):
+    /// a sleeping run is due, and a waiting run's deadline passed, when its
+    /// time is at or before this. Leases are not compared with it: a
+    /// backend computes and compares lease expiries with the system's time
+    /// (see [`crate::clock`] for why).
+    pub clock_now: SystemTime,
+}
+
+/// When a run that is not runnable now may next become runnable without a
+/// signal (see [`Store::next_wakeup`](super::Store::next_wakeup)), by the
+/// clock each is read on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wakeup {
+    /// The earliest expiry of a lease on an unfinished run: the system's
+    /// time.
+    pub lease: Option<SystemTime>,
+    /// The earliest deadline, later than the time asked about, of a
+    /// sleeping or waiting run under no lease: the runtime's clock.
+    pub timer: Option<SystemTime>,
+}
+
+impl Wakeup {
+    /// The earlier of the two times, for a caller whose clock is the
+    /// system's.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use checkpoint_runtime::store::Wakeup;
+    ///
+    /// let t = SystemTime::UNIX_EPOCH + Duration::from_secs(60);
+    /// let w = Wakeup { lease: Some(t), timer: Some(t + Duration::from_secs(1)) };
+    /// assert_eq!(w.earliest(), Some(t));
+    /// assert_eq!(Wakeup::default().earliest(), None);
+    /// ```
+    pub fn earliest(&self) -> Option<SystemTime> {
+        match (self.lease, self.timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// A claimed run, with everything needed to execute it.

@@ -8,7 +8,10 @@
 //! pick its candidates inside the database.
 //!
 //! Times are passed in (`now`, the lease's expiry), so every rule is a pure
-//! function of its arguments.
+//! function of its arguments. Two clocks meet here: leases are compared
+//! with the system's time (the `now` of [`lease_free`]), timers with the
+//! claiming runtime's clock ([`ClaimRequest::clock_now`], see
+//! [`crate::clock`]).
 //!
 //! # Rules decide, backends apply
 //!
@@ -235,16 +238,44 @@ pub fn lease_free(
     lease.is_none_or(|l| l.expires_at <= now || (l.worker == worker && *l.instance < *instance))
 }
 
-/// Whether a run in `state` may be executed now (its lease aside): it is
-/// `Ready`, `Sleeping` with a due timer, or `Waiting` with a stored signal
-/// of that name (`has_signal`) or a passed deadline.
-pub fn runnable(state: &RunState, has_signal: bool, now: SystemTime) -> bool {
+/// Whether a run in `state` may be executed at `clock_now` (the runtime's
+/// clock; its lease aside): it is `Ready`, `Sleeping` with a due timer, or
+/// `Waiting` with a stored signal of that name (`has_signal`) or a passed
+/// deadline. A signal wins over a deadline that passed too (see
+/// [`claim`]).
+pub fn runnable(state: &RunState, has_signal: bool, clock_now: SystemTime) -> bool {
     match state {
         RunState::Ready => true,
-        RunState::Sleeping { until } => *until <= now,
-        RunState::Waiting { deadline, .. } => has_signal || deadline.is_some_and(|d| d <= now),
-        _ => false,
+        RunState::Waiting { .. } if has_signal => true,
+        other => timer(other).is_some_and(|t| t <= clock_now),
     }
+}
+
+/// When a run in `state` becomes runnable without a signal, on the
+/// runtime's clock: a sleeping run's wake-up time, a waiting run's
+/// deadline; `None` for any other state or a wait without a deadline.
+pub fn timer(state: &RunState) -> Option<SystemTime> {
+    match state {
+        RunState::Sleeping { until } => Some(*until),
+        RunState::Waiting { deadline, .. } => *deadline,
+        _ => None,
+    }
+}
+
+/// Whether a run in `state`, holding `lease`, is a timer ahead of `after`
+/// for [`Store::next_wakeup`](super::Store::next_wakeup): its
+/// [`timer`] when it is later than `after` and the run is under no lease
+/// (a leased run's timer counts once its lease is gone, and the lease's
+/// expiry is a wake-up of its own).
+pub fn timer_after(
+    state: &RunState,
+    lease: Option<&LeaseInfo>,
+    after: SystemTime,
+) -> Option<SystemTime> {
+    if lease.is_some() {
+        return None;
+    }
+    timer(state).filter(|t| *t > after)
 }
 
 /// What a claim delivers to a run in `state`: for a waiting run, the oldest
@@ -359,11 +390,12 @@ pub fn release(rec: &mut RunRecord, how: Release, now: SystemTime) -> Change {
 }
 
 /// Whether `req` may claim a run in `state` (its lease aside): a runnable
-/// one (see [`runnable`]), or a parked one that `req` revisits by name.
-pub fn claimable(state: &RunState, has_signal: bool, now: SystemTime, req: &ClaimRequest) -> bool {
+/// one at the claim's clock reading ([`ClaimRequest::clock_now`], see
+/// [`runnable`]), or a parked one that `req` revisits by name.
+pub fn claimable(state: &RunState, has_signal: bool, req: &ClaimRequest) -> bool {
     match state {
         RunState::Parked { .. } => req.revisit_parked && req.only.is_some(),
-        other => runnable(other, has_signal, now),
+        other => runnable(other, has_signal, req.clock_now),
     }
 }
 

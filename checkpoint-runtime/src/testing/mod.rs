@@ -15,8 +15,12 @@
 //! effects that ran more often (or less often) than in the uninterrupted run.
 //!
 //! Signals are scripted with [`Harness::signal`] and delivered whenever the
-//! run waits for a signal of that name; sleeps and `wait_for_timeout`
-//! deadlines are waited out in real time, so keep them short in tests.
+//! run waits for a signal of that name (a scripted signal always comes
+//! before the wait's deadline). Sleeps and `wait_for_timeout` deadlines are
+//! waited out in real time, unless [`Harness::virtual_time`] puts every
+//! runtime of the check on a [`TestClock`]: then each timer fires at once,
+//! and a workflow with a 30-day timeout runs through every crash point in
+//! milliseconds.
 //!
 //! ```
 //! use checkpoint_runtime::prelude::*;
@@ -61,10 +65,11 @@ pub(crate) mod crash;
 pub use crash::SimulatedCrash;
 
 use crate::builder::RuntimeBuilder;
+use crate::clock::TestClock;
 use crate::run::{lock, Resources};
 use crate::runtime::Runtime;
 use crate::status::RunFilter;
-use crate::store::{MemoryStore, RunState, Store, JOIN_SIGNAL_PREFIX};
+use crate::store::{rules, MemoryStore, RunState, Store, JOIN_SIGNAL_PREFIX};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
@@ -308,6 +313,8 @@ pub struct Harness<W: Workflow> {
     run_id: String,
     /// Registers the other workflows the run needs (its children's).
     also: Vec<Registration>,
+    /// Runs every runtime on a test clock (see [`Harness::virtual_time`]).
+    virtual_time: bool,
 }
 
 /// Registers a workflow on a runtime (see [`Harness::register`]).
@@ -320,6 +327,7 @@ impl<W: Workflow> std::fmt::Debug for Harness<W> {
             .field("signals", &self.signals.len())
             .field("timeout", &self.timeout)
             .field("modes", &self.modes)
+            .field("virtual_time", &self.virtual_time)
             .finish()
     }
 }
@@ -380,6 +388,7 @@ impl<W: Workflow> Harness<W> {
             modes: vec![CrashMode::AfterCheckpoint],
             run_id: "harness-run".to_owned(),
             also: Vec::new(),
+            virtual_time: false,
         }
     }
 
@@ -457,6 +466,52 @@ impl<W: Workflow> Harness<W> {
         self
     }
 
+    /// Runs the check on virtual time: each execution of it (the
+    /// uninterrupted run, and each crash point with the runtime that
+    /// resumes it) gets a [`TestClock`] of its own, which the harness moves
+    /// to a sleep's end or a wait's deadline as soon as the run waits for
+    /// it and nothing else is left to do. Durable timers fire at once, in
+    /// deadline order; a scripted signal still comes before the deadline of
+    /// the wait it answers. The check's [`timeout`](Harness::timeout) stays
+    /// real time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use checkpoint_runtime::prelude::*;
+    /// use checkpoint_runtime::testing::Harness;
+    ///
+    /// #[workflow]
+    /// async fn approval(ctx: &Ctx, amount: u64) -> String {
+    ///     checkpoint!("requested");
+    ///     let answer: Option<bool> =
+    ///         ctx.wait_for_timeout("approved", Duration::from_secs(30 * 86_400)).await;
+    ///     match answer {
+    ///         Some(true) => format!("paid {amount}"),
+    ///         Some(false) => "refused".to_owned(),
+    ///         None => "expired".to_owned(),
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // Nobody answers: the 30-day timeout fires at every crash point, at once.
+    /// let out = Harness::new(approval).input(40).virtual_time().assert_exact().await;
+    /// assert_eq!(out, "expired");
+    /// // Answered: the signal wins over the deadline.
+    /// let out = Harness::new(approval)
+    ///     .input(40)
+    ///     .signal("approved", &true)
+    ///     .virtual_time()
+    ///     .assert_exact()
+    ///     .await;
+    /// assert_eq!(out, "paid 40");
+    /// # }
+    /// ```
+    pub fn virtual_time(mut self) -> Self {
+        self.virtual_time = true;
+        self
+    }
+
     /// Also crash right *before* each checkpoint is stored, so that the code
     /// since the previous checkpoint runs twice; the report then shows which
     /// side effects are repeated (at-least-once segments).
@@ -467,13 +522,34 @@ impl<W: Workflow> Harness<W> {
         self
     }
 
-    fn runtime(&self, store: Arc<dyn Store>, fx: &SideEffects) -> RuntimeBuilder {
+    fn runtime(
+        &self,
+        store: Arc<dyn Store>,
+        fx: &SideEffects,
+        clock: Option<&TestClock>,
+    ) -> RuntimeBuilder {
         let mut resources = self.resources.clone();
         resources.insert(fx.clone());
-        Runtime::builder().store(store).with_resources(resources)
+        let builder = Runtime::builder().store(store).with_resources(resources);
+        match clock {
+            Some(clock) => builder.clock(clock.clone()),
+            None => builder,
+        }
     }
 
-    async fn drive(&self, rt: &Runtime, script: &mut Script) -> Result<Ended, Error> {
+    /// The clock of one execution of the check: a manual test clock on
+    /// virtual time (the harness moves it, after delivering the scripted
+    /// signals), none (the system's) otherwise.
+    fn clock(&self) -> Option<TestClock> {
+        self.virtual_time.then(TestClock::manual)
+    }
+
+    async fn drive(
+        &self,
+        rt: &Runtime,
+        script: &mut Script,
+        clock: Option<&TestClock>,
+    ) -> Result<Ended, Error> {
         let started = Instant::now();
         let id = self.run_id.as_str();
         loop {
@@ -522,12 +598,42 @@ impl<W: Workflow> Harness<W> {
                     None => SystemTime::now() + Duration::from_millis(5),
                 },
             };
+            // On virtual time, the earliest timer of any run of the check
+            // (this one's, or a child's it joins) fires now:
+            // `run_until_idle` took every run as far as it goes, and the
+            // scripted signals were delivered first.
+            if let Some(clock) = clock {
+                if let Some(t) = self.next_timer(rt, clock.now()).await? {
+                    clock.advance_to(t);
+                    continue;
+                }
+            }
             let wait = wait_until
                 .duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO)
                 .max(Duration::from_millis(1));
             tokio::time::sleep(wait.min(self.timeout)).await;
         }
+    }
+
+    /// The earliest timer later than `after` of the check's runs (the run
+    /// and its children), whoever holds them: after a simulated crash, the
+    /// crashed runtime's lease is still on the run, and the runtime that
+    /// resumes it (a newer instance of its worker) takes it once it is due.
+    async fn next_timer(
+        &self,
+        rt: &Runtime,
+        after: SystemTime,
+    ) -> Result<Option<SystemTime>, Error> {
+        let runs = rt
+            .store()
+            .list_runs(&RunFilter::new().id_prefix(&self.run_id))
+            .await?;
+        Ok(runs
+            .iter()
+            .filter_map(|r| rules::timer(&r.state))
+            .filter(|t| *t > after)
+            .min())
     }
 
     /// Starts the run on `rt`.
@@ -642,9 +748,10 @@ impl<W: Workflow> Harness<W> {
     async fn uninterrupted(&self, input: &[u8], script: &Script) -> Result<Baseline, Error> {
         let store = Arc::new(MemoryStore::new());
         let fx = SideEffects::new();
-        let rt = self.runtime(store.clone(), &fx).in_memory();
+        let clock = self.clock();
+        let rt = self.runtime(store.clone(), &fx, clock.as_ref()).in_memory();
         self.start(&rt, input).await?;
-        self.drive(&rt, &mut script.clone()).await?;
+        self.drive(&rt, &mut script.clone(), clock.as_ref()).await?;
         let output = self.output(&rt).await?;
         // With its children's (`ctx.spawn`): a crash point is the k-th
         // checkpoint stored by any run of the runtime.
@@ -696,10 +803,13 @@ impl<W: Workflow> Harness<W> {
             CrashMode::AfterCheckpoint => SimulatedCrash::after_checkpoint(k),
             CrashMode::BeforeCheckpoint => SimulatedCrash::before_checkpoint(k),
         };
-        let first = crash.install(self.runtime(store.clone(), &fx)).in_memory();
+        let clock = self.clock();
+        let first = crash
+            .install(self.runtime(store.clone(), &fx, clock.as_ref()))
+            .in_memory();
         self.start(&first, input).await?;
         let ended = self
-            .drive(&first, &mut script)
+            .drive(&first, &mut script, clock.as_ref())
             .await
             .map_err(|e| failed(format!("{what}: before the crash: {e}")))?;
         if let Ended::Finished = ended {
@@ -709,12 +819,12 @@ impl<W: Workflow> Harness<W> {
             )));
         }
         drop(first);
-        let second = self.runtime(store, &fx).in_memory();
+        let second = self.runtime(store, &fx, clock.as_ref()).in_memory();
         second.register_workflow(self.workflow);
         for register in &self.also {
             register(&second);
         }
-        self.drive(&second, &mut script)
+        self.drive(&second, &mut script, clock.as_ref())
             .await
             .map_err(|e| failed(format!("{what}: after resuming: {e}")))?;
         let got = self

@@ -177,7 +177,10 @@ pub(crate) const RUNNABLE: [&str; 7] = [
 /// wake-up is the earliest lease expiry or deadline.
 pub fn each_runnable_run_is_claimed_and_no_other(store: &dyn Store) {
     let soon = runs_of_every_kind(store);
-    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     // No later than the deadlines set: the short leases expire before them,
     // unless setting up took longer than a lease (on a loaded machine),
     // and then the deadlines themselves come first.
@@ -185,7 +188,10 @@ pub fn each_runnable_run_is_claimed_and_no_other(store: &dyn Store) {
     std::thread::sleep(Duration::from_millis(150));
     assert_eq!(claim_all(store), RUNNABLE);
     // All leased now: a lease's expiry, not the hour's sleep.
-    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     assert!(
         next < SystemTime::now() + Duration::from_secs(60),
         "{next:?}"

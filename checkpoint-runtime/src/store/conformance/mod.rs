@@ -110,6 +110,7 @@ macro_rules! conformance_tests {
                 suspend_waits_for_a_signal,
                 a_parked_run_keeps_its_wake_and_is_taken_only_by_name,
                 sleeping_run_is_claimed_when_due,
+                timers_are_due_on_the_claims_clock,
                 take_signal_consumes_the_oldest,
                 reject_signal_returns_to_waiting,
                 time_out_wakes_with_timed_out,
@@ -217,6 +218,10 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
         sleeping_run_is_claimed_when_due,
     ),
     (
+        "timers_are_due_on_the_claims_clock",
+        timers_are_due_on_the_claims_clock,
+    ),
+    (
         "take_signal_consumes_the_oldest",
         take_signal_consumes_the_oldest,
     ),
@@ -274,6 +279,7 @@ pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
         limit: 10,
         only: None,
         revisit_parked: false,
+        clock_now: SystemTime::now(),
     }
 }
 

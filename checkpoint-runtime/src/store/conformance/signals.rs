@@ -206,3 +206,79 @@ pub fn claim_after_deadline_times_out(store: &dyn Store) {
     let value = WakeValue::TimedOut;
     assert_eq!(c.run.wake, Some(Wake { seq: 1, value }));
 }
+
+/// Conformance: timers and deadlines are compared with the claim's clock
+/// ([`ClaimRequest::clock_now`], a virtual clock in tests), leases with the
+/// system's time. A run asleep for 30 days is taken by a claim whose clock
+/// reads 30 days later (by name too), and a waiting run times out on it,
+/// while the lease such a claim takes still expires a lease length from
+/// the system's now; [`Store::next_wakeup`] gives the timers ahead of the
+/// time asked about, earliest first, and a signal wins over a deadline.
+pub fn timers_are_due_on_the_claims_clock(store: &dyn Store) {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let now = SystemTime::now();
+    let (month, later) = (now + DAY * 30, now + DAY * 31);
+    let at = |clock: SystemTime, only: Option<&str>| ClaimRequest {
+        clock_now: clock,
+        only: only.map(str::to_owned),
+        ..req("a", "a1")
+    };
+    let suspend = |id: &str, how: Suspend| {
+        new_run(store, id);
+        let c = block_on(store.claim(&at(now, Some(id))))
+            .unwrap()
+            .claimed
+            .remove(0);
+        block_on(store.save_checkpoint(&c.lease, suspended_cp(id, 1, how), None)).unwrap();
+        block_on(store.release(id, &c.lease, Release::Suspend)).unwrap();
+    };
+    let nap = Suspend::Sleeping {
+        until: month,
+        sites_before: None,
+    };
+    suspend("sleeper", nap);
+    suspend("waiter", waiting("go", Some(later)));
+    suspend("answered", waiting("go", Some(later)));
+    block_on(store.put_signal("answered", "go", b"1".to_vec())).unwrap();
+    let timer = |after| block_on(store.next_wakeup(after)).unwrap().timer;
+    assert_eq!(timer(now), Some(month));
+    assert_eq!(timer(month), Some(later));
+    assert_eq!(timer(later), None);
+    assert_eq!(block_on(store.next_wakeup(now)).unwrap().lease, None);
+    // By the system's time, only the signalled run: it is not due.
+    let got = block_on(store.claim(&at(now, None))).unwrap().claimed;
+    assert_eq!(got.len(), 1);
+    assert_eq!(&*got[0].run.id, "answered");
+    let signal = WakeValue::Signal {
+        name: "go".into(),
+        payload: Arc::from(&b"1"[..]),
+    };
+    assert_eq!(got[0].run.wake.as_ref().map(|w| &w.value), Some(&signal));
+    // Not yet due by name either, a second before the month is over.
+    let early = block_on(store.claim(&at(month - Duration::from_secs(1), Some("sleeper"))));
+    assert!(early.unwrap().claimed.is_empty());
+    let got = block_on(store.claim(&at(month, Some("sleeper"))))
+        .unwrap()
+        .claimed;
+    assert_eq!(got.len(), 1);
+    let expires = got[0].run.lease.as_ref().unwrap().expires_at;
+    assert!(
+        expires < SystemTime::now() + DAY,
+        "a lease runs on the system's time, not the claim's clock: {expires:?}"
+    );
+    // The waiter, a day later: timed out.
+    assert!(block_on(store.claim(&at(month, None)))
+        .unwrap()
+        .claimed
+        .is_empty());
+    let got = block_on(store.claim(&at(later, None))).unwrap().claimed;
+    assert_eq!(got.len(), 1);
+    assert_eq!(&*got[0].run.id, "waiter");
+    assert_eq!(
+        got[0].run.wake,
+        Some(Wake {
+            seq: 1,
+            value: WakeValue::TimedOut
+        })
+    );
+}

@@ -49,8 +49,10 @@ impl PostgresStore {
         if req.limit == 0 {
             return Ok(out);
         }
+        // Leases on the system's time, timers on the runtime's clock.
         let now = SystemTime::now();
         let now_i = ts(now);
+        let clock_i = ts(req.clock_now);
         let expires = from_ts(ts_after(now, req.ttl));
         let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
         let workflows: Vec<&str> = req.workflows.to_vec();
@@ -58,8 +60,9 @@ impl PostgresStore {
         let instance: &str = &req.instance;
         let mut conn = self.pool.get().await?;
         let mut cx = conn.begin().await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-            [&now_i, &worker, &instance, &workflows, &req.only, &limit];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &now_i, &worker, &instance, &workflows, &req.only, &limit, &clock_i,
+        ];
         let own = req.only.is_some() || self.own_due(worker, instance);
         if req.only.is_some() || self.unregistered_due() {
             for row in cx.query(UNREGISTERED, &params).await? {
@@ -92,6 +95,7 @@ impl PostgresStore {
                     CLAIM,
                     &[
                         &now_i, &worker, &instance, &workflows, &req.only, &want, &seen, &own,
+                        &clock_i,
                     ],
                 )
                 .await?;
@@ -199,7 +203,7 @@ async fn claim_row(
     // The query decided under the lock; checked again here, as the other
     // backends define it (a waiting run's signal is looked at below).
     if !rules::lease_free(rec.lease.as_ref(), &req.worker, &req.instance, now)
-        || !rules::claimable(&rec.state, true, now, req)
+        || !rules::claimable(&rec.state, true, req)
     {
         return Ok(None);
     }
@@ -223,7 +227,7 @@ async fn claim_row(
         _ => None,
     };
     // The signal may have gone to someone else meanwhile.
-    if !rules::claimable(&rec.state, signal.is_some(), now, req) {
+    if !rules::claimable(&rec.state, signal.is_some(), req) {
         return Ok(None);
     }
     let (lease, change) = rules::claim(&mut rec, req, signal, expires, now);

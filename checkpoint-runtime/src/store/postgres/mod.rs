@@ -136,7 +136,7 @@ use self::conn::{get, Pool, Side, Target};
 use self::fused::{batcher, create_batch, finish, group_commit};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store, WorkerHold,
+    Release, RunRecord, SignalRecord, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -665,8 +665,8 @@ impl Store for PostgresStore {
         )
     }
 
-    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {
-        Box::pin(self.do_next_wakeup())
+    fn next_wakeup(&self, after: SystemTime) -> BoxFuture<'_, Result<Wakeup, Error>> {
+        Box::pin(self.do_next_wakeup(after))
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

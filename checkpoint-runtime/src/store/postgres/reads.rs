@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::conn::{corrupt, from_ts, get};
+use super::conn::{corrupt, from_ts, get, ts};
 use super::tables::checkpoints::{cp_cols, decode, decode_listed};
 use super::tables::runs::{code, decode_run, load, must_exist, run_cols, NEXT_WAKEUP};
 use super::PostgresStore;
@@ -14,7 +14,7 @@ use crate::history::HistoryEntry;
 use crate::status::RunFilter;
 use crate::store::rules;
 use crate::store::sql::run_row::{state_sql, status_code};
-use crate::store::{CheckpointRecord, GcReport, RunRecord, SignalRecord};
+use crate::store::{CheckpointRecord, GcReport, RunRecord, SignalRecord, Wakeup};
 use crate::Error;
 
 impl PostgresStore {
@@ -74,13 +74,16 @@ impl PostgresStore {
     }
 
     /// When a claim may next find a run: the earliest lease expiry of an
-    /// unfinished run under a lease, or deadline of a waiting or sleeping
-    /// run under none.
-    pub(super) async fn do_next_wakeup(&self) -> Result<Option<SystemTime>, Error> {
+    /// unfinished run under a lease, and the earliest deadline later than
+    /// `after` (the runtime's clock) of a waiting or sleeping run under none.
+    pub(super) async fn do_next_wakeup(&self, after: SystemTime) -> Result<Wakeup, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
-        let row = cx.query_one(NEXT_WAKEUP, &[]).await?;
-        Ok(get::<Option<i64>>(&row, 0)?.map(from_ts))
+        let row = cx.query_one(NEXT_WAKEUP, &[&ts(after)]).await?;
+        Ok(Wakeup {
+            lease: get::<Option<i64>>(&row, 0)?.map(from_ts),
+            timer: get::<Option<i64>>(&row, 1)?.map(from_ts),
+        })
     }
 
     pub(super) async fn do_pending_signals(&self, id: &str) -> Result<Vec<SignalRecord>, Error> {

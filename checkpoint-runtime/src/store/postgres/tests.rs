@@ -618,12 +618,22 @@ fn timers_deadlines_and_next_wakeup() {
         return;
     };
     let s = db.store();
-    assert_eq!(block_on(s.next_wakeup()).unwrap(), None);
+    assert_eq!(
+        block_on(s.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        None
+    );
     new_run(s, "r");
     let c = claim_one(s, "a", "a1");
     // While leased, the lease expiry is the next wake-up.
     let lease_until = c.run.lease.as_ref().unwrap().expires_at;
-    assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(lease_until));
+    assert_eq!(
+        block_on(s.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        Some(lease_until)
+    );
     let until = SystemTime::now() + Duration::from_millis(300);
     let sleep = Suspend::Sleeping {
         until,
@@ -631,7 +641,12 @@ fn timers_deadlines_and_next_wakeup() {
     };
     block_on(s.save_checkpoint(&c.lease, rich_cp("r", 1, Some(sleep)), None)).unwrap();
     block_on(s.release("r", &c.lease, Release::Suspend)).unwrap();
-    assert_eq!(block_on(s.next_wakeup()).unwrap(), Some(until));
+    assert_eq!(
+        block_on(s.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        Some(until)
+    );
     assert!(block_on(s.claim(&req("a", "a1")))
         .unwrap()
         .claimed
@@ -3040,7 +3055,10 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         db.copy_run(like, n);
     }
     db.sql("ANALYZE cp_runs");
-    let next = block_on(s.next_wakeup()).unwrap().unwrap();
+    let next = block_on(s.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     // No later than the deadlines set: the short leases expire before them,
     // unless setting up took longer than a lease (on a loaded machine),
     // and then the deadlines themselves come first.
@@ -3054,13 +3072,13 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     let now = crate::store::sql::ts(SystemTime::now());
     let claim = db.blocks_read(
         tables::runs::CLAIM,
-        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false"),
+        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false, {now}"),
     );
     let unregistered = db.blocks_read(
         tables::runs::UNREGISTERED,
-        &format!("{now}, 'z', '1', '{{other}}', NULL, 10"),
+        &format!("{now}, 'z', '1', '{{other}}', NULL, 10, {now}"),
     );
-    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, "");
+    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, &now.to_string());
     eprintln!(
         "{pages} pages; read: claim {claim}, unregistered {unregistered}, next wake-up {wakeup}"
     );

@@ -32,7 +32,8 @@ macro_rules! takeable {
 }
 
 /// A run a claim may take, for a claim of one run (by its id, the
-/// primary key): runnable, under a lease it may take.
+/// primary key): runnable at `?6` (the runtime's clock, see
+/// `ClaimRequest::clock_now`), under a lease it may take.
 macro_rules! claimable {
     () => {
         concat!(
@@ -44,9 +45,9 @@ macro_rules! claimable {
             state_sql!(READY),
             " OR (state = ",
             state_sql!(SLEEPING),
-            " AND due <= ?1) OR (state = ",
+            " AND due <= ?6) OR (state = ",
             state_sql!(WAITING),
-            " AND (due <= ?1 OR EXISTS \
+            " AND (due <= ?6 OR EXISTS \
                (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal))))"
         )
     };
@@ -62,7 +63,8 @@ const CLAIMABLE_BY_ID: &str = concat!(
     " AND ?5)) AND id = ?4"
 );
 
-/// The runs [`claimable!`] accepts, in creation order, as three branches,
+/// The runs [`claimable!`] accepts (`?1` now, for leases, `?2` worker, `?3`
+/// instance, `?4` the runtime's clock, for timers), in creation order, as three branches,
 /// one per way a run becomes runnable, each read from an index of its own
 /// (see the schema's version 6) so that a claim never reads the runs that
 /// are waiting and not due: ready runs, waiting or sleeping runs whose
@@ -81,12 +83,12 @@ pub(super) const RUNNABLE: &str = concat!(
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND due <= ?1 AND ",
+    ") AND due <= ?4 AND ",
     takeable!(),
     " UNION ALL SELECT id, workflow, ord FROM runs \
        WHERE state = ",
     state_sql!(WAITING),
-    " AND (due IS NULL OR due > ?1) \
+    " AND (due IS NULL OR due > ?4) \
        AND ord IN (SELECT run FROM signals) \
        AND EXISTS (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal) \
        AND ",
@@ -99,8 +101,10 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     if req.limit == 0 {
         return Ok(out);
     }
+    // Leases on the system's time, timers on the runtime's clock.
     let now = SystemTime::now();
     let now_i = ts(now);
+    let clock_i = ts(req.clock_now);
     // The candidates, in creation order, up to `limit` the caller can run.
     let mut picked: Vec<String> = Vec::new();
     {
@@ -115,9 +119,10 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 &*req.worker,
                 &*req.instance,
                 only,
-                req.revisit_parked
+                req.revisit_parked,
+                clock_i
             ])?,
-            None => stmt.query(params![now_i, &*req.worker, &*req.instance])?,
+            None => stmt.query(params![now_i, &*req.worker, &*req.instance, clock_i])?,
         };
         while let Some(row) = rows.next()? {
             let id: String = row.get(0)?;

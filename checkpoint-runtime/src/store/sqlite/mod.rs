@@ -129,7 +129,7 @@ use self::writer::txn::TxnCtx;
 use self::writer::{answer_loop, Answers, Job, Msg, Pending, Writer};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store, WorkerHold,
+    Release, RunRecord, SignalRecord, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -624,8 +624,8 @@ impl Store for SqliteStore {
         self.write(move |cx| op_fork(cx, &from, seq, &new_id))
     }
 
-    fn next_wakeup(&self) -> BoxFuture<'_, Result<Option<SystemTime>, Error>> {
-        self.read(read_next_wakeup)
+    fn next_wakeup(&self, after: SystemTime) -> BoxFuture<'_, Result<Wakeup, Error>> {
+        self.read(move |conn| read_next_wakeup(conn, after))
     }
 
     fn put_schemas(&self, schemas: Vec<(String, String)>) -> BoxFuture<'_, Result<(), Error>> {

@@ -17,8 +17,8 @@ use crate::history::HistoryEntry;
 use crate::status::RunFilter;
 use crate::store::rules;
 use crate::store::sql::run_row::{state_sql, status_code, COMPLETED, FAILED, PARKED};
-use crate::store::sql::{from_ts, to_i64};
-use crate::store::{CheckpointRecord, RunRecord, SignalRecord};
+use crate::store::sql::{from_ts, to_i64, ts};
+use crate::store::{CheckpointRecord, RunRecord, SignalRecord, Wakeup};
 
 pub(super) type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -198,14 +198,15 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
     Ok(out)
 }
 
-/// When a claim may next find a run: the earliest lease expiry of an
-/// unfinished run under a lease, or deadline of a waiting or sleeping run
-/// under none. From the indexes the claim's branches read (see
-/// `claim::RUNNABLE`), never from every unfinished run: leases of ready
-/// runs and of held waiting ones, and the first deadline of a run that is
-/// not held. NULL: none.
+/// When a claim may next find a run (see `Store::next_wakeup`): the
+/// earliest lease expiry of an unfinished run under a lease (system time),
+/// and the earliest deadline later than `?1` (the runtime's clock) of a
+/// waiting or sleeping run under none. From the indexes the claim's
+/// branches read (see `claim::RUNNABLE`), never from every unfinished run:
+/// leases of ready runs and of held waiting ones, and the first deadline
+/// of a run that is not held. NULL: none.
 pub(super) const NEXT_WAKEUP: &str = concat!(
-    "SELECT min(t) FROM ( \
+    "SELECT (SELECT min(t) FROM ( \
        SELECT min(lease_expires) AS t FROM runs INDEXED BY runs_ready \
          WHERE state = ",
     state_sql!(READY),
@@ -215,19 +216,22 @@ pub(super) const NEXT_WAKEUP: &str = concat!(
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND lease_worker IS NOT NULL \
-       UNION ALL SELECT * FROM (SELECT due FROM runs INDEXED BY runs_due \
+    ") AND lease_worker IS NOT NULL)), \
+       (SELECT due FROM runs INDEXED BY runs_due \
          WHERE state IN (",
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND due IS NOT NULL AND lease_worker IS NULL \
-         ORDER BY due LIMIT 1))"
+    ") AND due > ?1 AND lease_worker IS NULL \
+         ORDER BY due LIMIT 1)"
 );
 
-pub(super) fn read_next_wakeup(conn: &Connection) -> R<Option<SystemTime>> {
-    let t: Option<i64> = conn
+pub(super) fn read_next_wakeup(conn: &Connection, after: SystemTime) -> R<Wakeup> {
+    let (lease, timer): (Option<i64>, Option<i64>) = conn
         .prepare_cached(NEXT_WAKEUP)?
-        .query_row([], |r| r.get(0))?;
-    Ok(t.map(from_ts))
+        .query_row([ts(after)], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(Wakeup {
+        lease: lease.map(from_ts),
+        timer: timer.map(from_ts),
+    })
 }

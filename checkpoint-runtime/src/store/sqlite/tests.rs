@@ -22,7 +22,7 @@ use crate::store::sql::ts;
 use crate::store::{FieldRecord, RunState, Suspend};
 use crate::store::{MemoryStore, Wake, WakeValue};
 use futures::executor::block_on;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 fn open() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -399,7 +399,12 @@ fn signals_wake_waiting_runs_exactly_once() {
 #[test]
 fn timers_and_deadlines_make_runs_claimable() {
     let (_dir, store) = open();
-    assert_eq!(block_on(store.next_wakeup()).unwrap(), None);
+    assert_eq!(
+        block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        None
+    );
     new_run(&store, "sleeper");
     new_run(&store, "waiter");
     let soon = SystemTime::now() + Duration::from_millis(300);
@@ -422,7 +427,12 @@ fn timers_and_deadlines_make_runs_claimable() {
         // The lease is still held: the wake-up is its expiry or earlier.
         block_on(store.release(&c.run.id, &c.lease, Release::Suspend)).unwrap();
     }
-    assert_eq!(block_on(store.next_wakeup()).unwrap(), Some(soon));
+    assert_eq!(
+        block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+            .unwrap()
+            .earliest(),
+        Some(soon)
+    );
     assert!(block_on(store.claim(&req("w", "i")))
         .unwrap()
         .claimed
@@ -441,7 +451,10 @@ fn timers_and_deadlines_make_runs_claimable() {
         })
     );
     // Both are leased now: the next wake-up is a lease expiry.
-    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     assert!(next > SystemTime::now() + Duration::from_secs(20));
 }
 
@@ -2354,7 +2367,10 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         ))
         .unwrap();
     }
-    let next = block_on(store.next_wakeup()).unwrap().unwrap();
+    let next = block_on(store.next_wakeup(SystemTime::UNIX_EPOCH))
+        .unwrap()
+        .earliest()
+        .unwrap();
     // No later than the deadlines set: the short leases expire before them,
     // unless setting up took longer than a lease (on a loaded machine),
     // and then the deadlines themselves come first.
@@ -2371,8 +2387,8 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         st.get_status(StatementStatus::VmStep)
     };
     let now = ts(SystemTime::now());
-    let claim = steps(super::claim::RUNNABLE, &[&now, &"z", &"1"]);
-    let wakeup = steps(super::reads::NEXT_WAKEUP, &[]);
+    let claim = steps(super::claim::RUNNABLE, &[&now, &"z", &"1", &now]);
+    let wakeup = steps(super::reads::NEXT_WAKEUP, &[&now]);
     eprintln!("steps: claim {claim}, next wake-up {wakeup}");
     for (what, n) in [("claim", claim), ("next wake-up", wakeup)] {
         assert!(

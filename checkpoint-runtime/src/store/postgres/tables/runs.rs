@@ -548,8 +548,10 @@ pub(in crate::store::postgres) async fn must_exist(cx: &mut Cx<'_>, id: &str) ->
 ///   (`$2`, `$3`: `cp_runs_holder`), live or not, which a restarted worker
 ///   takes over at once; only when `$own` holds (a generic plan cannot
 ///   tell how few runs a worker's name selects, and may read them all);
-/// - `due`: waiting or sleeping runs whose deadline has passed
-///   (`cp_runs_due`, the most overdue first);
+/// - `due`: waiting or sleeping runs whose deadline has passed by `$clock`
+///   (the runtime's clock, see `ClaimRequest::clock_now`; leases are
+///   compared with `$1`, the system's time) (`cp_runs_due`, the most
+///   overdue first);
 /// - `signalled`: waiting runs whose signal has arrived (from the runs
 ///   `cp_signals` names), not due.
 ///
@@ -558,7 +560,7 @@ pub(in crate::store::postgres) async fn must_exist(cx: &mut Cx<'_>, id: &str) ->
 /// are exactly the runs `rules::runnable` accepts whose lease a claim may
 /// take (none, expired, or this worker's older instance's).
 macro_rules! runnable_branches {
-    ($workflow:literal, $own:literal, $select:expr, $tail:literal) => {
+    ($workflow:literal, $own:literal, $clock:literal, $select:expr, $tail:literal) => {
         concat!(
             "queued AS (SELECT ", $select, " FROM cp_runs r \
                WHERE r.state = ", state_sql!(READY), " AND r.lease_worker IS NULL AND ", $workflow,
@@ -572,10 +574,10 @@ macro_rules! runnable_branches {
                AND r.lease_instance < $3 AND ", $workflow,
             " ORDER BY r.ord", $tail, "), \
              due AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE r.state IN (", state_sql!(WAITING), ", ", state_sql!(SLEEPING), ") AND r.due <= $1 AND ",
+               WHERE r.state IN (", state_sql!(WAITING), ", ", state_sql!(SLEEPING), ") AND r.due <= ", $clock, " AND ",
             runnable_lease!($workflow), " ORDER BY r.due", $tail, "), \
              signalled AS (SELECT ", $select, " FROM cp_runs r \
-               WHERE r.state = ", state_sql!(WAITING), " AND (r.due IS NULL OR r.due > $1) \
+               WHERE r.state = ", state_sql!(WAITING), " AND (r.due IS NULL OR r.due > ", $clock, ") \
                AND r.id = ANY (ARRAY(SELECT DISTINCT s.run FROM cp_signals s)) \
                AND EXISTS (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal) \
                AND ",
@@ -606,11 +608,12 @@ macro_rules! all_branches {
     };
 }
 
-/// The runs a claim may take, in creation order: `$1` now, `$2` worker, `$3`
+/// The runs a claim may take, in creation order: `$1` now (for leases), `$2` worker, `$3`
 /// instance, `$4` the workflows the caller runs, `$5` only this run (or
 /// NULL), `$6` at most this many, `$7` not these runs (already looked at by
 /// this claim), `$8` whether to look for the runs of this worker's older
-/// instances (see [`runnable_branches`]). Locks them, skipping rows other claims (or fenced writes)
+/// instances (see [`runnable_branches`]), `$9` the runtime's clock (for
+/// timers). Locks them, skipping rows other claims (or fenced writes)
 /// hold. Each branch (see [`runnable_branches`]) locks up to `$6` runs;
 /// those past the first `$6` stay locked by the claim's transaction and
 /// come back in its next round (it asks again while a round is full): a
@@ -621,6 +624,7 @@ pub(in crate::store::postgres) const CLAIM: &str = concat!(
         "r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
          AND NOT (r.id = ANY($7::text[]))",
         "$8::boolean",
+        "$9",
         concat!("r.ord, r.input, ", run_cols!()),
         " LIMIT $6 FOR NO KEY UPDATE OF r SKIP LOCKED"
     ),
@@ -645,13 +649,14 @@ pub(in crate::store::postgres) const CLAIM_PARKED: &str = concat!(
 );
 
 /// Runnable runs of workflows the caller does not run (same parameters as
-/// [`CLAIM`] but `$7` and `$8`; not locked). A run that this worker's older
+/// [`CLAIM`] but `$7` and `$8`, and the clock is `$7`; not locked). A run that this worker's older
 /// instance holds is left out until its lease expires.
 pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
     "WITH ",
     runnable_branches!(
         "NOT (r.workflow = ANY($4)) AND ($5::text IS NULL OR r.id = $5)",
         "false",
+        "$7",
         "r.ord, r.id, r.workflow",
         " LIMIT $6"
     ),
@@ -661,11 +666,12 @@ pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
 );
 
 /// When a claim may next find a run (see `do_next_wakeup`), from the
-/// indexes [`CLAIM`]'s branches read, never from every unfinished run:
-/// leases of ready runs (`cp_runs_expiring`) and of waiting or sleeping ones
-/// (`cp_runs_held`), deadlines of those under no lease (`cp_runs_due`,
-/// the first that is not held: a held run's deadline counts once its
-/// lease is gone). NULL: none.
+/// indexes [`CLAIM`]'s branches read, never from every unfinished run: the
+/// earliest expiry of the leases of ready runs (`cp_runs_expiring`) and of
+/// waiting or sleeping ones (`cp_runs_held`), and the earliest deadline
+/// later than `$1` (the runtime's clock) of those under no lease
+/// (`cp_runs_due`, the first that is not held: a held run's deadline
+/// counts once its lease is gone). NULL: none.
 pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
     "SELECT least( \
        (SELECT min(lease_expires) FROM cp_runs WHERE state = ",
@@ -676,13 +682,13 @@ pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND lease_worker IS NOT NULL), \
+    ") AND lease_worker IS NOT NULL)), \
        (SELECT due FROM cp_runs WHERE state IN (",
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND due IS NOT NULL \
-          AND lease_worker IS NULL ORDER BY due LIMIT 1))"
+    ") AND due > $1 \
+          AND lease_worker IS NULL ORDER BY due LIMIT 1)"
 );
 
 /// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`
