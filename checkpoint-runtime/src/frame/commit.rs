@@ -32,6 +32,9 @@ impl Frame {
     where
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
+        // The last one's bytes are no longer needed for a reload, and may
+        // be reused (see `buffer`).
+        self.saved = None;
         // Site numbers start at 1; stored records keep the 0-based index.
         let index = site.checked_sub(1);
         let info = index
@@ -193,6 +196,7 @@ impl Frame {
         }
         let seq = cp.seq;
         let size = cp.data.len();
+        let saved = cp.clone();
         let site = cp.site_key.clone();
         self.store_schemas().await;
         let env = &self.run.env;
@@ -217,6 +221,7 @@ impl Frame {
         self.run.attempt.store(1, Ordering::Release);
         self.wake = None;
         self.checkpoint = None;
+        self.saved = Some(saved);
         if let (Some(hook), Some((n, _))) = (hook, numbered) {
             if hook.after_save(n, &self.run.id) {
                 match self.stop(Halt::Crash).await {}
