@@ -317,7 +317,11 @@ async fn spend(ctx: &Ctx, limit: u32) -> Vec<u32> {
 #[tokio::test]
 async fn a_field_serde_skips_is_its_default_after_a_checkpoint_on_every_path() {
     let out = Harness::new(spend).input(5).assert_exact().await;
-    assert_eq!(out, [5, 2], "the limit is 0 (its default) after the first checkpoint");
+    assert_eq!(
+        out,
+        [5, 2],
+        "the limit is 0 (its default) after the first checkpoint"
+    );
     // The uninterrupted run alone, with no crash: the same.
     let rt = Runtime::in_memory();
     let h = rt.start(spend, "spend", 5).await.unwrap();

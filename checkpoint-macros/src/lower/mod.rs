@@ -385,7 +385,11 @@ impl<'a> Lowerer<'a> {
             }
         };
         let (mut rebound, mut assigned) = (TokenStream::new(), TokenStream::new());
-        for (i, field) in self.plan.sites[index as usize - 1].fields.iter().enumerate() {
+        for (i, field) in self.plan.sites[index as usize - 1]
+            .fields
+            .iter()
+            .enumerate()
+        {
             if field.after != After::Decoded {
                 continue;
             }

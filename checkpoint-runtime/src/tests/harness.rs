@@ -2,7 +2,6 @@
 //! asked, before) every checkpoint, resumes it, and reports repeated
 //! effects and a different result.
 
-
 use super::within;
 use super::workflows::{approval_flow, approved, counter, timers};
 use crate::testing::{CrashMode, Harness};

@@ -139,7 +139,10 @@ impl Planner<'_> {
             .hold(&mut body_scope, &borrowed, After::DecodedAtEntry)
             .into_iter()
             .map(|b| {
-                let snap = snapshots.iter().find(|(s, _)| *s == b).map(|(_, i)| i.clone());
+                let snap = snapshots
+                    .iter()
+                    .find(|(s, _)| *s == b)
+                    .map(|(_, i)| i.clone());
                 (b, snap)
             })
             .collect();
