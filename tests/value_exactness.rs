@@ -289,10 +289,12 @@ async fn handles_to_an_immutable_value_resume_exactly() {
     assert_eq!(out, ["4|a|4", "4|bc|4"]);
 }
 
-// 5. A `#[serde(skip)]` field comes back as its default: [4, 3] instead of
-// [4, 4]. serde gives no way to see skipped fields, so nothing refuses this
-// when it is saved (docs/exactness.md, "state serde drops"); the crash
-// harness shows it in tests, where every checkpoint is resumed.
+// 5. A `#[serde(skip)]` field comes back as its default. The uninterrupted
+// run used to keep the real value ([5, 4]) where a resumed one had the
+// default ([5, 2]). After each checkpoint the uninterrupted run now goes on
+// from the decoded state, as a resumed run does: both return [5, 2]. The
+// skipped field is its default from the first checkpoint on, on every path
+// (docs/exactness.md: a saved value *is* what serde writes of it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Budget {
     spent: u32,
@@ -313,13 +315,169 @@ async fn spend(ctx: &Ctx, limit: u32) -> Vec<u32> {
 }
 
 #[tokio::test]
-async fn the_crash_harness_shows_a_field_serde_skips() {
-    let err = Harness::new(spend)
-        .input(5)
-        .run()
-        .await
-        .expect_err("the resumed output differs");
-    assert!(err.to_string().contains("spent"), "{err}");
+async fn a_field_serde_skips_is_its_default_after_a_checkpoint_on_every_path() {
+    let out = Harness::new(spend).input(5).assert_exact().await;
+    assert_eq!(
+        out,
+        [5, 2],
+        "the limit is 0 (its default) after the first checkpoint"
+    );
+    // The uninterrupted run alone, with no crash: the same.
+    let rt = Runtime::in_memory();
+    let h = rt.start(spend, "spend", 5).await.unwrap();
+    assert_eq!(h.result().await.unwrap(), [5, 2]);
+}
+
+// The same inside a loop over a borrow of the value (the loop's iterator
+// borrows `plan` across the checkpoint, so it is decoded where the loop
+// starts) and under a `match` on a borrow of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Plan {
+    steps: Vec<u32>,
+    #[serde(skip)]
+    bonus: u32,
+}
+
+#[workflow]
+async fn follow(ctx: &Ctx, bonus: u32) -> Vec<u32> {
+    let plan = Plan {
+        steps: vec![1, 2],
+        bonus,
+    };
+    let mut out = vec![plan.bonus];
+    for step in &plan.steps {
+        out.push(step + plan.bonus);
+        checkpoint!("step");
+    }
+    let choice = Some(plan);
+    match &choice {
+        Some(p) => {
+            checkpoint!("chosen");
+            out.push(p.bonus + 100);
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_skipped_field_behind_a_borrow_around_a_checkpoint_is_its_default_on_every_path() {
+    let out = Harness::new(follow).input(7).assert_exact().await;
+    assert_eq!(out, [7, 1, 2, 100]);
+}
+
+// 6. A shared mutable handle hidden in a struct of the user's own: serde
+// shows neither `Arc` nor `Mutex`, so nothing refuses it at save. The
+// uninterrupted run used to return (4, 4) (both handles one vector), a
+// resumed one (4, 1). After the checkpoint both paths hold the decoded
+// state, where the two handles are two vectors: (4, 1) on every path.
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    log: Arc<Mutex<Vec<u32>>>,
+}
+
+#[workflow]
+async fn journal(ctx: &Ctx, first: u32) -> (usize, usize) {
+    let journal = Journal {
+        log: Arc::new(Mutex::new(vec![first])),
+    };
+    let view = Journal {
+        log: Arc::clone(&journal.log),
+    };
+    checkpoint!("shared");
+    for i in 0..3 {
+        journal.log.lock().unwrap().push(i);
+    }
+    let a = journal.log.lock().unwrap().len();
+    let b = view.log.lock().unwrap().len();
+    (a, b)
+}
+
+#[tokio::test]
+async fn a_handle_hidden_in_a_struct_is_two_values_after_a_checkpoint_on_every_path() {
+    let out = Harness::new(journal).input(7).assert_exact().await;
+    assert_eq!(out, (4, 1));
+}
+
+// The handle pushed through inside a loop with a checkpoint, the other
+// handle in a local declared before it, one of them borrowed by the loop.
+#[derive(Debug, Serialize, Deserialize)]
+struct Job {
+    items: Vec<u32>,
+    log: Arc<Mutex<Vec<u32>>>,
+}
+
+#[workflow]
+async fn job(ctx: &Ctx, items: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+    let job = Job {
+        items,
+        log: Arc::new(Mutex::new(Vec::new())),
+    };
+    let seen = Journal {
+        log: Arc::clone(&job.log),
+    };
+    for item in &job.items {
+        job.log.lock().unwrap().push(*item);
+        seen.log.lock().unwrap().push(*item * 10);
+        checkpoint!("logged");
+    }
+    let a = job.log.lock().unwrap().clone();
+    let b = seen.log.lock().unwrap().clone();
+    (a, b)
+}
+
+#[tokio::test]
+async fn a_handle_hidden_in_a_struct_a_loop_borrows_resumes_exactly() {
+    let out = Harness::new(job).input(vec![1, 2, 3]).assert_exact().await;
+    assert_eq!(out, (vec![1, 2, 3], vec![10, 20, 30]));
+}
+
+// 7. A `Deserialize` that rebuilds state: `Tokens` writes its text only and
+// counts the words again when read back, while the body counts uses in the
+// same field. The uninterrupted run used to return 5 (2 words + 3 uses), a
+// resumed one 2 + the uses after its checkpoint. Now both go on from the
+// rebuilt value: 3 (2 words, then the use after the last checkpoint).
+#[derive(Debug, Clone, PartialEq)]
+struct Tokens {
+    text: String,
+    count: usize,
+}
+
+impl Serialize for Tokens {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tokens {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let count = text.split_whitespace().count();
+        Ok(Tokens { text, count })
+    }
+}
+
+#[workflow]
+async fn count_uses(ctx: &Ctx, text: String) -> usize {
+    let mut tokens = Tokens {
+        count: text.split_whitespace().count(),
+        text,
+    };
+    for _ in 0..3 {
+        tokens.count += 1;
+        checkpoint!("used");
+    }
+    tokens.count += 1;
+    tokens.count
+}
+
+#[tokio::test]
+async fn a_deserialize_that_rebuilds_state_resumes_exactly() {
+    let out = Harness::new(count_uses)
+        .input("two words".into())
+        .assert_exact()
+        .await;
+    assert_eq!(out, 3);
 }
 
 // A `serde_json::Value` (tool arguments, say) is written by postcard but can

@@ -8,12 +8,15 @@
 //! `let x;` assigned in branches, `#[transient]` locals, closures, waits and
 //! sleeps, and the exactness forms of issue 32: hash order observed after a
 //! checkpoint, by iterators the macro rewrites or by helpers it cannot,
-//! shared `Arc<Mutex<..>>` handles, stateful transients), with checkpoints
+//! shared `Arc<Mutex<..>>` handles, plain or hidden in a struct, a field
+//! `#[serde(skip)]` drops, stateful transients), with checkpoints
 //! and side effects at random statement positions. Each program is printed
 //! twice: as a `#[workflow]` and as a plain `async fn` twin (no checkpoints;
 //! waits answered from the same script by [`PlainCtx`]; the iterators of the
 //! `hash_observe` form wrapped in [`canon`], the canonical order the runtime
-//! gives a hash collection's iterators in a workflow body). [`check_case`]
+//! gives a hash collection's iterators in a workflow body; the locals of the
+//! `struct_handle` and `serde_skip` forms passed through [`round_trip`]
+//! where the workflow decodes them). [`check_case`]
 //! is the oracle:
 //!
 //! 1. the crash harness (`checkpoint_runtime::testing::Harness`): crashed
@@ -173,6 +176,40 @@ pub fn first_of(hs: &HashSet<u64>) -> u64 {
 /// The first key of `hm` in its own iteration order (`hash_helper`).
 pub fn first_key(hm: &HashMap<u64, u64>) -> u64 {
     hm.keys().next().copied().unwrap_or(0)
+}
+
+/// A struct of the program's own hiding a shared mutable handle (the
+/// `struct_handle` form): serde shows neither `Arc` nor `Mutex`, so it is
+/// saved, and each handle comes back as a value of its own.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Logged {
+    /// What a loop of the form iterates.
+    pub items: Vec<u64>,
+    /// The handle, shared with another `Logged` before the checkpoint.
+    pub log: std::sync::Arc<Mutex<u64>>,
+}
+
+/// A struct with a field serde skips (the `serde_skip` form): it comes back
+/// as its default.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Skipping {
+    /// What a loop of the form iterates.
+    pub items: Vec<u64>,
+    /// Saved.
+    pub kept: u64,
+    /// Not saved: 0 once decoded.
+    #[serde(skip)]
+    pub skipped: u64,
+}
+
+/// The value decoded from `value`'s postcard bytes: what the plain twin
+/// does where the workflow saves a local (the `struct_handle` and
+/// `serde_skip` forms), since after a checkpoint a workflow goes on from
+/// the decoded state (docs/exactness.md), and at the entry of a loop whose
+/// iterable borrows it around a checkpoint.
+pub fn round_trip<T: Serialize + serde::de::DeserializeOwned>(value: T) -> T {
+    let bytes = postcard::to_allocvec(&value).expect("encodes");
+    postcard::from_bytes(&bytes).expect("decodes")
 }
 
 /// A non-serializable resource with state (the `transient_stateful` form,
@@ -402,8 +439,8 @@ where
 /// shrinker's scratch program start with `use checkpoint_fuzz::prelude::*;`).
 pub mod prelude {
     pub use crate::{
-        canon, check, first_key, first_of, job_value, mk_job, summary, Conn, Counter, Job,
-        PlainCtx, S,
+        canon, check, first_key, first_of, job_value, mk_job, round_trip, summary, Conn, Counter,
+        Job, Logged, PlainCtx, Skipping, S,
     };
     pub use checkpoint_runtime::prelude::*;
     pub use checkpoint_runtime::testing::SideEffects;

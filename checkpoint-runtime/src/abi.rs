@@ -335,6 +335,22 @@ pub fn encode_typed<T: Serialize + DeserializeOwned>(value: &T) -> Result<Encode
     Ok(encoded)
 }
 
+/// Decodes a value [`encode`]d earlier (a snapshot taken at loop entry).
+pub(crate) fn decode_encoded<T: DeserializeOwned>(value: &Encoded) -> Result<T, Error> {
+    match codec::decode::<T>(&value.bytes) {
+        Ok((decoded, [])) => Ok(decoded),
+        Ok((_, rest)) => Err(Error::internal(format!(
+            "{} trailing byte(s) after a snapshot of type `{}`",
+            rest.len(),
+            value.type_name
+        ))),
+        Err(e) => Err(Error::internal(format!(
+            "a snapshot of type `{}` does not decode: {e}",
+            value.type_name
+        ))),
+    }
+}
+
 /// A restored value waiting to be moved into its local.
 pub struct Slot<T>(Option<T>);
 

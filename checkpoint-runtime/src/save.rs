@@ -28,6 +28,10 @@ pub struct SaveOps<T> {
     encode_order_observed: fn(&T, &mut Encoder, &'static str) -> Result<(), Error>,
     load: fn(&mut Slot<T>, &Frame, usize) -> Result<(), Error>,
     snapshot: fn(&T) -> Result<Encoded, Error>,
+    decode_snapshot: fn(&Encoded) -> Result<T, Error>,
+    /// `T` is made of the standard library's types only, whose postcard
+    /// round trip gives back an equal value (see [`round_trips_exactly`]).
+    exact: bool,
 }
 
 impl<T: Save> SaveOps<T> {
@@ -40,6 +44,8 @@ impl<T: Save> SaveOps<T> {
             },
             load: frame::resume::load,
             snapshot: abi::encode_typed,
+            decode_snapshot: abi::decode_encoded,
+            exact: round_trips_exactly(std::any::type_name::<T>()),
         }
     }
 }
@@ -85,6 +91,76 @@ impl<T> SaveOps<T> {
     pub fn snapshot(&self, value: &T) -> Result<Encoded, Error> {
         (self.snapshot)(value)
     }
+
+    /// Whether the value a local holds can differ from the one decoded
+    /// from its bytes: false for a type of the standard library's types
+    /// only, true for any type with a type of its own inside (which may
+    /// skip a field, rebuild state in `Deserialize`, or hide a shared
+    /// handle).
+    pub fn needs_reload(&self) -> bool {
+        !self.exact
+    }
+
+    /// The value the uninterrupted path continues with after a checkpoint
+    /// stored `value` as field `field`: the value decoded from the stored
+    /// bytes, with the load a resumed run makes (see
+    /// [`Frame::begin_reload`]), so that both paths go on from the same
+    /// state; `value` itself when its type round-trips exactly.
+    pub fn reloaded(&self, value: T, frame: &Frame, field: usize) -> Result<T, Error> {
+        if self.exact {
+            return Ok(value);
+        }
+        drop(value);
+        let mut slot = Slot::new();
+        (self.load)(&mut slot, frame, field)?;
+        Ok(slot.take())
+    }
+
+    /// [`SaveOps::reloaded`] for a local saved as a snapshot taken earlier
+    /// (`snapshot`, of `value`): the value decoded from the snapshot's bytes.
+    pub fn reloaded_snapshot(&self, value: T, snapshot: &Encoded) -> Result<T, Error> {
+        if self.exact {
+            return Ok(value);
+        }
+        drop(value);
+        (self.decode_snapshot)(snapshot)
+    }
+
+    /// The value a local continues with once encoded as `value` is, for a
+    /// local that a loop's iterable or a re-derived branch borrows around a
+    /// site (where it cannot be replaced): decoded from its own encoding.
+    pub fn round_trip(&self, value: T) -> Result<T, Error> {
+        if self.exact {
+            return Ok(value);
+        }
+        let encoded = (self.snapshot)(&value)?;
+        drop(value);
+        (self.decode_snapshot)(&encoded)
+    }
+}
+
+/// Whether a type, named as `std::any::type_name` names it, is made of the
+/// standard library's types only (`Vec<(u32, String)>`, `BTreeMap<String,
+/// Option<f64>>`): each of those gives back an equal value from its postcard
+/// bytes (floats bit for bit; a `HashMap`'s order is made canonical where
+/// it is observed, or refused at save; shared mutable handles are refused at
+/// save), so the uninterrupted path need not decode it after a checkpoint.
+/// Any other path (a type of the user's own, or of another crate) may not.
+pub fn round_trips_exactly(type_name: &str) -> bool {
+    const PRIMITIVES: &[&str] = &[
+        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
+        "i64", "i128", "isize", "f32", "f64",
+    ];
+    type_name
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| !word.is_empty())
+        .all(|word| {
+            word.starts_with("core::")
+                || word.starts_with("alloc::")
+                || word.starts_with("std::")
+                || PRIMITIVES.contains(&word)
+                || word.chars().all(|c| c.is_ascii_digit())
+        })
 }
 
 /// The type of a value, for the marker trait's `Self` to be inferred from.

@@ -326,6 +326,14 @@ pub enum Stmt {
     /// `shared_handle`: a block that saves an `Arc<Mutex<u64>>` shared by two
     /// locals across a checkpoint: refused at save.
     SharedHandle { id: u32 },
+    /// `struct_handle`: two `Logged` sharing one `Arc<Mutex<u64>>` across a
+    /// checkpoint (in a block, or in a loop over `&sh.items` when
+    /// `looped`): exact, both handles are values of their own after it.
+    StructHandle { id: u32, looped: bool },
+    /// `serde_skip`: a `Skipping` whose skipped field is read after a
+    /// checkpoint (in a block, or in a loop over `&sk.items`): exact, it
+    /// is 0 after it on every path.
+    SerdeSkip { id: u32, looped: bool },
     /// `transient_cell` (known failing): a `#[transient]` built from a
     /// `Cell` that changes before the checkpoint.
     TransientCell { id: u32 },
@@ -522,6 +530,8 @@ pub fn takes_checkpoint(stmts: &[Stmt]) -> bool {
                 | Stmt::HashObserve { .. }
                 | Stmt::HashHelper { .. }
                 | Stmt::SharedHandle { .. }
+                | Stmt::StructHandle { .. }
+                | Stmt::SerdeSkip { .. }
                 | Stmt::TransientCell { .. }
                 | Stmt::TransientStateful { .. }
         ) {

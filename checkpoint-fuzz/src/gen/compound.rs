@@ -2,8 +2,8 @@
 //! from the statement picker in `generator.rs` by size): `for` loops over
 //! every collection and iterator kind with their item bindings, the job
 //! `match` / `if let` / `let else` family, and the rare exactness forms of
-//! issue 32 (hash order observed after a checkpoint, shared handles,
-//! stateful transients).
+//! issue 32 (hash order observed after a checkpoint, shared handles, plain
+//! or in a struct, fields serde skips, stateful transients).
 //!
 //! Each generator checks the scope ([`Env`]) so that the loop or match it
 //! builds borrows, binds and terminates correctly.
@@ -18,7 +18,7 @@ impl Gen {
     /// checkpoint(s).
     pub(super) fn exactness_form(&mut self, env: &Env) -> Option<Stmt> {
         let r = self.rng.below(1000);
-        if env.hash.is_some() || r >= 46 {
+        if env.hash.is_some() || r >= 66 {
             return None;
         }
         let hash_ok = env.can_read(Coll::Hm) && env.can_read(Coll::Hs);
@@ -52,6 +52,16 @@ impl Gen {
                     n,
                 })
             }
+            46..=55 if self.on("struct_handle") && self.cp_cost(env, 2) => {
+                Some(Stmt::StructHandle {
+                    id: self.id(),
+                    looped: self.rng.below(2) == 0,
+                })
+            }
+            56..=65 if self.on("serde_skip") && self.cp_cost(env, 2) => Some(Stmt::SerdeSkip {
+                id: self.id(),
+                looped: self.rng.below(2) == 0,
+            }),
             _ => None,
         }
     }

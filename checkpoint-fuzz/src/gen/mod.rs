@@ -141,6 +141,14 @@ pub const FORMS: &[&str] = &[
     // a checkpoint precedes it; without the form, hash `into_iter` loops
     // iterate an owned snapshot taken with `.iter()`.
     "hash_clone_for",
+    // `struct_handle`: an `Arc<Mutex<u64>>` hidden in a struct of the
+    // program's own, shared by two locals across a checkpoint (not refused:
+    // serde does not show it); `serde_skip`: a field `#[serde(skip)]` drops
+    // read after a checkpoint. Both exact: after a checkpoint the workflow
+    // goes on from the decoded state, which the plain twin computes with
+    // `round_trip` (also at the entry of a loop that borrows the value).
+    "struct_handle",
+    "serde_skip",
     // Known gaps (in KNOWN_FAILING below).
     "transient_cell",
     "transient_stateful",

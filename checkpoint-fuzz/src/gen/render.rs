@@ -715,6 +715,8 @@ impl Printer {
                 self.indent -= 1;
                 self.line("}");
             }
+            Stmt::StructHandle { id, looped } => self.struct_handle(*id, *looped, wf),
+            Stmt::SerdeSkip { id, looped } => self.serde_skip(*id, *looped, wf),
             Stmt::TransientCell { id } => {
                 self.line("{");
                 self.indent += 1;
@@ -751,6 +753,92 @@ impl Printer {
                 self.line("}");
             }
         }
+    }
+
+    /// `struct_handle`: two `Logged` share one handle; the workflow saves
+    /// both at a checkpoint and goes on from the decoded values, which the
+    /// twin computes with `round_trip` (the loop's iterable borrows `sh`,
+    /// which is decoded at loop entry instead).
+    fn struct_handle(&mut self, id: u32, looped: bool, wf: bool) {
+        let twin = |p: &mut Self, line: &str| {
+            if !wf {
+                p.line(line);
+            }
+        };
+        self.line("{");
+        self.indent += 1;
+        let items = if looped { "vec![1, 2]" } else { "Vec::new()" };
+        self.line(&format!(
+            "let mut sh{id} = Logged {{ items: {items}, log: Arc::new(Mutex::new(acc % 1000)) }};"
+        ));
+        self.line(&format!(
+            "let mut shb{id} = Logged {{ items: Vec::new(), log: Arc::clone(&sh{id}.log) }};"
+        ));
+        self.line(&format!("*sh{id}.log.lock().unwrap() += 1;"));
+        if looped {
+            twin(self, &format!("sh{id} = round_trip(sh{id});"));
+            self.line(&format!("for x{id} in &sh{id}.items {{"));
+            self.indent += 1;
+            self.line(&format!("*sh{id}.log.lock().unwrap() += *x{id};"));
+            self.line(&format!("*shb{id}.log.lock().unwrap() += 10;"));
+            if wf {
+                self.line("checkpoint!();");
+            }
+            twin(self, &format!("shb{id} = round_trip(shb{id});"));
+            self.indent -= 1;
+            self.line("}");
+        } else {
+            if wf {
+                self.line("checkpoint!();");
+            }
+            twin(self, &format!("sh{id} = round_trip(sh{id});"));
+            twin(self, &format!("shb{id} = round_trip(shb{id});"));
+        }
+        self.line(&format!("*sh{id}.log.lock().unwrap() += 2;"));
+        self.line(&format!(
+            "acc = acc.wrapping_add(*shb{id}.log.lock().unwrap()).wrapping_mul(3).wrapping_add(*sh{id}.log.lock().unwrap());"
+        ));
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// `serde_skip`: a `Skipping` whose skipped field is read after a
+    /// checkpoint (0 from then on; in the looped shape, from loop entry).
+    fn serde_skip(&mut self, id: u32, looped: bool, wf: bool) {
+        self.line("{");
+        self.indent += 1;
+        let items = if looped { "vec![1, 2]" } else { "Vec::new()" };
+        self.line(&format!(
+            "let mut sk{id} = Skipping {{ items: {items}, kept: acc % 100, skipped: acc % 7 + 1 }};"
+        ));
+        self.line(&format!("sk{id}.kept += sk{id}.skipped;"));
+        if looped {
+            if !wf {
+                self.line(&format!("sk{id} = round_trip(sk{id});"));
+            }
+            self.line(&format!("for x{id} in &sk{id}.items {{"));
+            self.indent += 1;
+            self.line(&format!(
+                "acc = acc.wrapping_add(*x{id} + sk{id}.skipped + sk{id}.kept);"
+            ));
+            if wf {
+                self.line("checkpoint!();");
+            }
+            self.indent -= 1;
+            self.line("}");
+        } else {
+            if wf {
+                self.line("checkpoint!();");
+            } else {
+                self.line(&format!("sk{id} = round_trip(sk{id});"));
+            }
+            self.line(&format!("sk{id}.skipped += 1;"));
+        }
+        self.line(&format!(
+            "acc = acc.wrapping_add(sk{id}.kept * 10 + sk{id}.skipped);"
+        ));
+        self.indent -= 1;
+        self.line("}");
     }
 }
 

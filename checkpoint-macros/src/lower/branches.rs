@@ -74,6 +74,11 @@ impl Lowerer<'_> {
         }
         if rederive {
             let post = rederived_post(arms, &arms_enum, normal_head, post_arms);
+            let locals: Vec<(usize, Option<Ident>)> =
+                plan.decoded_at_entry.iter().map(|&id| (id, None)).collect();
+            let resuming = quote!(#frame.target().is_some());
+            let decode = self.decode_at_entry(&locals, &resuming);
+            let post = quote!({ #decode #post });
             Split {
                 items,
                 ..Split::post(post)

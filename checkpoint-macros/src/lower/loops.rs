@@ -65,6 +65,10 @@ impl Lowerer<'_> {
             plan: f,
         };
         let make_iter = self.for_iterator(&parts);
+        let make_iter = {
+            let decode = self.decode_at_entry(&f.decoded_at_entry, &parts.resuming);
+            quote!(#decode #make_iter)
+        };
         self.loops.push((f.pos.clone(), f.item_fp.clone()));
         let post = match &f.items {
             ForItems::WritingBack {
@@ -141,6 +145,40 @@ impl Lowerer<'_> {
                 #body
             }
         }}
+    }
+
+    /// On the uninterrupted path, before the iterator is made: the saved
+    /// locals it may borrow across the sites inside are replaced by their
+    /// decoded value (from the snapshot a site saves, if any), as a run
+    /// resumed into the loop has them (see `After::DecodedAtEntry`).
+    pub(super) fn decode_at_entry(
+        &self,
+        locals: &[(usize, Option<Ident>)],
+        resuming: &TokenStream,
+    ) -> TokenStream {
+        let frame = frame_ident();
+        let mut code = TokenStream::new();
+        for (id, snap) in locals {
+            let binding = &self.plan.bindings[*id];
+            let (ident, ops) = (&binding.ident, &binding.ops);
+            let value = match snap {
+                Some(snap) => quote!(#ops.reloaded_snapshot(#ident, &#snap)),
+                None => quote!(#ops.round_trip(#ident)),
+            };
+            code.extend(quote! {
+                #ident = match #value {
+                    ::core::result::Result::Ok(v) => v,
+                    ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                };
+            });
+        }
+        if code.is_empty() {
+            return code;
+        }
+        quote! {
+            #[allow(unused_assignments)]
+            if !#resuming { #code }
+        }
     }
 
     /// `let mut iter = ..;`: the iterable, its base iterator in a stable

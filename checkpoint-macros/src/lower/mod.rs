@@ -39,7 +39,7 @@ use syn::visit_mut::VisitMut;
 use syn::{Expr, Ident, Stmt};
 
 use crate::analyse::plan::{
-    BlockPlan, BlockStmts, BodyPlan, Ctrl, Save, SiteCall, SiteStmt, SplitNode, Stmts, Wrap,
+    After, BlockPlan, BlockStmts, BodyPlan, Ctrl, Save, SiteCall, SiteStmt, SplitNode, Stmts, Wrap,
 };
 use crate::analyse::syntax::strip_parens;
 use crate::hidden::{binding_pat, carried_ident, frame_ident, rt};
@@ -201,6 +201,10 @@ impl<'a> Lowerer<'a> {
             resume_head,
             post,
         } = self.lower_site_stmt(&node.head);
+        let reload = match &node.head {
+            SiteStmt::Site { site, .. } => self.reload_after_site(*site, node),
+            _ => TokenStream::new(),
+        };
 
         // On resume, saved locals come from their slots and re-created ones
         // run their initialiser again, in declaration order.
@@ -212,7 +216,12 @@ impl<'a> Lowerer<'a> {
                 None => restore_stmt(&e.binding.ident, &self.slot_ident(e.id)),
             })
             .collect();
-        let pats = node.exports.iter().map(|e| binding_pat(&e.binding));
+        // `mut`: a site further in may replace them with their decoded
+        // value (see `reload_after_site`).
+        let pats = node.exports.iter().map(|e| {
+            let ident = &e.binding.ident;
+            quote!(mut #ident)
+        });
         let names: Vec<&Ident> = node.exports.iter().map(|e| &e.binding.ident).collect();
         // Fix each slot's type from the local on the normal path, which rustc
         // checks first, so restored values have known types on the resume path.
@@ -237,6 +246,7 @@ impl<'a> Lowerer<'a> {
                 #prefix_code
                 #snapshots
                 let #head = #normal_head;
+                #reload
                 #(#binds)*
                 (#(#names,)* #(#snaps,)* #head)
             } else {
@@ -345,6 +355,84 @@ impl<'a> Lowerer<'a> {
             normal_head,
             resume_head,
             post: TokenStream::new(),
+        }
+    }
+
+    /// On the uninterrupted path, once site `index` (the head of `node`)
+    /// stored its checkpoint: the saved locals are replaced by their values
+    /// decoded from its bytes, with the loads a resumed run makes, so that
+    /// both paths go on from the same state (docs/exactness.md). The
+    /// locals `node` hands over are decoded into new bindings of the same
+    /// name, which the split then hands over; the others (declared further
+    /// out, `mut` there) are assigned; a loop's item saved through is
+    /// written back as on resume. A local borrowed around the site (see
+    /// [`After`]) is left alone.
+    fn reload_after_site(&self, index: u32, node: &SplitNode) -> TokenStream {
+        let (frame, rt) = (frame_ident(), rt());
+        let span = self.site(index).span;
+        let exported = |id: usize| {
+            node.exports
+                .iter()
+                .find(|e| e.id == id && e.recreate.is_none())
+        };
+        let halting = |value: TokenStream| {
+            quote! {
+                match #value {
+                    ::core::result::Result::Ok(v) => v,
+                    ::core::result::Result::Err(e) => match #frame.halt(e).await {},
+                }
+            }
+        };
+        let (mut rebound, mut assigned) = (TokenStream::new(), TokenStream::new());
+        for (i, field) in self.plan.sites[index as usize - 1]
+            .fields
+            .iter()
+            .enumerate()
+        {
+            if field.after != After::Decoded {
+                continue;
+            }
+            let binding = &self.plan.bindings[field.binding];
+            let (ops, slot) = (&binding.ops, &binding.slot);
+            let name = binding.ident.to_string();
+            let ident = Ident::new(&name, span.resolved_at(binding.ident.span()));
+            match (&field.save, exported(field.binding)) {
+                (Save::Live { .. }, Some(e)) => {
+                    let ident = &e.binding.ident;
+                    let value = halting(quote!(#ops.reloaded(#ident, &#frame, #i)));
+                    rebound.extend(quote!(let #ident = #value;));
+                }
+                // An outer local of the name the split hands over is hidden
+                // here (and not saved apart from it).
+                (Save::Live { .. }, None)
+                    if node.exports.iter().any(|e| e.binding.ident == name) => {}
+                (Save::Live { .. }, None) => {
+                    let value = halting(quote!(#ops.reloaded(#ident, &#frame, #i)));
+                    assigned.extend(quote!(#ident = #value;));
+                }
+                (Save::Through, _) => {
+                    let loaded = halting(quote!(#ops.load(&mut #slot, &#frame, #i)));
+                    assigned.extend(quote! {
+                        if #ops.needs_reload() {
+                            #loaded;
+                            #rt::restore_through(&mut #ident, &mut #slot);
+                        }
+                    });
+                }
+                _ => {}
+            }
+        }
+        if rebound.is_empty() && assigned.is_empty() {
+            return TokenStream::new();
+        }
+        quote! {
+            #frame.begin_reload();
+            #rebound
+            #[allow(unused_assignments)]
+            {
+                #assigned
+            }
+            #frame.end_reload();
         }
     }
 

@@ -66,9 +66,11 @@ fn the_expansion_reads_like_the_workflow() {
     // The user's code keeps its lints: no blanket `allow` over the body.
     assert!(!out.contains("clippy :: all"), "{out}");
     assert!(!out.contains("unreachable_code"), "{out}");
-    // 1,811 tokens today (the workflow's version and each site's signal
-    // name included); 346 lines before the save traits were made small, 114
-    // of them three near-identical traits.
+    // 2,048 tokens today (the workflow's version and each site's signal
+    // name included; 1,811 before the uninterrupted path decoded the saved
+    // locals after each site, about 120 tokens a site here); 346 lines
+    // before the save traits were made small, 114 of them three
+    // near-identical traits.
     let tokens = out.split_whitespace().count();
-    assert!(tokens < 1900, "{tokens} tokens");
+    assert!(tokens < 2150, "{tokens} tokens");
 }

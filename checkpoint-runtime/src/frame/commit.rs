@@ -32,6 +32,9 @@ impl Frame {
     where
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
+        // The last one's bytes are no longer needed for a reload, and may
+        // be reused (see `buffer`).
+        self.saved = None;
         let info = self.site(site).ok_or_else(|| {
             Error::internal(format!(
                 "workflow `{}` has no checkpoint site #{site}",
@@ -188,6 +191,7 @@ impl Frame {
         }
         let seq = cp.seq;
         let size = cp.data.len();
+        let saved = cp.clone();
         let site = cp.site_key.clone();
         self.store_schemas().await;
         let env = &self.run.env;
@@ -212,6 +216,7 @@ impl Frame {
         self.run.attempt.store(1, Ordering::Release);
         self.wake = None;
         self.checkpoint = None;
+        self.saved = Some(saved);
         if let (Some(hook), Some((n, _))) = (hook, numbered) {
             if hook.after_save(n, &self.run.id) {
                 match self.stop(Halt::Crash).await {}

@@ -37,6 +37,10 @@ pub struct Frame {
     sites: &'static [SiteInfo],
     target: Option<u32>,
     checkpoint: Option<Arc<CheckpointRecord>>,
+    /// The checkpoint this execution stored last, until the generated code
+    /// has decoded the locals it continues with from it (see
+    /// [`Frame::begin_reload`]) or the next one is prepared.
+    saved: Option<Arc<CheckpointRecord>>,
     wake: Option<WakeValue>,
     resumed: bool,
     size_hint: usize,
@@ -107,6 +111,7 @@ impl Frame {
             sites,
             target,
             checkpoint,
+            saved: None,
             wake,
             resumed: false,
             size_hint,
@@ -215,6 +220,22 @@ impl Frame {
     /// The resumed run reached its site: from now on it runs forward.
     pub fn arrive(&mut self) {
         self.target = None;
+    }
+
+    /// After a checkpoint was stored, on the uninterrupted path: the
+    /// generated code is about to decode the locals it continues with from
+    /// that checkpoint's bytes, with the loads a resumed run makes
+    /// ([`load`](resume::load) through [`SaveOps`](crate::save::SaveOps)), so
+    /// that both paths go on from the same decoded state (docs/exactness.md).
+    /// Until [`Frame::end_reload`], the stored checkpoint is the one loads
+    /// read.
+    pub fn begin_reload(&mut self) {
+        self.checkpoint = self.saved.take();
+    }
+
+    /// The locals are decoded: running forward again.
+    pub fn end_reload(&mut self) {
+        self.checkpoint = None;
     }
 
     /// Stops this execution for good: records why (see the runtime docs) and

@@ -9,7 +9,7 @@ use quote::{quote, ToTokens};
 use syn::{Block, Expr, Ident};
 
 use super::types::{
-    ArmBody, ArmPlan, ArmsPlan, Ctrl, EntryCopy, ForItems, ForPlan, Overwrite, Rederived,
+    After, ArmBody, ArmPlan, ArmsPlan, Ctrl, EntryCopy, ForItems, ForPlan, Overwrite, Rederived,
     RederivedWhy, WhileCond, WhilePlan, Why,
 };
 use super::walk::{Planner, Scope, Source};
@@ -128,6 +128,24 @@ impl Planner<'_> {
         let mut body_scope = scope.clone();
         let snapshots = self.iterable_snapshots(&iter_names, &body_names, &mut body_scope);
         let entries = self.entry_copies(f, &iter_names, &body_names, scope, &mut body_scope);
+        // The iterator may borrow what the iterable names across the sites
+        // inside (not the locals it is evaluated from copies of): decoded
+        // at loop entry on the uninterrupted path, not at the sites.
+        let mut borrowed = iter_names.clone();
+        for e in &entries {
+            borrowed.remove(&e.local.to_string());
+        }
+        let decoded_at_entry = self
+            .hold(&mut body_scope, &borrowed, After::DecodedAtEntry)
+            .into_iter()
+            .map(|b| {
+                let snap = snapshots
+                    .iter()
+                    .find(|(s, _)| *s == b)
+                    .map(|(_, i)| i.clone());
+                (b, snap)
+            })
+            .collect();
         let items = pat_names(&f.pat);
         body_scope.bind_inner(&items);
         if yields_reference(&f.expr, &scope.ref_locals) {
@@ -174,6 +192,7 @@ impl Planner<'_> {
             pos,
             item_fp,
             snapshots,
+            decoded_at_entry,
             entries,
             items,
             body,
@@ -287,7 +306,11 @@ impl Planner<'_> {
             true => Reentry::Rederive,
             false => Reentry::Restore,
         };
-        self.plan_arms(None, if_arms(i), reentry, scope)
+        let mut read = NameSet::new();
+        for cond in if_conditions(i) {
+            read.extend(free_in_expr(cond));
+        }
+        self.plan_arms(None, if_arms(i), (reentry, read), scope)
     }
 
     /// A `match` that holds sites in its arms (a site in its scrutinee or a
@@ -323,17 +346,25 @@ impl Planner<'_> {
             _ => m,
         };
         let arms = match_arms(m, self.ctx);
-        self.plan_arms(Some(&m.expr), arms, reentry, scope)
+        // A re-matched `match &mut x` ends its bindings' borrows before
+        // each site (`rebind_after_sites`): `x` is replaced there.
+        let read = match strip_parens(&m.expr) {
+            Expr::Reference(r) if r.mutability.is_some() => NameSet::new(),
+            e => free_in_expr(e),
+        };
+        self.plan_arms(Some(&m.expr), arms, (reentry, read), scope)
     }
 
     /// An `if` chain or a `match`: each arm that holds a site is planned with
     /// its bindings re-derived (the head evaluated again) or restored (carried
     /// into the arm's body, which unpacks them first).
+    /// `read`: the locals the condition or scrutinee reads (which the arms'
+    /// bindings may borrow when they are re-derived).
     fn plan_arms(
         &mut self,
         scrutinee: Option<&Expr>,
         arms: Vec<Arm>,
-        reentry: Reentry,
+        (reentry, read): (Reentry, NameSet),
         scope: &Scope,
     ) -> Ctrl {
         let ident = Ident::new(
@@ -341,6 +372,13 @@ impl Planner<'_> {
             Span::mixed_site(),
         );
         let rederive = reentry == Reentry::Rederive;
+        let mut scope = scope.clone();
+        // Only bindings can borrow what the condition reads.
+        let decoded_at_entry = match rederive && arms.iter().any(|a| !a.carried.is_empty()) {
+            true => self.hold(&mut scope, &read, After::DecodedAtEntry),
+            false => Vec::new(),
+        };
+        let scope = &scope;
         let mut planned = Vec::new();
         for arm in arms {
             let Some(range) = arm.sites else {
@@ -415,6 +453,7 @@ impl Planner<'_> {
             ident,
             reentry,
             arms: planned,
+            decoded_at_entry,
         }))
     }
 }

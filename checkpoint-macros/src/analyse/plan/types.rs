@@ -62,6 +62,33 @@ pub struct Field {
     pub binding: usize,
     pub save: Save,
     pub why: Why,
+    /// What the uninterrupted path continues with once the checkpoint is
+    /// stored (docs/exactness.md: the decoded state, on both paths).
+    pub after: After,
+}
+
+/// What the uninterrupted path does with a saved local once the checkpoint
+/// is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Replaced by the value decoded from the checkpoint's bytes, as a
+    /// resumed run restores it.
+    Decoded,
+    /// Borrowed around the site by an enclosing `for` loop's iterator or a
+    /// re-derived `if let` / `match` on a borrow: it cannot be replaced
+    /// here, so it was replaced by its decoded value where that borrow
+    /// began (the loop or branch entered); the bytes saved here are its
+    /// encoding, and the value decodes to itself again unless its
+    /// `Deserialize` changes what it decodes each time.
+    DecodedAtEntry,
+    /// Borrowed by a `#[transient]` (a closure that captures it, an
+    /// initialiser that borrows it): kept as it is (docs/exactness.md, the
+    /// open row on transients).
+    Kept,
+    /// Saved as a snapshot taken earlier (loop entry, where it was decoded;
+    /// or a placeholder nothing reads), or written back through a loop's
+    /// item: nothing to replace here beyond what the lowering writes back.
+    Snapshot,
 }
 
 /// How a saved local is written into a checkpoint.
@@ -337,6 +364,11 @@ pub struct ForPlan {
     /// Locals only the iterable reads, snapshot before the loop (binding,
     /// snapshot variable).
     pub snapshots: Vec<(usize, Ident)>,
+    /// Saved locals the iterable names that no enclosing loop or branch
+    /// already borrows: the uninterrupted path replaces them by their
+    /// decoded value at loop entry (from their snapshot when they have
+    /// one), since the iterator may borrow them across the sites inside.
+    pub decoded_at_entry: Vec<(usize, Option<Ident>)>,
     /// Copies at loop entry the iterable is evaluated from on resume.
     pub entries: Vec<EntryCopy>,
     pub items: ForItems,
@@ -380,6 +412,11 @@ pub struct ArmsPlan {
     pub ident: Ident,
     pub reentry: Reentry,
     pub arms: Vec<ArmPlan>,
+    /// Re-derived from a borrow: the saved locals the condition or
+    /// scrutinee names, replaced by their decoded value before it is
+    /// evaluated on the uninterrupted path (the arms' bindings borrow them
+    /// across the sites inside).
+    pub decoded_at_entry: Vec<usize>,
 }
 
 pub struct ArmPlan {

@@ -9,7 +9,7 @@ use quote::quote;
 use syn::{Block, Expr, Ident, Stmt};
 
 use super::types::{
-    Binding, BlockPlan, BlockStmts, BodyPlan, Ctrl, Export, Field, Recreated, RecreatedWhy,
+    After, Binding, BlockPlan, BlockStmts, BodyPlan, Ctrl, Export, Field, Recreated, RecreatedWhy,
     Rederived, Refused, Save, SiteCall, SitePlan, SiteStmt, SplitNode, Stmts, Why, Wrap,
 };
 use crate::analyse::liveness::{self, ContFrame};
@@ -17,7 +17,7 @@ use crate::analyse::split::{self, direct_site, site_with_postfix, SplitPlan};
 use crate::analyse::syntax::strip_parens;
 use crate::analyse::{deferred, order};
 use crate::errors::Errors;
-use crate::names::{pat_names, NameSet};
+use crate::names::{free_in_expr, free_in_stmts, pat_names, NameSet};
 use crate::sites::{self, Site, SiteKind, SiteRange};
 
 /// Where a saved local's value comes from while planning (resolved into a
@@ -50,6 +50,10 @@ pub(super) struct Saved {
     /// later `let` of the same name in that block ends it, since no code of
     /// the block can name it again (`let d: u64; .. let d = d + 1;`).
     pub hoisted_here: bool,
+    /// Borrowed around the code being planned: by an enclosing loop's
+    /// iterator or re-derived branch (decoded when it was entered), or by a
+    /// `#[transient]` (kept).
+    pub held: Option<After>,
 }
 
 /// What is in scope at a point of the body.
@@ -89,10 +93,10 @@ impl Scope {
             why,
             hidden_by: NameSet::new(),
             hoisted_here: false,
+            held: None,
         });
     }
 }
-
 pub(crate) struct Planner<'a> {
     pub sites: &'a [Site],
     pub ctx: Option<&'a Ident>,
@@ -161,6 +165,26 @@ impl<'a> Planner<'a> {
         self.bindings.len() - 1
     }
 
+    /// Marks the saved locals of `scope` named in `names` (and visible
+    /// there) as borrowed from now on (`how`: what the uninterrupted path
+    /// does with them at the sites inside); returns those no enclosing code
+    /// held already.
+    pub fn hold(&self, scope: &mut Scope, names: &NameSet, how: After) -> Vec<usize> {
+        let mut out = Vec::new();
+        for s in &mut scope.saved {
+            if matches!(s.source, Source::Deferred | Source::Through) {
+                continue;
+            }
+            let name = self.bindings[s.binding].ident.to_string();
+            if !names.contains(&name) || s.hidden_by.contains(&name) || s.held.is_some() {
+                continue;
+            }
+            out.push(s.binding);
+            s.held = Some(how);
+        }
+        out
+    }
+
     pub fn block(&mut self, block: &Block, scope: &Scope) -> BlockPlan {
         BlockPlan {
             span: block.brace_token.span.join(),
@@ -194,6 +218,9 @@ impl<'a> Planner<'a> {
             }
             deferred.push((d, id));
         }
+        // What the block's `#[transient]` closures capture stays borrowed
+        // by them at its sites.
+        self.hold(&mut scope, &free_in_stmts(&closures), After::Kept);
         let body = self.stmts(&rest, &scope, &NameSet::new());
         BlockStmts::Split {
             deferred,
@@ -272,6 +299,16 @@ impl<'a> Planner<'a> {
                     },
                 }));
         }
+
+        // What the transients read may stay borrowed by them at the sites
+        // after the split (a closure capturing it, `scorer(&keywords)`).
+        let mut transient_inputs = free_in_stmts(&plan.after_merge);
+        for e in &exports {
+            if let Some((_, init)) = &e.recreate {
+                transient_inputs.extend(free_in_expr(init));
+            }
+        }
+        self.hold(&mut inner, &transient_inputs, After::Kept);
 
         // The statements before `t`, planned for their own sites.
         let prefix_scope = scope.then(ContFrame::Rest {
@@ -511,12 +548,18 @@ impl<'a> Planner<'a> {
                 ))),
                 _ => None,
             };
+            let after = match (&save, saved.held) {
+                (Save::Live { .. }, None) | (Save::Through, _) => After::Decoded,
+                (Save::Live { .. }, Some(held)) => held,
+                (Save::Snapshot(_), _) => After::Snapshot,
+            };
             if let Some((at, why)) = refusal {
                 self.errors.push(at, &why);
                 plan.fields.push(Field {
                     binding: saved.binding,
                     save,
                     why: saved.why,
+                    after,
                 });
                 plan.refused.push(Refused { name, why });
                 continue;
@@ -531,6 +574,7 @@ impl<'a> Planner<'a> {
                 binding: saved.binding,
                 save,
                 why: saved.why,
+                after,
             });
         }
         *sites::numbered_mut(&mut self.plans, number) = plan;
