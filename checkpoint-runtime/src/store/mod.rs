@@ -102,20 +102,7 @@ pub use url::{redact_url, StoreUrl};
 /// # Ok(()) }
 /// ```
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, Error> {
-    Ok(match StoreUrl::parse(url)? {
-        StoreUrl::Memory => Arc::new(MemoryStore::new()),
-        #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open(&url).await?),
-        #[cfg(feature = "sqlite")]
-        StoreUrl::Sqlite(path) => {
-            let store = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(path))
-                .await
-                .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
-            Arc::new(store)
-        }
-        #[allow(unreachable_patterns)]
-        other => return Err(not_built(url, &other)),
-    })
+    open_url(url, false).await
 }
 
 /// Like [`open`], but only a store that already exists at this build's
@@ -134,16 +121,35 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>, Error> {
 /// # Ok(()) }
 /// ```
 pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>, Error> {
+    open_url(url, true).await
+}
+
+/// [`open`], or with `existing` [`open_existing`] (a memory store is new
+/// either way).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(unused_variables)
+)]
+async fn open_url(url: &str, existing: bool) -> Result<Arc<dyn Store>, Error> {
     Ok(match StoreUrl::parse(url)? {
         StoreUrl::Memory => Arc::new(MemoryStore::new()),
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open_existing(&url).await?),
+        StoreUrl::Postgres(url) if existing => {
+            Arc::new(postgres::PostgresStore::open_existing(&url).await?)
+        }
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(url) => Arc::new(postgres::PostgresStore::open(&url).await?),
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(path) => {
-            let store =
-                tokio::task::spawn_blocking(move || sqlite::SqliteStore::open_existing(path))
-                    .await
-                    .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
+            let store = tokio::task::spawn_blocking(move || {
+                if existing {
+                    sqlite::SqliteStore::open_existing(path)
+                } else {
+                    sqlite::SqliteStore::open(path)
+                }
+            })
+            .await
+            .map_err(|e| Error::internal(format!("opening the SQLite store: {e}")))??;
             Arc::new(store)
         }
         #[allow(unreachable_patterns)]

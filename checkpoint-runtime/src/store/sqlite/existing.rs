@@ -5,6 +5,7 @@
 //! upgrade a store under the workers using it.
 
 use std::path::Path;
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -14,7 +15,8 @@ use crate::Error;
 /// Checks, reading only, that the file at `path` is a store of this build's
 /// schema version: an [`Error::Store`] saying what it is otherwise (missing, not a database, another program's database, or a
 /// store of an older or newer version).
-pub(super) fn check_existing(path: &Path) -> Result<(), Error> {
+/// `busy`: how long to wait for a writer's lock.
+pub(super) fn check_existing(path: &Path, busy: Duration) -> Result<(), Error> {
     let refuse = |reason: String| Error::store(format!("sqlite: {reason}"));
     if !path.exists() {
         return Err(refuse(format!(
@@ -27,7 +29,7 @@ pub(super) fn check_existing(path: &Path) -> Result<(), Error> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let (version, tables) = Connection::open_with_flags(path, flags)
         .and_then(|conn| {
-            conn.busy_timeout(super::BUSY_TIMEOUT)?;
+            conn.busy_timeout(busy)?;
             let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
             let tables: i64 = conn.query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'",

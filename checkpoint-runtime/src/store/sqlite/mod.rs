@@ -308,7 +308,7 @@ impl SqliteStore {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn open_existing(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
-        existing::check_existing(path.as_ref())?;
+        existing::check_existing(path.as_ref(), BUSY_TIMEOUT)?;
         SqliteStore::open(path)
     }
 
