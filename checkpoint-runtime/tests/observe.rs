@@ -221,7 +221,7 @@ fn each_execution_is_a_span_with_its_events_and_metrics() {
         assert!(e.get("bytes").unwrap().parse::<u64>().unwrap() > 0);
         assert!(e.get("commit_us").unwrap().parse::<u64>().is_ok());
     }
-    assert_eq!(events[4].get("from_seq"), Some("3"));
+    assert_eq!(events[5].get("from_seq"), Some("3"));
 
     let metrics: Vec<Metric> = snapshotter
         .snapshot()
