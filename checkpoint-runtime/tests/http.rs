@@ -1010,13 +1010,13 @@ async fn checkpoint_serve_takes_its_token_from_the_environment() {
     let served = spawn_serve(
         &store,
         &["serve", "--listen", "127.0.0.1:0"],
-        Some("from-the-environment"),
+        Some("From-The-Environment-2026"),
     );
     // Text mode: the address, and no secret printed.
     let first = served.banner.lines().next().unwrap();
     assert!(first.contains("on http://127.0.0.1:"), "{}", served.banner);
     assert!(
-        !served.banner.contains("from-the-environment"),
+        !served.banner.contains("From-The-Environment-2026"),
         "{}",
         served.banner
     );
@@ -1024,17 +1024,19 @@ async fn checkpoint_serve_takes_its_token_from_the_environment() {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let res = http
         .get(format!("{url}api/runs/vendor-42"))
-        .bearer_auth("from-the-environment")
+        .bearer_auth("From-The-Environment-2026")
         .send()
         .await
         .unwrap();
     assert_eq!(res.status().as_u16(), 200);
     drop(served);
 
-    // A generated token is printed with a link that logs the page in.
+    // A generated token is printed, and no link that carries it (it would
+    // stay in the browser's history): the page has a login form.
     let served = spawn_serve(&store, &["serve", "--listen", "127.0.0.1:0"], None);
     assert!(served.banner.contains("token: "), "{}", served.banner);
-    assert!(served.banner.contains("/#token="), "{}", served.banner);
+    assert!(!served.banner.contains("#token="), "{}", served.banner);
+    assert!(served.banner.contains("login form"), "{}", served.banner);
 }
 
 #[test]

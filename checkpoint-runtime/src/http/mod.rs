@@ -16,7 +16,10 @@
 //! }
 //! let app = router(rt, token);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
-//! checkpoint_runtime::http::axum::serve(listener, app).await?;
+//! let stop = async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! };
+//! checkpoint_runtime::http::serve(listener, app, Default::default(), stop).await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -26,11 +29,22 @@
 //! compared in constant time); without it the answer is 401 and nothing is
 //! read or changed. The page itself (`/`, `/app.js`, `/style.css`) holds no
 //! data and is served to anyone, since a browser cannot send a header when
-//! it opens a page: it asks for the token in a login form (or takes it from
-//! a `#token=` fragment, which browsers never send to the server), keeps it
-//! in `sessionStorage` and sends it with each API request. It never goes in
-//! a query string. The token travels in clear over plain HTTP: serve on
-//! loopback (the default of `checkpoint serve`), or behind TLS.
+//! it opens a page: it asks for the token in a login form, keeps it in
+//! `sessionStorage` and sends it with each API request. It never goes in an
+//! address (a `#token=` fragment is dropped unused: it would stay in the
+//! browser's history). The token travels in clear over plain HTTP: serve on
+//! loopback (the default of `checkpoint serve`), or behind TLS. A wrong
+//! token is answered after a delay, one at a time (at most 10 guesses a
+//! second); [`Token::from_env_or_generate`] refuses a token weaker than
+//! [`MIN_TOKEN_BITS`].
+//!
+//! # Serving
+//!
+//! [`serve`] runs the router with the bounds an exposed server needs
+//! ([`ServeOptions`]: a request head within 10 s, at most 256 connections,
+//! a shutdown that does not wait on idle or half-open ones); axum's own
+//! `serve` works too but has none of them. Each request is logged as a
+//! `tracing` event (target `checkpoint::http`: method, path, status, time).
 //!
 //! # API
 //!
@@ -102,8 +116,10 @@
 
 mod api;
 mod error;
+mod log;
 mod page;
 mod payload;
+mod server;
 mod token;
 
 use axum::http::{header, HeaderValue};
@@ -114,7 +130,8 @@ use axum::Router;
 
 use crate::Runtime;
 
-pub use token::{Token, TokenError, TOKEN_ENV};
+pub use server::{serve, ServeOptions};
+pub use token::{Token, TokenError, MIN_TOKEN_BITS, TOKEN_ENV};
 
 /// The axum version the router is built with, to serve it or mount it
 /// without naming a matching version yourself.
@@ -150,13 +167,17 @@ pub fn router(rt: Runtime, token: Token) -> Router {
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(rt)
         .layer(middleware::map_response(no_store))
-        .layer(middleware::from_fn_with_state(token, token::require));
+        .layer(middleware::from_fn_with_state(
+            token::Gate::new(token),
+            token::require,
+        ));
     Router::new()
         .route("/", get(page::index))
         .route("/app.js", get(page::script))
         .route("/style.css", get(page::style))
         .nest("/api", api)
         .layer(middleware::map_response(hardened))
+        .layer(middleware::from_fn(log::log_request))
 }
 
 /// API answers are never cached: they are live state, behind a token.

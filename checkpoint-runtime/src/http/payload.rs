@@ -20,6 +20,17 @@ struct Doc {
 /// `null` there).
 const EXAMPLE_DEPTH: usize = 8;
 
+/// How many values an example holds at most (a form to fill in, not data):
+/// what is left ends in `null`.
+const EXAMPLE_VALUES: usize = 10_000;
+
+/// Where an example's walk is: the named types being expanded, and how many
+/// values it may still produce.
+struct Walk {
+    names: Vec<String>,
+    values_left: usize,
+}
+
 /// The hint for schema document `doc`: `{"type": "Approval", "definitions":
 /// ["struct Approval { approved: bool, by: String }"], "example":
 /// {"approved": false, "by": ""}}`. `None` when the document does not read
@@ -31,7 +42,11 @@ pub(crate) fn hint(doc: &str) -> Option<Value> {
         .iter()
         .map(|(name, c)| definition(name, c))
         .collect();
-    let example = example(&doc.root, &doc.types, &mut Vec::new());
+    let mut walk = Walk {
+        names: Vec::new(),
+        values_left: EXAMPLE_VALUES,
+    };
+    let example = example(&doc.root, &doc.types, &mut walk);
     Some(json!({
         "type": rust(&doc.root),
         "definitions": definitions,
@@ -117,13 +132,13 @@ fn definition(name: &str, c: &ContainerFormat) -> String {
 
 /// An example value of format `f` as JSON (what `serde_json` reads back
 /// into the type): `false`, `0`, `""`, `null` for an option, empty
-/// sequences and maps, an enum's first variant. `stack`: the named types
+/// sequences and maps, an enum's first variant. `walk`: the named types
 /// being expanded (a recursive type ends in `null`).
-fn example(
-    f: &Format,
-    types: &BTreeMap<String, ContainerFormat>,
-    stack: &mut Vec<String>,
-) -> Value {
+fn example(f: &Format, types: &BTreeMap<String, ContainerFormat>, walk: &mut Walk) -> Value {
+    if walk.values_left == 0 {
+        return Value::Null;
+    }
+    walk.values_left -= 1;
     match f {
         Format::Variable(_) | Format::Unit | Format::Option(_) => Value::Null,
         Format::Bool => json!(false),
@@ -142,20 +157,26 @@ fn example(
         Format::Str => json!(""),
         Format::Bytes | Format::Seq(_) => json!([]),
         Format::Map { .. } => json!({}),
-        Format::Tuple(items) => items.iter().map(|i| example(i, types, stack)).collect(),
-        Format::TupleArray { content, size } => {
-            (0..*size).map(|_| example(content, types, stack)).collect()
+        Format::Tuple(items) => items.iter().map(|i| example(i, types, walk)).collect(),
+        // The size comes from a stored document: a tampered one asked for
+        // 128 GB here once. Past the budget the example is cut short.
+        Format::TupleArray { content, size } if *size <= walk.values_left => {
+            (0..*size).map(|_| example(content, types, walk)).collect()
+        }
+        Format::TupleArray { .. } => {
+            walk.values_left = 0;
+            Value::Null
         }
         Format::TypeName(name) => {
             let Some(c) = types.get(name) else {
                 return Value::Null;
             };
-            if stack.len() >= EXAMPLE_DEPTH || stack.contains(name) {
+            if walk.names.len() >= EXAMPLE_DEPTH || walk.names.contains(name) {
                 return Value::Null;
             }
-            stack.push(name.clone());
-            let v = container_example(c, types, stack);
-            stack.pop();
+            walk.names.push(name.clone());
+            let v = container_example(c, types, walk);
+            walk.names.pop();
             v
         }
     }
@@ -164,22 +185,22 @@ fn example(
 fn container_example(
     c: &ContainerFormat,
     types: &BTreeMap<String, ContainerFormat>,
-    stack: &mut Vec<String>,
+    walk: &mut Walk,
 ) -> Value {
-    let object = |named: &[Named<Format>], stack: &mut Vec<String>| {
+    let object = |named: &[Named<Format>], walk: &mut Walk| {
         let mut m = Map::new();
         for f in named {
-            m.insert(f.name.clone(), example(&f.value, types, stack));
+            m.insert(f.name.clone(), example(&f.value, types, walk));
         }
         Value::Object(m)
     };
     match c {
         ContainerFormat::UnitStruct => Value::Null,
-        ContainerFormat::NewTypeStruct(inner) => example(inner, types, stack),
+        ContainerFormat::NewTypeStruct(inner) => example(inner, types, walk),
         ContainerFormat::TupleStruct(items) => {
-            items.iter().map(|i| example(i, types, stack)).collect()
+            items.iter().map(|i| example(i, types, walk)).collect()
         }
-        ContainerFormat::Struct(named) => object(named, stack),
+        ContainerFormat::Struct(named) => object(named, walk),
         ContainerFormat::Enum(variants) => {
             let Some(first) = variants.values().next() else {
                 return Value::Null;
@@ -188,11 +209,11 @@ fn container_example(
                 VariantFormat::Variable(_) | VariantFormat::Unit => {
                     return json!(first.name);
                 }
-                VariantFormat::NewType(inner) => example(inner, types, stack),
+                VariantFormat::NewType(inner) => example(inner, types, walk),
                 VariantFormat::Tuple(items) => {
-                    items.iter().map(|i| example(i, types, stack)).collect()
+                    items.iter().map(|i| example(i, types, walk)).collect()
                 }
-                VariantFormat::Struct(named) => object(named, stack),
+                VariantFormat::Struct(named) => object(named, walk),
             };
             json!({ first.name.clone(): inner })
         }
@@ -258,5 +279,27 @@ mod tests {
         assert_eq!(tuple["type"], "(u8, String, bool)");
         assert_eq!(tuple["example"], json!([0, "", false]));
         assert!(super::hint("{\"v\": 99}").is_none());
+    }
+
+    #[test]
+    fn a_tampered_array_size_gives_a_short_example_not_an_allocation() {
+        // `[u64; 2^37]`, as a tampered stored document may say: 128 GB of
+        // example values if taken at its word.
+        let doc = r#"{"root": {"TUPLEARRAY": {"CONTENT": "U64", "SIZE": 137438953472}}}"#;
+        let huge = hint(doc).unwrap();
+        assert_eq!(huge["type"], "[u64; 137438953472]");
+        assert_eq!(huge["example"], Value::Null);
+        // Nested arrays within the budget are shown whole; past it, cut.
+        let doc = r#"{"root": {"TUPLEARRAY": {"CONTENT": {"TUPLEARRAY": {"CONTENT": "U8", "SIZE": 1000}}, "SIZE": 1000}}}"#;
+        let example = &hint(doc).unwrap()["example"];
+        let values: usize = example
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|inner| inner.as_array().map_or(1, Vec::len))
+            .sum();
+        assert!(values <= EXAMPLE_VALUES, "{values} values");
+        let doc = r#"{"root": {"TUPLEARRAY": {"CONTENT": "U8", "SIZE": 3}}}"#;
+        assert_eq!(hint(doc).unwrap()["example"], json!([0, 0, 0]));
     }
 }

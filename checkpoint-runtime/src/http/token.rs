@@ -1,5 +1,7 @@
 //! The bearer token every API request carries, and the layer that checks it.
 
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
@@ -18,6 +20,15 @@ pub const TOKEN_ENV: &str = "CHECKPOINT_TOKEN";
 /// How many random bytes a generated token has (it is printed as twice as
 /// many hex digits).
 const GENERATED_BYTES: usize = 32;
+
+/// The least strength [`Token::from_env_or_generate`] accepts from the
+/// environment, in bits ([`Token::estimated_bits`]): 32 random hex digits.
+pub const MIN_TOKEN_BITS: u32 = 128;
+
+/// How long the answer to a wrong token waits, one wrong token at a time
+/// across the server: at most 10 guesses a second, whatever the number of
+/// connections (measured before: about 1,850 a second on one client).
+const WRONG_TOKEN_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The secret that every request to the API must carry as
 /// `Authorization: Bearer TOKEN`. Compared in constant time; its `Debug`
@@ -97,7 +108,8 @@ impl Token {
     /// The token in `CHECKPOINT_TOKEN` if it is set (`generated` is then
     /// `false`), else [`Token::generate`]d (`true`: show it to the user,
     /// who has no other way to learn it). A set but invalid value is an
-    /// error, not a reason to generate one.
+    /// error, not a reason to generate one, and so is one weaker than
+    /// [`MIN_TOKEN_BITS`] by [`Token::estimated_bits`].
     ///
     /// ```
     /// # fn main() -> Result<(), checkpoint_runtime::http::TokenError> {
@@ -109,14 +121,62 @@ impl Token {
     /// ```
     pub fn from_env_or_generate() -> Result<(Token, bool), TokenError> {
         match std::env::var(TOKEN_ENV) {
-            Ok(secret) => Token::new(secret)
-                .map(|t| (t, false))
-                .map_err(|e| TokenError(format!("{TOKEN_ENV}: {e}"))),
+            Ok(secret) => {
+                let token =
+                    Token::new(secret).map_err(|e| TokenError(format!("{TOKEN_ENV}: {e}")))?;
+                let bits = token.estimated_bits();
+                if bits < MIN_TOKEN_BITS {
+                    return Err(TokenError(format!(
+                        "{TOKEN_ENV}: the token is too weak to guard the API (about {bits} bits \
+                         at most, {MIN_TOKEN_BITS} needed): use 32 or more random hex digits, \
+                         such as `openssl rand -hex 32` prints, or leave it unset to have one \
+                         generated"
+                    )));
+                }
+                Ok((token, false))
+            }
             Err(std::env::VarError::NotPresent) => Token::generate().map(|t| (t, true)),
             Err(std::env::VarError::NotUnicode(_)) => Err(TokenError(format!(
                 "{TOKEN_ENV}: the token is not valid UTF-8"
             ))),
         }
+    }
+
+    /// An upper bound of the token's strength in bits, as if each character
+    /// were drawn at random from the character classes it uses (lowercase
+    /// 26, uppercase 26, digits 10, other printable ASCII 32; a hex string
+    /// in one case counts 16): a 64-hex-digit generated token has 256. A
+    /// word or a pattern is much weaker than this says; a short token is
+    /// never stronger.
+    ///
+    /// ```
+    /// use checkpoint_runtime::http::Token;
+    /// assert_eq!(Token::generate().unwrap().estimated_bits(), 256);
+    /// assert_eq!(Token::new("a").unwrap().estimated_bits(), 4);
+    /// assert!(Token::new("from-the-environment").unwrap().estimated_bits() < 128);
+    /// ```
+    pub fn estimated_bits(&self) -> u32 {
+        let b = self.0.as_bytes();
+        let one_case_hex = b.iter().all(u8::is_ascii_hexdigit)
+            && (b.iter().all(|c| !c.is_ascii_uppercase())
+                || b.iter().all(|c| !c.is_ascii_lowercase()));
+        let alphabet: u32 = if one_case_hex && !b.iter().all(u8::is_ascii_digit) {
+            16
+        } else {
+            let classes: [(fn(&u8) -> bool, u32); 4] = [
+                (u8::is_ascii_lowercase, 26),
+                (u8::is_ascii_uppercase, 26),
+                (u8::is_ascii_digit, 10),
+                (u8::is_ascii_punctuation, 32),
+            ];
+            classes
+                .iter()
+                .filter(|(class, _)| b.iter().any(class))
+                .map(|(_, size)| size)
+                .sum()
+        };
+        // At most 512 characters: the product is far below u32::MAX.
+        (b.len() as f64 * f64::from(alphabet.max(2)).log2()).floor() as u32
     }
 
     /// The secret itself (to print it, or to send it as a client).
@@ -143,11 +203,35 @@ impl Token {
     }
 }
 
+/// The token and the turn that answers to wrong tokens wait for.
+#[derive(Clone)]
+pub(crate) struct Gate {
+    token: Token,
+    wrong_turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Gate {
+    pub(crate) fn new(token: Token) -> Gate {
+        Gate {
+            token,
+            wrong_turn: Arc::default(),
+        }
+    }
+}
+
 /// The layer in front of every API route: a request without the token is
-/// answered 401 and goes no further.
-pub(crate) async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
-    if token.admits(request.headers()) {
+/// answered 401 and goes no further. A wrong token's answer waits its turn
+/// behind every other wrong token's and then [`WRONG_TOKEN_DELAY`], so that
+/// guessing is slow however many connections guess at once (connections are
+/// bounded by [`super::ServeOptions::max_connections`], and each waits for
+/// its answer before it can guess again).
+pub(crate) async fn require(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    if gate.token.admits(request.headers()) {
         return next.run(request).await;
+    }
+    if request.headers().contains_key(header::AUTHORIZATION) {
+        let _turn = gate.wrong_turn.lock().await;
+        tokio::time::sleep(WRONG_TOKEN_DELAY).await;
     }
     let missing = !request.headers().contains_key(header::AUTHORIZATION);
     let message = if missing {

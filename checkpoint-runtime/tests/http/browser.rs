@@ -53,6 +53,22 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
     let f = Fixture::new().await;
     let mut browser = Browser::launch(&chromium, 1280, 900).await;
 
+    // A token in the address is not taken (it would stay in the browser's
+    // history), and it is taken out of the address.
+    browser.navigate(&f.url(&format!("/#token={TOKEN}"))).await;
+    browser
+        .wait_for(
+            "document.querySelector('#login-form')",
+            "the login form for a `#token=` link",
+            WAIT,
+        )
+        .await;
+    let address = browser.eval("location.href").await;
+    assert!(
+        !address.as_str().unwrap().contains(TOKEN),
+        "the token stays in the address: {address}"
+    );
+
     // Log in with the token, as a person would: the login form.
     browser.navigate(&f.url("/")).await;
     browser

@@ -163,7 +163,14 @@ fn main() -> ExitCode {
             Err(e) => report(&e, json),
         };
     }
-    let outcome = tokio::runtime::Builder::new_current_thread()
+    // `serve` answers many clients at once: every core. The other commands
+    // do one thing and exit: one thread.
+    let mut runtime = if matches!(cli.command, Command::Serve { .. }) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let outcome = runtime
         .enable_all()
         .build()
         .map_err(|e| CliError::new("io", format!("cannot start the async runtime: {e}")))

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use checkpoint_runtime::http::{self, Token, TOKEN_ENV};
+use checkpoint_runtime::http::{self, ServeOptions, Token, TOKEN_ENV};
 use serde_json::json;
 
 use crate::commands::{self, CliError};
@@ -42,12 +42,13 @@ pub async fn serve(
         .to_string()
             + "\n"
     } else if generated {
+        // No login link with the token in it: the address would stay in
+        // the browser's history.
         format!(
             "serving store `{store}` on {page}\n\
              token: {} (generated; set {TOKEN_ENV} to choose one)\n\
-             open {page}#token={}\n",
+             open {page} and paste the token into its login form\n",
             token.as_str(),
-            token.as_str()
         )
     } else {
         format!("serving store `{store}` on {page}\ntoken: from {TOKEN_ENV}\n")
@@ -64,11 +65,34 @@ pub async fn serve(
              in clear, so put TLS in front"
         );
     }
-    http::axum::serve(listener, http::router(rt, token))
-        .with_graceful_shutdown(interrupted())
-        .await
-        .map_err(|e| CliError::new("io", format!("the server stopped: {e}")))?;
+    log_requests_to_stderr();
+    http::serve(
+        listener,
+        http::router(rt, token),
+        ServeOptions::default(),
+        interrupted(),
+    )
+    .await
+    .map_err(|e| CliError::new("io", format!("the server stopped: {e}")))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line on stderr per request (`checkpoint::http` events) and the
+/// runtime's warnings; `RUST_LOG`-style filters are not read: this is the
+/// operator's log of the server, not a debugging aid.
+fn log_requests_to_stderr() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let filter = Targets::new()
+        .with_target("checkpoint::http", LevelFilter::INFO)
+        .with_default(LevelFilter::WARN);
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    // Already set (never in this binary): the existing one stays.
+    let _ = tracing_subscriber::registry()
+        .with(layer.with_filter(filter))
+        .try_init();
 }
 
 /// The address `listen` names (the first that `HOST:PORT` resolves to):

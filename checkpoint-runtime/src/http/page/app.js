@@ -531,11 +531,9 @@ function route() {
 }
 
 function start() {
-  // A `#token=` fragment logs in (browsers never send fragments to the
-  // server); it is taken out of the address at once.
-  const m = location.hash.match(/^#token=([^&]*)/);
-  if (m) {
-    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  // A token is never taken from the address: it would stay in the
+  // browser's history. One put there anyway is taken out, unused.
+  if (/^#token=/.test(location.hash)) {
     history.replaceState(null, "", location.href.split("#")[0] + "#/");
   }
   document.getElementById("home").setAttribute("href", href("/"));
