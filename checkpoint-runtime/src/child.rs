@@ -302,8 +302,15 @@ impl Ctx {
             detail: e.to_string().into(),
         })?;
         if let Some(registry) = self.run.env.registry.downcast_ref::<Registry>() {
-            registry.register(workflow);
+            if registry.register(workflow) {
+                self.run.env.signal_catalog.register(W::NAME, W::SITES);
+            }
         }
+        self.run
+            .env
+            .signal_catalog
+            .flush(&*self.run.env.store)
+            .await;
         let created = self
             .run
             .env

@@ -92,6 +92,28 @@ pub enum Error {
         signal: String,
     },
 
+    /// A signal whose name no wait site of the run's workflow takes, as the
+    /// workers that registered the workflow recorded them: it would never
+    /// be read (a misspelt name, usually). Nothing was stored. A wait site
+    /// that code not deployed yet adds is reached with
+    /// [`Runtime::force_signal`](crate::Runtime::force_signal).
+    #[error(
+        "no wait site of workflow `{workflow}` takes signal `{signal}` (run `{run}`; its wait \
+         sites take {}): it was not stored. If code not deployed yet waits for it, send it \
+         anyway (`Runtime::force_signal`, `checkpoint signal --force`, `?force=true`)",
+        quoted_list(known)
+    )]
+    UnknownSignal {
+        /// The run id.
+        run: String,
+        /// The run's workflow.
+        workflow: String,
+        /// The signal's name.
+        signal: String,
+        /// The names its wait sites take, in order.
+        known: Vec<String>,
+    },
+
     /// A run id (or signal name) was rejected.
     #[error("invalid id `{id}`: {reason}")]
     InvalidId {
@@ -422,6 +444,15 @@ mod tests {
             s.contains("wf") && s.contains("r1") && s.contains("task_done") && s.contains("done")
         );
     }
+}
+
+/// `a`, `b` and `c` as "`a`, `b`, `c`" ("none" when empty).
+fn quoted_list(names: &[String]) -> String {
+    if names.is_empty() {
+        return "none".to_owned();
+    }
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(", ")
 }
 
 #[cfg(test)]

@@ -156,6 +156,7 @@ impl Inner {
                 trace: cfg.trace,
                 registry: registry.clone(),
                 clock: cfg.clock,
+                signal_catalog: Default::default(),
             }),
             instance: Arc::from(new_instance_id()),
             // Bounded so that lease arithmetic on times never overflows.
@@ -188,6 +189,7 @@ impl Inner {
 
     pub(crate) fn register<W: Workflow>(&self, wf: W) {
         if self.registry.register(wf) {
+            self.env.signal_catalog.register(W::NAME, W::SITES);
             // Other code for this name: parked runs may fit it.
             self.code_changed.store(true, Ordering::Release);
             self.bump_local();
@@ -276,6 +278,7 @@ impl Inner {
         if self.stopped() || self.client_only {
             return Ok(0);
         }
+        self.env.signal_catalog.flush(&*self.env.store).await;
         let _guard = self.pump_lock.lock().await;
         if let Some(id) = only {
             if self.active_run(id).is_some() {

@@ -148,6 +148,7 @@ mod run;
 mod runtime;
 mod save;
 pub mod schema;
+mod signal_catalog;
 mod signal_types;
 mod status;
 pub mod store;

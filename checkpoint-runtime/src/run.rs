@@ -74,6 +74,9 @@ pub(crate) struct RunEnv {
     pub(crate) registry: Arc<dyn Any + Send + Sync>,
     /// The clock of durable time: deadlines and when timers are due.
     pub(crate) clock: Arc<dyn crate::clock::Clock>,
+    /// What this runtime's workflows' wait sites take, on its way to the
+    /// store (see [`crate::signal_catalog`]).
+    pub(crate) signal_catalog: crate::signal_catalog::Catalog,
 }
 
 impl RunEnv {

@@ -10,6 +10,7 @@ use crate::handle::WorkflowHandle;
 use crate::history::{CheckpointInfo, Event, HistoryEntry};
 use crate::run::Halt;
 use crate::schema::FieldJson;
+use crate::signal_catalog;
 use crate::signal_types;
 use crate::status::{RunFilter, RunInfo, Status, StatusKind};
 use crate::store::{Created, GcReport, NewRun, RunRecord, RunState, Store, Suspend};
@@ -174,6 +175,11 @@ impl Runtime {
     ) -> Result<WorkflowHandle<W>, Error> {
         validate_id(id)?;
         self.inner.register(workflow);
+        self.inner
+            .env
+            .signal_catalog
+            .flush(&*self.inner.env.store)
+            .await;
         let created = self
             .inner
             .env
@@ -272,6 +278,48 @@ impl Runtime {
         name: &str,
         payload: &T,
     ) -> Result<(), Error> {
+        self.send_signal(id, name, payload, true).await
+    }
+
+    /// [`signal`](Runtime::signal) without the check of `name` against the
+    /// names the run's wait sites take: for a wait site that code not
+    /// deployed yet adds (the signal is kept until the run waits for it).
+    /// The payload is still checked where a site's type is known.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn approval(ctx: &Ctx) -> bool {
+    ///     let ok: bool = ctx.wait_for("ok").await;
+    ///     ok
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(approval, "a-1", ()).await?;
+    /// // No wait site of `approval` takes "escalate": refused...
+    /// let refused = rt.signal("a-1", "escalate", &true).await;
+    /// assert!(matches!(refused, Err(Error::UnknownSignal { .. })));
+    /// // ...unless forced.
+    /// rt.force_signal("a-1", "escalate", &true).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_signal<T: Serialize + ?Sized>(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &T,
+    ) -> Result<(), Error> {
+        self.send_signal(id, name, payload, false).await
+    }
+
+    async fn send_signal<T: Serialize + ?Sized>(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &T,
+        check_name: bool,
+    ) -> Result<(), Error> {
         validate_id(name)?;
         crate::store::user_signal_name(id, name)?;
         let json = serde_json::to_vec(payload).map_err(|e| Error::SignalPayload {
@@ -279,43 +327,81 @@ impl Runtime {
             signal: name.to_owned(),
             detail: e.to_string(),
         })?;
-        self.check_payload(id, name, &json).await?;
-        self.inner.env.store.put_signal(id, name, json).await
+        let store = &self.inner.env.store;
+        self.inner.env.signal_catalog.flush(&**store).await;
+        // An unknown run, or one that has ended: `put_signal` says so.
+        if let Some(run) = store.load_run(id).await? {
+            if !run.status().is_finished() {
+                let schemas = match signal_catalog::check_name(&**store, &run, name).await {
+                    Ok(schemas) => schemas,
+                    Err(Error::UnknownSignal { .. }) if !check_name => Vec::new(),
+                    Err(e) => return Err(e),
+                };
+                self.check_payload(&run, name, &json, &schemas).await?;
+            }
+        }
+        store.put_signal(id, name, json).await
     }
 
-    /// Refuses a payload that the run, waiting for `name`, could not decode:
-    /// with the site's own decoder if this process ran the site, else with
-    /// the payload type's schema that the site stored with the wait (a
-    /// one-sided check: see [`crate::schema`]'s `check` for what it cannot
-    /// see, which the site then decides).
-    async fn check_payload(&self, id: &str, name: &str, json: &[u8]) -> Result<(), Error> {
+    /// Refuses a payload that the run could not decode: when it waits for
+    /// `name`, with the site's own decoder if this process ran the site, else
+    /// with the payload type's schema that the site stored with the wait;
+    /// when it does not (yet), against the schemas `schemas` that the
+    /// catalog recorded for wait sites of that name (it must fit one). A
+    /// schema check is one-sided: see [`crate::schema`]'s `check` for what it
+    /// cannot see, which the site then decides.
+    async fn check_payload(
+        &self,
+        run: &RunRecord,
+        name: &str,
+        json: &[u8],
+        schemas: &[String],
+    ) -> Result<(), Error> {
         let store = &self.inner.env.store;
-        let Some(run) = store.load_run(id).await? else {
-            return Ok(()); // `put_signal` names the unknown run
+        let id = run.id.as_str();
+        let refused = |detail: String, site: &str| Error::SignalPayload {
+            run: id.to_owned(),
+            signal: name.to_owned(),
+            detail: format!(
+                "{detail}; run `{id}` of workflow `{}` {site}, and the signal was not stored",
+                run.workflow
+            ),
         };
-        let RunState::Waiting { signal, .. } = &run.state else {
-            return Ok(());
-        };
-        if signal != name {
-            return Ok(());
+        let waiting = matches!(&run.state, RunState::Waiting { signal, .. } if signal == name);
+        if !waiting {
+            let docs = store.schemas(schemas).await?;
+            if docs.is_empty() {
+                return Ok(()); // no site of that name ran yet: the site decides
+            }
+            let value: serde_json::Value = serde_json::from_slice(json).map_err(|e| {
+                refused(
+                    format!("the payload is not JSON: {e}"),
+                    "does not wait for it yet",
+                )
+            })?;
+            let mut first_refusal = None;
+            for doc in docs.values() {
+                match crate::schema::check_json(doc, &value) {
+                    Ok(()) => return Ok(()),
+                    Err(detail) => {
+                        first_refusal.get_or_insert(detail);
+                    }
+                }
+            }
+            let detail = first_refusal.unwrap_or_default();
+            return Err(refused(
+                format!("{detail} (checked against the stored schema of the type its wait sites for `{name}` decode)"),
+                "does not wait for it yet",
+            ));
         }
         // A checkpoint that cannot be read (damaged) is not checked against:
         // the signal is stored, as for a site whose type is unknown.
         let Ok(Some(cp)) = store.latest_checkpoint(id).await else {
             return Ok(());
         };
-        let refused = |detail: String, expected: &str| {
-            Error::SignalPayload {
-            run: id.to_owned(),
-            signal: name.to_owned(),
-            detail: format!(
-                "{detail}{expected}; run `{id}` of workflow `{}` waits for it at site `{}`, and the signal was not stored",
-                run.workflow, cp.site_key
-            ),
-        }
-        };
+        let at_site = format!("waits for it at site `{}`", cp.site_key);
         if let Some(check) = signal_types::check_for(&run.workflow, &cp.site_key) {
-            return check(json).map_err(|detail| refused(detail, ""));
+            return check(json).map_err(|detail| refused(detail, &at_site));
         }
         let Some(Suspend::Waiting {
             payload_schema: Some(key),
@@ -329,11 +415,11 @@ impl Runtime {
             return Ok(()); // not stored (its write failed): the site decides
         };
         let value: serde_json::Value = serde_json::from_slice(json)
-            .map_err(|e| refused(format!("the payload is not JSON: {e}"), ""))?;
+            .map_err(|e| refused(format!("the payload is not JSON: {e}"), &at_site))?;
         crate::schema::check_json(doc, &value).map_err(|detail| {
             refused(
-                detail,
-                " (checked against the payload type's stored schema)",
+                format!("{detail} (checked against the payload type's stored schema)"),
+                &at_site,
             )
         })
     }

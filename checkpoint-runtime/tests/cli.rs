@@ -747,9 +747,30 @@ async fn signal_payload_of_the_wrong_type_is_refused_by_another_process() {
     }
     // Nothing was stored: the run still waits, with no new history.
     assert_eq!(f.rt.history("vendor-42").await.unwrap().len(), before);
-    // A signal name the run does not wait for is not checked (another
-    // site may take it later).
-    f.ok(&["signal", "vendor-42", "other_signal", "true"]);
+    // A name no wait site of the workflow takes (a typo) is refused, with
+    // the names it takes, and nothing is stored...
+    let err = json_error(&f.fails(
+        1,
+        &["--json", "signal", "vendor-42", "finance_aproval", "true"],
+    ));
+    assert_eq!(err["kind"], "unknown_signal", "{err}");
+    assert_eq!(
+        err["details"]["known"],
+        json!(["finance_approval"]),
+        "{err}"
+    );
+    assert!(
+        err["message"].as_str().unwrap().contains("--force"),
+        "{err}"
+    );
+    let text = f.fails(1, &["signal", "vendor-42", "finance_aproval", "true"]);
+    assert!(
+        text.contains("no wait site of workflow `approval`"),
+        "{text}"
+    );
+    assert_eq!(f.rt.history("vendor-42").await.unwrap().len(), before);
+    // ...unless forced (a wait site that code not deployed yet adds).
+    f.ok(&["signal", "vendor-42", "other_signal", "true", "--force"]);
     // And a good payload still goes through and completes the run.
     f.ok(&[
         "signal",

@@ -675,6 +675,33 @@ async fn a_signal_resumes_the_run_and_bad_ones_change_nothing() {
         )
         .await;
     assert!(e["message"].as_str().unwrap().contains("reserved"), "{e}");
+    // A name no wait site of `onboarding` takes: refused unless forced.
+    let e = f
+        .refused(
+            "POST",
+            "/api/runs/vendor-42/signals/finance_aproval",
+            Some("true"),
+            422,
+            "unknown_signal",
+        )
+        .await;
+    assert_eq!(e["details"]["known"], json!(["finance_approval"]), "{e}");
+    f.refused(
+        "POST",
+        "/api/runs/vendor-42/signals/finance_aproval?force=maybe",
+        Some("true"),
+        400,
+        "invalid_query",
+    )
+    .await;
+    let forced = f
+        .post(
+            "/api/runs/vendor-42/signals/escalation?force=true",
+            Some("true"),
+            200,
+        )
+        .await;
+    assert_eq!(forced["signal"], "escalation");
 
     let answer = f
         .post(signal, Some(r#"{"approved": true, "by": "api"}"#), 200)

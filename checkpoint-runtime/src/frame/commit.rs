@@ -244,11 +244,27 @@ impl Frame {
     /// that a signal sent to it from this process is checked at once, and
     /// returns its schema, whose key is stored with the wait so that other
     /// processes check it too ([`Frame::store_with`] then stores the schema).
-    fn note_payload_type<T: DeserializeOwned>(&self, site: u32) -> Option<&'static SchemaRef> {
+    fn note_payload_type<T: DeserializeOwned>(
+        &self,
+        site: u32,
+        signal: &str,
+    ) -> Option<&'static SchemaRef> {
         if let Some(info) = self.site(site) {
             signal_types::note::<T>(self.run.workflow, info.key);
         }
-        schema::schema_of::<T>()
+        let schema = schema::schema_of::<T>();
+        if let Some(schema) = schema {
+            let catalog = &self.run.env.signal_catalog;
+            catalog.note_payload(self.run.workflow, signal, schema.key);
+        }
+        schema
+    }
+
+    /// Records what [`Frame::note_payload_type`] noted in the signal
+    /// catalog, after the checkpoint that stored the schema itself.
+    async fn flush_signal_catalog(&self) {
+        let env = &self.run.env;
+        env.signal_catalog.flush(&*env.store).await;
     }
 
     /// What a suspension at `site` stores of the sites before it (see
@@ -327,7 +343,7 @@ impl Frame {
         F: FnOnce(&mut Encoder) -> Result<(), Error>,
     {
         let name = name.to_owned();
-        let payload = self.note_payload_type::<T>(site);
+        let payload = self.note_payload_type::<T>(site, &name);
         let suspend = Suspend::Waiting {
             signal: name.clone(),
             deadline: None,
@@ -339,6 +355,7 @@ impl Frame {
         self.store_with(payload);
         async move {
             self.commit(prepared).await;
+            self.flush_signal_catalog().await;
             if let Some(v) = self.try_take::<T>(&name).await {
                 return v;
             }
@@ -363,7 +380,7 @@ impl Frame {
         // Durable time: the runtime's clock (a test clock in tests).
         let clock = self.run.env.clock.clone();
         let deadline = clock.now().checked_add(timeout);
-        let payload = self.note_payload_type::<T>(site);
+        let payload = self.note_payload_type::<T>(site, &name);
         let suspend = Suspend::Waiting {
             signal: name.clone(),
             deadline,
@@ -375,6 +392,7 @@ impl Frame {
         self.store_with(payload);
         async move {
             self.commit(prepared).await;
+            self.flush_signal_catalog().await;
             if let Some(v) = self.try_take::<T>(&name).await {
                 return Some(v);
             }

@@ -283,16 +283,52 @@ pub(crate) async fn history(
     ok(entries.iter().map(entry_json).collect())
 }
 
-/// `POST /api/runs/{id}/signals/{name}` with a JSON body: stores the signal
-/// (as `checkpoint signal`). The run must exist; a body that is not JSON is
-/// 400, and so is a name reserved for joins (`join#..`); a payload the
-/// waiting site cannot decode 422; none of them stores anything.
+/// `?force=true` (or `false`, or nothing): the one query a signal takes.
+fn force_flag(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<bool, ApiError> {
+    let Query(pairs) = query.map_err(|e| {
+        ApiError::bad_request("invalid_query", format!("the query does not parse: {e}"))
+    })?;
+    let mut force = false;
+    for (key, value) in &pairs {
+        match (key.as_str(), value.as_str()) {
+            ("force", "true") => force = true,
+            ("force", "false" | "") => force = false,
+            ("force", other) => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("`force={other}`: give `true` or `false`"),
+                )
+                .detail("parameter", "force"))
+            }
+            (other, _) => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("unknown parameter `{other}` (known: force)"),
+                )
+                .detail("parameter", other))
+            }
+        }
+    }
+    Ok(force)
+}
+
+/// `POST /api/runs/{id}/signals/{name}[?force=true]` with a JSON body:
+/// stores the signal (as `checkpoint signal`). The run must exist; a body
+/// that is not JSON is 400, and so is a name reserved for joins (`join#..`);
+/// a name no wait site of the run's workflow takes is 422 (`unknown_signal`)
+/// unless `force=true`, and so is a payload the waiting site (or, before the
+/// run waits, a site of that name) cannot decode; none of them stores
+/// anything.
 pub(crate) async fn signal(
     State(rt): State<Runtime>,
     params: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     payload: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let (id, name) = path(params)?;
+    let force = force_flag(query)?;
     crate::store::user_signal_name(&id, &name).map_err(|e| {
         ApiError::bad_request("reserved_signal", e.to_string())
             .detail("run", id.as_str())
@@ -309,7 +345,11 @@ pub(crate) async fn signal(
     })?;
     // A signal for a run that does not exist is an error, not a stored orphan.
     let status = rt.status(&id).await?;
-    rt.signal(&id, &name, &value).await?;
+    if force {
+        rt.force_signal(&id, &name, &value).await?;
+    } else {
+        rt.signal(&id, &name, &value).await?;
+    }
     let mut v = json!({
         "run": id,
         "signal": name,

@@ -40,7 +40,8 @@ impl ApiError {
 }
 
 /// The status code of a runtime error: 404 for what does not exist, 400 for
-/// a malformed id, 422 for a payload the waiting site cannot decode, 409 for
+/// a malformed id, 422 for a payload the waiting site cannot decode or a
+/// signal name no wait site takes, 409 for
 /// a request the run's state refuses (an existing id, a run that is not
 /// retryable, a signal to a run that has ended, a damaged or incompatible
 /// checkpoint), 503 for a store that
@@ -49,7 +50,9 @@ pub(crate) fn status_of(e: &Error) -> StatusCode {
     match e {
         Error::UnknownRun { .. } | Error::UnknownCheckpoint { .. } => StatusCode::NOT_FOUND,
         Error::InvalidId { .. } => StatusCode::BAD_REQUEST,
-        Error::SignalPayload { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::SignalPayload { .. } | Error::UnknownSignal { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
         Error::AlreadyExists { .. }
         | Error::NotRetryable { .. }
         | Error::RunEnded { .. }

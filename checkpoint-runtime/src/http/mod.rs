@@ -74,7 +74,9 @@
 //!   and `diff`, what changed from the version before, field by field
 //!   ([`crate::json::field_diff`]).
 //! - `GET /api/runs/{id}/history`: the event log, oldest first.
-//! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body.
+//! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body:
+//!   422 `unknown_signal` for a name no wait site of the run's workflow
+//!   takes, unless `?force=true` (see [`Runtime::force_signal`]).
 //! - `POST /api/runs/{id}/cancel`, `POST /api/runs/{id}/retry`.
 //! - `POST /api/runs/{id}/fork` with `{"seq": N, "new_id": ".."}`: 201.
 //!

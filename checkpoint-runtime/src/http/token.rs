@@ -163,17 +163,17 @@ impl Token {
         let alphabet: u32 = if one_case_hex && !b.iter().all(u8::is_ascii_digit) {
             16
         } else {
-            let classes: [(fn(&u8) -> bool, u32); 4] = [
-                (u8::is_ascii_lowercase, 26),
-                (u8::is_ascii_uppercase, 26),
-                (u8::is_ascii_digit, 10),
-                (u8::is_ascii_punctuation, 32),
-            ];
-            classes
-                .iter()
-                .filter(|(class, _)| b.iter().any(class))
-                .map(|(_, size)| size)
-                .sum()
+            let uses = |class: fn(&u8) -> bool, size: u32| {
+                if b.iter().any(class) {
+                    size
+                } else {
+                    0
+                }
+            };
+            uses(u8::is_ascii_lowercase, 26)
+                + uses(u8::is_ascii_uppercase, 26)
+                + uses(u8::is_ascii_digit, 10)
+                + uses(u8::is_ascii_punctuation, 32)
         };
         // At most 512 characters: the product is far below u32::MAX.
         (b.len() as f64 * f64::from(alphabet.max(2)).log2()).floor() as u32

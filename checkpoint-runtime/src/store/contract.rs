@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Wakeup, WorkerHold,
+    Release, RunRecord, SignalRecord, SignalSite, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -299,5 +299,32 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
         let _ = keys;
         Box::pin(std::future::ready(Ok(HashMap::new())))
+    }
+
+    /// Records what `workflow`'s wait sites take (see [`SignalSite`]): the
+    /// names its code waits for, written by every worker that registers
+    /// it, and each site's payload schema once a worker ran the site.
+    /// Rows only accumulate (a name an older deploy waits for stays known,
+    /// for that deploy's runs); a row already stored is left as it is. Not
+    /// fenced. The default keeps nothing, and then every name is accepted.
+    fn put_signal_sites(
+        &self,
+        workflow: &str,
+        sites: Vec<SignalSite>,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        let _ = (workflow, sites);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The rows [`Store::put_signal_sites`] recorded for `workflow`, in
+    /// order; empty when none were (no worker of this store registered it
+    /// since this was kept: its signals are not checked by name). The
+    /// default has none.
+    fn signal_sites<'a>(
+        &'a self,
+        workflow: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalSite>, Error>> {
+        let _ = workflow;
+        Box::pin(std::future::ready(Ok(Vec::new())))
     }
 }

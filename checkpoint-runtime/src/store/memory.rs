@@ -4,7 +4,7 @@
 //! `MemoryStore` behave like several workers sharing a database.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::rules;
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, Store, Suspend, Wakeup,
+    RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -61,6 +61,8 @@ struct State {
     next_order: u64,
     /// Schema documents by key.
     schemas: HashMap<String, String>,
+    /// What each workflow's wait sites take (`put_signal_sites`).
+    signal_sites: HashMap<String, BTreeSet<SignalSite>>,
     /// Per child run that a joining run waits for: the runs waiting
     /// (`Suspend::Joining`).
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
@@ -856,6 +858,30 @@ impl Store for MemoryStore {
             .filter_map(|k| st.schemas.get(k).map(|j| (k.clone(), j.clone())))
             .collect();
         ready(Ok(found))
+    }
+
+    fn put_signal_sites(
+        &self,
+        workflow: &str,
+        sites: Vec<SignalSite>,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        let mut st = self.lock();
+        st.signal_sites
+            .entry(workflow.to_owned())
+            .or_default()
+            .extend(sites);
+        ready(Ok(()))
+    }
+
+    fn signal_sites<'a>(
+        &'a self,
+        workflow: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalSite>, Error>> {
+        let st = self.lock();
+        let sites = st.signal_sites.get(workflow);
+        ready(Ok(sites
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()))
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

@@ -489,6 +489,32 @@ impl CheckpointRecord {
     }
 }
 
+/// What one wait site of a workflow takes, as workers record it
+/// ([`Store::put_signal_sites`](crate::store::Store::put_signal_sites)):
+/// the catalog [`Runtime::signal`](crate::Runtime::signal) checks a signal's
+/// name and payload against when it is sent, before the run waits.
+///
+/// ```
+/// use checkpoint_runtime::store::SignalSite;
+///
+/// // A worker registering a workflow with `ctx.wait_for("approval")`:
+/// let named = SignalSite { signal: Some("approval".into()), payload_schema: None };
+/// // ...and once that site ran, the key of its payload type's schema:
+/// let typed = SignalSite { payload_schema: Some("3f2a..".into()), ..named.clone() };
+/// // A wait site whose name is computed at run time takes any name:
+/// let open = SignalSite { signal: None, payload_schema: None };
+/// assert!(named < typed && open < named);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SignalSite {
+    /// The signal name; `None` for a wait site whose name is not a string
+    /// literal (computed when it runs): then any name may be awaited.
+    pub signal: Option<String>,
+    /// The stored schema ([`Store::schemas`](crate::store::Store::schemas))
+    /// of the payload type the site decodes, once a worker ran it.
+    pub payload_schema: Option<String>,
+}
+
 /// A signal stored for a run, not yet consumed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignalRecord {

@@ -92,6 +92,10 @@ pub enum Command {
         /// The payload, as JSON (`-` reads it from standard input).
         #[arg(value_name = "JSON", allow_hyphen_values = true)]
         payload: String,
+        /// Store it even though no wait site of the run's workflow takes
+        /// that name (for one that code not deployed yet adds).
+        #[arg(long)]
+        force: bool,
     },
     /// Cancel a run.
     Cancel {

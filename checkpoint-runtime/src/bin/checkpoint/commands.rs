@@ -167,7 +167,12 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
             }
         }
         Command::History { id } => history(rt, &id, wide).await,
-        Command::Signal { id, name, payload } => signal(rt, &id, &name, &payload).await,
+        Command::Signal {
+            id,
+            name,
+            payload,
+            force,
+        } => signal(rt, &id, &name, &payload, force).await,
         Command::Cancel { id } => cancel(rt, &id).await,
         Command::Retry { id } => retry(rt, &id).await,
         Command::Fork { id, seq, new_id } => fork(rt, &id, seq, &new_id).await,
@@ -512,7 +517,13 @@ async fn history(rt: &Runtime, id: &str, wide: bool) -> Result<Output, CliError>
     Ok(Output { text, json })
 }
 
-async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Output, CliError> {
+async fn signal(
+    rt: &Runtime,
+    id: &str,
+    name: &str,
+    payload: &str,
+    force: bool,
+) -> Result<Output, CliError> {
     let mut stdin_payload = String::new();
     let source = if payload == "-" {
         std::io::stdin()
@@ -544,7 +555,11 @@ async fn signal(rt: &Runtime, id: &str, name: &str, payload: &str) -> Result<Out
     // A signal for a run that does not exist, or that has ended, is an
     // error (the store refuses it), not a stored orphan.
     let status = rt.status(id).await?;
-    rt.signal(id, name, &value).await?;
+    if force {
+        rt.force_signal(id, name, &value).await?;
+    } else {
+        rt.signal(id, name, &value).await?;
+    }
     let text = format!("signal `{name}` stored for run `{id}`\n");
     Ok(Output {
         text,

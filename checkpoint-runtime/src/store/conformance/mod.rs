@@ -122,6 +122,7 @@ macro_rules! conformance_tests {
                 each_runnable_run_is_claimed_and_no_other,
                 a_signal_to_an_ended_run_is_refused_and_not_stored,
                 ends_change_what_they_change_in_memory,
+                signal_sites_accumulate_per_workflow,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,

@@ -282,3 +282,37 @@ pub fn timers_are_due_on_the_claims_clock(store: &dyn Store) {
         })
     );
 }
+
+/// Conformance: the signal catalog keeps each row once, per workflow, in
+/// order (a computed name first, then by name and schema), across calls.
+pub fn signal_sites_accumulate_per_workflow(store: &dyn Store) {
+    use crate::store::SignalSite;
+    let site = |signal: Option<&str>, schema: Option<&str>| SignalSite {
+        signal: signal.map(str::to_owned),
+        payload_schema: schema.map(str::to_owned),
+    };
+    assert!(block_on(store.signal_sites("wf")).unwrap().is_empty());
+    let first = vec![
+        site(Some("ok"), None),
+        site(Some("approve"), None),
+        site(None, None),
+    ];
+    block_on(store.put_signal_sites("wf", first.clone())).unwrap();
+    // Again (another worker), plus a schema noted for one name.
+    block_on(store.put_signal_sites("wf", first)).unwrap();
+    block_on(store.put_signal_sites("wf", vec![site(Some("approve"), Some("k1"))])).unwrap();
+    block_on(store.put_signal_sites("other", vec![site(Some("x"), None)])).unwrap();
+    assert_eq!(
+        block_on(store.signal_sites("wf")).unwrap(),
+        vec![
+            site(None, None),
+            site(Some("approve"), None),
+            site(Some("approve"), Some("k1")),
+            site(Some("ok"), None),
+        ]
+    );
+    assert_eq!(
+        block_on(store.signal_sites("other")).unwrap(),
+        vec![site(Some("x"), None)]
+    );
+}

@@ -19,7 +19,7 @@
 //!   (`ring` provider), read with the URL in `conn::Target::parse` into one
 //!   connector that every connection of the store uses.
 //! - **Tables** (`schema`): `cp_runs`, `cp_checkpoints`, `cp_signals`,
-//!   `cp_history`, `cp_schemas`, `cp_joins`, and `cp_schema_version` with the version of
+//!   `cp_history`, `cp_schemas`, `cp_joins`, `cp_signal_sites`, and `cp_schema_version` with the version of
 //!   the others, created or migrated forward on open. They live in the
 //!   connection's current schema (normally `public`), or in the schema named
 //!   by `?schema=NAME` in the URL / [`PostgresStore::open_in_schema`]
@@ -118,6 +118,7 @@ mod notify;
 mod ops;
 mod reads;
 mod schema;
+mod signal_sites;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -136,7 +137,7 @@ use self::conn::{get, Pool, Side, Target};
 use self::fused::{batcher, create_batch, finish, group_commit};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store, Wakeup, WorkerHold,
+    Release, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -689,5 +690,21 @@ impl Store for PostgresStore {
         keys: &'a [String],
     ) -> BoxFuture<'a, Result<HashMap<String, String>, Error>> {
         Box::pin(self.do_schemas(keys))
+    }
+
+    fn put_signal_sites(
+        &self,
+        workflow: &str,
+        sites: Vec<SignalSite>,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        let workflow = workflow.to_owned();
+        Box::pin(async move { signal_sites::insert(&self.pool, &workflow, sites).await })
+    }
+
+    fn signal_sites<'a>(
+        &'a self,
+        workflow: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalSite>, Error>> {
+        Box::pin(signal_sites::read(&self.pool, workflow))
     }
 }

@@ -237,7 +237,8 @@ impl PostgresStore {
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND c.relkind = 'r' \
              AND c.relname IN ('cp_runs', 'cp_checkpoints', 'cp_signals', 'cp_history', \
-                               'cp_schemas', 'cp_schema_version', 'cp_segments', 'cp_joins')";
+                               'cp_schemas', 'cp_schema_version', 'cp_segments', 'cp_joins', \
+                               'cp_signal_sites')";
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let before: i64 = get(&cx.query_one(SIZE, &[]).await?, 0)?;

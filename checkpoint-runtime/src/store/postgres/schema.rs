@@ -248,8 +248,17 @@ const V10: &str = "ALTER TABLE cp_checkpoints ADD COLUMN IF NOT EXISTS meta byte
                        ALTER COLUMN v9_field_lens DROP NOT NULL, \
                        ALTER COLUMN v9_field_schemas DROP NOT NULL;";
 
+/// Version 11: `cp_signal_sites`, what each workflow's wait sites take
+/// (see `Store::put_signal_sites`): a signal is checked against it when
+/// sent. `''` stands for a computed name or an unknown schema.
+const V11: &str = "CREATE TABLE IF NOT EXISTS cp_signal_sites ( \
+                       workflow text NOT NULL, \
+                       signal text NOT NULL, \
+                       payload_schema text NOT NULL, \
+                       PRIMARY KEY (workflow, signal, payload_schema));";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -42,7 +42,7 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// to version `i + 1`. The current version is `MIGRATIONS.len()`. To change
 /// the schema, append a function; never edit one that has shipped.
 pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
-    migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6,
+    migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -241,6 +241,20 @@ pub(super) fn migrate_v6(conn: &Connection) -> rusqlite::Result<()> {
          CREATE INDEX runs_ready ON runs (ord) WHERE state = 0; \
          CREATE INDEX runs_due ON runs (due) WHERE state IN (1, 2); \
          CREATE INDEX runs_held ON runs (ord) WHERE state IN (1, 2) AND lease_worker IS NOT NULL;",
+    )
+}
+
+/// Version 7: `signal_sites`, what each workflow's wait sites take (see
+/// `Store::put_signal_sites`): a signal is checked against it when sent.
+/// `''` stands for a computed name or an unknown schema.
+pub(super) fn migrate_v7(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE signal_sites (\
+             workflow TEXT NOT NULL, \
+             signal TEXT NOT NULL, \
+             payload_schema TEXT NOT NULL, \
+             PRIMARY KEY (workflow, signal, payload_schema)\
+         ) WITHOUT ROWID;",
     )
 }
 

@@ -103,6 +103,7 @@ mod ops;
 mod poller;
 mod reads;
 mod runs;
+mod signal_sites;
 mod write;
 mod writer;
 
@@ -129,7 +130,7 @@ use self::writer::txn::TxnCtx;
 use self::writer::{answer_loop, Answers, Job, Msg, Pending, Writer};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, Store, Wakeup, WorkerHold,
+    Release, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -640,6 +641,23 @@ impl Store for SqliteStore {
             }
             Ok(())
         })
+    }
+
+    fn put_signal_sites(
+        &self,
+        workflow: &str,
+        sites: Vec<SignalSite>,
+    ) -> BoxFuture<'_, Result<(), Error>> {
+        let workflow = workflow.to_owned();
+        self.write(move |cx| signal_sites::insert(cx, &workflow, &sites))
+    }
+
+    fn signal_sites<'a>(
+        &'a self,
+        workflow: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SignalSite>, Error>> {
+        let workflow = workflow.to_owned();
+        self.read(move |c| signal_sites::read(c, &workflow))
     }
 
     fn schemas<'a>(
