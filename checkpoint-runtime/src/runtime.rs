@@ -621,9 +621,10 @@ impl Runtime {
             let runs = self.inner.env.store.list_runs(&filter).await?;
             return Ok(runs.into_iter().map(run_info).collect());
         };
-        let limit = filter.limit;
+        let (limit, offset) = (filter.limit, filter.offset);
         let runnable = RunFilter {
             limit: None,
+            offset: 0,
             ..filter
         };
         let runs = self.inner.env.store.list_runs(&runnable).await?;
@@ -631,6 +632,7 @@ impl Runtime {
             .into_iter()
             .map(run_info)
             .filter(|r| r.status.kind() == kind)
+            .skip(offset)
             .take(limit.unwrap_or(usize::MAX))
             .collect())
     }

@@ -330,6 +330,10 @@ pub struct RunFilter {
     pub limit: Option<usize>,
     /// Only the children of this run (spawned with `ctx.spawn`).
     pub parent: Option<String>,
+    /// Newest first (by creation), instead of oldest first.
+    pub newest_first: bool,
+    /// Skips this many matching runs first (paging, with `limit`).
+    pub offset: usize,
 }
 
 impl RunFilter {
@@ -366,6 +370,26 @@ impl RunFilter {
     /// At most `n` runs.
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
+        self
+    }
+
+    /// Newest first (the latest created), instead of oldest first.
+    ///
+    /// ```
+    /// use checkpoint_runtime::RunFilter;
+    /// // The second page of 50, newest first.
+    /// let page = RunFilter::new().newest_first().offset(50).limit(50);
+    /// assert!(page.newest_first);
+    /// ```
+    pub fn newest_first(mut self) -> Self {
+        self.newest_first = true;
+        self
+    }
+
+    /// Skips the first `n` matching runs (in the listing's order): with
+    /// [`limit`](RunFilter::limit), one page of a long listing.
+    pub fn offset(mut self, n: usize) -> Self {
+        self.offset = n;
         self
     }
 }

@@ -415,11 +415,45 @@ async fn runs_are_listed_and_filtered() {
     );
     // vendor-42 spawned nothing.
     assert!(ids(f.get("/api/runs?parent=vendor-42").await).is_empty());
+    // Pages, either way.
+    assert_eq!(
+        ids(f.get("/api/runs?order=newest&limit=2").await),
+        ["broken-1", "vendor-43"]
+    );
+    assert_eq!(
+        ids(f.get("/api/runs?order=newest&limit=2&offset=2").await),
+        ["vendor-42", "tally-1"]
+    );
+    assert_eq!(
+        ids(f.get("/api/runs?limit=2&offset=1").await),
+        ["vendor-42", "vendor-43"]
+    );
+    assert_eq!(
+        ids(f.get("/api/runs?status=waiting&offset=1").await),
+        ["vendor-43"]
+    );
+    // The history pages too.
+    let all = f.get("/api/runs/vendor-42/history").await;
+    let all = all.as_array().unwrap();
+    assert!(all.len() > 3, "{all:?}");
+    let page = f.get("/api/runs/vendor-42/history?limit=2&offset=1").await;
+    assert_eq!(page.as_array().unwrap(), &all[1..3]);
+    f.refused(
+        "GET",
+        "/api/runs/vendor-42/history?limit=10001",
+        None,
+        400,
+        "invalid_query",
+    )
+    .await;
 
     for (query, parameter) in [
         ("status=done", "status"),
         ("limit=-1", "limit"),
         ("limit=ten", "limit"),
+        ("limit=1001", "limit"),
+        ("offset=x", "offset"),
+        ("order=random", "order"),
         ("colour=red", "colour"),
         ("status=waiting&status=failed", "status"),
     ] {

@@ -57,9 +57,32 @@ fn status_kind(s: &str) -> Option<StatusKind> {
     StatusKind::ALL.into_iter().find(|k| k.label() == s)
 }
 
-/// `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
-/// first, as `checkpoint runs --json` lists them. An empty parameter is no
-/// filter. `parent` lists the children of that run (`ctx.spawn`).
+/// How many runs `GET /api/runs` answers without a `limit`, and at most.
+pub(crate) const RUNS_PAGE: usize = 100;
+pub(crate) const RUNS_MAX: usize = 1_000;
+
+/// How many history events `GET /api/runs/{id}/history` answers without a
+/// `limit`, and at most.
+pub(crate) const HISTORY_PAGE: usize = 1_000;
+pub(crate) const HISTORY_MAX: usize = 10_000;
+
+/// A count parameter (`limit`, `offset`): a number up to `max`.
+fn count(key: &str, value: &str, max: usize) -> Result<usize, ApiError> {
+    match value.parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("`{key}={value}` is not a count from 0 to {max}"),
+        )
+        .detail("parameter", key)),
+    }
+}
+
+/// `GET /api/runs?status=&workflow=&prefix=&parent=&limit=&offset=&order=`:
+/// runs as `checkpoint runs --json` lists them, oldest first (`order=newest`:
+/// newest first), one page: `limit` runs (100 unless given, at most 1,000)
+/// after skipping `offset`. An empty parameter is no filter. `parent` lists
+/// the children of that run (`ctx.spawn`).
 pub(crate) async fn list_runs(
     State(rt): State<Runtime>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -67,7 +90,7 @@ pub(crate) async fn list_runs(
     let Query(pairs) = query.map_err(|e| {
         ApiError::bad_request("invalid_query", format!("the query does not parse: {e}"))
     })?;
-    let mut filter = RunFilter::new();
+    let mut filter = RunFilter::new().limit(RUNS_PAGE);
     let mut seen: Vec<&str> = Vec::new();
     for (key, value) in &pairs {
         if seen.contains(&key.as_str()) {
@@ -95,22 +118,25 @@ pub(crate) async fn list_runs(
             "workflow" => filter = filter.workflow(value),
             "prefix" => filter = filter.id_prefix(value),
             "parent" => filter = filter.parent(value),
-            "limit" => {
-                let n = value.parse::<usize>().map_err(|_| {
-                    ApiError::bad_request(
+            "limit" => filter = filter.limit(count("limit", value, RUNS_MAX)?),
+            "offset" => filter = filter.offset(count("offset", value, usize::MAX)?),
+            "order" => match value.as_str() {
+                "newest" => filter = filter.newest_first(),
+                "oldest" => {}
+                _ => {
+                    return Err(ApiError::bad_request(
                         "invalid_query",
-                        format!("`limit={value}` is not a count of runs"),
+                        format!("`order={value}`: give `newest` or `oldest`"),
                     )
-                    .detail("parameter", "limit")
-                })?;
-                filter = filter.limit(n);
-            }
+                    .detail("parameter", "order"))
+                }
+            },
             other => {
                 return Err(ApiError::bad_request(
                     "invalid_query",
                     format!(
                         "unknown parameter `{other}` (known: status, workflow, prefix, parent, \
-                         limit)"
+                         limit, offset, order)"
                     ),
                 )
                 .detail("parameter", other))
@@ -272,15 +298,40 @@ pub(crate) async fn get_checkpoint(
     ok(v)
 }
 
-/// `GET /api/runs/{id}/history`: the events, oldest first, as `checkpoint
-/// history --json` prints them.
+/// `GET /api/runs/{id}/history?limit=&offset=`: the events, oldest first,
+/// as `checkpoint history --json` prints them, one page: `limit` events
+/// (1,000 unless given, at most 10,000) after skipping `offset`.
 pub(crate) async fn history(
     State(rt): State<Runtime>,
     id: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
     let id = path(id)?;
+    let Query(pairs) = query.map_err(|e| {
+        ApiError::bad_request("invalid_query", format!("the query does not parse: {e}"))
+    })?;
+    let (mut limit, mut offset) = (HISTORY_PAGE, 0);
+    for (key, value) in &pairs {
+        match key.as_str() {
+            "limit" => limit = count("limit", value, HISTORY_MAX)?,
+            "offset" => offset = count("offset", value, usize::MAX)?,
+            other => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("unknown parameter `{other}` (known: limit, offset)"),
+                )
+                .detail("parameter", other))
+            }
+        }
+    }
+    // The store reads the whole history; the answer is one page of it.
     let entries = rt.history_entries(&id).await?;
-    ok(entries.iter().map(entry_json).collect())
+    ok(entries
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(entry_json)
+        .collect())
 }
 
 /// `?force=true` (or `false`, or nothing): the one query a signal takes.

@@ -59,10 +59,12 @@
 //! for a signal payload the waiting site cannot decode, 503 when the store
 //! fails. A refused request changes nothing.
 //!
-//! - `GET /api/runs?status=&workflow=&prefix=&parent=&limit=`: runs, oldest
-//!   first. `status` is one of `queued`, `running`, `waiting`, `sleeping`,
-//!   `completed`, `failed`, `cancelled`, `incompatible`; an empty parameter
-//!   is no filter. `parent` lists the children of that run.
+//! - `GET /api/runs?status=&workflow=&prefix=&parent=&limit=&offset=&order=`:
+//!   runs, oldest first (`order=newest`: newest first), one page of `limit`
+//!   (100 unless given, at most 1,000) after `offset`. `status` is one of
+//!   `queued`, `running`, `waiting`, `joining`, `sleeping`, `completed`,
+//!   `failed`, `cancelled`, `incompatible`, `held`; an empty parameter is no
+//!   filter. `parent` lists the children of that run.
 //! - `GET /api/runs/{id}`: the run (as `checkpoint show --json`), its input
 //!   and output, `waiting_for` (`signal`, `deadline`, and `payload_schema`:
 //!   the schema the wait site stored for its payload type, with `type`,
@@ -73,7 +75,8 @@
 //! - `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON
 //!   and `diff`, what changed from the version before, field by field
 //!   ([`crate::json::field_diff`]).
-//! - `GET /api/runs/{id}/history`: the event log, oldest first.
+//! - `GET /api/runs/{id}/history?limit=&offset=`: the event log, oldest
+//!   first, one page of `limit` (1,000 unless given, at most 10,000).
 //! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body:
 //!   422 `unknown_signal` for a name no wait site of the run's workflow
 //!   takes, unless `?force=true` (see [`Runtime::force_signal`]).

@@ -661,10 +661,15 @@ impl Store for MemoryStore {
             .collect();
         drop(st);
         found.sort_by_key(|(o, _)| *o);
-        let mut runs: Vec<RunRecord> = found.into_iter().map(|(_, r)| r).collect();
-        if let Some(limit) = filter.limit {
-            runs.truncate(limit);
+        if filter.newest_first {
+            found.reverse();
         }
+        let runs = found
+            .into_iter()
+            .map(|(_, r)| r)
+            .skip(filter.offset)
+            .take(filter.limit.unwrap_or(usize::MAX))
+            .collect();
         ready(Ok(runs))
     }
 

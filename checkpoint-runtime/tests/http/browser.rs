@@ -94,7 +94,8 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         .await;
     assert_eq!(
         rows,
-        serde_json::json!(["tally-1", "vendor-42", "vendor-43", "broken-1"])
+        serde_json::json!(["broken-1", "vendor-43", "vendor-42", "tally-1"]),
+        "newest first"
     );
     let row = browser
         .eval("document.querySelector('#runs tbody tr[data-run=\"vendor-42\"]').innerText")

@@ -6,7 +6,7 @@
 "use strict";
 
 const TOKEN_KEY = "checkpoint-token";
-const LIST_LIMIT = 500;
+const LIST_LIMIT = 100;
 const STATUSES = ["queued", "running", "waiting", "joining", "sleeping", "held", "completed", "failed", "cancelled", "incompatible"];
 
 let timer = null; // the current view's refresh
@@ -208,18 +208,34 @@ async function showList() {
   });
   const body = el("tbody");
   const note = el("p", { class: "muted", id: "runs-note" });
+  // Newest first, one page at a time; `offset` in the address.
+  const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
+  const pageAt = (at) => {
+    const p = new URLSearchParams(params);
+    if (at > 0) p.set("offset", String(at)); else p.delete("offset");
+    const q = p.toString();
+    location.hash = "#/" + (q ? "?" + q : "");
+  };
+  const newer = el("button", { type: "button", id: "newer", class: "quiet", text: "\u2190 Newer", disabled: offset === 0,
+    onclick: () => pageAt(Math.max(0, offset - LIST_LIMIT)) });
+  const older = el("button", { type: "button", id: "older", class: "quiet", text: "Older \u2192", disabled: true,
+    onclick: () => pageAt(offset + LIST_LIMIT) });
   mount(app,
     el("h1", { text: "Runs" }),
     filters,
     el("table", { id: "runs", class: "grid" },
       el("thead", {}, el("tr", {}, ["Run", "Workflow", "Status", "Checkpoint", "Updated"].map((h) => el("th", { text: h })))),
       body),
+    el("p", { class: "pager" }, newer, " ", older),
     note);
 
   const load = async () => {
     const q = new URLSearchParams();
     for (const k of ["status", "workflow", "prefix", "parent"]) if (params.get(k)) q.set(k, params.get(k));
-    q.set("limit", String(LIST_LIMIT));
+    q.set("order", "newest");
+    q.set("offset", String(offset));
+    // One more than a page: whether there is an older one.
+    q.set("limit", String(LIST_LIMIT + 1));
     let runs;
     try {
       runs = await call(api("runs?" + q.toString()));
@@ -227,6 +243,8 @@ async function showList() {
       if (!(e instanceof ApiError && e.status === 401)) note.textContent = "Cannot list runs: " + errorText(e);
       return;
     }
+    older.disabled = runs.length <= LIST_LIMIT;
+    runs = runs.slice(0, LIST_LIMIT);
     body.replaceChildren(...runs.map((r) => el("tr", { "data-run": r.id },
       el("td", {}, el("a", { href: href(runRoute(r.id)), class: "run-link", text: r.id })),
       el("td", { text: r.workflow }),
@@ -234,10 +252,8 @@ async function showList() {
       el("td", { text: r.latest_seq ? "#" + r.latest_seq : "-" }),
       el("td", { text: time(r.updated_at) }))));
     note.textContent = runs.length === 0
-      ? "No runs match."
-      : runs.length >= LIST_LIMIT
-        ? "The first " + LIST_LIMIT + " runs, oldest first: filter to see others."
-        : runs.length + (runs.length === 1 ? " run" : " runs") + ", oldest first. Refreshes every 5 s.";
+      ? (offset > 0 ? "No runs on this page." : "No runs match.")
+      : "Runs " + (offset + 1) + "\u2013" + (offset + runs.length) + ", newest first. Refreshes every 5 s.";
   };
   await load();
   stopTimer();

@@ -346,3 +346,29 @@ pub fn release_retry_and_abandon(store: &dyn Store) {
     let err = block_on(store.release("r", &c.lease, Release::Abandon)).unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
 }
+
+/// Conformance: a listing is paged with `offset` and `limit`, oldest or
+/// newest first, and filters apply before the page is cut.
+pub fn runs_are_listed_in_pages_either_way(store: &dyn Store) {
+    for i in 0..7 {
+        new_run(store, &format!("p-{i}"));
+    }
+    new_run(store, "other");
+    let ids = |filter: RunFilter| -> Vec<String> {
+        block_on(store.list_runs(&filter))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    let page = RunFilter::new().id_prefix("p-").limit(3);
+    assert_eq!(ids(page.clone()), ["p-0", "p-1", "p-2"]);
+    assert_eq!(ids(page.clone().offset(3)), ["p-3", "p-4", "p-5"]);
+    assert_eq!(ids(page.clone().offset(6)), ["p-6"]);
+    assert!(ids(page.clone().offset(7)).is_empty());
+    let newest = page.newest_first();
+    assert_eq!(ids(newest.clone()), ["p-6", "p-5", "p-4"]);
+    assert_eq!(ids(newest.clone().offset(5)), ["p-1", "p-0"]);
+    assert_eq!(ids(RunFilter::new().newest_first().limit(1)), ["other"]);
+    assert_eq!(ids(RunFilter::new().offset(7)), ["other"]);
+}

@@ -123,6 +123,7 @@ macro_rules! conformance_tests {
                 a_signal_to_an_ended_run_is_refused_and_not_stored,
                 ends_change_what_they_change_in_memory,
                 signal_sites_accumulate_per_workflow,
+                runs_are_listed_in_pages_either_way,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -256,6 +257,14 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "ends_change_what_they_change_in_memory",
         ends_change_what_they_change_in_memory,
+    ),
+    (
+        "signal_sites_accumulate_per_workflow",
+        signal_sites_accumulate_per_workflow,
+    ),
+    (
+        "runs_are_listed_in_pages_either_way",
+        runs_are_listed_in_pages_either_way,
     ),
 ];
 

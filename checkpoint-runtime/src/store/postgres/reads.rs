@@ -25,34 +25,51 @@ impl PostgresStore {
     }
 
     pub(super) async fn do_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error> {
-        // A completed run with an `Err` output counts as failed.
-        const SQL: &str = concat!(
-            "SELECT ",
-            run_cols!(),
-            ", r.input FROM cp_runs r \
-             WHERE ($1::text IS NULL OR r.workflow = $1) \
-               AND ($2::text IS NULL OR starts_with(r.id, $2)) \
-               AND ($3::smallint IS NULL OR (CASE WHEN r.state = ",
-            state_sql!(COMPLETED),
-            " AND r.error IS NOT NULL THEN ",
-            state_sql!(FAILED),
-            " ELSE r.state END) = $3) \
-               AND ($5::text IS NULL OR r.parent = $5) \
-             ORDER BY r.ord LIMIT $4::bigint"
-        );
+        // A completed run with an `Err` output counts as failed. Two
+        // statements, not an ORDER BY expression: each walks the `ord`
+        // index in its direction and stops at the page.
+        macro_rules! list_sql {
+            ($order:literal) => {
+                concat!(
+                    "SELECT ",
+                    run_cols!(),
+                    ", r.input FROM cp_runs r \
+                     WHERE ($1::text IS NULL OR r.workflow = $1) \
+                       AND ($2::text IS NULL OR starts_with(r.id, $2)) \
+                       AND ($3::smallint IS NULL OR (CASE WHEN r.state = ",
+                    state_sql!(COMPLETED),
+                    " AND r.error IS NOT NULL THEN ",
+                    state_sql!(FAILED),
+                    " ELSE r.state END) = $3) \
+                       AND ($5::text IS NULL OR r.parent = $5) \
+                     ORDER BY r.ord ",
+                    $order,
+                    " LIMIT $4::bigint OFFSET $6::bigint"
+                )
+            };
+        }
+        const OLDEST_FIRST: &str = list_sql!("ASC");
+        const NEWEST_FIRST: &str = list_sql!("DESC");
+        let sql = if filter.newest_first {
+            NEWEST_FIRST
+        } else {
+            OLDEST_FIRST
+        };
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let offset = i64::try_from(filter.offset).unwrap_or(i64::MAX);
         let status = filter.status.map(|kind| code(status_code(kind)));
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let rows = cx
             .query(
-                SQL,
+                sql,
                 &[
                     &filter.workflow,
                     &filter.id_prefix,
                     &status,
                     &limit,
                     &filter.parent,
+                    &offset,
                 ],
             )
             .await?;

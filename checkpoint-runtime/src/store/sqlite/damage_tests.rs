@@ -235,7 +235,7 @@ fn rows_written_before_checksums_still_load() {
             "DROP INDEX runs_ready; DROP INDEX runs_due; DROP INDEX runs_held; \
              CREATE INDEX runs_active ON runs (ord) WHERE state < 3; \
              ALTER TABLE checkpoints DROP COLUMN checksum; DROP INDEX runs_parked; \
-             DROP TABLE segments; \
+             DROP TABLE segments; DROP TABLE signal_sites; \
              ALTER TABLE runs DROP COLUMN version; \
              DROP TABLE joins; DROP INDEX runs_parent; ALTER TABLE runs DROP COLUMN parent; \
              ALTER TABLE runs DROP COLUMN join_pending; \

@@ -44,8 +44,10 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
            AND (?3 IS NULL OR (CASE WHEN r.state = {COMPLETED} AND r.error IS NOT NULL \
                                     THEN {FAILED} ELSE r.state END) = ?3) \
            AND (?5 IS NULL OR r.parent = ?5) \
-         ORDER BY r.ord LIMIT ?4"
+         ORDER BY r.ord {} LIMIT ?4 OFFSET ?6",
+        if filter.newest_first { "DESC" } else { "ASC" }
     );
+    let offset = i64::try_from(filter.offset).unwrap_or(i64::MAX);
     let limit = filter
         .limit
         .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -57,7 +59,8 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
                 filter.id_prefix,
                 filter.status.map(status_code),
                 limit,
-                filter.parent
+                filter.parent,
+                offset
             ],
             RawRun::from_full_row,
         )?
