@@ -17,8 +17,8 @@
 //!   has expired, not before.
 //! - `sigstopped_worker_is_fenced`: a worker frozen (SIGSTOP) past its lease
 //!   loses the run to another worker, which finishes it; thawed (SIGCONT) and
-//!   told to go on, its writes are rejected and the stored run stays exactly
-//!   the new owner's.
+//!   told to go on, it runs no more user code (its lease lapsed by its own
+//!   clock) and the stored run stays exactly the new owner's.
 //! - `sigstopped_worker_mid_segment_is_fenced`: the same with the frozen
 //!   worker thawed while the new owner holds the run mid-way, and frozen in
 //!   the middle of user code, so that it certainly tries to store a
@@ -648,8 +648,11 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
             && matches!(&e.event, Event::Resumed { worker, .. } if worker == "a")),
         "A resumed the run again"
     );
-    // At most the segment after A's checkpoint ran again in A (a side effect
-    // fencing cannot undo: at-least-once per segment), and nothing further.
+    // Frozen at a durable point (`--step`), A runs nothing once thawed: its
+    // lease lapsed by its own clock, so its workflow is not polled again.
+    // Frozen inside user code (`--step-blocking`), it finishes the poll it
+    // was in (the segment after its checkpoint: a side effect fencing cannot
+    // undo, at-least-once per segment) and nothing further.
     let a_after: Vec<String> = read_log(&dir.log())[effects_before..]
         .iter()
         .filter(|e| e.worker == "a")
@@ -658,6 +661,12 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
             e.text.clone()
         })
         .collect();
+    if step == "--step" {
+        assert!(
+            a_after.is_empty(),
+            "A ran user code after its lease lapsed: {a_after:?}"
+        );
+    }
     assert!(
         a_after.is_empty() || a_after == ["process item-2"],
         "A ran past its rejected checkpoint: {a_after:?}"
@@ -666,7 +675,7 @@ fn fenced_scenario(step: &str, thaw: Thaw) -> Vec<String> {
         "fenced ({step}, thawed {thaw:?}): A frozen for {:.1} ms; after SIGCONT A {}; total {:.2?}",
         ms(continued_at - stopped_at),
         if a_after.is_empty() {
-            "was stopped by its rejected lease renewal before running on"
+            "ran no user code (its lease had lapsed by its own clock)"
         } else {
             "re-ran the item-2 segment and its checkpoint #2 was rejected"
         },

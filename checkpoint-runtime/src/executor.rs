@@ -8,9 +8,12 @@
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
@@ -323,14 +326,17 @@ impl Inner {
                 .registry
                 .name(&claimed.run.workflow)
                 .unwrap_or("<unregistered>");
-            let shared = Arc::new(RunShared::new(
-                &claimed.run.id,
-                workflow,
-                self.env.clone(),
-                claimed.lease.clone(),
-                claimed.run.attempt,
-                claimed.run.latest_seq,
-            ));
+            let shared = Arc::new(
+                RunShared::new(
+                    &claimed.run.id,
+                    workflow,
+                    self.env.clone(),
+                    claimed.lease.clone(),
+                    claimed.run.attempt,
+                    claimed.run.latest_seq,
+                )
+                .with_lease_ttl(self.ttl),
+            );
             shared.note_lease_set(asked);
             let replaced = self.active.insert(shared.clone());
             if let Some(old) = replaced {
@@ -694,8 +700,22 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
 
 /// Polls the workflow future until it ends or the run is halted (its lease
 /// is renewed meanwhile by the [`LeaseKeeper`]).
+///
+/// Before each poll the lease's local deadline is checked
+/// ([`RunShared::lease_lapsed`]): a renewal failing is one way to get
+/// there, but a process frozen past its lease (SIGSTOP) wakes with its
+/// workflow task and its keeper's timer due together, and the task may be
+/// polled first. Once the deadline has passed, the future is dropped
+/// unpolled; the run is claimed again (by this worker or another) from its
+/// latest checkpoint.
 async fn run_to_end(run: &RunShared, fut: BoxFuture<'static, Result<Finished, Error>>) -> End {
     let mut fut = AssertUnwindSafe(fut).catch_unwind();
+    let mut fut = std::future::poll_fn(|cx| {
+        if run.lease_lapsed(std::time::Instant::now()) {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut fut).poll(cx).map(Some)
+    });
     loop {
         tokio::select! {
             biased;
@@ -706,9 +726,13 @@ async fn run_to_end(run: &RunShared, fut: BoxFuture<'static, Result<Finished, Er
             }
             r = &mut fut => {
                 return match r {
-                    Ok(Ok(fin)) => End::Finished(fin),
-                    Ok(Err(e)) => End::Halted(Halt::Failed(e)),
-                    Err(p) => End::Panicked(panic_message(&*p)),
+                    None => {
+                        observe::lease_lapsed(run.lease.epoch);
+                        End::Halted(Halt::Stop)
+                    }
+                    Some(Ok(Ok(fin))) => End::Finished(fin),
+                    Some(Ok(Err(e))) => End::Halted(Halt::Failed(e)),
+                    Some(Err(p)) => End::Panicked(panic_message(&*p)),
                 };
             }
         }

@@ -151,6 +151,16 @@ pub(crate) fn stopped(err: &Error) {
     }
 }
 
+/// An execution dropped unpolled: its lease's local deadline had passed
+/// (see `RunShared::lease_lapsed`).
+pub(crate) fn lease_lapsed(epoch: u64) {
+    tracing::warn!(
+        target: "checkpoint",
+        epoch = number(epoch),
+        "lease lapsed by this worker's clock (frozen or unable to renew): execution stopped before running more of the workflow"
+    );
+}
+
 /// How an execution ended, for the events and the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {

@@ -10,7 +10,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -143,6 +143,12 @@ pub(crate) struct RunShared {
     /// later, never earlier). The lease keeper renews a third of the TTL
     /// after it.
     lease_set: Mutex<Instant>,
+    /// The lease's TTL, when this execution holds a lease it must renew
+    /// (`None` for a compatibility probe, which holds none): past
+    /// `lease_set + ttl` by this process's monotonic clock the lease may be
+    /// another worker's, and the workflow future is not polled again (see
+    /// [`RunShared::lease_lapsed`]).
+    lease_ttl: Option<Duration>,
     pub(crate) attempt: AtomicU32,
     /// The latest checkpoint's sequence number.
     pub(crate) seq: AtomicU64,
@@ -173,6 +179,7 @@ impl RunShared {
             env,
             lease,
             lease_set: Mutex::new(Instant::now()),
+            lease_ttl: None,
             attempt: AtomicU32::new(attempt.max(1)),
             seq: AtomicU64::new(seq),
             calls: AtomicU64::new(0),
@@ -193,6 +200,27 @@ impl RunShared {
         }
         self.halted.store(true, Ordering::Release);
         self.halt_notify.notify_one();
+    }
+
+    /// Bounds this execution by its lease: see [`RunShared::lease_lapsed`].
+    pub(crate) fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
+        self
+    }
+
+    /// Whether, at `now`, this execution can no longer prove by its own
+    /// clock that it holds its lease: the store set the expiry at least a
+    /// TTL after [`lease_set`](RunShared::lease_set), so before
+    /// `lease_set + ttl` no other worker can have claimed the run; after it,
+    /// one may have. A process frozen past that point (SIGSTOP, a VM
+    /// paused, a machine swapping) must not run user code for the run
+    /// again: its side effects would duplicate the new owner's (its writes
+    /// are fenced anyway). Measured from outside before this check: a
+    /// worker SIGSTOPped for 9 s with 3 s leases ran 7 segments of runs
+    /// already taken over.
+    pub(crate) fn lease_lapsed(&self, now: Instant) -> bool {
+        self.lease_ttl
+            .is_some_and(|ttl| now >= self.lease_set() + ttl)
     }
 
     /// When the lease's expiry was last set (see the field).

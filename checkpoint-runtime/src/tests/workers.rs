@@ -250,3 +250,138 @@ async fn works_on_a_multi_threaded_runtime() {
         .unwrap();
     assert_eq!(report.crash_points.len(), 3);
 }
+
+/// The side effects of [`gated`]: `(worker, item)`.
+static GATED_EFFECTS: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
+/// Lets every [`gated`] execution waiting at its gate go on one item.
+static GATE: std::sync::LazyLock<tokio::sync::Notify> =
+    std::sync::LazyLock::new(tokio::sync::Notify::new);
+
+/// Records `(worker, i)`, checkpoints, then waits at [`GATE`], for each of
+/// `n` items.
+#[crate::workflow(name = "gated")]
+async fn gated(ctx: &Ctx, n: u32) -> u32 {
+    let mut i = 0;
+    while i < n {
+        let worker = ctx.worker_id().to_owned();
+        GATED_EFFECTS.lock().unwrap().push((worker, i));
+        checkpoint!("item");
+        GATE.notified().await;
+        i += 1;
+    }
+    i
+}
+
+fn gated_effects_of(worker: &str) -> Vec<u32> {
+    let effects = GATED_EFFECTS.lock().unwrap();
+    effects
+        .iter()
+        .filter(|(w, _)| w == worker)
+        .map(|(_, i)| *i)
+        .collect()
+}
+
+/// A worker frozen past its lease (its thread blocked, as SIGSTOP freezes a
+/// process) runs no more of the run's workflow once it wakes, though its
+/// workflow task was woken while it was frozen and is polled before its
+/// lease keeper's timer fires: the other worker took the run over and goes
+/// on, and the frozen worker's lease can no longer be proved by its own
+/// clock. (Its writes would be fenced; its side effects would not be.)
+#[tokio::test]
+async fn a_worker_frozen_past_its_lease_runs_no_more_of_the_workflow() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const TTL: Duration = Duration::from_millis(300);
+    let store = Arc::new(MemoryStore::new());
+    let freeze = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let worker_a = std::thread::spawn({
+        let (store, freeze, done) = (store.clone(), freeze.clone(), done.clone());
+        move || {
+            let tokio = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            tokio.block_on(async move {
+                let a = Runtime::builder()
+                    .worker_id("a")
+                    .lease_ttl(TTL)
+                    .store(store)
+                    .in_memory();
+                a.start(gated, "g", 3).await.unwrap();
+                while !done.load(Ordering::Acquire) {
+                    // Frozen: nothing of this runtime runs, not even its
+                    // timers, as in a stopped process.
+                    while freeze.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        }
+    });
+    let client = Runtime::builder().store(store.clone()).in_memory();
+    // A holds the run, waiting at the gate after its first checkpoint.
+    within(async {
+        while client.checkpoints("g").await.map_or(0, |c| c.len()) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(gated_effects_of("a"), [0]);
+    freeze.store(true, Ordering::Release);
+
+    // B takes the run over once A's lease expired, and goes on one item.
+    let b = Runtime::builder()
+        .worker_id("b")
+        .lease_ttl(TTL)
+        .store(store.clone())
+        .in_memory();
+    b.register(gated);
+    within(async {
+        loop {
+            let history = b.history("g").await.unwrap();
+            let resumed = |e: &Event| matches!(e, Event::Resumed { worker, .. } if worker == "b");
+            if history.iter().any(resumed) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // B waits at the gate too (it resumed after checkpoint 1). Opening it
+    // now wakes B, and A's task, frozen with it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    GATE.notify_waiters();
+    within(async {
+        while gated_effects_of("b") != [1] {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+
+    // A wakes with its task due: it must not run item 1 again.
+    freeze.store(false, Ordering::Release);
+    tokio::time::sleep(TTL).await;
+    assert_eq!(
+        gated_effects_of("a"),
+        [0],
+        "A ran user code after its lease lapsed"
+    );
+
+    // B finishes the run; A never runs any of it.
+    let h = b.handle(gated, "g");
+    let result = within(async {
+        loop {
+            GATE.notify_waiters();
+            if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), h.result()).await {
+                break n;
+            }
+        }
+    })
+    .await;
+    assert_eq!(result, 3);
+    assert_eq!(gated_effects_of("b"), [1, 2]);
+    assert_eq!(gated_effects_of("a"), [0]);
+    done.store(true, Ordering::Release);
+    worker_a.join().unwrap();
+}
