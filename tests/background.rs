@@ -382,6 +382,82 @@ async fn a_full_disk_surfaces_and_the_run_goes_on_when_space_is_freed() {
     drop(rt);
 }
 
+/// Descriptors this process holds open on files under `dir`.
+fn open_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .collect()
+}
+
+/// The same full disk met by the background execution `start` begins,
+/// before anyone waits: the run's checkpoint and the write handing it back
+/// both fail, and `run_until_idle`, called afterwards, must still report it
+/// (it returned `Ok` with the run left `Running`). Once every `Runtime` over
+/// the file is dropped, the process lets go of the store's files within a
+/// bounded time (it held 10 descriptors 5 s later, so the disk could not be
+/// unmounted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_met_in_the_background_is_reported_to_a_later_wait() {
+    let disk = SmallDisk::mount("8m");
+    let db = disk.path("runs.db");
+    let filler = disk.path("filler");
+    let rt = Runtime::builder()
+        .lease_ttl(Duration::from_secs(120))
+        .keep_checkpoints(2)
+        .open(&db)
+        .await
+        .unwrap();
+    let free = std::process::Command::new("df")
+        .args(["-B1", "--output=avail", &db])
+        .output()
+        .unwrap();
+    let free: u64 = String::from_utf8_lossy(&free.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap();
+    std::fs::write(
+        &filler,
+        vec![0u8; free.saturating_sub(1024 * 1024) as usize],
+    )
+    .unwrap();
+
+    rt.start(bulky, "big-2", 60).await.unwrap();
+    // The background execution runs into the full disk; nobody waits yet.
+    let mut seen = (0, Instant::now());
+    loop {
+        let n = rt.checkpoints("big-2").await.map_or(0, |c| c.len());
+        if n != seen.0 {
+            seen = (n, Instant::now());
+        } else if seen.1.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!rt.status("big-2").await.unwrap().is_finished());
+    let err = within(rt.run_until_idle())
+        .await
+        .expect_err("a full disk met before the wait must not look idle");
+    assert!(err.to_string().contains("full"), "{err}");
+
+    std::fs::remove_file(&filler).unwrap();
+    within(rt.run_until_idle()).await.unwrap();
+    assert_eq!(rt.handle(bulky, "big-2").result().await.unwrap(), 60 * 64);
+
+    drop(rt);
+    let dropped = Instant::now();
+    while !open_files_under(&disk.0).is_empty() && dropped.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        open_files_under(&disk.0),
+        Vec::<std::path::PathBuf>::new(),
+        "the store's files are still open 2 s after the runtime was dropped"
+    );
+}
+
 #[workflow]
 async fn ping(ctx: &Ctx) -> u32 {
     let mut seen = 0u32;

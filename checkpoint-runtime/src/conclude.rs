@@ -166,6 +166,12 @@ impl Troubles {
         written
     }
 
+    /// Whether a conclusion is still waiting for the store: its run is
+    /// neither handed back nor ended, so this runtime is not idle.
+    pub(crate) fn has_pending(&self) -> bool {
+        !lock(&self.inner).pending.is_empty()
+    }
+
     /// Forgets how often the store failed so far (a caller that starts
     /// waiting counts its own failures): the runs and conclusions are still
     /// retried.

@@ -433,10 +433,16 @@ impl Inner {
                 // flaky test under load).
                 let (busy, ended) = (self.active_count(), self.ended.load(Ordering::Acquire));
                 let started = self.pump(None, false).await?;
+                // A conclusion the store has not taken (a full disk met by
+                // an execution before this call) leaves its run leased to
+                // this runtime and going nowhere: not idle, but retried
+                // until written or reported as stuck (it returned `Ok`
+                // with the run left `Running`).
                 if started == 0
                     && busy == 0
                     && self.active_count() == 0
                     && self.ended.load(Ordering::Acquire) == ended
+                    && !self.troubles.has_pending()
                 {
                     // Idle. On a clock that skips (a test clock), time
                     // jumps to the earliest timer ahead, and that run goes

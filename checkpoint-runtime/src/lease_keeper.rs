@@ -126,15 +126,24 @@ async fn keep(
     runs: Weak<ActiveRuns>,
     store: Arc<dyn Store>,
     ttl: Duration,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
     poke: Arc<Notify>,
 ) {
     let period = renewal_period(ttl);
     let mut wake = Instant::now() + period;
     loop {
+        // A shutdown is seen at once, not a period later: the keeper holds
+        // the store, and a dropped runtime must let go of its files (a
+        // period is 40 s with a two-minute TTL; the disk of a dropped
+        // runtime could not be unmounted meanwhile).
         tokio::select! {
             _ = tokio::time::sleep_until(wake.into()) => {}
             _ = poke.notified() => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
         }
         let Some(active) = runs.upgrade() else { return };
         let going = active.going();
