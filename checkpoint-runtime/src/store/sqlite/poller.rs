@@ -37,6 +37,10 @@ pub(super) fn poller_loop(
     batch: Arc<AtomicUsize>,
 ) {
     let mut folded = last;
+    // Never wait for a lock: a `TRUNCATE` that waited would hold back the
+    // writer's next transaction meanwhile.
+    let _ = conn.busy_timeout(Duration::ZERO);
+    let mut quiet = Quiet::default();
     loop {
         match stop.recv_timeout(POLL_EVERY) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -49,6 +53,9 @@ pub(super) fn poller_loop(
             let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
             folded = now;
         }
+        if quiet.after_look(now) && fold.load(Ordering::Relaxed) {
+            quiet.truncated = truncate_wal(&conn);
+        }
         if changes.receiver_count() == 0 {
             continue;
         }
@@ -59,6 +66,50 @@ pub(super) fn poller_loop(
             }
         }
     }
+}
+
+/// After this long with no commit by any connection, the poller folds the
+/// WAL into the main file and truncates it to nothing. Without it the WAL
+/// kept its size (up to `WAL_CHECKPOINT_PAGES`, 2 MiB) while the store was
+/// open and idle: measured from outside, a 1,000-step run whose ~710 B
+/// state changes in place left 3,078 B per checkpoint on disk, 4.3x its
+/// payload, against 991 B (1.4x) for the file alone. A user counts the WAL
+/// (quotas, backups, copies).
+pub(super) const IDLE_TRUNCATE: Duration = Duration::from_secs(1);
+
+/// How long no commit has been seen, for [`IDLE_TRUNCATE`].
+#[derive(Default)]
+struct Quiet {
+    version: Option<i64>,
+    since: Option<std::time::Instant>,
+    /// The WAL was truncated since the last commit.
+    truncated: bool,
+}
+
+impl Quiet {
+    /// Notes the data version seen now; whether the WAL is due a truncation.
+    fn after_look(&mut self, version: Option<i64>) -> bool {
+        let now = std::time::Instant::now();
+        if version != self.version || self.since.is_none() {
+            *self = Quiet {
+                version,
+                since: Some(now),
+                truncated: false,
+            };
+            return false;
+        }
+        !self.truncated && self.since.is_some_and(|t| now - t >= IDLE_TRUNCATE)
+    }
+}
+
+/// Folds the whole WAL into the main file and truncates it (`PRAGMA
+/// wal_checkpoint(TRUNCATE)`), if no other connection is in the way at this
+/// moment. Returns whether it was done.
+fn truncate_wal(conn: &Connection) -> bool {
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|busy| busy == 0)
 }
 
 /// The poller folds the WAL into the main file while the writer's batches
