@@ -736,6 +736,12 @@ async fn a_signal_resumes_the_run_and_bad_ones_change_nothing() {
         )
         .await;
     assert_eq!(forced["signal"], "escalation");
+    // The run lists it as pending (stored, not consumed): name, time, size.
+    let pending = &f.get("/api/runs/vendor-42").await["pending_signals"];
+    assert_eq!(pending.as_array().map(Vec::len), Some(1), "{pending}");
+    assert_eq!(pending[0]["name"], "escalation");
+    assert_eq!(pending[0]["size"], 4);
+    assert!(pending[0]["received_at"].as_str().unwrap().ends_with('Z'));
 
     let answer = f
         .post(signal, Some(r#"{"approved": true, "by": "api"}"#), 200)

@@ -153,7 +153,8 @@ pub(crate) async fn list_runs(
 /// the payload type's schema with a hint when the wait stored one), which
 /// actions apply, and its place in a tree of runs: `parent` (`null` for a
 /// run started by `Runtime::start`) and `children` (the runs it spawned,
-/// each as `runs` lists it, in spawn order).
+/// each as `runs` lists it, in spawn order), and `pending_signals`
+/// (stored, not consumed yet: `name`, `received_at`, payload `size`).
 pub(crate) async fn get_run(
     State(rt): State<Runtime>,
     id: Result<Path<String>, PathRejection>,
@@ -239,6 +240,20 @@ pub(crate) async fn get_run(
     v["parent"] = json!(info.parent);
     let children = rt.runs(RunFilter::new().parent(&info.id)).await?;
     v["children"] = children.iter().map(run_json).collect();
+    // Signals stored and not consumed yet, oldest first: sent before the
+    // wait, or while no worker has taken the run up. Their payloads are
+    // left out: a page lists them, and a payload may be large.
+    let pending = store.pending_signals(&id).await?;
+    v["pending_signals"] = pending
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "received_at": crate::json::rfc3339(s.received_at),
+                "size": s.payload.len(),
+            })
+        })
+        .collect();
     ok(v)
 }
 

@@ -110,6 +110,25 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         !token_in_url.as_str().unwrap().contains(TOKEN),
         "the token is in the address: {token_in_url}"
     );
+    // Times to the millisecond; how long each run took or has been going.
+    let started = browser
+        .eval("document.querySelector('#runs tbody tr[data-run=\"tally-1\"] td:nth-child(5)').innerText")
+        .await;
+    let started = started.as_str().unwrap();
+    let ms = started
+        .strip_suffix(" UTC")
+        .and_then(|t| t.rsplit_once('.'))
+        .map(|(_, frac)| frac.len() == 3 && frac.bytes().all(|b| b.is_ascii_digit()));
+    assert_eq!(ms, Some(true), "not a time to the millisecond: {started}");
+    let took = browser
+        .eval(
+            "document.querySelector('#runs tbody tr[data-run=\"tally-1\"] td.duration').innerText",
+        )
+        .await;
+    assert!(
+        took.as_str().unwrap().ends_with(" ms") || took.as_str().unwrap().ends_with(" s"),
+        "{took}"
+    );
     save_png(&browser.screenshot(false).await, "run-list.png");
 
     // The status filter narrows the list.
@@ -130,6 +149,46 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         .wait_for(
             "document.querySelectorAll('#runs tbody tr').length === 4",
             "every run again",
+            WAIT,
+        )
+        .await;
+
+    // The other waiting run's page updates by itself: a signal stored for it
+    // (under a name no wait site has, forced) shows as pending, no click.
+    browser
+        .click("#runs tbody tr[data-run=\"vendor-43\"] a.run-link")
+        .await;
+    browser
+        .wait_for(
+            "document.querySelector('#signal-form')",
+            "the run page of `vendor-43`",
+            WAIT,
+        )
+        .await;
+    assert!(browser
+        .eval("document.querySelector('#pending')")
+        .await
+        .is_null());
+    f.post(
+        "/api/runs/vendor-43/signals/reminder?force=true",
+        Some(r#"{"note": "call the bank"}"#),
+        200,
+    )
+    .await;
+    browser
+        .wait_for(
+            "document.querySelector('#pending li[data-signal=\"reminder\"]')",
+            "the pending signal `reminder` on the live page",
+            WAIT,
+        )
+        .await;
+    // Navigating scrolls to the top.
+    browser.eval("window.scrollTo(0, 10000)").await;
+    browser.click("#back").await;
+    browser
+        .wait_for(
+            "document.querySelector('#runs tbody tr[data-run=\"vendor-42\"]') && window.scrollY === 0",
+            "the run list, scrolled to the top",
             WAIT,
         )
         .await;
@@ -166,6 +225,11 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         changed.to_string().contains("acme: bank details"),
         "version 2 shows what was appended to `done`: {changed}"
     );
+    // A field version 3 no longer saves is said so, not "removed".
+    let gone = browser
+        .eval("document.querySelector('details.version[data-seq=\"3\"] [data-diff=\"vendor\"]').textContent")
+        .await;
+    assert!(gone.as_str().unwrap().contains("no longer saved"), "{gone}");
     let events = browser
         .eval("[...document.querySelectorAll('#history tbody tr')].map(r => r.dataset.event)")
         .await;
@@ -174,8 +238,23 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
     save_png(&browser.screenshot(true).await, "run-page-waiting.png");
     browser.resize(1280, 900).await;
 
-    // A payload that is not JSON is refused on the page, and nothing is sent.
+    // The form starts empty, the example only a placeholder: no decision is
+    // one click away. Sending it empty is refused on the page.
     let before = f.snapshot().await;
+    let form = browser
+        .eval("[document.querySelector('#signal-payload').value, document.querySelector('#signal-payload').placeholder]")
+        .await;
+    assert_eq!(form[0], "", "the payload is prefilled: {form}");
+    assert!(form[1].as_str().unwrap().contains("approved"), "{form}");
+    browser.click("#signal-send").await;
+    browser
+        .wait_for(
+            "document.querySelector('#signal-result').innerText.startsWith('Type the payload first')",
+            "the form's complaint about an empty payload",
+            WAIT,
+        )
+        .await;
+    // A payload that is not JSON is refused on the page, and nothing is sent.
     browser.type_into("#signal-payload", "{approved: yes").await;
     browser.click("#signal-send").await;
     browser

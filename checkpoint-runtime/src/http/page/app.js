@@ -49,9 +49,41 @@ function compact(v) {
   return s === undefined ? "" : s;
 }
 
+// An RFC 3339 time to the millisecond: `2026-12-05 21:07:03.412 UTC`.
 function time(t) {
   if (!t) return "-";
-  return t.replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  const [day, clock] = t.replace(/Z$/, "").split("T");
+  const [hms, frac] = (clock || "").split(".");
+  return day + " " + hms + "." + ((frac || "") + "000").slice(0, 3) + " UTC";
+}
+
+// How long from `from` to `to` (RFC 3339; `to` absent: now), in words:
+// `850 ms`, `42 s`, `3 min 5 s`, `2 h 10 min`, `4 d 3 h`.
+function duration(from, to) {
+  if (!from) return "-";
+  const ms = Math.max(0, (to ? Date.parse(to) : Date.now()) - Date.parse(from));
+  if (ms < 1000) return ms + " ms";
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return s + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " min " + (s % 60) + " s";
+  const h = Math.floor(m / 60);
+  if (h < 24) return h + " h " + (m % 60) + " min";
+  return Math.floor(h / 24) + " d " + (h % 24) + " h";
+}
+
+const FINISHED = ["completed", "failed", "cancelled"];
+
+// What a field's change is called on the page: a field the latest version
+// no longer saves is not lost data (it went out of scope, or the code no
+// longer keeps it).
+function changeLabel(change) {
+  return change === "removed" ? "no longer saved" : change;
+}
+
+// Shown quietly, not in the colour of damage.
+function changeClass(change) {
+  return change === "removed" ? "t-gone" : "t-" + change;
 }
 
 // A link to a route of this page (absolute, so that it works whatever
@@ -124,9 +156,25 @@ function statusBadge(status) {
   return el("span", { class: "badge s-" + status.state, text: status.state });
 }
 
-function statusText(status) {
+// `children`: the run's children as the API lists them, when known.
+function childrenText(children) {
+  if (!children) return "waiting for its children";
+  const states = {};
+  for (const c of children) {
+    const state = (c.status && c.status.state) || "unknown";
+    states[state] = (states[state] || 0) + 1;
+  }
+  const parts = Object.keys(states).sort().map((k) => states[k] + " " + k);
+  return "waiting for " + children.length + " child" + (children.length === 1 ? "" : "ren") +
+    (parts.length ? " (" + parts.join(", ") + ")" : "");
+}
+
+function statusText(status, children) {
   switch (status.state) {
+    case "joining":
+      return childrenText(children);
     case "waiting":
+      if (String(status.signal).startsWith("join#")) return childrenText(children);
       return "waiting for signal `" + status.signal + "`" + (status.deadline ? " until " + time(status.deadline) : "");
     case "sleeping":
       return "sleeping until " + time(status.until);
@@ -224,7 +272,7 @@ async function showList() {
     el("h1", { text: "Runs" }),
     filters,
     el("table", { id: "runs", class: "grid" },
-      el("thead", {}, el("tr", {}, ["Run", "Workflow", "Status", "Checkpoint", "Updated"].map((h) => el("th", { text: h })))),
+      el("thead", {}, el("tr", {}, ["Run", "Workflow", "Status", "Checkpoint", "Started", "Duration", "Last activity"].map((h) => el("th", { text: h })))),
       body),
     el("p", { class: "pager" }, newer, " ", older),
     note);
@@ -246,11 +294,15 @@ async function showList() {
     older.disabled = runs.length <= LIST_LIMIT;
     runs = runs.slice(0, LIST_LIMIT);
     body.replaceChildren(...runs.map((r) => el("tr", { "data-run": r.id },
-      el("td", {}, el("a", { href: href(runRoute(r.id)), class: "run-link", text: r.id })),
+      el("td", { class: "nowrap" }, el("a", { href: href(runRoute(r.id)), class: "run-link", text: r.id })),
       el("td", { text: r.workflow }),
-      el("td", {}, statusBadge(r.status), " ", el("span", { class: "muted", text: statusText(r.status) })),
+      // The badge names the state; the text only what it adds.
+      el("td", {}, statusBadge(r.status), statusText(r.status) !== r.status.state
+        ? [" ", el("span", { class: "muted", text: statusText(r.status) })] : null),
       el("td", { text: r.latest_seq ? "#" + r.latest_seq : "-" }),
-      el("td", { text: time(r.updated_at) }))));
+      el("td", { class: "nowrap", text: time(r.created_at) }),
+      el("td", { class: "nowrap duration", text: duration(r.created_at, FINISHED.includes(r.status.state) ? r.updated_at : null) }),
+      el("td", { class: "nowrap", text: time(r.updated_at) }))));
     note.textContent = runs.length === 0
       ? (offset > 0 ? "No runs on this page." : "No runs match.")
       : "Runs " + (offset + 1) + "\u2013" + (offset + runs.length) + ", newest first. Refreshes every 5 s.";
@@ -284,17 +336,29 @@ function signalSection(run) {
   if (!w) return null;
   const schema = w.payload_schema;
   const example = schema && schema.example !== undefined ? pretty(schema.example) : "";
-  const textarea = el("textarea", { id: "signal-payload", name: "payload", rows: 6, spellcheck: "false" });
-  textarea.value = example;
+  // Empty, with the schema's example as a placeholder: an example filled
+  // in (`{"approved": false, ...}`) was one click from sending a decision
+  // nobody made. "Start from the example" copies it in, to be edited.
+  const textarea = el("textarea", { id: "signal-payload", name: "payload", rows: 6, spellcheck: "false", placeholder: example });
+  const useExample = example
+    ? el("button", { type: "button", id: "signal-example", class: "quiet", text: "Start from the example",
+      onclick: () => { textarea.value = example; textarea.focus(); } })
+    : null;
   const result = resultLine("signal-result");
   const form = el("form", { id: "signal-form" },
     el("label", { for: "signal-payload", text: "Payload (JSON)" }),
     textarea,
-    el("button", { type: "submit", id: "signal-send", text: "Send `" + w.signal + "`" }),
+    el("div", { class: "buttons" },
+      el("button", { type: "submit", id: "signal-send", text: "Send `" + w.signal + "`" }),
+      useExample),
     result);
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const text = textarea.value;
+    if (!text.trim()) {
+      setResult(result, "Type the payload first (the example above shows its shape).", false);
+      return;
+    }
     try {
       JSON.parse(text);
     } catch (e) {
@@ -319,6 +383,16 @@ function signalSection(run) {
     el("p", {}, w.deadline ? "Until " + time(w.deadline) + "; then the wait ends without it." : "No deadline."),
     hint,
     form);
+}
+
+function pendingSection(run) {
+  const pending = run.pending_signals || [];
+  if (pending.length === 0) return null;
+  return section("Pending signals", "pending",
+    el("p", { class: "muted", text: "Stored and not consumed yet, oldest first: a wait with that name takes the oldest." }),
+    el("ul", {}, pending.map((p) => el("li", { "data-signal": p.name },
+      el("code", { text: p.name }),
+      el("span", { class: "muted", text: " · stored " + time(p.received_at) + " · " + p.size + " B" })))));
 }
 
 function actionsSection(run, checkpoints) {
@@ -395,7 +469,7 @@ function fieldsTable(version) {
       el("td", {}, f.value !== null && f.value !== undefined
         ? jsonBlock(f.value)
         : el("span", { class: "muted", text: "(not shown: " + (f.note || "no value") + ")" })),
-      el("td", {}, el("span", { class: "tag t-" + change, text: change })));
+      el("td", {}, el("span", { class: "tag " + changeClass(change), text: changeLabel(change) })));
   });
   return el("table", { class: "grid fields" },
     el("thead", {}, el("tr", {}, ["Field", "Type", "Value", "Change"].map((h) => el("th", { text: h })))),
@@ -410,7 +484,7 @@ function diffList(version) {
   return el("div", { class: "diff" },
     el("p", { text: "Changes since " + from + ":" }),
     el("ul", {}, diffs.map((d) => el("li", { "data-diff": d.name },
-      el("code", { text: d.name }), " ", el("span", { class: "tag t-" + d.change, text: d.change }),
+      el("code", { text: d.name }), " ", el("span", { class: "tag " + changeClass(d.change), text: changeLabel(d.change) }),
       d.old_type ? el("span", { class: "muted", text: " (type was " + shortType(d.old_type) + ")" }) : null,
       d.change === "changed" && d.changes && d.changes.length
         ? el("ul", { class: "changes" }, d.changes.map((c) => el("li", {},
@@ -485,9 +559,10 @@ async function showRun(id, options) {
   }
   const meta = [
     ["Workflow", run.workflow],
-    ["Status", statusText(run.status)],
-    ["Created", time(run.created_at)],
-    ["Updated", time(run.updated_at)],
+    ["Status", statusText(run.status, run.children)],
+    ["Started", time(run.created_at)],
+    ["Duration", duration(run.created_at, FINISHED.includes(run.status.state) ? run.updated_at : null)],
+    ["Last activity", time(run.updated_at)],
     ["Worker", run.worker ? run.worker + (run.lease_expires_at ? " (lease until " + time(run.lease_expires_at) + ")" : "") : "-"],
     ["Latest checkpoint", run.latest_seq ? "#" + run.latest_seq : "none yet"],
   ];
@@ -506,11 +581,34 @@ async function showRun(id, options) {
       el("div", {}, el("h3", { text: "Input" }), jsonBlock(run.input)),
       run.output !== null ? el("div", {}, el("h3", { text: "Output" }), jsonBlock(run.output, "output")) : null),
     signalSection(run),
+    pendingSection(run),
     actionsSection(run, checkpoints),
     timelineSection(run, checkpoints),
     historySection(entries),
     treeSection(run));
 
+  // Live: while the run is not finished, look again every 2 s and show a
+  // new checkpoint, history entry, status or pending signal, unless the
+  // operator is typing in a form (it would be cleared).
+  if (!(options && options.follow) && !FINISHED.includes(run.status.state)) {
+    const seen = compact([run.status, run.latest_seq, entries.length, run.pending_signals]);
+    timer = setInterval(async () => {
+      const active = document.activeElement;
+      const typing = (active && active.closest && active.closest("form")) ||
+        (document.getElementById("signal-payload") || {}).value;
+      if (typing) return;
+      let now, history;
+      try {
+        [now, history] = await Promise.all([call(runApi(id)), call(runApi(id, "/history"))]);
+      } catch (_) {
+        return;
+      }
+      if (compact([now.status, now.latest_seq, history.length, now.pending_signals]) !== seen) {
+        stopTimer();
+        showRun(id, { live: true });
+      }
+    }, 2000);
+  }
   // After a signal or a retry, look again while the run is on its way.
   if (options && options.follow) {
     let left = 40;
@@ -560,6 +658,7 @@ function start() {
   });
   window.addEventListener("hashchange", () => {
     flash("");
+    window.scrollTo(0, 0);
     route();
   });
   route();
