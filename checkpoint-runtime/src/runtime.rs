@@ -587,15 +587,42 @@ impl Runtime {
     pub async fn record_run_metrics(
         &self,
     ) -> Result<std::collections::BTreeMap<StatusKind, usize>, Error> {
-        let mut counts = std::collections::BTreeMap::new();
-        for kind in StatusKind::ALL {
-            counts.insert(kind, 0);
-        }
-        for run in self.runs(RunFilter::new()).await? {
-            *counts.entry(run.status.kind()).or_insert(0) += 1;
-        }
+        let counts = self.count_runs(RunFilter::new()).await?;
         for (kind, n) in &counts {
             metrics::gauge!("checkpoint_runs", "status" => kind.label()).set(*n as f64);
+        }
+        Ok(counts
+            .into_iter()
+            .map(|(kind, n)| (kind, usize::try_from(n).unwrap_or(usize::MAX)))
+            .collect())
+    }
+
+    /// How many runs there are in each status (every kind, zero included),
+    /// among those `filter` selects by workflow, id prefix and parent (its
+    /// status, limit and offset are ignored). SQLite and PostgreSQL count
+    /// in the database, without reading the runs.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn once(ctx: &Ctx) -> u8 { 1 }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(once, "a-1", ()).await?.result().await?;
+    /// let counts = rt.count_runs(RunFilter::new().id_prefix("a-")).await?;
+    /// assert_eq!(counts[&StatusKind::Completed], 1);
+    /// assert_eq!(counts[&StatusKind::Waiting], 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn count_runs(
+        &self,
+        filter: RunFilter,
+    ) -> Result<std::collections::BTreeMap<StatusKind, u64>, Error> {
+        let mut counts: std::collections::BTreeMap<StatusKind, u64> =
+            StatusKind::ALL.into_iter().map(|k| (k, 0)).collect();
+        for (kind, n) in self.inner.env.store.count_runs(&filter).await? {
+            *counts.entry(kind).or_insert(0) += n;
         }
         Ok(counts)
     }

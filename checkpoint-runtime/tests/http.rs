@@ -388,6 +388,31 @@ async fn runs_are_listed_and_filtered() {
         ids(f.get("/api/runs").await),
         ["tally-1", "vendor-42", "vendor-43", "broken-1"]
     );
+    // Counts per status, every status named, under the same filters.
+    let counts = f.get("/api/counts").await;
+    assert_eq!(counts["total"], 4, "{counts}");
+    assert_eq!(
+        (
+            &counts["counts"]["completed"],
+            &counts["counts"]["waiting"],
+            &counts["counts"]["failed"],
+            &counts["counts"]["running"]
+        ),
+        (&json!(1), &json!(2), &json!(1), &json!(0))
+    );
+    let vendors = f.get("/api/counts?prefix=vendor-").await;
+    assert_eq!(
+        (&vendors["total"], &vendors["counts"]["waiting"]),
+        (&json!(2), &json!(2))
+    );
+    f.refused(
+        "GET",
+        "/api/counts?status=failed",
+        None,
+        400,
+        "invalid_query",
+    )
+    .await;
     let waiting = f.get("/api/runs?status=waiting").await;
     assert_eq!(ids(waiting.clone()), ["vendor-42", "vendor-43"]);
     // The shape of `checkpoint runs --json`.

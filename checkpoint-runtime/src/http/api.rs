@@ -87,12 +87,54 @@ pub(crate) async fn list_runs(
     State(rt): State<Runtime>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
+    const KNOWN: &[&str] = &[
+        "status", "workflow", "prefix", "parent", "limit", "offset", "order",
+    ];
+    let filter = run_filter(query, KNOWN, RunFilter::new().limit(RUNS_PAGE))?;
+    let runs = rt.runs(filter).await?;
+    ok(runs.iter().map(run_json).collect())
+}
+
+/// `GET /api/counts?workflow=&prefix=&parent=`: how many runs there are in
+/// each status (`{"counts": {"queued": 0, "running": 2, ..}, "total": 9}`),
+/// among those the parameters select, as `GET /api/runs` reads them;
+/// counted by the store, without reading the runs.
+pub(crate) async fn counts(
+    State(rt): State<Runtime>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let filter = run_filter(query, &["workflow", "prefix", "parent"], RunFilter::new())?;
+    let counts = rt.count_runs(filter).await?;
+    let total: u64 = counts.values().sum();
+    let by_label: serde_json::Map<String, Value> = counts
+        .iter()
+        .map(|(kind, n)| (kind.label().to_owned(), json!(n)))
+        .collect();
+    ok(json!({ "counts": by_label, "total": total }))
+}
+
+/// The run filter of a listing's query: each parameter at most once, only
+/// those in `known`; an empty one is no filter.
+fn run_filter(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    known: &[&str],
+    mut filter: RunFilter,
+) -> Result<RunFilter, ApiError> {
     let Query(pairs) = query.map_err(|e| {
         ApiError::bad_request("invalid_query", format!("the query does not parse: {e}"))
     })?;
-    let mut filter = RunFilter::new().limit(RUNS_PAGE);
+    let unknown = |key: &str| {
+        ApiError::bad_request(
+            "invalid_query",
+            format!("unknown parameter `{key}` (known: {})", known.join(", ")),
+        )
+        .detail("parameter", key)
+    };
     let mut seen: Vec<&str> = Vec::new();
     for (key, value) in &pairs {
+        if !known.contains(&key.as_str()) {
+            return Err(unknown(key));
+        }
         if seen.contains(&key.as_str()) {
             return Err(
                 ApiError::bad_request("invalid_query", format!("`{key}` is given twice"))
@@ -131,20 +173,10 @@ pub(crate) async fn list_runs(
                     .detail("parameter", "order"))
                 }
             },
-            other => {
-                return Err(ApiError::bad_request(
-                    "invalid_query",
-                    format!(
-                        "unknown parameter `{other}` (known: status, workflow, prefix, parent, \
-                         limit, offset, order)"
-                    ),
-                )
-                .detail("parameter", other))
-            }
+            other => return Err(unknown(other)),
         }
     }
-    let runs = rt.runs(filter).await?;
-    ok(runs.iter().map(run_json).collect())
+    Ok(filter)
 }
 
 /// `GET /api/runs/{id}`: the run as `checkpoint show --json` shows it (its

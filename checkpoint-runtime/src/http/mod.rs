@@ -65,12 +65,16 @@
 //!   `queued`, `running`, `waiting`, `joining`, `sleeping`, `completed`,
 //!   `failed`, `cancelled`, `incompatible`, `held`; an empty parameter is no
 //!   filter. `parent` lists the children of that run.
+//! - `GET /api/counts?workflow=&prefix=&parent=`: how many runs are in each
+//!   status (`{"counts": {"queued": 0, ..}, "total": N}`), counted by the
+//!   store.
 //! - `GET /api/runs/{id}`: the run (as `checkpoint show --json`), its input
 //!   and output, `waiting_for` (`signal`, `deadline`, and `payload_schema`:
 //!   the schema the wait site stored for its payload type, with `type`,
 //!   `definitions` in Rust syntax and an `example` value, or `null`),
 //!   `actions` (which of signal, cancel, retry, fork apply), `parent` and
-//!   `children` (the runs it spawned, as `runs` lists them).
+//!   `children` (the runs it spawned, as `runs` lists them), and
+//!   `pending_signals` (stored, not consumed: `name`, `received_at`, `size`).
 //! - `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first.
 //! - `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON
 //!   and `diff`, what changed from the version before, field by field
@@ -160,6 +164,7 @@ pub use axum;
 pub fn router(rt: Runtime, token: Token) -> Router {
     let api = Router::new()
         .route("/runs", get(api::list_runs))
+        .route("/counts", get(api::counts))
         .route("/runs/{id}", get(api::get_run))
         .route("/runs/{id}/checkpoints", get(api::list_checkpoints))
         .route("/runs/{id}/checkpoints/{seq}", get(api::get_checkpoint))

@@ -1,6 +1,6 @@
 //! The [`Store`] trait and what a backend must guarantee.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +12,7 @@ use super::records::{
     Release, RunRecord, SignalRecord, SignalSite, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
-use crate::status::RunFilter;
+use crate::status::{RunFilter, StatusKind};
 use crate::Error;
 
 /// A storage backend.
@@ -77,6 +77,29 @@ pub trait Store: Send + Sync + 'static {
         &'a self,
         filter: &'a RunFilter,
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>>;
+
+    /// How many runs match `filter`'s workflow, id prefix and parent, by
+    /// status (its status, limit, offset and order are ignored); kinds
+    /// with no run are left out. The default lists the runs and counts
+    /// them; a backend with many runs counts in the database instead.
+    fn count_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<BTreeMap<StatusKind, u64>, Error>> {
+        Box::pin(async move {
+            let all = RunFilter {
+                status: None,
+                limit: None,
+                offset: 0,
+                ..filter.clone()
+            };
+            let mut counts = BTreeMap::new();
+            for run in self.list_runs(&all).await? {
+                *counts.entry(run.status().kind()).or_insert(0) += 1;
+            }
+            Ok(counts)
+        })
+    }
 
     /// The parked runs ([`RunState::Parked`](super::RunState::Parked)),
     /// oldest first: every worker looks for them every few seconds, so a

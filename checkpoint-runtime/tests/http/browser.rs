@@ -129,6 +129,21 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         took.as_str().unwrap().ends_with(" ms") || took.as_str().unwrap().ends_with(" s"),
         "{took}"
     );
+    // Counts per status, each a link to those runs.
+    browser
+        .wait_for(
+            "document.querySelector('#counts a[data-status=\"waiting\"]')",
+            "the counts per status",
+            WAIT,
+        )
+        .await;
+    let counts = browser
+        .eval("[...document.querySelectorAll('#counts a')].map(a => a.dataset.status + ' ' + a.querySelector('strong').textContent)")
+        .await;
+    assert_eq!(
+        counts,
+        serde_json::json!(["all 4", "waiting 2", "completed 1", "failed 1"])
+    );
     save_png(&browser.screenshot(false).await, "run-list.png");
 
     // The status filter narrows the list.

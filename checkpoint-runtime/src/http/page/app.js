@@ -256,6 +256,22 @@ async function showList() {
   });
   const body = el("tbody");
   const note = el("p", { class: "muted", id: "runs-note" });
+  // How many runs in each status (under the workflow and id filters): each
+  // count links to the list of those runs.
+  const counts = el("p", { class: "counts", id: "counts" });
+  const showCounts = (answer) => {
+    const link = (label, status, n) => {
+      const p = new URLSearchParams(params);
+      p.delete("offset");
+      if (status) p.set("status", status); else p.delete("status");
+      const q = p.toString();
+      const current = (params.get("status") || "") === status;
+      return el("a", { href: href("/" + (q ? "?" + q : "")), class: "count" + (current ? " current" : ""), "data-status": status || "all" },
+        el("strong", { text: String(n) }), " " + label);
+    };
+    mount(counts, link("all", "", answer.total),
+      STATUSES.filter((s) => answer.counts[s] > 0).map((s) => [" ", link(s, s, answer.counts[s])]));
+  };
   // Newest first, one page at a time; `offset` in the address.
   const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
   const pageAt = (at) => {
@@ -271,6 +287,7 @@ async function showList() {
   mount(app,
     el("h1", { text: "Runs" }),
     filters,
+    counts,
     el("table", { id: "runs", class: "grid" },
       el("thead", {}, el("tr", {}, ["Run", "Workflow", "Status", "Checkpoint", "Started", "Duration", "Last activity"].map((h) => el("th", { text: h })))),
       body),
@@ -284,9 +301,14 @@ async function showList() {
     q.set("offset", String(offset));
     // One more than a page: whether there is an older one.
     q.set("limit", String(LIST_LIMIT + 1));
+    const c = new URLSearchParams();
+    for (const k of ["workflow", "prefix", "parent"]) if (params.get(k)) c.set(k, params.get(k));
     let runs;
     try {
-      runs = await call(api("runs?" + q.toString()));
+      [runs] = await Promise.all([
+        call(api("runs?" + q.toString())),
+        call(api("counts?" + c.toString())).then(showCounts),
+      ]);
     } catch (e) {
       if (!(e instanceof ApiError && e.status === 401)) note.textContent = "Cannot list runs: " + errorText(e);
       return;

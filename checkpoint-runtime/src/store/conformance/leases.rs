@@ -372,3 +372,81 @@ pub fn runs_are_listed_in_pages_either_way(store: &dyn Store) {
     assert_eq!(ids(RunFilter::new().newest_first().limit(1)), ["other"]);
     assert_eq!(ids(RunFilter::new().offset(7)), ["other"]);
 }
+
+/// Conformance: runs are counted by status, each as its record's status
+/// says, within the filter's workflow, id prefix and parent.
+pub fn runs_are_counted_by_status(store: &dyn Store) {
+    let finish = |id: &str, outcome: Outcome| {
+        new_run(store, id);
+        let c = claim_one(store, "a", "a1");
+        block_on(store.finish(id, &c.lease, outcome)).unwrap();
+    };
+    finish(
+        "c-done",
+        Outcome::Completed {
+            output: Arc::from(&b"1"[..]),
+            error: None,
+        },
+    );
+    // A workflow that returned `Err` counts as failed.
+    finish(
+        "c-err",
+        Outcome::Completed {
+            output: Arc::from(&b"{\"Err\":\"no\"}"[..]),
+            error: Some("no".into()),
+        },
+    );
+    finish(
+        "c-failed",
+        Outcome::Failed {
+            error: Error::internal("boom"),
+        },
+    );
+    // Waiting (a checkpoint that waits for `go`, released).
+    new_run(store, "c-wait");
+    let c = claim_one(store, "a", "a1");
+    block_on(store.save_checkpoint(
+        &c.lease,
+        suspended_cp("c-wait", 1, waiting("go", None)),
+        None,
+    ))
+    .unwrap();
+    block_on(store.release("c-wait", &c.lease, Release::Suspend)).unwrap();
+    // Running (under a live lease), then queued (never claimed).
+    new_run(store, "c-run");
+    claim_one(store, "a", "a1");
+    new_run(store, "c-queued");
+    new_run(store, "other");
+
+    let mut expected = BTreeMap::new();
+    expected.insert(StatusKind::Completed, 1);
+    expected.insert(StatusKind::Failed, 2);
+    expected.insert(StatusKind::Waiting, 1);
+    expected.insert(StatusKind::Running, 1);
+    expected.insert(StatusKind::Queued, 1);
+    let prefixed = RunFilter::new().id_prefix("c-");
+    assert_eq!(block_on(store.count_runs(&prefixed)).unwrap(), expected);
+    // As the listing's records say, whatever the filter's status, limit
+    // and offset.
+    let mut listed = BTreeMap::new();
+    for r in block_on(store.list_runs(&prefixed)).unwrap() {
+        *listed.entry(r.status().kind()).or_insert(0u64) += 1;
+    }
+    assert_eq!(listed, expected);
+    let paged = prefixed
+        .clone()
+        .status(StatusKind::Completed)
+        .limit(1)
+        .offset(2);
+    assert_eq!(block_on(store.count_runs(&paged)).unwrap(), expected);
+    *expected.get_mut(&StatusKind::Queued).unwrap() += 1;
+    assert_eq!(
+        block_on(store.count_runs(&RunFilter::new())).unwrap(),
+        expected
+    );
+    assert!(
+        block_on(store.count_runs(&RunFilter::new().workflow("nope")))
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -25,6 +25,7 @@
 //! runtime flavour (`conformance_tests!(|_test: &str| Some(MemoryStore::new()))`).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -124,6 +125,7 @@ macro_rules! conformance_tests {
                 ends_change_what_they_change_in_memory,
                 signal_sites_accumulate_per_workflow,
                 runs_are_listed_in_pages_either_way,
+                runs_are_counted_by_status,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -266,6 +268,7 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
         "runs_are_listed_in_pages_either_way",
         runs_are_listed_in_pages_either_way,
     ),
+    ("runs_are_counted_by_status", runs_are_counted_by_status),
 ];
 
 /// Every conformance test on a [`Fixture`], by name.

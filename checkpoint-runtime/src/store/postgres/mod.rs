@@ -125,7 +125,7 @@ mod tests;
 mod tls;
 mod write;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -140,7 +140,7 @@ use super::{
     Release, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
-use crate::status::RunFilter;
+use crate::status::{RunFilter, StatusKind};
 use crate::Error;
 
 pub use self::schema::SCHEMA_VERSION;
@@ -505,6 +505,13 @@ impl Store for PostgresStore {
         filter: &'a RunFilter,
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>> {
         Box::pin(self.do_list(filter))
+    }
+
+    fn count_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<BTreeMap<StatusKind, u64>, Error>> {
+        Box::pin(self.do_count(filter))
     }
 
     fn parked_runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, Error>> {

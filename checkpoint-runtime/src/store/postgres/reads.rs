@@ -3,6 +3,7 @@
 //! Each is one statement outside any transaction; none changes a run
 //! (writes go through a rule, see [`ops`](super::ops)).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -11,9 +12,9 @@ use super::tables::checkpoints::{cp_cols, decode, decode_listed};
 use super::tables::runs::{code, decode_run, load, must_exist, run_cols, NEXT_WAKEUP};
 use super::PostgresStore;
 use crate::history::HistoryEntry;
-use crate::status::RunFilter;
+use crate::status::{RunFilter, StatusKind};
 use crate::store::rules;
-use crate::store::sql::run_row::{state_sql, status_code};
+use crate::store::sql::run_row::{counted_kind, state_sql, status_code};
 use crate::store::{CheckpointRecord, GcReport, RunRecord, SignalRecord, Wakeup};
 use crate::Error;
 
@@ -74,6 +75,40 @@ impl PostgresStore {
             )
             .await?;
         rows.iter().map(decode_run).collect()
+    }
+
+    /// [`Store::count_runs`](crate::store::Store::count_runs): one row per
+    /// group of runs that share a status, counted by the server.
+    pub(super) async fn do_count(
+        &self,
+        filter: &RunFilter,
+    ) -> Result<BTreeMap<StatusKind, u64>, Error> {
+        const SQL: &str = "SELECT r.state, r.error IS NOT NULL, \
+                  COALESCE(r.lease_expires > $4, false), \
+                  COALESCE(starts_with(r.signal, 'join#'), false), count(*) \
+             FROM cp_runs r \
+             WHERE ($1::text IS NULL OR r.workflow = $1) \
+               AND ($2::text IS NULL OR starts_with(r.id, $2)) \
+               AND ($3::text IS NULL OR r.parent = $3) \
+             GROUP BY 1, 2, 3, 4";
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.plain();
+        let now = ts(SystemTime::now());
+        let rows = cx
+            .query(
+                SQL,
+                &[&filter.workflow, &filter.id_prefix, &filter.parent, &now],
+            )
+            .await?;
+        let mut counts = BTreeMap::new();
+        for row in &rows {
+            let state = i64::from(get::<i16>(row, 0)?);
+            let kind = counted_kind(state, get(row, 1)?, get(row, 2)?, get(row, 3)?)
+                .ok_or_else(|| corrupt(format!("a run has the unknown state code {state}")))?;
+            let n: i64 = get(row, 4)?;
+            *counts.entry(kind).or_insert(0) += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(counts)
     }
 
     pub(super) async fn do_parked(&self) -> Result<Vec<RunRecord>, Error> {

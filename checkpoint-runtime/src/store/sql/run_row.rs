@@ -70,6 +70,34 @@ pub(crate) fn state_code(state: &RunState) -> i64 {
     }
 }
 
+/// The status kind of stored runs counted together (see
+/// `Store::count_runs`): their state code, whether they have an error
+/// (a completed run with one counts as failed), a live lease (a runnable
+/// run under one is running, else queued), and a join's signal name (a
+/// run waiting for its children is joining). Mirrors
+/// [`RunRecord::status`]; `None` for a code no build writes.
+pub(crate) fn counted_kind(
+    state: i64,
+    has_error: bool,
+    leased: bool,
+    joining: bool,
+) -> Option<StatusKind> {
+    Some(match state {
+        READY if leased => StatusKind::Running,
+        READY => StatusKind::Queued,
+        WAITING if joining => StatusKind::Joining,
+        WAITING => StatusKind::Waiting,
+        SLEEPING => StatusKind::Sleeping,
+        COMPLETED if has_error => StatusKind::Failed,
+        COMPLETED => StatusKind::Completed,
+        FAILED => StatusKind::Failed,
+        CANCELLED => StatusKind::Cancelled,
+        PARKED => StatusKind::Incompatible,
+        HELD => StatusKind::Held,
+        _ => return None,
+    })
+}
+
 /// The code of the runs a status filter asks for (a completed run with an
 /// error counts as failed: the queries check the `error` column for that).
 pub(crate) fn status_code(kind: StatusKind) -> i64 {

@@ -107,7 +107,7 @@ mod signal_sites;
 mod write;
 mod writer;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -133,7 +133,7 @@ use super::{
     Release, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
-use crate::status::RunFilter;
+use crate::status::{RunFilter, StatusKind};
 use crate::Error;
 
 pub use self::migrations::SCHEMA_VERSION;
@@ -460,6 +460,14 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, Error>> {
         let filter = filter.clone();
         self.read(move |c| read_list_runs(c, &filter))
+    }
+
+    fn count_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<BTreeMap<StatusKind, u64>, Error>> {
+        let filter = filter.clone();
+        self.read(move |c| read_count_runs(c, &filter, SystemTime::now()))
     }
 
     fn parked_runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, Error>> {

@@ -2,7 +2,7 @@
 //! reader thread.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::SystemTime;
 
@@ -14,9 +14,9 @@ use super::checkpoints::rows::{decode_listed, CpRow, CP_COLS};
 use super::error::{corrupt, to_u64, R};
 use super::runs::{run_ord, RawRun, RUN_SELECT};
 use crate::history::HistoryEntry;
-use crate::status::RunFilter;
+use crate::status::{RunFilter, StatusKind};
 use crate::store::rules;
-use crate::store::sql::run_row::{state_sql, status_code, COMPLETED, FAILED, PARKED};
+use crate::store::sql::run_row::{counted_kind, state_sql, status_code, COMPLETED, FAILED, PARKED};
 use crate::store::sql::{from_ts, to_i64, ts};
 use crate::store::{CheckpointRecord, RunRecord, SignalRecord, Wakeup};
 
@@ -68,6 +68,37 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
     raws.into_iter()
         .map(|r| r.into_record().map(|(_, rec)| rec))
         .collect()
+}
+
+/// [`Store::count_runs`](crate::store::Store::count_runs): one row per
+/// group of runs that share a status, counted by the database.
+pub(super) fn read_count_runs(
+    conn: &Connection,
+    filter: &RunFilter,
+    now: SystemTime,
+) -> R<BTreeMap<StatusKind, u64>> {
+    let sql = "SELECT r.state, r.error IS NOT NULL, COALESCE(r.lease_expires > ?4, 0), \
+                      COALESCE(substr(r.signal, 1, 5) = 'join#', 0), count(*) \
+               FROM runs r \
+               WHERE (?1 IS NULL OR r.workflow = ?1) \
+                 AND (?2 IS NULL OR substr(r.id, 1, length(?2)) = ?2) \
+                 AND (?3 IS NULL OR r.parent = ?3) \
+               GROUP BY 1, 2, 3, 4";
+    let mut counts = BTreeMap::new();
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query(params![
+        filter.workflow,
+        filter.id_prefix,
+        filter.parent,
+        ts(now)
+    ])?;
+    while let Some(row) = rows.next()? {
+        let state: i64 = row.get(0)?;
+        let kind = counted_kind(state, row.get(1)?, row.get(2)?, row.get(3)?)
+            .ok_or_else(|| corrupt(format!("a run has the unknown state code {state}")))?;
+        *counts.entry(kind).or_insert(0) += to_u64(row.get(4)?, "a count of runs")?;
+    }
+    Ok(counts)
 }
 
 pub(super) fn read_parked(conn: &Connection) -> R<Vec<RunRecord>> {
