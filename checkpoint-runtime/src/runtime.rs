@@ -238,6 +238,13 @@ impl Runtime {
     /// arrives before the run waits for it is kept until it does. Signals of
     /// one name are consumed in arrival order, each exactly once.
     ///
+    /// A `name` that no wait site of the run's workflow takes (as the
+    /// workers that registered it recorded them) is refused with
+    /// [`Error::UnknownSignal`] and nothing is stored: a misspelt name would
+    /// never be read. [`force_signal`](Runtime::force_signal) skips that check,
+    /// for a wait site that code not deployed yet adds. A run that has ended
+    /// refuses signals ([`Error::RunEnded`]).
+    ///
     /// When the run is waiting for `name`, a payload its wait site could not
     /// decode is refused with [`Error::SignalPayload`] and nothing is stored:
     /// checked with the site's own type when this process ran the site, and
