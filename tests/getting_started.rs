@@ -136,16 +136,19 @@ impl Program {
             self.seen.push(line.clone());
             // libtest may print `test child_program ... ` before the
             // program's first line, on the same line.
-            if let Some(at) = line.find("run add-up-1: step ") {
-                let step = line[at + "run add-up-1: step ".len()..]
+            let text = line
+                .strip_prefix("test child_program ... ")
+                .unwrap_or(&line);
+            if let Some(rest) = text.strip_prefix("run add-up-1: step ") {
+                let step = rest
                     .split(' ')
                     .next()
                     .and_then(|n| n.parse().ok())
                     .unwrap_or_else(|| panic!("a step number in {line:?}"));
                 return Some(Line::Step(step));
             }
-            if let Some(at) = line.find("result: ") {
-                let total = line[at + "result: ".len()..]
+            if let Some(rest) = text.strip_prefix("result: ") {
+                let total = rest
                     .trim()
                     .parse()
                     .unwrap_or_else(|_| panic!("a number in {line:?}"));
