@@ -19,8 +19,11 @@ fn chromium_found() -> bool {
     let Some(path) = std::env::var_os("PATH") else {
         return false;
     };
-    std::env::split_paths(&path)
-        .any(|dir| ["chromium", "chromium-browser"].iter().any(|n| dir.join(n).is_file()))
+    std::env::split_paths(&path).any(|dir| {
+        ["chromium", "chromium-browser"]
+            .iter()
+            .any(|n| dir.join(n).is_file())
+    })
 }
 
 fn main() {

@@ -9,8 +9,8 @@ use crate::store::{RunRecord, RunState};
 use crate::workflow::Workflow;
 use crate::Error;
 
-/// A handle to run `id` of workflow `W`, from [`Runtime::start`] or
-/// [`Runtime::handle`]. Cheap to clone.
+/// A handle to run `id` of workflow `W`, from [`Runtime::start`](crate::Runtime::start) or
+/// [`Runtime::handle`](crate::Runtime::handle). Cheap to clone.
 ///
 /// ```
 /// use checkpoint_runtime::prelude::*;

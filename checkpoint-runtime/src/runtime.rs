@@ -28,11 +28,11 @@ use crate::Error;
 /// [`register`](Runtime::register) or [`start`](Runtime::start) inside a
 /// tokio runtime until it is [shut down](Runtime::shutdown) or its last clone
 /// (and the last [`WorkflowHandle`]) is dropped: at most
-/// [`concurrency`](RuntimeBuilder::concurrency) at once. Opening a store and
+/// [`concurrency`](crate::RuntimeBuilder::concurrency) at once. Opening a store and
 /// registering its workflows resumes their unfinished runs with no further
 /// call. [`run_until_idle`](Runtime::run_until_idle) waits until nothing it
 /// may take is runnable, [`run_worker`](Runtime::run_worker) until shutdown;
-/// a [`client_only`](RuntimeBuilder::client_only) runtime never executes.
+/// a [`client_only`](crate::RuntimeBuilder::client_only) runtime never executes.
 ///
 /// ```
 /// use checkpoint_runtime::{Runtime, RunFilter};
@@ -125,7 +125,7 @@ impl Runtime {
     /// after `ctx`: one bare, several as a tuple) and returns a handle. The run
     /// begins executing at once, in the background (see [`Runtime`]), on this
     /// runtime or on another worker of the same store; a
-    /// [`client_only`](RuntimeBuilder::client_only) runtime leaves it to them.
+    /// [`client_only`](crate::RuntimeBuilder::client_only) runtime leaves it to them.
     ///
     /// Idempotent per id: if a run `id` of the same workflow exists (running or
     /// finished), this returns a handle to it and `input` is ignored. A run of
@@ -833,7 +833,7 @@ impl Runtime {
     }
 
     /// Reclaims storage that the retention policy
-    /// ([`RuntimeBuilder::keep_checkpoints`]) freed but the store still holds:
+    /// ([`RuntimeBuilder::keep_checkpoints`](crate::RuntimeBuilder::keep_checkpoints)) freed but the store still holds:
     /// compacts pruned checkpoints' shared bytes, gives free pages back to the
     /// file system and truncates the SQLite write-ahead log. Runs keep every
     /// checkpoint retention kept; nothing visible changes. A no-op on the
