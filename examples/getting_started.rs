@@ -20,8 +20,9 @@ async fn add_up(ctx: &Ctx, steps: u32) -> u64 {
 async fn main() -> Result<(), Error> {
     // An SQLite file in the current directory: the store survives the process.
     let rt = Runtime::open("getting-started.db").await?;
-    rt.register(add_up); // resumes the unfinished runs of `add_up` in this store
-                         // Idempotent per id: after a restart this finds the run already there.
+    // Resumes this store's unfinished runs of `add_up`, in the background.
+    rt.register(add_up);
+    // Idempotent per id: after a restart this finds the run already there.
     let run = rt.start(add_up, "add-up-1", 10).await?;
     println!("result: {}", run.result().await?);
     Ok(())
