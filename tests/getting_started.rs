@@ -4,7 +4,8 @@
 //!   byte `examples/getting_started.rs`.
 //! - `interrupted_runs_resume`: that program, compiled here from the same file
 //!   (`include!` below), runs in child processes in a fresh directory: stopped
-//!   with SIGINT (Ctrl-C) after step 3 and run again, it goes on at step 3 or
+//!   with SIGINT (Ctrl-C; SIGTERM if this test ignores SIGINT, which the child
+//!   would inherit) after step 3 and run again, it goes on at step 3 or
 //!   4 (the step in flight when it stopped may run again), never at step 1;
 //!   SIGKILLed later and run again, the same; the run's result is the sum of
 //!   every step, and a fourth start prints it at once.
@@ -192,6 +193,17 @@ enum Line {
     Result(u64),
 }
 
+/// Whether this process ignores SIGINT (as a background job of a shell
+/// without job control does): its children then start ignoring it too.
+fn sigint_ignored() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (2 - 1)) != 0)
+}
+
 /// Runs the program until it prints step `n`.
 fn run_to_step(p: &mut Program, n: u32) -> Vec<u32> {
     let mut steps = Vec::new();
@@ -220,10 +232,11 @@ fn interrupted_runs_resume() {
     ));
     std::fs::create_dir_all(&dir).expect("a fresh directory");
 
-    // First run: from step 1, stopped as Ctrl-C stops it.
+    // First run: from step 1, stopped as Ctrl-C stops it (SIGINT; SIGTERM
+    // when this test ignores SIGINT, which its children would inherit).
     let mut first = Program::spawn(&dir);
     assert_eq!(run_to_step(&mut first, 3), [1, 2, 3]);
-    first.signal("-INT");
+    first.signal(if sigint_ignored() { "-TERM" } else { "-INT" });
 
     // Second run: resumes after the last stored checkpoint (step 2 or 3),
     // then is killed outright.
