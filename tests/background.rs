@@ -322,6 +322,10 @@ impl Drop for SmallDisk {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(checkpoint_test_root),
+    ignore = "mounts a tmpfs: built as root (or with CI=true) it runs (build.rs)"
+)]
 async fn a_full_disk_surfaces_and_the_run_goes_on_when_space_is_freed() {
     let disk = SmallDisk::mount("8m");
     let db = disk.path("runs.db");

@@ -364,7 +364,7 @@ const CORPUS: &[Mutation] = &[
 /// resumed the run computes when it runs alone; each entry holds the outcome
 /// that would be. A known limitation: resuming takes the old code up to the
 /// site and the new code from it, and code moved across a site (with the
-/// same saved fields) is not detected; the README says so.
+/// same saved fields) is not detected; docs/deploys.md says so.
 const BUGS: &[Mutation] = &[Mutation {
     variant: "move-step-after-wait",
     edit: "the wait moved before the step that records the request in `history`",

@@ -33,8 +33,8 @@
 //!    refusal is a failure (a false refusal).
 //!
 //! `build.rs` generates the CI sample into `OUT_DIR`; `tests/fuzz.rs` runs
-//! it; `src/bin/shrink.rs` reduces a failing program. See the README
-//! section "Fuzzing the transform".
+//! it; `src/bin/shrink.rs` reduces a failing program. See
+//! `docs/fuzzing.md` at the workspace's root.
 #![forbid(unsafe_code)]
 
 pub mod gen;

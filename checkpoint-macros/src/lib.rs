@@ -3,16 +3,16 @@
 //! them and provides the runtime the generated code calls.
 //!
 //! The macro works in passes, each in its own module:
-//! - [`parse`]: the attribute and the function signature;
-//! - [`sites`] and [`names`]: where the checkpoint sites are, which locals code
+//! - `parse`: the attribute and the function signature;
+//! - `sites` and `names`: where the checkpoint sites are, which locals code
 //!   reads;
-//! - [`analyse`]: the body's plan (`analyse::plan::plan_body`): where it is
+//! - `analyse`: the body's plan (`analyse::plan::plan_body`): where it is
 //!   split, what each site saves, re-creates, re-derives or refuses, and why;
-//! - [`lower`] and [`expand`]: the resumable body written out from the plan,
+//! - `lower` and `expand`: the resumable body written out from the plan,
 //!   and the workflow type
-//!   (with [`fallback`] when an earlier pass reported an error).
+//!   (with `fallback` when an earlier pass reported an error).
 //!
-//! Every pass reports into [`errors::Errors`], a module beneath them all, so
+//! Every pass reports into `errors::Errors`, a module beneath them all, so
 //! no two passes import each other.
 #![forbid(unsafe_code)]
 

@@ -177,7 +177,7 @@ impl RuntimeBuilder {
     /// executes them (the CLI and other clients of a store that workers
     /// serve). [`run_until_idle`](Runtime::run_until_idle) and
     /// [`run_worker`](Runtime::run_worker) are [`Error::ClientOnly`] on it;
-    /// [`WorkflowHandle::result`] waits for a worker to finish the run.
+    /// [`WorkflowHandle::result`](crate::WorkflowHandle::result) waits for a worker to finish the run.
     ///
     /// ```
     /// # use checkpoint_runtime::prelude::*;

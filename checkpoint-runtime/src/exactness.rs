@@ -35,7 +35,7 @@ pub trait RebuiltAtStart {}
 /// A `#[transient]` local, for [`IteratorTransient`] to look at its type.
 pub struct TransientProbe<'a, T: ?Sized>(&'a T);
 
-/// [`TransientProbe`] of a `#[transient]` local.
+/// `TransientProbe` of a `#[transient]` local.
 pub fn transient_probe<T: ?Sized>(value: &T) -> TransientProbe<'_, T> {
     TransientProbe(value)
 }
@@ -45,7 +45,7 @@ pub trait IteratorTransient {
     /// The iterator's type.
     type Iter;
 
-    /// Fails to compile ([`RebuiltAtStart`] is implemented for no type).
+    /// Fails to compile (`RebuiltAtStart` is implemented for no type).
     fn refuse_iterator(&self)
     where
         Self::Iter: RebuiltAtStart,

@@ -9,8 +9,8 @@ use crate::store::{RunRecord, RunState};
 use crate::workflow::Workflow;
 use crate::Error;
 
-/// A handle to run `id` of workflow `W`, from [`Runtime::start`] or
-/// [`Runtime::handle`]. Cheap to clone.
+/// A handle to run `id` of workflow `W`, from [`Runtime::start`](crate::Runtime::start) or
+/// [`Runtime::handle`](crate::Runtime::handle). Cheap to clone.
 ///
 /// ```
 /// use checkpoint_runtime::prelude::*;
@@ -178,7 +178,7 @@ impl<W: Workflow> WorkflowHandle<W> {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let rt = Runtime::in_memory();
     /// let h = rt.start(slow, "s-1", ()).await?;
-    /// // Drives the run itself (no worker needed), waiting out the timer.
+    /// // The runtime executes the run in the background; this waits out the timer.
     /// let out = tokio::time::timeout(Duration::from_secs(10), h.result()).await??;
     /// assert_eq!(out, 42);
     /// # Ok(()) }

@@ -49,7 +49,7 @@ pub fn order_probe<T: ?Sized>(_value: &T) -> Probe<T> {
 }
 
 /// Chosen (by autoref) for hash-ordered collections: the base iterator goes
-/// through [`canonical_order`].
+/// through `canonical_order`.
 pub trait HashOrdered {
     /// Re-orders `iter` canonically.
     fn in_stable_order<I>(&self, iter: I) -> CanonicalOrder<I::Item>
@@ -88,7 +88,7 @@ hash_ordered! {
 /// for every iterator a workflow body takes from a local (`.iter()`,
 /// `.keys()`, `.values()`, `.drain()`, `for x in &map`, ...: the macro
 /// routes each through [`in_canonical_order`](CanonicalIfHashed::in_canonical_order)):
-/// the items come in [`canonical_order`], the same on the uninterrupted path
+/// the items come in `canonical_order`, the same on the uninterrupted path
 /// and after a resume, whatever seed the rebuilt collection has. Items that
 /// do not serialize cannot come from a checkpoint: such a collection keeps
 /// its own order ([`KeepsOrder`]).

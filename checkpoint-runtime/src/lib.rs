@@ -59,10 +59,15 @@
 //!
 //! # How runs behave
 //!
-//! - **Execution.** [`Runtime::start`] only records the run. It executes when a
-//!   runtime on the same store runs: [`Runtime::run_until_idle`],
-//!   [`Runtime::run_worker`], or [`WorkflowHandle::result`] (which drives its
-//!   own run when nobody else does). Each execution is a tokio task.
+//! - **Execution.** A runtime executes the runnable runs of the workflows
+//!   registered on it (or started through it) in the background, in tokio
+//!   tasks: [`Runtime::start`] begins a run at once, and a runtime that opens
+//!   a store and [registers](Runtime::register) a workflow resumes that
+//!   workflow's unfinished runs with no further call.
+//!   [`WorkflowHandle::result`] only waits; [`Runtime::run_until_idle`]
+//!   (tests, scripts) returns once nothing this runtime may take is runnable,
+//!   [`Runtime::run_worker`] keeps going until shutdown. A
+//!   [`client_only`](RuntimeBuilder::client_only) runtime never executes.
 //! - **Checkpoints** are stored before `checkpoint!()` returns. After a crash
 //!   the run resumes from its latest checkpoint, so code since then runs again
 //!   (at least once per segment); use [`Ctx::idempotency_key`] to deduplicate
@@ -71,9 +76,13 @@
 //!   otherwise.
 //! - **Signals** ([`Runtime::signal`]) are stored as JSON and kept until a
 //!   `ctx.wait_for` of that name consumes them, oldest first, each exactly once.
-//!   A signal to a run that has ended is refused ([`Error::RunEnded`],
-//!   naming its status), never stored to wait forever.
-//!   A payload that does not decode as the awaited type is rejected (an
+//!   A name that no wait site of the run's workflow takes is refused
+//!   ([`Error::UnknownSignal`], nothing stored) unless sent with
+//!   [`Runtime::force_signal`]. A signal to a run that has ended is refused
+//!   ([`Error::RunEnded`], naming its status), never stored to wait forever.
+//!   A payload the waiting site cannot decode is refused when sent
+//!   ([`Error::SignalPayload`]) as far as its type is known then; one that
+//!   gets through and does not decode as the awaited type is rejected (an
 //!   [`Event::SignalRejected`] in the history) and the run keeps waiting.
 //! - **Timers** (`ctx.sleep`, `ctx.wait_for_timeout`) are durable: the run is
 //!   suspended and resumed by any worker once due, by the runtime's
@@ -88,14 +97,18 @@
 //! - **Outcomes.** A workflow returning `Result::Err` is a *failed* run
 //!   ([`Status::Failed`] with the error as text) whose output is still stored:
 //!   [`WorkflowHandle::result`] gives `Ok(Err(e))`. A run stopped by the
-//!   runtime (an incompatible or undecodable checkpoint, repeated panics, a
+//!   runtime (an undecodable checkpoint, panics through every attempt, a
 //!   misused API) is also `Failed`, and `result()` gives that [`Error`]. A
 //!   panic is retried from the latest checkpoint up to
 //!   [`RuntimeBuilder::max_attempts`] times.
 //! - **Compatibility.** Before resuming, the stored site, loop depth and the
-//!   names and types of the saved fields are checked against the code; any
-//!   difference fails the run with [`Error::Incompatible`] naming the
-//!   workflow, run, site and field, before any user code runs.
+//!   names and types of the saved fields are checked against the code,
+//!   before any user code runs. A checkpoint that no registered version of
+//!   the workflow can resume *parks* the run ([`Status::Incompatible`],
+//!   naming the workflow, site and field; `result()` gives
+//!   [`Error::Incompatible`]): nothing of it changes, and it resumes by
+//!   itself once matching code is registered (a rollback or a fix).
+//!   [`Runtime::check_compatibility`] lists such runs before a deploy.
 //! - **Encodings.** Checkpoint fields are postcard; inputs, outputs and signal
 //!   payloads are JSON.
 //!

@@ -28,11 +28,11 @@ use crate::Error;
 /// [`register`](Runtime::register) or [`start`](Runtime::start) inside a
 /// tokio runtime until it is [shut down](Runtime::shutdown) or its last clone
 /// (and the last [`WorkflowHandle`]) is dropped: at most
-/// [`concurrency`](RuntimeBuilder::concurrency) at once. Opening a store and
+/// [`concurrency`](crate::RuntimeBuilder::concurrency) at once. Opening a store and
 /// registering its workflows resumes their unfinished runs with no further
 /// call. [`run_until_idle`](Runtime::run_until_idle) waits until nothing it
 /// may take is runnable, [`run_worker`](Runtime::run_worker) until shutdown;
-/// a [`client_only`](RuntimeBuilder::client_only) runtime never executes.
+/// a [`client_only`](crate::RuntimeBuilder::client_only) runtime never executes.
 ///
 /// ```
 /// use checkpoint_runtime::{Runtime, RunFilter};
@@ -125,7 +125,7 @@ impl Runtime {
     /// after `ctx`: one bare, several as a tuple) and returns a handle. The run
     /// begins executing at once, in the background (see [`Runtime`]), on this
     /// runtime or on another worker of the same store; a
-    /// [`client_only`](RuntimeBuilder::client_only) runtime leaves it to them.
+    /// [`client_only`](crate::RuntimeBuilder::client_only) runtime leaves it to them.
     ///
     /// Idempotent per id: if a run `id` of the same workflow exists (running or
     /// finished), this returns a handle to it and `input` is ignored. A run of
@@ -237,6 +237,13 @@ impl Runtime {
     /// waiting for `name` is resumed (by whichever worker runs); a signal that
     /// arrives before the run waits for it is kept until it does. Signals of
     /// one name are consumed in arrival order, each exactly once.
+    ///
+    /// A `name` that no wait site of the run's workflow takes (as the
+    /// workers that registered it recorded them) is refused with
+    /// [`Error::UnknownSignal`] and nothing is stored: a misspelt name would
+    /// never be read. [`force_signal`](Runtime::force_signal) skips that check,
+    /// for a wait site that code not deployed yet adds. A run that has ended
+    /// refuses signals ([`Error::RunEnded`]).
     ///
     /// When the run is waiting for `name`, a payload its wait site could not
     /// decode is refused with [`Error::SignalPayload`] and nothing is stored:
@@ -853,7 +860,7 @@ impl Runtime {
     }
 
     /// Reclaims storage that the retention policy
-    /// ([`RuntimeBuilder::keep_checkpoints`]) freed but the store still holds:
+    /// ([`RuntimeBuilder::keep_checkpoints`](crate::RuntimeBuilder::keep_checkpoints)) freed but the store still holds:
     /// compacts pruned checkpoints' shared bytes, gives free pages back to the
     /// file system and truncates the SQLite write-ahead log. Runs keep every
     /// checkpoint retention kept; nothing visible changes. A no-op on the

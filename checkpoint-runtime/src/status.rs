@@ -43,8 +43,10 @@ pub enum Status {
     },
     /// Finished with its output.
     Completed,
-    /// Failed: returned `Err`, or was stopped by the runtime (incompatible
-    /// checkpoint, undecodable state, repeated panics, ...).
+    /// Failed: returned `Err`, or was stopped by the runtime (undecodable
+    /// state, panics through every attempt, a misused API, ...). A checkpoint
+    /// the registered code cannot resume is not a failure: the run is
+    /// parked ([`Status::Incompatible`]).
     Failed {
         /// The error, as text.
         error: String,

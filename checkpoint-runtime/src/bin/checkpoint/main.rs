@@ -92,8 +92,9 @@
 //!   ```
 //!
 //! - `serve` serves a JSON API and a web page on the store (built with the
-//!   `http` feature, off by default: `cargo install checkpoint-runtime
-//!   --features http`; without it `serve` says so): the run list with
+//!   `http` feature, off by default: from a clone of the repository,
+//!   `cargo install --path checkpoint-runtime --features http`; without it
+//!   `serve` says so): the run list with
 //!   filters, each run's status, checkpoint timeline with what changed
 //!   between versions, history, and forms to signal, cancel, retry and fork.
 //!   `--listen HOST:PORT` (default `127.0.0.1:7070`) sets the address; one
@@ -203,7 +204,8 @@ async fn execute(cli: Cli) -> Result<ExitCode, CliError> {
             return Err(CliError::new(
                 "serve_not_built",
                 "this `checkpoint` was built without the `http` feature, which `serve` needs: \
-                 install it with `cargo install checkpoint-runtime --features http`",
+                 from a clone of the repository, install it with `cargo install --path \
+                 checkpoint-runtime --features http` (add `postgres` for PostgreSQL stores)",
             ));
         }
     }
