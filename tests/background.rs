@@ -403,6 +403,10 @@ fn open_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// bounded time (it held 10 descriptors 5 s later, so the disk could not be
 /// unmounted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(checkpoint_test_root),
+    ignore = "mounts a tmpfs: built as root (or with CI=true) it runs (build.rs)"
+)]
 async fn a_full_disk_met_in_the_background_is_reported_to_a_later_wait() {
     let disk = SmallDisk::mount("8m");
     let db = disk.path("runs.db");
