@@ -37,6 +37,7 @@ impl Bookings {
         self.0.lock().expect("not poisoned").push(what);
     }
 
+    #[cfg_attr(not(test), allow(dead_code))]
     fn calls(&self) -> Vec<String> {
         self.0.lock().expect("not poisoned").clone()
     }

@@ -84,7 +84,8 @@ async fn leg(ctx: &Ctx, name: String) -> String {
 #[workflow]
 async fn journey(ctx: &Ctx) -> String {
     let child = ctx.spawn(leg, "leg", "train".to_owned()).await;
-    match ctx.join(child).await {
+    let out: Result<String, ChildError> = ctx.join(child).await;
+    match out {
         Ok(name) => name,
         Err(e) => format!("no leg: {e}"),
     }

@@ -40,6 +40,7 @@ impl Log {
 
 #[workflow]
 async fn trip(ctx: &Ctx, who: String) -> String {
+    #[transient]
     let log = ctx.resource::<Log>();
     log.note(&format!("booked hotel for {who}"));
     checkpoint!("hotel");
