@@ -49,9 +49,17 @@ async fn trip_saga(ctx: &Ctx, trip: Trip) -> String {
     let api = ctx.resource::<SharedBookings>();
     // Each booking takes the run's idempotency key, so a retry after a crash
     // would not book twice; the checkpoint after it makes it durable.
-    api.call(format!("book hotel {} ({})", trip.hotel, ctx.idempotency_key()));
+    api.call(format!(
+        "book hotel {} ({})",
+        trip.hotel,
+        ctx.idempotency_key()
+    ));
     checkpoint!("hotel_booked");
-    api.call(format!("book flight {} ({})", trip.flight, ctx.idempotency_key()));
+    api.call(format!(
+        "book flight {} ({})",
+        trip.flight,
+        ctx.idempotency_key()
+    ));
     checkpoint!("flight_booked");
     let paid: Option<String> = ctx
         .wait_for_timeout("paid", Duration::from_secs(86_400))
@@ -124,7 +132,10 @@ fn remove_db(path: &std::path::Path) {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
-    let given = args.windows(2).find(|w| w[0] == "--db").map(|w| w[1].clone());
+    let given = args
+        .windows(2)
+        .find(|w| w[0] == "--db")
+        .map(|w| w[1].clone());
     let temp = default_db();
     let url = given
         .clone()
@@ -155,7 +166,10 @@ mod tests {
         assert_eq!(rt.status("trip-7").await.unwrap(), Status::Cancelled);
         let calls = bookings.calls();
         assert_eq!(
-            calls.iter().map(|c| c.split(" (").next().unwrap_or(c)).collect::<Vec<_>>(),
+            calls
+                .iter()
+                .map(|c| c.split(" (").next().unwrap_or(c))
+                .collect::<Vec<_>>(),
             [
                 "book hotel Hotel Lisboa",
                 "book flight TP 1234",
@@ -164,7 +178,9 @@ mod tests {
             ]
         );
         let history = rt.history("trip-7").await.unwrap();
-        assert!(history.iter().any(|e| matches!(e, Event::CancelRequested { .. })));
+        assert!(history
+            .iter()
+            .any(|e| matches!(e, Event::CancelRequested { .. })));
         assert_eq!(history.last(), Some(&Event::Cancelled));
         rt.close().await;
         remove_db(&path);

@@ -179,8 +179,7 @@ each_store!(
 mod across_processes {
     #[tokio::test]
     async fn sqlite() {
-        super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Sqlite)
-            .await
+        super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Sqlite).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,10 +356,7 @@ async fn cascade_asks_the_children_and_abandon_leaves_them(backend: Backend) {
     rt.run_until_idle().await.unwrap();
     assert_eq!(h.status().await.unwrap(), Status::Cancelled);
     assert!(
-        matches!(
-            rt.status("j-2/leg").await.unwrap(),
-            Status::Waiting { .. }
-        ),
+        matches!(rt.status("j-2/leg").await.unwrap(), Status::Waiting { .. }),
         "{:?}",
         rt.status("j-2/leg").await
     );
@@ -428,7 +424,7 @@ async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backen
     let ended = next();
     let status = child.wait().expect("the worker exits");
     assert!(status.success(), "{status:?}: {ended}");
-    assert_eq!(ended, "ENDED Cancelled");
+    assert_eq!(ended, "ENDED cancelled");
     let effects = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
         effects.lines().collect::<Vec<_>>(),
@@ -442,9 +438,9 @@ async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backen
     assert_eq!(here.status("trip-x").await.unwrap(), Status::Cancelled);
     let history = here.history("trip-x").await.unwrap();
     assert!(
-        history
-            .iter()
-            .any(|e| matches!(e, Event::CancelRequested { reason, .. } if reason == "card declined")),
+        history.iter().any(
+            |e| matches!(e, Event::CancelRequested { reason, .. } if reason == "card declined")
+        ),
         "{history:?}"
     );
 }

@@ -183,9 +183,9 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error, Event,
-        FieldInfo, FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status,
-        StatusKind, SystemClock, TestClock, Workflow, WorkflowHandle,
+        checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
+        Event, FieldInfo, FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder,
+        Status, StatusKind, SystemClock, TestClock, Workflow, WorkflowHandle,
     };
 }
 

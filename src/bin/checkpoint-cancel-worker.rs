@@ -63,7 +63,9 @@ fn arg(args: &[String], name: &str) -> String {
         .find(|w| w[0] == name)
         .map(|w| w[1].clone())
         .unwrap_or_else(|| {
-            eprintln!("usage: checkpoint-cancel-worker --db URL --id ID --log FILE (missing {name})");
+            eprintln!(
+                "usage: checkpoint-cancel-worker --db URL --id ID --log FILE (missing {name})"
+            );
             std::process::exit(2)
         })
 }

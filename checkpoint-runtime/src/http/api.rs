@@ -473,7 +473,8 @@ pub(crate) async fn cancel(
         let reason = reason.unwrap_or_else(|| "cancelled from the API".to_owned());
         let grace_ms = grace_ms.unwrap_or(DEFAULT_GRACE_MS);
         let grace = std::time::Duration::from_millis(grace_ms);
-        rt.request_cancel_with(&id, &reason, grace, children).await?;
+        rt.request_cancel_with(&id, &reason, grace, children)
+            .await?;
         let after = rt.status(&id).await?;
         let children = match children {
             CancelChildren::Abandon => "abandon",

@@ -13,8 +13,8 @@ use tokio::sync::watch;
 
 use super::rules;
 use super::{
-    CancelRequest, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
+    CancelRequest, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
+    Outcome, Release, RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;

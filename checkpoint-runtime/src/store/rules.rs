@@ -54,8 +54,8 @@ use std::time::SystemTime;
 use super::integrity::field_list;
 use super::records::UNREADABLE;
 use super::{
-    CancelRequest, CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release, RunRecord,
-    RunState, SignalRecord, Wake, WakeValue,
+    CancelRequest, CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release,
+    RunRecord, RunState, SignalRecord, Wake, WakeValue,
 };
 use crate::history::Event;
 use crate::Error;

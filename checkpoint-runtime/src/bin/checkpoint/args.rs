@@ -184,7 +184,10 @@ const MIN_INTERVAL: Duration = Duration::from_millis(10);
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < MIN_INTERVAL {
-        return Err(format!("`{}` is below the shortest interval, 10ms", s.trim()));
+        return Err(format!(
+            "`{}` is below the shortest interval, 10ms",
+            s.trim()
+        ));
     }
     Ok(d)
 }

@@ -24,8 +24,7 @@ pub fn a_cancel_request_wakes_a_sleeping_run_and_ends_it_cancelled(store: &dyn S
     new_run(store, "r");
     let c = claim_one(store, "a", "a1");
     let hour = Duration::from_secs(3600);
-    block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 1, sleep_for(hour)), None))
-        .unwrap();
+    block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 1, sleep_for(hour)), None)).unwrap();
     block_on(store.release("r", &c.lease, Release::Suspend)).unwrap();
     assert!(block_on(store.claim(&req("b", "b1")))
         .unwrap()
@@ -47,11 +46,13 @@ pub fn a_cancel_request_wakes_a_sleeping_run_and_ends_it_cancelled(store: &dyn S
     }));
     // Any worker takes it at once, and sees the request.
     let c = claim_one(store, "b", "b1");
-    assert_eq!(c.run.cancel.as_ref().map(|r| r.reason.as_str()), Some("customer cancelled"));
+    assert_eq!(
+        c.run.cancel.as_ref().map(|r| r.reason.as_str()),
+        Some("customer cancelled")
+    );
     assert!(!rules::cancel_due(&c.run, SystemTime::now()));
     // A sleep after the request is due at once.
-    block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 2, sleep_for(hour)), None))
-        .unwrap();
+    block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 2, sleep_for(hour)), None)).unwrap();
     let rec = load(store, "r");
     assert!(
         matches!(rec.state, RunState::Sleeping { until } if until <= SystemTime::now()),
@@ -69,7 +70,10 @@ pub fn a_cancel_request_wakes_a_sleeping_run_and_ends_it_cancelled(store: &dyn S
     let rec = load(store, "r");
     assert_eq!(rec.state, RunState::Cancelled);
     assert_eq!(rec.status(), Status::Cancelled);
-    assert_eq!(rec.cancel.map(|r| r.reason), Some("customer cancelled".into()));
+    assert_eq!(
+        rec.cancel.map(|r| r.reason),
+        Some("customer cancelled".into())
+    );
     let evs = events(store, "r");
     assert_eq!(evs.last(), Some(&Event::Cancelled), "{evs:?}");
     assert!(!evs.contains(&Event::Completed), "{evs:?}");

@@ -279,7 +279,10 @@ impl PostgresStore {
             .ok_or_else(|| Error::unknown_run(id))?;
         let now = SystemTime::now();
         let change = rules::request_cancel(&mut rec, req, now)?;
-        let text = rec.cancel.as_ref().map(crate::store::CancelRequest::to_json);
+        let text = rec
+            .cancel
+            .as_ref()
+            .map(crate::store::CancelRequest::to_json);
         cx.execute(
             "UPDATE cp_runs SET cancel_request = $2 WHERE id = $1",
             &[&id, &text],

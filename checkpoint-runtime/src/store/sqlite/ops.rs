@@ -24,7 +24,8 @@ use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::{from_ts, to_i64, ts_after};
 use crate::store::{
-    CancelRequest, CheckpointRecord, Created, Lease, NewRun, Outcome, Release, SignalRecord, Suspend,
+    CancelRequest, CheckpointRecord, Created, Lease, NewRun, Outcome, Release, SignalRecord,
+    Suspend,
 };
 use crate::Error;
 
