@@ -467,7 +467,7 @@ pub(crate) async fn cancel(
             }
         };
         let any = b.reason.is_some() || b.grace_ms.is_some() || b.children.is_some();
-        any.then(|| (b.reason, b.grace_ms, children))
+        any.then_some((b.reason, b.grace_ms, children))
     };
     if let Some((reason, grace_ms, children)) = asked {
         let reason = reason.unwrap_or_else(|| "cancelled from the API".to_owned());
