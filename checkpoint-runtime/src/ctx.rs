@@ -328,7 +328,8 @@ impl Ctx {
     /// rt.request_cancel("t-1", "customer changed plans", Duration::from_secs(30)).await?;
     /// rt.run_until_idle().await?; // the wait returns at once, the body cleans up
     /// assert_eq!(h.status().await?, Status::Cancelled);
-    /// assert_eq!(rt.run("t-1").await?.cancel_reason.as_deref(), Some("customer changed plans"));
+    /// let info = &rt.runs(RunFilter::new().id_prefix("t-1")).await?[0];
+    /// assert_eq!(info.cancel_reason.as_deref(), Some("customer changed plans"));
     /// # Ok(()) }
     /// ```
     pub fn cancel_requested(&self) -> Option<String> {
