@@ -299,6 +299,43 @@ impl Ctx {
         AwaitInWorkflowBody(PhantomData)
     }
 
+    /// The reason of a cancel requested of this run
+    /// ([`Runtime::request_cancel`](crate::Runtime::request_cancel)), or
+    /// `None`. Once it is set, `ctx.sleep` and `ctx.wait_for_timeout`
+    /// return at once (the wait as timed out), so that the body can clean
+    /// up (compensate, notify) and return; the run then ends
+    /// [`Status::Cancelled`](crate::Status::Cancelled), whatever it returns.
+    /// Read when the execution starts (a request made by another process
+    /// is seen after the run's next suspension) and at once for a request
+    /// made on the runtime executing it.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn trip(ctx: &Ctx) -> String {
+    ///     let paid: Option<bool> = ctx.wait_for_timeout("paid", Duration::from_secs(3600)).await;
+    ///     match ctx.cancel_requested() {
+    ///         Some(reason) => format!("released the room: {reason}"),
+    ///         None => format!("paid: {paid:?}"),
+    ///     }
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(trip, "t-1", ()).await?;
+    /// rt.run_until_idle().await?; // waiting for `paid`, for an hour
+    /// rt.request_cancel("t-1", "customer changed plans", Duration::from_secs(30)).await?;
+    /// rt.run_until_idle().await?; // the wait returns at once, the body cleans up
+    /// assert_eq!(h.status().await?, Status::Cancelled);
+    /// let info = &rt.runs(RunFilter::new().id_prefix("t-1")).await?[0];
+    /// assert_eq!(info.cancel_reason.as_deref(), Some("customer changed plans"));
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_requested(&self) -> Option<String> {
+        crate::run::lock(&self.run.cancel).clone()
+    }
+
     /// A durable timer: the run is suspended and resumed (by any worker) when
     /// it is due. Like [`Ctx::wait_for`], only in a `#[workflow]` body.
     ///

@@ -81,6 +81,16 @@ pub enum Error {
         status: String,
     },
 
+    /// [`Runtime::request_cancel`](crate::Runtime::request_cancel) of a run
+    /// that has ended: there is nothing left to cancel.
+    #[error("run `{run}` is {status}: a finished run cannot be asked to cancel")]
+    CancelRefused {
+        /// The run id.
+        run: String,
+        /// Its status, as text.
+        status: String,
+    },
+
     /// A signal sent to a run that has ended: it would never be read.
     #[error("run `{run}` is {status}: it takes no more signals (`{signal}` was not stored)")]
     RunEnded {

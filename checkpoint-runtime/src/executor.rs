@@ -28,7 +28,7 @@ use crate::lease_keeper::{ActiveRuns, LeaseKeeper};
 use crate::observe;
 use crate::registry::Registry;
 use crate::run::{lock, Halt, Resources, RunEnv, RunShared};
-use crate::store::{ClaimRequest, Claimed, Outcome, Release, Store, Wakeup};
+use crate::store::{rules, CancelRequest, ClaimRequest, Claimed, Outcome, Release, Store, Wakeup};
 use crate::testing::crash::SaveHook;
 use crate::workflow::Workflow;
 use crate::Error;
@@ -322,6 +322,13 @@ impl Inner {
         }
         let n = res.claimed.len();
         for claimed in res.claimed {
+            if rules::cancel_due(&claimed.run, req.clock_now) {
+                // Asked to cancel, and its grace period is over: cancelled
+                // hard instead of executed (a store that fails now leaves
+                // the lease to expire; the next claim cancels it).
+                let _ = self.env.store.cancel(&claimed.run.id).await;
+                continue;
+            }
             let workflow = self
                 .registry
                 .name(&claimed.run.workflow)
@@ -342,6 +349,9 @@ impl Inner {
             if let Some(old) = replaced {
                 // Our own earlier execution whose lease lapsed: it is fenced off now.
                 old.halt(Halt::Stop);
+            }
+            if let Some(cancel) = &claimed.run.cancel {
+                note_cancel(self, &shared, cancel);
             }
             let id = shared.id.clone();
             tokio::spawn(crate::run::CURRENT_RUN.scope(id, drive(self.clone(), shared, claimed)));
@@ -692,6 +702,41 @@ enum End {
     Finished(Finished),
     Halted(Halt),
     Panicked(String),
+}
+
+/// Tells execution `run` of this runtime that its run was asked to cancel
+/// (`req`): `ctx.cancel_requested` reads the reason from now on, and when
+/// the grace period ends (on the runtime's clock) with the execution still
+/// going, the run is cancelled hard, as `Runtime::cancel` does.
+pub(crate) fn note_cancel(rt: &Arc<Inner>, run: &Arc<RunShared>, req: &CancelRequest) {
+    {
+        let mut reason = lock(&run.cancel);
+        if reason.is_none() {
+            *reason = Some(req.reason.clone());
+        }
+    }
+    let left = req
+        .deadline
+        .duration_since(rt.env.clock.now())
+        .unwrap_or(Duration::ZERO);
+    let (rt, run) = (rt.clone(), run.clone());
+    let Ok(tokio) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    tokio.spawn(async move {
+        tokio::time::sleep(left).await;
+        let still = rt
+            .active_run(&run.id)
+            .is_some_and(|active| Arc::ptr_eq(&active, &run));
+        if !still || run.is_halted() {
+            return;
+        }
+        // A store that fails now leaves the run to the next claim, which
+        // cancels it (see `pump`).
+        if rt.env.store.cancel(&run.id).await.is_ok() {
+            run.halt(Halt::Stop);
+        }
+    });
 }
 
 fn panic_message(p: &(dyn Any + Send)) -> String {

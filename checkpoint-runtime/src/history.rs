@@ -107,6 +107,18 @@ pub enum Event {
     Completed,
     /// The run was cancelled.
     Cancelled,
+    /// A cancel was requested ([`Runtime::request_cancel`](crate::Runtime::request_cancel)):
+    /// the body sees `reason`, and has `grace_ms` to end before it is
+    /// cancelled hard.
+    CancelRequested {
+        /// Why.
+        reason: String,
+        /// The grace period, in milliseconds.
+        grace_ms: u64,
+        /// Whether its children are asked to cancel too.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cascade: bool,
+    },
     /// A run was forked from a checkpoint of another (recorded in both runs).
     Forked {
         /// The source run.
@@ -191,6 +203,18 @@ impl std::fmt::Display for Event {
             Event::Failed { error } => write!(f, "failed: {error}"),
             Event::Completed => f.write_str("completed"),
             Event::Cancelled => f.write_str("cancelled"),
+            Event::CancelRequested {
+                reason,
+                grace_ms,
+                cascade,
+            } => {
+                let children = if *cascade { ", children too" } else { "" };
+                write!(
+                    f,
+                    "cancel requested: {reason} (grace {:.3}s{children})",
+                    *grace_ms as f64 / 1000.0
+                )
+            }
             Event::Forked { from, seq, to } => {
                 write!(f, "`{to}` forked from `{from}` checkpoint #{seq}")
             }

@@ -105,7 +105,7 @@ pub fn entry_json(e: &HistoryEntry) -> Value {
 /// # Ok(()) }
 /// ```
 pub fn run_json(r: &RunInfo) -> Value {
-    json!({
+    let mut v = json!({
         "id": r.id,
         "workflow": r.workflow,
         "status": status_json(&r.status),
@@ -115,7 +115,12 @@ pub fn run_json(r: &RunInfo) -> Value {
         "worker": r.worker,
         "lease_expires_at": r.lease_expires_at.map(rfc3339),
         "parent": r.parent,
-    })
+    });
+    // Only when there is one, so that other runs read as they always did.
+    if let Some(reason) = &r.cancel_reason {
+        v["cancel_reason"] = json!(reason);
+    }
+    v
 }
 
 /// A run's input and, once it completed, its output, as the JSON values the

@@ -134,6 +134,7 @@
 
 mod abi;
 mod builder;
+mod cancel;
 mod child;
 pub mod clock;
 mod codec;
@@ -170,6 +171,7 @@ mod type_names;
 mod workflow;
 
 pub use builder::{RuntimeBuilder, DEFAULT_CONCURRENCY, DEFAULT_WORKER_ID};
+pub use cancel::CancelChildren;
 pub use child::{Child, ChildError};
 pub use clock::{Clock, SystemClock, TestClock};
 pub use compatibility::Incompatibility;
@@ -194,9 +196,9 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CheckpointInfo, Child, ChildError, Clock, Ctx, Error, Event,
-        FieldInfo, FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder, Status,
-        StatusKind, SystemClock, TestClock, Workflow, WorkflowHandle,
+        checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
+        Event, FieldInfo, FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder,
+        Status, StatusKind, SystemClock, TestClock, Workflow, WorkflowHandle,
     };
 }
 

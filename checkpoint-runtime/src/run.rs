@@ -162,6 +162,9 @@ pub(crate) struct RunShared {
     /// would, then halts with [`Halt::Fits`] before any user code runs, and
     /// writes nothing.
     pub(crate) probe: bool,
+    /// The reason of a cancel requested of the run, as the claim found it
+    /// or this runtime's `request_cancel` set it (see `Ctx::cancel_requested`).
+    pub(crate) cancel: Mutex<Option<String>>,
 }
 
 impl RunShared {
@@ -187,6 +190,7 @@ impl RunShared {
             halted: AtomicBool::new(false),
             halt_notify: Notify::new(),
             probe: false,
+            cancel: Mutex::new(None),
         }
     }
 

@@ -1,9 +1,11 @@
 //! [`Runtime`]: the entry point (its builder is in `builder.rs`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::cancel::CancelChildren;
 use crate::error::validate_id;
 use crate::executor::Engine;
 use crate::handle::WorkflowHandle;
@@ -13,7 +15,7 @@ use crate::schema::FieldJson;
 use crate::signal_catalog;
 use crate::signal_types;
 use crate::status::{RunFilter, RunInfo, Status, StatusKind};
-use crate::store::{Created, GcReport, NewRun, RunRecord, RunState, Store, Suspend};
+use crate::store::{CancelRequest, Created, GcReport, NewRun, RunRecord, RunState, Store, Suspend};
 use crate::workflow::{IntoWorkflow, Workflow};
 use crate::Error;
 
@@ -458,6 +460,123 @@ impl Runtime {
             run.halt(Halt::Stop);
         }
         Ok(())
+    }
+
+    /// Asks run `id` to cancel, with `reason`, giving it `grace` to clean
+    /// up; its children are asked too ([`CancelChildren::Cascade`]; see
+    /// [`Runtime::request_cancel_with`]). The request is durable (a field of
+    /// the run's record, seen by whichever worker or process executes it):
+    /// the body reads it with [`Ctx::cancel_requested`](crate::Ctx::cancel_requested),
+    /// `ctx.sleep` and `ctx.wait_for_timeout` return at once (a sleeping or
+    /// waiting run is woken), and the run ends [`Status::Cancelled`] when
+    /// its body returns, whatever it returns. Past `grace` (on the runtime's
+    /// clock) it is cancelled hard, as [`Runtime::cancel`] does, by whichever
+    /// worker notices. Recorded as `CancelRequested` in the history;
+    /// [`RunInfo::cancel_reason`](crate::RunInfo::cancel_reason) shows it.
+    /// [`Error::CancelRefused`] (naming its status) for a finished run,
+    /// [`Error::UnknownRun`] for an unknown id.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn booking(ctx: &Ctx) -> String {
+    ///     ctx.sleep(Duration::from_secs(86_400)).await; // a day to pay
+    ///     match ctx.cancel_requested() {
+    ///         Some(reason) => format!("released: {reason}"),
+    ///         None => "kept".to_owned(),
+    ///     }
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(booking, "b-1", ()).await?;
+    /// rt.run_until_idle().await?; // sleeping for a day
+    /// rt.request_cancel("b-1", "customer cancelled", Duration::from_secs(30)).await?;
+    /// rt.run_until_idle().await?; // woken at once; the body cleans up
+    /// assert_eq!(h.status().await?, Status::Cancelled);
+    /// // A finished run cannot be asked to cancel.
+    /// let err = rt.request_cancel("b-1", "again", Duration::ZERO).await.unwrap_err();
+    /// assert!(matches!(err, Error::CancelRefused { .. }));
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_cancel(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: Duration,
+    ) -> Result<(), Error> {
+        self.request_cancel_with(id, reason, grace, CancelChildren::Cascade)
+            .await
+    }
+
+    /// [`Runtime::request_cancel`], saying what happens to the run's
+    /// children: [`CancelChildren::Cascade`] asks each unfinished child
+    /// (and theirs) to cancel with the same reason and grace, and cancels
+    /// them with the run if it is cancelled hard; [`CancelChildren::Abandon`]
+    /// leaves them running, even when the run is cancelled hard.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use checkpoint_runtime::prelude::*;
+    /// #[workflow]
+    /// async fn report(ctx: &Ctx) -> u32 {
+    ///     let _: Option<u32> = ctx.wait_for_timeout("go", Duration::from_secs(60)).await;
+    ///     1
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// rt.start(report, "r-1", ()).await?;
+    /// rt.run_until_idle().await?;
+    /// rt.request_cancel_with("r-1", "not needed", Duration::from_secs(5), CancelChildren::Abandon)
+    ///     .await?;
+    /// rt.run_until_idle().await?;
+    /// assert_eq!(rt.status("r-1").await?, Status::Cancelled);
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_cancel_with(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: Duration,
+        children: CancelChildren,
+    ) -> Result<(), Error> {
+        let now = self.inner.env.clock.now();
+        let cascade = matches!(children, CancelChildren::Cascade);
+        let req = CancelRequest::new(reason, now, grace, cascade);
+        let store = &self.inner.env.store;
+        store.request_cancel(id, req.clone()).await?;
+        self.note_cancel_request(id, &req);
+        if cascade {
+            // Each descendant's request is durable on its own: a child
+            // that ended meanwhile is skipped, not an error.
+            let mut parents = vec![id.to_owned()];
+            while let Some(parent) = parents.pop() {
+                let children = self.runs(RunFilter::new().parent(&parent)).await?;
+                for child in children {
+                    if child.status.is_finished() {
+                        continue;
+                    }
+                    match store.request_cancel(&child.id, req.clone()).await {
+                        Ok(()) => self.note_cancel_request(&child.id, &req),
+                        Err(Error::CancelRefused { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                    parents.push(child.id);
+                }
+            }
+        }
+        self.inner.ensure_background();
+        Ok(())
+    }
+
+    /// Tells an execution of run `id` on this runtime about cancel request
+    /// `req` at once (another process's sees it at its next claim).
+    fn note_cancel_request(&self, id: &str, req: &CancelRequest) {
+        if let Some(run) = self.inner.active_run(id) {
+            crate::executor::note_cancel(&self.inner, &run, req);
+        }
     }
 
     /// Retries run `id` after a fix: a failed run (stopped by the runtime,
@@ -907,5 +1026,6 @@ pub(crate) fn run_info(r: RunRecord) -> RunInfo {
         updated_at: r.updated_at,
         latest_seq: r.latest_seq,
         parent: r.parent,
+        cancel_reason: r.cancel.map(|c| c.reason),
     }
 }

@@ -434,4 +434,9 @@ pub struct RunInfo {
     /// The run that spawned this one, for a child run (`ctx.spawn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The reason of a cancel requested of the run
+    /// ([`Runtime::request_cancel`](crate::Runtime::request_cancel)): pending
+    /// while the run cleans up, kept once it ended `Cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
 }

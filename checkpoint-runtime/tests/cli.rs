@@ -495,6 +495,39 @@ async fn cancel_cancels_a_run_and_leaves_finished_ones() {
     assert!(again.contains("already finished"), "{again}");
 }
 
+#[tokio::test]
+async fn cancel_with_a_reason_asks_the_run() {
+    let f = Fixture::new().await;
+    let out = f.ok(&[
+        "cancel",
+        "vendor-43",
+        "--reason",
+        "vendor withdrew",
+        "--grace",
+        "30s",
+    ]);
+    assert!(out.contains("asked to cancel (vendor withdrew)"), "{out}");
+    assert!(out.contains("30.000s"), "{out}");
+    let history = f.rt.history("vendor-43").await.unwrap();
+    assert!(
+        history.contains(&checkpoint_runtime::Event::CancelRequested {
+            reason: "vendor withdrew".into(),
+            grace_ms: 30_000,
+            cascade: true,
+        }),
+        "{history:?}"
+    );
+    let asked = f.json(&["cancel", "vendor-42", "--grace", "1s", "--abandon-children"]);
+    assert_eq!(asked["cancel_requested"], true);
+    assert_eq!(asked["children"], "abandon");
+    assert_eq!(asked["grace_ms"], 1000);
+    // --abandon-children goes with a request; a finished run refuses one.
+    f.fails(2, &["cancel", "vendor-42", "--now", "--reason", "x"]);
+    let refused = f.run(&["cancel", "tally-1", "--reason", "late"]);
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("completed"), "{}", refused.stderr);
+}
+
 #[workflow]
 async fn boom(ctx: &Ctx, n: u32) -> u32 {
     let doubled = n * 2;

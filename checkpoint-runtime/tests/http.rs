@@ -796,6 +796,39 @@ async fn a_signal_resumes_the_run_and_bad_ones_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_with_a_body_is_a_request_the_run_sees() {
+    let f = Fixture::new().await;
+    let body = r#"{"reason": "vendor withdrew", "grace_ms": 5000, "children": "abandon"}"#;
+    let a = f.post("/api/runs/vendor-42/cancel", Some(body), 200).await;
+    assert_eq!(a["cancel_requested"], true);
+    assert_eq!(a["reason"], "vendor withdrew");
+    assert_eq!(a["grace_ms"], 5000);
+    assert_eq!(a["children"], "abandon");
+    // Pending: the run still waits (no deadline), the request is shown.
+    let run = f.get("/api/runs/vendor-42").await;
+    assert_eq!(run["cancel_reason"], "vendor withdrew");
+    f.refused(
+        "POST",
+        "/api/runs/vendor-42/cancel",
+        Some(r#"{"children": "some"}"#),
+        400,
+        "invalid_body",
+    )
+    .await;
+    // A finished run refuses a request, naming its status.
+    let e = f
+        .refused(
+            "POST",
+            "/api/runs/tally-1/cancel",
+            Some(r#"{"reason": "late"}"#),
+            409,
+            "cancel_refused",
+        )
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("completed"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_retry_and_fork_refuse_what_does_not_apply() {
     let f = Fixture::new().await;
 

@@ -17,7 +17,7 @@ use crate::json::{
     run_json, status_json,
 };
 use crate::store::Suspend;
-use crate::{Error, RunFilter, Runtime, Status, StatusKind};
+use crate::{CancelChildren, Error, RunFilter, Runtime, Status, StatusKind};
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -463,14 +463,79 @@ pub(crate) async fn signal(
     ok(v)
 }
 
-/// `POST /api/runs/{id}/cancel`: cancels a run that has not finished (as
-/// `checkpoint cancel`); a finished one is left as it is (`"cancelled":
-/// false`).
+/// The optional body of `POST /api/runs/{id}/cancel`: a request the run
+/// sees (`Runtime::request_cancel_with`) instead of a cancel at once.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    reason: Option<String>,
+    grace_ms: Option<u64>,
+    children: Option<String>,
+}
+
+/// The grace period of a request that gives none.
+const DEFAULT_GRACE_MS: u64 = 30_000;
+
+/// `POST /api/runs/{id}/cancel`: without a body (or with `{}`), cancels a
+/// run that has not finished at once (as `checkpoint cancel`); a finished
+/// one is left as it is (`"cancelled": false`). With a body
+/// `{"reason": "..", "grace_ms": N, "children": "cascade" | "abandon"}`
+/// (each optional, one at least), asks the run to cancel (as
+/// `checkpoint cancel --reason`): 409 for a finished run.
 pub(crate) async fn cancel(
     State(rt): State<Runtime>,
     id: Result<Path<String>, PathRejection>,
+    request: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let id = path(id)?;
+    let request = body(request)?;
+    let asked = if request.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let b: CancelBody = serde_json::from_slice(&request).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_body",
+                format!(
+                    "the body must be `{{\"reason\": \"..\", \"grace_ms\": N, \
+                     \"children\": \"cascade\" | \"abandon\"}}` (each optional): {e}"
+                ),
+            )
+            .detail("run", id.as_str())
+        })?;
+        let children = match b.children.as_deref() {
+            None | Some("cascade") => CancelChildren::Cascade,
+            Some("abandon") => CancelChildren::Abandon,
+            Some(other) => {
+                return Err(ApiError::bad_request(
+                    "invalid_body",
+                    format!("`children` is `cascade` or `abandon`, not `{other}`"),
+                )
+                .detail("run", id.as_str()))
+            }
+        };
+        let any = b.reason.is_some() || b.grace_ms.is_some() || b.children.is_some();
+        any.then_some((b.reason, b.grace_ms, children))
+    };
+    if let Some((reason, grace_ms, children)) = asked {
+        let reason = reason.unwrap_or_else(|| "cancelled from the API".to_owned());
+        let grace_ms = grace_ms.unwrap_or(DEFAULT_GRACE_MS);
+        let grace = std::time::Duration::from_millis(grace_ms);
+        rt.request_cancel_with(&id, &reason, grace, children)
+            .await?;
+        let after = rt.status(&id).await?;
+        let children = match children {
+            CancelChildren::Abandon => "abandon",
+            _ => "cascade",
+        };
+        return ok(json!({
+            "run": id,
+            "cancel_requested": true,
+            "reason": reason,
+            "grace_ms": grace_ms,
+            "children": children,
+            "status": status_json(&after),
+        }));
+    }
     let before = rt.status(&id).await?;
     if before.is_finished() {
         return ok(json!({ "run": id, "cancelled": false, "status": status_json(&before) }));

@@ -55,6 +55,7 @@ pub(crate) fn status_of(e: &Error) -> StatusCode {
         }
         Error::AlreadyExists { .. }
         | Error::NotRetryable { .. }
+        | Error::CancelRefused { .. }
         | Error::RunEnded { .. }
         | Error::WorkflowMismatch { .. }
         | Error::Incompatible { .. }

@@ -84,7 +84,10 @@
 //! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body:
 //!   422 `unknown_signal` for a name no wait site of the run's workflow
 //!   takes, unless `?force=true` (see [`Runtime::force_signal`]).
-//! - `POST /api/runs/{id}/cancel`, `POST /api/runs/{id}/retry`.
+//! - `POST /api/runs/{id}/cancel`: at once without a body; with
+//!   `{"reason": "..", "grace_ms": N, "children": "cascade" | "abandon"}`
+//!   (each optional) a request the run sees ([`Runtime::request_cancel_with`]).
+//! - `POST /api/runs/{id}/retry`.
 //! - `POST /api/runs/{id}/fork` with `{"seq": N, "new_id": ".."}`: 201.
 //!
 //! ```

@@ -201,6 +201,23 @@ pub trait Store: Send + Sync + 'static {
     /// by this call. Records `Cancelled`.
     fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, Error>>;
 
+    /// Stores cancel request `req` on a run that is not finished
+    /// ([`rules::request_cancel`](super::rules::request_cancel)): records
+    /// `CancelRequested`, wakes it when it sleeps or waits with a deadline.
+    /// [`Error::CancelRefused`] for a finished run. A backend written before
+    /// this method existed refuses it.
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        req: super::CancelRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = req;
+        Box::pin(futures::future::ready(Err(Error::store(format!(
+            "this store ({}) cannot request a cancel of run `{id}`",
+            self.kind()
+        )))))
+    }
+
     /// Makes a failed or parked run runnable again from its latest
     /// checkpoint, as a new attempt, and records `Retried`;
     /// [`Error::NotRetryable`] for a run in another state. A backend

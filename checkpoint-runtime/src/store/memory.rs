@@ -13,8 +13,8 @@ use tokio::sync::watch;
 
 use super::rules;
 use super::{
-    CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
+    CancelRequest, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
+    Outcome, Release, RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -544,6 +544,17 @@ impl MemoryStore {
         Ok(true)
     }
 
+    fn do_request_cancel(&self, id: &str, req: CancelRequest) -> Result<(), Error> {
+        let mut st = self.lock();
+        let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
+        let now = SystemTime::now();
+        let change = rules::request_cancel(&mut e.rec, req, now)?;
+        Self::apply(&mut st, id, change, now);
+        drop(st);
+        self.bump();
+        Ok(())
+    }
+
     fn do_retry(&self, id: &str) -> Result<(), Error> {
         let mut st = self.lock();
         let e = st.runs.get_mut(id).ok_or_else(|| Error::unknown_run(id))?;
@@ -759,6 +770,14 @@ impl Store for MemoryStore {
 
     fn retry<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         ready(self.do_retry(id))
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        req: CancelRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_request_cancel(id, req))
     }
 
     fn put_signal<'a>(

@@ -68,6 +68,87 @@ pub struct RunRecord {
     pub version: u32,
     /// The run that spawned this one (`ctx.spawn`), for a child run.
     pub parent: Option<String>,
+    /// A pending cancel request ([`Runtime::request_cancel`](crate::Runtime::request_cancel)),
+    /// set by [`rules::request_cancel`](super::rules::request_cancel) and
+    /// never cleared: the run ends `Cancelled` once it is set.
+    pub cancel: Option<CancelRequest>,
+}
+
+/// A cancel request stored on a run (see [`RunRecord::cancel`]): the run's
+/// body reads `reason` ([`Ctx::cancel_requested`](crate::Ctx::cancel_requested)),
+/// its suspension sites with a deadline return at once, and once the
+/// runtime's clock passes `deadline` the run is cancelled hard, as
+/// [`Store::cancel`](super::Store::cancel) cancels it.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use checkpoint_runtime::store::CancelRequest;
+///
+/// let now = SystemTime::now();
+/// let req = CancelRequest::new("customer cancelled", now, Duration::from_secs(30), true);
+/// assert_eq!(req.deadline, now + Duration::from_secs(30));
+/// let json = req.to_json();
+/// assert_eq!(CancelRequest::from_json(&json).unwrap(), req);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CancelRequest {
+    /// Why, as the requester said.
+    pub reason: String,
+    /// When it was requested, on the requesting runtime's clock.
+    pub requested_at: SystemTime,
+    /// When the grace period ends (on the runtime's clock): past it the run
+    /// is cancelled hard.
+    pub deadline: SystemTime,
+    /// Whether the run's children are asked to cancel too
+    /// ([`CancelChildren::Cascade`](crate::CancelChildren::Cascade)), and
+    /// cancelled with it when it ends.
+    pub cascade: bool,
+}
+
+impl CancelRequest {
+    /// A request made at `now` with `grace` to clean up.
+    pub fn new(reason: impl Into<String>, now: SystemTime, grace: Duration, cascade: bool) -> Self {
+        CancelRequest {
+            reason: reason.into(),
+            requested_at: now,
+            deadline: now.checked_add(grace).unwrap_or(now),
+            cascade,
+        }
+    }
+
+    /// How the SQL backends store it: one JSON text column (times in
+    /// nanoseconds since the Unix epoch).
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "reason": self.reason,
+            "requested_at": nanos(self.requested_at),
+            "deadline": nanos(self.deadline),
+            "cascade": self.cascade,
+        })
+        .to_string()
+    }
+
+    /// Reads what [`CancelRequest::to_json`] wrote; `None` when it does not
+    /// read as one.
+    pub fn from_json(text: &str) -> Option<CancelRequest> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let at = |k: &str| {
+            let n = v.get(k)?.as_u64()?;
+            Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(n))
+        };
+        Some(CancelRequest {
+            reason: v.get("reason")?.as_str()?.to_owned(),
+            requested_at: at("requested_at")?,
+            deadline: at("deadline")?,
+            cascade: v.get("cascade")?.as_bool()?,
+        })
+    }
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl RunRecord {

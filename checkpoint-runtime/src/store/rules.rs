@@ -54,8 +54,8 @@ use std::time::SystemTime;
 use super::integrity::field_list;
 use super::records::UNREADABLE;
 use super::{
-    CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release, RunRecord,
-    RunState, SignalRecord, Wake, WakeValue,
+    CancelRequest, CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release,
+    RunRecord, RunState, SignalRecord, Wake, WakeValue,
 };
 use crate::history::Event;
 use crate::Error;
@@ -222,6 +222,7 @@ fn started_run(
         updated_at: now,
         version: 1,
         parent: None,
+        cancel: None,
     }
 }
 
@@ -423,9 +424,17 @@ pub fn check_next_seq(rec: &RunRecord, cp: &CheckpointRecord) -> Result<(), Erro
 /// `Sleeping` for a suspension site), resets the attempt counter to 1 and
 /// clears the wake value. The change records `CheckpointSaved` (the
 /// backend stores `cp` itself, in its own layout).
+///
+/// A run asked to cancel ([`RunRecord::cancel`]) does not wait out a
+/// deadline: a sleep or a wait with a deadline is due at once (the body
+/// sees the sleep end, the wait time out), and a wait without one is woken
+/// when the grace period ends, to be cancelled hard (see [`cancel_due`]).
 pub fn save_checkpoint(rec: &mut RunRecord, cp: &CheckpointRecord) -> Change {
     rec.latest_seq = cp.seq;
     rec.state = cp.state();
+    if let Some(req) = &rec.cancel {
+        cut_short(&mut rec.state, req);
+    }
     rec.attempt = 1;
     rec.wake = None;
     rec.updated_at = cp.created_at;
@@ -553,7 +562,16 @@ pub fn missing_checkpoint(run: &str, workflow: Option<&str>, seq: Option<u64>) -
 /// Finish and fail: the run ends with `outcome` (completed, possibly with an
 /// `Err` output, or failed by the runtime); its lease is cleared. The
 /// change records the `Completed` or `Failed` event, and the end.
+///
+/// A run asked to cancel ([`RunRecord::cancel`]) whose body returned (its
+/// cleanup done) ends `Cancelled` instead, its output discarded, as the
+/// request said; a failure of the runtime still ends it `Failed`.
 pub fn finish(rec: &mut RunRecord, outcome: Outcome, now: SystemTime) -> Change {
+    if rec.cancel.is_some() && matches!(outcome, Outcome::Completed { .. }) {
+        if let Some(change) = cancel(rec, now) {
+            return change;
+        }
+    }
     let freed_slot = rec.state != RunState::Held;
     let (state, event) = match outcome {
         Outcome::Completed { output, error } => {
@@ -655,8 +673,9 @@ pub fn retry(rec: &mut RunRecord, now: SystemTime) -> Result<Change, Error> {
 
 /// Cancel: a run that is not finished becomes `Cancelled`, its lease
 /// cleared, and so do its unfinished descendants (the backend applies
-/// [`Ended::cancels_descendants`] by cancelling each). Returns the change,
-/// or `None` (nothing changed) for a finished run.
+/// [`Ended::cancels_descendants`] by cancelling each), unless a cancel
+/// request of the run said to abandon them ([`CancelRequest::cascade`]).
+/// Returns the change, or `None` (nothing changed) for a finished run.
 pub fn cancel(rec: &mut RunRecord, now: SystemTime) -> Option<Change> {
     if rec.state.is_terminal() {
         return None;
@@ -668,10 +687,82 @@ pub fn cancel(rec: &mut RunRecord, now: SystemTime) -> Option<Change> {
     Some(Change {
         ended: Some(Ended {
             freed_slot,
-            cancels_descendants: true,
+            cancels_descendants: cascades(rec),
         }),
         ..Change::row_and(Some(Event::Cancelled))
     })
+}
+
+/// Whether the end of `rec` by a cancel cancels its descendants: always,
+/// unless its cancel request abandons them.
+fn cascades(rec: &RunRecord) -> bool {
+    rec.cancel.as_ref().is_none_or(|c| c.cascade)
+}
+
+/// Request a cancel: a run that is not finished records `req` (a second
+/// request keeps the first reason, the earlier deadline, and cascades if
+/// either does) and `CancelRequested`. A sleep, or a wait with a deadline,
+/// is due at once; a wait without one (a signal, a join) is woken when the
+/// grace period ends, to be cancelled hard then ([`cancel_due`]). A held
+/// child, which never ran, is cancelled at once (nothing to clean up).
+/// [`Error::CancelRefused`] naming the status for a finished run.
+pub fn request_cancel(
+    rec: &mut RunRecord,
+    req: CancelRequest,
+    now: SystemTime,
+) -> Result<Change, Error> {
+    if rec.state.is_terminal() {
+        return Err(Error::CancelRefused {
+            run: rec.id.clone(),
+            status: rec.status().to_string(),
+        });
+    }
+    let grace_ms = req
+        .deadline
+        .duration_since(req.requested_at)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let event = Event::CancelRequested {
+        reason: req.reason.clone(),
+        grace_ms,
+        cascade: req.cascade,
+    };
+    let merged = match rec.cancel.take() {
+        None => req,
+        Some(first) => CancelRequest {
+            deadline: first.deadline.min(req.deadline),
+            cascade: first.cascade || req.cascade,
+            ..first
+        },
+    };
+    cut_short(&mut rec.state, &merged);
+    rec.cancel = Some(merged);
+    rec.updated_at = now;
+    if is_held(rec) {
+        let mut change = cancel(rec, now).unwrap_or_default();
+        change.event = Some(event);
+        return Ok(change);
+    }
+    Ok(Change::row_and(Some(event)))
+}
+
+/// What a cancel request does to a suspended run's timer (see
+/// [`request_cancel`]).
+fn cut_short(state: &mut RunState, req: &CancelRequest) {
+    match state {
+        RunState::Sleeping { until } => *until = (*until).min(req.requested_at),
+        RunState::Waiting {
+            deadline: Some(d), ..
+        } => *d = (*d).min(req.requested_at),
+        RunState::Waiting { deadline, .. } => *deadline = Some(req.deadline),
+        _ => {}
+    }
+}
+
+/// Whether `rec`'s grace period has ended at `clock_now` (the runtime's
+/// clock): a run asked to cancel whose deadline passed is cancelled hard
+/// ([`cancel`]) by whichever worker notices, instead of executing.
+pub fn cancel_due(rec: &RunRecord, clock_now: SystemTime) -> bool {
+    !rec.state.is_terminal() && rec.cancel.as_ref().is_some_and(|c| c.deadline <= clock_now)
 }
 
 /// How a suspended run's state reads in its `Suspended` history event.

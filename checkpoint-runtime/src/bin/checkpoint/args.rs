@@ -97,10 +97,30 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Cancel a run.
+    /// Cancel a run: at once (the default, or --now), or by asking it to
+    /// (--reason, --grace): the workflow sees the request
+    /// (`ctx.cancel_requested()`), its sleeps and timed waits return at
+    /// once so it can clean up, and it ends cancelled; past the grace
+    /// period it is cancelled at once.
     Cancel {
         /// The run id.
         id: String,
+        /// Ask the run to cancel, with this reason (the workflow reads it).
+        #[arg(long, value_name = "TEXT", conflicts_with = "now")]
+        reason: Option<String>,
+        /// Ask the run to cancel, giving it this long to clean up before it
+        /// is cancelled at once (`500ms`, `30s`, `5m`; 30s by default with
+        /// --reason).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "now")]
+        grace: Option<Duration>,
+        /// With a request: leave the run's children running (by default
+        /// they are asked to cancel too).
+        #[arg(long, conflicts_with = "now")]
+        abandon_children: bool,
+        /// Cancel at once, where the run stands (the default without
+        /// --reason and --grace): its children are cancelled too.
+        #[arg(long)]
+        now: bool,
     },
     /// Retry a failed or parked run from its latest checkpoint (after a fix).
     Retry {
@@ -159,8 +179,21 @@ pub enum Command {
 /// The shortest `watch --interval`: polling faster only loads the store.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Parses `250ms`, `2s`, `1.5s`, `1m`, or a bare number of seconds.
+/// Parses `250ms`, `2s`, `1.5s`, `1m`, or a bare number of seconds, at
+/// least 10ms.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "`{}` is below the shortest interval, 10ms",
+            s.trim()
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `250ms`, `2s`, `1.5s`, `1m`, or a bare number of seconds (0 too).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
         Some(i) => s.split_at(i),
@@ -175,12 +208,7 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
         "m" | "min" => 60.0,
         other => return Err(format!("unknown unit `{other}` in `{s}` (use ms, s or m)")),
     };
-    let d =
-        Duration::try_from_secs_f64(value * scale).map_err(|_| format!("`{s}` is out of range"))?;
-    if d < MIN_INTERVAL {
-        return Err(format!("`{s}` is below the shortest interval, 10ms"));
-    }
-    Ok(d)
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("`{s}` is out of range"))
 }
 
 /// A run status, for `runs --status`.

@@ -173,7 +173,28 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
             payload,
             force,
         } => signal(rt, &id, &name, &payload, force).await,
-        Command::Cancel { id } => cancel(rt, &id).await,
+        Command::Cancel {
+            id,
+            reason,
+            grace,
+            abandon_children,
+            now,
+        } => {
+            if now || (reason.is_none() && grace.is_none()) {
+                if abandon_children {
+                    return Err(CliError::new(
+                        "usage",
+                        "--abandon-children goes with a request (--reason, --grace): \
+                         a cancel at once cancels the run's children too",
+                    ));
+                }
+                cancel(rt, &id).await
+            } else {
+                let reason = reason.unwrap_or_else(|| "cancelled from the command line".into());
+                let grace = grace.unwrap_or(DEFAULT_GRACE);
+                request_cancel(rt, &id, &reason, grace, abandon_children).await
+            }
+        }
         Command::Retry { id } => retry(rt, &id).await,
         Command::Fork { id, seq, new_id } => fork(rt, &id, seq, &new_id).await,
         Command::Gc => gc(rt).await,
@@ -597,6 +618,45 @@ async fn cancel(rt: &Runtime, id: &str) -> Result<Output, CliError> {
     Ok(Output {
         text,
         json: json!({ "run": id, "cancelled": cancelled, "status": status_json(&after) }),
+    })
+}
+
+/// The grace period of `cancel --reason` without `--grace`.
+const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn request_cancel(
+    rt: &Runtime,
+    id: &str,
+    reason: &str,
+    grace: std::time::Duration,
+    abandon_children: bool,
+) -> Result<Output, CliError> {
+    let children = if abandon_children {
+        checkpoint_runtime::CancelChildren::Abandon
+    } else {
+        checkpoint_runtime::CancelChildren::Cascade
+    };
+    rt.request_cancel_with(id, reason, grace, children).await?;
+    let after = rt.status(id).await?;
+    let kids = if abandon_children {
+        "its children keep running"
+    } else {
+        "its children are asked too"
+    };
+    Ok(Output {
+        text: format!(
+            "run `{id}` asked to cancel ({reason}); it has {:.3}s to clean up, {kids} ({})\n",
+            grace.as_secs_f64(),
+            status_text(&after)
+        ),
+        json: json!({
+            "run": id,
+            "cancel_requested": true,
+            "reason": reason,
+            "grace_ms": u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            "children": if abandon_children { "abandon" } else { "cascade" },
+            "status": status_json(&after),
+        }),
     })
 }
 

@@ -441,6 +441,39 @@ function actionsSection(run, checkpoints) {
       showRun(run.id);
     }
   });
+  // Ask to cancel: the workflow sees the request, cleans up, and ends
+  // cancelled; past the grace period it is cancelled at once.
+  const reason = el("input", { id: "cancel-reason", name: "reason", value: "cancelled from the page", size: 28 });
+  const grace = el("input", { id: "cancel-grace", name: "grace", type: "number", min: "0", step: "1", value: "30", size: 5 });
+  const abandon = el("input", { id: "cancel-abandon", name: "abandon", type: "checkbox" });
+  const ask = el("button", { type: "submit", id: "request-cancel", class: "danger", disabled: !run.actions.cancel, text: "Ask to cancel" });
+  const askForm = el("form", { id: "request-cancel-form", class: "inline" },
+    el("label", {}, "Reason ", reason),
+    el("label", {}, " grace (s) ", grace),
+    el("label", {}, " ", abandon, " leave its children running"),
+    ask);
+  askForm.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    if (ask.dataset.armed !== "yes") {
+      ask.dataset.armed = "yes";
+      ask.textContent = "Really ask to cancel?";
+      return;
+    }
+    const seconds = Number(grace.value);
+    if (!Number.isFinite(seconds) || seconds < 0) {
+      setResult(result, "The grace period is a number of seconds, 0 or more.", false);
+      return;
+    }
+    const a = await act("Ask to cancel", "/cancel", { json: {
+      reason: reason.value,
+      grace_ms: Math.round(seconds * 1000),
+      children: abandon.checked ? "abandon" : "cascade",
+    } });
+    if (a) {
+      flash("Run `" + run.id + "` asked to cancel (" + a.reason + "); it has " + (a.grace_ms / 1000) + "s to clean up.");
+      showRun(run.id, { follow: true });
+    }
+  });
   const retry = el("button", { type: "button", id: "retry", disabled: !run.actions.retry, text: "Retry" });
   retry.addEventListener("click", async () => {
     const a = await act("Retry", "/retry");
@@ -464,7 +497,10 @@ function actionsSection(run, checkpoints) {
       location.hash = "#" + runRoute(a.run);
     }
   });
-  return section("Actions", "actions", el("div", { class: "buttons" }, cancel, retry), fork, result);
+  const pending = run.cancel_reason
+    ? el("p", { id: "cancel-pending", text: "Cancel requested: " + run.cancel_reason })
+    : null;
+  return section("Actions", "actions", pending, el("div", { class: "buttons" }, cancel, retry), askForm, fork, result);
 }
 
 function treeSection(run) {

@@ -39,11 +39,13 @@ use crate::history::Event;
 use crate::status::{RunFilter, Status, StatusKind};
 use crate::Error;
 
+mod cancel;
 mod children;
 mod ends;
 mod leases;
 mod signals;
 
+pub use cancel::*;
 pub use children::*;
 pub use ends::*;
 pub use leases::*;
@@ -126,6 +128,10 @@ macro_rules! conformance_tests {
                 signal_sites_accumulate_per_workflow,
                 runs_are_listed_in_pages_either_way,
                 runs_are_counted_by_status,
+                a_cancel_request_wakes_a_sleeping_run_and_ends_it_cancelled,
+                a_cancel_request_times_out_a_wait_and_ends_with_its_grace,
+                a_cancel_request_to_a_finished_run_is_refused,
+                a_hard_cancel_after_a_request_cascades_or_abandons,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -269,6 +275,22 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
         runs_are_listed_in_pages_either_way,
     ),
     ("runs_are_counted_by_status", runs_are_counted_by_status),
+    (
+        "a_cancel_request_wakes_a_sleeping_run_and_ends_it_cancelled",
+        a_cancel_request_wakes_a_sleeping_run_and_ends_it_cancelled,
+    ),
+    (
+        "a_cancel_request_times_out_a_wait_and_ends_with_its_grace",
+        a_cancel_request_times_out_a_wait_and_ends_with_its_grace,
+    ),
+    (
+        "a_cancel_request_to_a_finished_run_is_refused",
+        a_cancel_request_to_a_finished_run_is_refused,
+    ),
+    (
+        "a_hard_cancel_after_a_request_cascades_or_abandons",
+        a_hard_cancel_after_a_request_cascades_or_abandons,
+    ),
 ];
 
 /// Every conformance test on a [`Fixture`], by name.

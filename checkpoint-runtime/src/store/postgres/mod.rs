@@ -602,6 +602,14 @@ impl Store for PostgresStore {
         Box::pin(self.do_retry(id))
     }
 
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        req: crate::store::CancelRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.do_request_cancel(id, req))
+    }
+
     fn put_signal<'a>(
         &'a self,
         id: &'a str,

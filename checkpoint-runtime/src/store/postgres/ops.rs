@@ -264,6 +264,37 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// `rules::request_cancel` on the locked row, and the request itself in
+    /// its column (the one write of it: no other write touches
+    /// `cancel_request`).
+    pub(super) async fn do_request_cancel(
+        &self,
+        id: &str,
+        req: crate::store::CancelRequest,
+    ) -> Result<(), Error> {
+        let mut conn = self.pool.get().await?;
+        let mut cx = conn.begin().await?;
+        let mut rec = lock_run(&mut cx, id)
+            .await?
+            .ok_or_else(|| Error::unknown_run(id))?;
+        let now = SystemTime::now();
+        let change = rules::request_cancel(&mut rec, req, now)?;
+        let text = rec
+            .cancel
+            .as_ref()
+            .map(crate::store::CancelRequest::to_json);
+        cx.execute(
+            "UPDATE cp_runs SET cancel_request = $2 WHERE id = $1",
+            &[&id, &text],
+        )
+        .await?;
+        apply(&mut cx, Row::Update(&rec), change, now).await?;
+        notify::notify(&mut cx, &self.schema).await?;
+        cx.commit().await?;
+        self.bump();
+        Ok(())
+    }
+
     /// The run's row is locked against an end that would otherwise come
     /// between the rule's check and the signal's insert.
     pub(super) async fn do_put_signal(

@@ -257,8 +257,14 @@ const V11: &str = "CREATE TABLE IF NOT EXISTS cp_signal_sites ( \
                        payload_schema text NOT NULL, \
                        PRIMARY KEY (workflow, signal, payload_schema));";
 
+/// Version 12: a run's pending cancel request (`Runtime::request_cancel`),
+/// as JSON (`CancelRequest::to_json`); NULL when none was made. The fused
+/// saves and ends leave a run that has one to the fenced transaction,
+/// whose rules read it.
+const V12: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS cancel_request text;";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

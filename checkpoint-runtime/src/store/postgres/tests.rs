@@ -1516,6 +1516,7 @@ const AS_VERSION_9: &str = "\
       ALTER COLUMN field_names SET NOT NULL, ALTER COLUMN field_types SET NOT NULL, \
       ALTER COLUMN field_offsets SET NOT NULL, ALTER COLUMN field_lens SET NOT NULL, \
       ALTER COLUMN field_schemas SET NOT NULL; \
+    ALTER TABLE cp_runs DROP COLUMN cancel_request; \
     UPDATE cp_schema_version SET version = 9;";
 
 #[test]
@@ -1600,6 +1601,7 @@ fn rows_written_before_checksums_still_load() {
          ALTER TABLE cp_runs DROP COLUMN version; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
          ALTER TABLE cp_runs DROP COLUMN join_pending; \
+         ALTER TABLE cp_runs DROP COLUMN IF EXISTS cancel_request; \
          UPDATE cp_schema_version SET version = 1",
     );
     let other = db.other();
@@ -2510,6 +2512,7 @@ fn version_3_tables_lose_their_foreign_keys_and_keep_their_rows() {
            REFERENCES cp_runs (id) ON DELETE CASCADE; \
          DROP TABLE cp_joins; ALTER TABLE cp_runs DROP COLUMN parent; \
          ALTER TABLE cp_runs DROP COLUMN join_pending; \
+         ALTER TABLE cp_runs DROP COLUMN IF EXISTS cancel_request; \
          DROP INDEX cp_runs_queued, cp_runs_expiring, cp_runs_holder, cp_runs_due, cp_runs_held; \
          CREATE INDEX cp_runs_active ON cp_runs (ord) WHERE state < 3; \
          UPDATE cp_schema_version SET version = 3",

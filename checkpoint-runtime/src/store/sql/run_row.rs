@@ -6,7 +6,7 @@
 
 use super::{from_ts, to_i64, to_u64, ts, Corrupt};
 use crate::status::StatusKind;
-use crate::store::{LeaseInfo, RunRecord, RunState, Wake, WakeValue};
+use crate::store::{CancelRequest, LeaseInfo, RunRecord, RunState, Wake, WakeValue};
 use crate::Error;
 
 /// A state code as an SQL literal, for the statements the SQL backends
@@ -226,6 +226,9 @@ pub(crate) struct RunRow {
     pub version: i64,
     /// Written once, with the run; read where a backend needs it.
     pub parent: Option<String>,
+    /// The cancel request, as [`CancelRequest::to_json`] writes it; written
+    /// only by a request (see `rules::request_cancel`).
+    pub cancel: Option<String>,
 }
 
 impl RunRow {
@@ -304,6 +307,14 @@ impl RunRow {
                 },
             }),
         };
+        let cancel = match self.cancel {
+            None => None,
+            Some(text) => Some(CancelRequest::from_json(&text).ok_or_else(|| {
+                Corrupt(format!(
+                    "run `{id}` has a cancel request that does not read: {text}"
+                ))
+            })?),
+        };
         Ok(RunRecord {
             id,
             workflow: self.workflow,
@@ -318,6 +329,7 @@ impl RunRow {
             updated_at: from_ts(self.updated_at),
             version: u32::try_from(self.version).unwrap_or(1).max(1),
             parent: self.parent,
+            cancel,
         })
     }
 }

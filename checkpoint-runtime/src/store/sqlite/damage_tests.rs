@@ -239,6 +239,7 @@ fn rows_written_before_checksums_still_load() {
              ALTER TABLE runs DROP COLUMN version; \
              DROP TABLE joins; DROP INDEX runs_parent; ALTER TABLE runs DROP COLUMN parent; \
              ALTER TABLE runs DROP COLUMN join_pending; \
+             ALTER TABLE runs DROP COLUMN cancel_request; \
              PRAGMA user_version = 1",
         )
         .unwrap();

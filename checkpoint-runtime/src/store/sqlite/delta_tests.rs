@@ -469,6 +469,7 @@ fn a_version_3_file_opens_and_its_fields_start_appending() {
              CREATE INDEX runs_active ON runs (ord) WHERE state < 3; \
              DROP TABLE segments; DROP TABLE signal_sites; DROP TABLE joins; DROP INDEX runs_parent; \
              ALTER TABLE runs DROP COLUMN parent; ALTER TABLE runs DROP COLUMN join_pending; \
+             ALTER TABLE runs DROP COLUMN cancel_request; \
              PRAGMA user_version = 3",
         )
         .unwrap();

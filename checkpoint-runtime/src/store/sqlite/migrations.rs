@@ -42,7 +42,7 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// to version `i + 1`. The current version is `MIGRATIONS.len()`. To change
 /// the schema, append a function; never edit one that has shipped.
 pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
-    migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7,
+    migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -256,6 +256,12 @@ pub(super) fn migrate_v7(conn: &Connection) -> rusqlite::Result<()> {
              PRIMARY KEY (workflow, signal, payload_schema)\
          ) WITHOUT ROWID;",
     )
+}
+
+/// Version 8: a run's pending cancel request (`Runtime::request_cancel`),
+/// as JSON (`CancelRequest::to_json`); NULL when none was made.
+pub(super) fn migrate_v8(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE runs ADD COLUMN cancel_request TEXT;")
 }
 
 /// Sets the writer connection's pragmas (WAL, `synchronous=FULL`, ...) and

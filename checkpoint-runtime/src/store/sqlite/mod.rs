@@ -570,6 +570,15 @@ impl Store for SqliteStore {
         self.write(move |cx| op_retry(cx, &id))
     }
 
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        req: crate::store::CancelRequest,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let id = id.to_owned();
+        self.write(move |cx| ops::op_request_cancel(cx, &id, req.clone()))
+    }
+
     fn put_signal<'a>(
         &'a self,
         id: &'a str,

@@ -24,7 +24,8 @@ use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::{from_ts, to_i64, ts_after};
 use crate::store::{
-    CheckpointRecord, Created, Lease, NewRun, Outcome, Release, SignalRecord, Suspend,
+    CancelRequest, CheckpointRecord, Created, Lease, NewRun, Outcome, Release, SignalRecord,
+    Suspend,
 };
 use crate::Error;
 
@@ -210,6 +211,28 @@ pub(super) fn op_cancel(cx: &mut TxnCtx<'_>, id: &str) -> R<bool> {
     };
     apply(cx, Target::Run(h), change, now)?;
     Ok(true)
+}
+
+/// `rules::request_cancel`, and the request itself in its column (the one
+/// write of it: no other write touches `cancel_request`).
+pub(super) fn op_request_cancel(cx: &mut TxnCtx<'_>, id: &str, req: CancelRequest) -> R<()> {
+    let mut h = cx.head(id)?;
+    let now = SystemTime::now();
+    let change = match rules::request_cancel(&mut h.rec, req, now) {
+        Ok(change) => change,
+        Err(e) => {
+            cx.put(Arc::from(id), h);
+            return Err(e.into());
+        }
+    };
+    cx.begin()?;
+    let text = h.rec.cancel.as_ref().map(CancelRequest::to_json);
+    cx.conn
+        .prepare_cached("UPDATE runs SET cancel_request = ?2 WHERE ord = ?1")?
+        .execute(rusqlite::params![h.ord, text])?;
+    apply(cx, Target::Run(h), change, now)?;
+    cx.bump = true;
+    Ok(())
 }
 
 pub(super) fn op_retry(cx: &mut TxnCtx<'_>, id: &str) -> R<()> {

@@ -16,7 +16,8 @@ use crate::Error;
 pub(super) const RUN_COLS: &str =
     "r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, \
      r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
-     r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version";
+     r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, \
+     r.cancel_request";
 
 /// A run row with its input and its latest checkpoint's `seq` and
 /// `created_at`.
@@ -24,7 +25,7 @@ pub(super) const RUN_SELECT: &str =
     "SELECT r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, \
      r.error, r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
      r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, \
-     r.input, c.seq, c.created_at, r.parent \
+     r.cancel_request, r.input, c.seq, c.created_at, r.parent \
      FROM runs r LEFT JOIN heads h ON h.run = r.ord LEFT JOIN checkpoints c ON c.id = h.latest";
 
 /// A run row as read: the shared columns ([`RunRow`]), its key, and when
@@ -77,6 +78,7 @@ impl RawRun {
                 updated_at: num(17),
                 version: opt::<i64>(r, 18).unwrap_or(1),
                 parent: None,
+                cancel: None,
             },
             latest_at: None,
         }
@@ -107,6 +109,7 @@ impl RawRun {
                 updated_at: r.get(17)?,
                 version: r.get(18)?,
                 parent: None,
+                cancel: r.get(19)?,
             },
             latest_at: None,
         })
@@ -116,13 +119,13 @@ impl RawRun {
     pub(super) fn from_full_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         let mut raw = RawRun::from_row(r)?;
         let failed = raw.row.state == FAILED;
-        match r.get(19) {
+        match r.get(20) {
             Ok(input) => raw.row.input = input,
             Err(_) if failed => {}
             Err(e) => return Err(e),
         }
-        raw.set_latest(r.get(20)?, r.get(21)?);
-        raw.row.parent = r.get(22).unwrap_or(None);
+        raw.set_latest(r.get(21)?, r.get(22)?);
+        raw.row.parent = r.get(23).unwrap_or(None);
         Ok(raw)
     }
 

@@ -20,6 +20,9 @@
 /// as an SQL condition on the columns of `cp_runs` (prefixed by `$p`,
 /// e.g. `"cp_runs."`): a fused write that keeps every other column only
 /// writes a row the generic path would load and write back unchanged.
+/// A run asked to cancel (`cancel_request`) is left to the generic path
+/// too: its rules read the request (a save cuts a sleep short, an end
+/// becomes a cancel), which a rule applied to a blank record cannot.
 macro_rules! decodable {
     ($p:literal) => {
         concat!(
@@ -39,7 +42,9 @@ macro_rules! decodable {
             $crate::store::sql::run_row::state_sql!(SLEEPING),
             " AND ",
             $p,
-            "due IS NOT NULL))"
+            "due IS NOT NULL)) AND ",
+            $p,
+            "cancel_request IS NULL"
         )
     };
 }

@@ -20,14 +20,15 @@ macro_rules! run_cols {
     () => {
         "r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, r.lease_worker, \
          r.lease_instance, r.lease_expires, r.epoch, r.attempt, r.latest_seq, r.wake_seq, \
-         r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, r.parent"
+         r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, r.parent, \
+         r.cancel_request"
     };
 }
 pub(in crate::store::postgres) use run_cols;
 
 /// How many columns [`run_cols`] has; the input (or an empty `bytea` in its
 /// place) follows them.
-pub(in crate::store::postgres) const RUN_COLS: usize = 20;
+pub(in crate::store::postgres) const RUN_COLS: usize = 21;
 
 /// A run row (the [`run_cols`] columns and the input) as a record.
 pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
@@ -53,6 +54,7 @@ pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Err
         version: i64::from(get::<i32>(row, 18)?),
         input: get(row, RUN_COLS)?,
         parent: get(row, 19)?,
+        cancel: get(row, 20)?,
     }
     .into_record()
     .map_err(corrupt)

@@ -1,0 +1,446 @@
+//! Cancellation a workflow sees (`Runtime::request_cancel`,
+//! `Ctx::cancel_requested`, `CancelChildren`): the body cleans up and the
+//! run ends cancelled with the reason; sleeps and timed waits return at
+//! once; past the grace period the run is cancelled hard; children are
+//! asked too or abandoned; a finished run refuses the request; and a cancel
+//! requested by this process reaches a run executing in another one. Each
+//! runs on the in-memory store, on SQLite and on PostgreSQL (with
+//! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use checkpoint_runtime::prelude::*;
+use checkpoint_runtime::testing::SideEffects;
+
+mod common;
+use common::pg::Schema;
+use common::TempDir;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-cancel-worker");
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A saga: books, waits an hour for payment, compensates when asked to
+/// cancel.
+#[workflow]
+async fn booking(ctx: &Ctx, who: String) -> String {
+    #[transient]
+    let fx = ctx.resource::<SideEffects>();
+    fx.record(format!("book hotel for {who}"));
+    checkpoint!("hotel");
+    let paid: Option<bool> = ctx.wait_for_timeout("paid", HOUR).await;
+    if let Some(reason) = ctx.cancel_requested() {
+        fx.record(format!("release hotel: {reason}"));
+        // A sleep after the request returns at once too.
+        ctx.sleep(HOUR).await;
+        fx.record("notified");
+        return "compensated".to_owned();
+    }
+    fx.record(format!("confirm (paid {paid:?})"));
+    "confirmed".to_owned()
+}
+
+/// Sleeps a day, then looks.
+#[workflow]
+async fn napper(ctx: &Ctx) -> Option<String> {
+    ctx.sleep(Duration::from_secs(86_400)).await;
+    ctx.cancel_requested()
+}
+
+/// Waits for a signal without a deadline: only the grace period ends it.
+#[workflow]
+async fn stubborn(ctx: &Ctx) -> u32 {
+    let n: u32 = ctx.wait_for("go").await;
+    ctx.resource::<SideEffects>().record("stubborn went on");
+    n
+}
+
+/// Keeps working without ever suspending: only the grace period stops it.
+#[workflow]
+async fn busy(ctx: &Ctx) -> u32 {
+    let mut laps = 0u32;
+    for _ in 0..100_000u32 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        laps += 1;
+        checkpoint!("lap");
+    }
+    laps
+}
+
+/// A child that waits an hour, and says when it was asked to cancel.
+#[workflow]
+async fn leg(ctx: &Ctx, name: String) -> String {
+    let _: Option<u32> = ctx.wait_for_timeout("done", HOUR).await;
+    if let Some(reason) = ctx.cancel_requested() {
+        ctx.resource::<SideEffects>()
+            .record(format!("{name} cleaned up: {reason}"));
+    }
+    name
+}
+
+/// A parent joining one child.
+#[workflow]
+async fn journey(ctx: &Ctx) -> String {
+    let child = ctx.spawn(leg, "leg", "train".to_owned()).await;
+    let out: Result<String, ChildError> = ctx.join(child).await;
+    match out {
+        Ok(name) => name,
+        Err(e) => format!("no leg: {e}"),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+struct Opened {
+    rt: Runtime,
+    url: Option<String>,
+    _dir: Option<TempDir>,
+    _schema: Option<Schema>,
+}
+
+impl std::ops::Deref for Opened {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+async fn open(backend: Backend, fx: &SideEffects) -> Opened {
+    let builder = Runtime::builder().resource(fx.clone());
+    match backend {
+        Backend::Memory => Opened {
+            rt: builder.in_memory(),
+            url: None,
+            _dir: None,
+            _schema: None,
+        },
+        Backend::Sqlite => {
+            let dir = TempDir::new("cancel");
+            let url = dir.db();
+            Opened {
+                rt: builder.open(&url).await.unwrap(),
+                url: Some(url),
+                _dir: Some(dir),
+                _schema: None,
+            }
+        }
+        Backend::Postgres => {
+            let schema = Schema::new("cancel", "cp_cancel")
+                .expect("CHECKPOINT_TEST_POSTGRES_URL is set when these tests are built");
+            let url = schema.url();
+            Opened {
+                rt: builder.open(&url).await.unwrap(),
+                url: Some(url),
+                _dir: None,
+                _schema: Some(schema),
+            }
+        }
+    }
+}
+
+/// A test function `$name(backend)` run once per store.
+macro_rules! each_store {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(checkpoint_test_postgres),
+                    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+                )]
+                async fn $name() { super::$name(super::Backend::Postgres).await }
+            )*
+        }
+    };
+}
+
+each_store!(
+    the_body_cleans_up_and_the_run_ends_cancelled_with_the_reason,
+    a_sleep_returns_at_once,
+    past_the_grace_period_a_waiting_run_is_cancelled_hard,
+    past_the_grace_period_a_busy_run_is_stopped,
+    cascade_asks_the_children_and_abandon_leaves_them,
+    a_request_to_a_finished_run_is_refused_naming_its_status,
+);
+
+mod across_processes {
+    #[tokio::test]
+    async fn sqlite() {
+        super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(checkpoint_test_postgres),
+        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+    )]
+    async fn postgres() {
+        super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Postgres)
+            .await
+    }
+}
+
+async fn info(rt: &Runtime, id: &str) -> RunInfo {
+    rt.runs(RunFilter::new().id_prefix(id))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.id == id)
+        .expect("the run is listed")
+}
+
+async fn the_body_cleans_up_and_the_run_ends_cancelled_with_the_reason(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    let h = rt.start(booking, "trip-1", "ada".to_owned()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    assert!(matches!(h.status().await.unwrap(), Status::Waiting { .. }));
+    let asked = Instant::now();
+    rt.request_cancel("trip-1", "customer cancelled", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        info(&rt, "trip-1").await.cancel_reason.as_deref(),
+        Some("customer cancelled"),
+        "the pending request is visible"
+    );
+    rt.run_until_idle().await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the hour-long wait and sleep returned at once"
+    );
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    assert!(matches!(h.result().await, Err(Error::Cancelled { .. })));
+    assert_eq!(
+        fx.all(),
+        [
+            "book hotel for ada",
+            "release hotel: customer cancelled",
+            "notified"
+        ]
+    );
+    assert_eq!(
+        info(&rt, "trip-1").await.cancel_reason.as_deref(),
+        Some("customer cancelled")
+    );
+    let history = rt.history("trip-1").await.unwrap();
+    assert!(
+        history.contains(&Event::CancelRequested {
+            reason: "customer cancelled".into(),
+            grace_ms: 30_000,
+            cascade: true,
+        }),
+        "{history:?}"
+    );
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+    assert!(!history.contains(&Event::Completed), "{history:?}");
+}
+
+async fn a_sleep_returns_at_once(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    let h = rt.start(napper, "nap-1", ()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    assert!(matches!(h.status().await.unwrap(), Status::Sleeping { .. }));
+    rt.request_cancel("nap-1", "wake up", Duration::from_secs(30))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rt.run_until_idle())
+        .await
+        .expect("the day-long sleep returns at once")
+        .unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+}
+
+async fn past_the_grace_period_a_waiting_run_is_cancelled_hard(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    let h = rt.start(stubborn, "st-1", ()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.request_cancel("st-1", "too slow", Duration::from_millis(300))
+        .await
+        .unwrap();
+    rt.run_until_idle().await.unwrap();
+    // A wait without a deadline does not return: the run waits out its grace.
+    assert!(
+        matches!(h.status().await.unwrap(), Status::Waiting { .. }),
+        "{:?}",
+        h.status().await
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    rt.run_until_idle().await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    assert_eq!(fx.count("stubborn went on"), 0, "cancelled where it stood");
+    let history = rt.history("st-1").await.unwrap();
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+}
+
+async fn past_the_grace_period_a_busy_run_is_stopped(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    let h = rt.start(busy, "busy-1", ()).await.unwrap();
+    let worker = {
+        let rt = rt.rt.clone();
+        tokio::spawn(async move { rt.run_worker().await })
+    };
+    let began = Instant::now();
+    while !matches!(h.status().await.unwrap(), Status::Running) {
+        assert!(began.elapsed() < Duration::from_secs(10), "never ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.request_cancel("busy-1", "enough", Duration::from_millis(200))
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    while h.status().await.unwrap() != Status::Cancelled {
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "not cancelled after its grace: {:?}",
+            h.status().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(asked.elapsed() >= Duration::from_millis(150));
+    rt.shutdown();
+    let _ = worker.await;
+}
+
+async fn cascade_asks_the_children_and_abandon_leaves_them(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    rt.register(leg);
+    // Cascade: the child is asked too, cleans up, and the parent's join
+    // returns its end.
+    let h = rt.start(journey, "j-1", ()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Joining);
+    rt.request_cancel_with("j-1", "trip off", HOUR, CancelChildren::Cascade)
+        .await
+        .unwrap();
+    assert_eq!(
+        info(&rt, "j-1/leg").await.cancel_reason.as_deref(),
+        Some("trip off")
+    );
+    rt.run_until_idle().await.unwrap();
+    assert_eq!(fx.count("train cleaned up: trip off"), 1);
+    assert_eq!(rt.status("j-1/leg").await.unwrap(), Status::Cancelled);
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+
+    // Abandon: the child is not asked, and keeps waiting after the parent
+    // is cancelled hard at the end of its grace.
+    let h = rt.start(journey, "j-2", ()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.request_cancel_with(
+        "j-2",
+        "parent only",
+        Duration::from_millis(200),
+        CancelChildren::Abandon,
+    )
+    .await
+    .unwrap();
+    assert_eq!(info(&rt, "j-2/leg").await.cancel_reason, None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rt.run_until_idle().await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Cancelled);
+    assert!(
+        matches!(rt.status("j-2/leg").await.unwrap(), Status::Waiting { .. }),
+        "{:?}",
+        rt.status("j-2/leg").await
+    );
+    // It still finishes on its own.
+    rt.signal("j-2/leg", "done", &1u32).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    assert_eq!(rt.status("j-2/leg").await.unwrap(), Status::Completed);
+}
+
+async fn a_request_to_a_finished_run_is_refused_naming_its_status(backend: Backend) {
+    let fx = SideEffects::new();
+    let rt = open(backend, &fx).await;
+    let h = rt.start(booking, "trip-9", "bo".to_owned()).await.unwrap();
+    rt.run_until_idle().await.unwrap();
+    rt.signal("trip-9", "paid", &true).await.unwrap();
+    assert_eq!(h.result().await.unwrap(), "confirmed");
+    let err = rt
+        .request_cancel("trip-9", "too late", Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::CancelRefused { run, status } if run == "trip-9" && status == "completed"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("completed"), "{err}");
+    let err = rt
+        .request_cancel("nope", "x", Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownRun { .. }), "{err:?}");
+}
+
+async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backend) {
+    let fx = SideEffects::new();
+    let here = open(backend, &fx).await;
+    let url = here.url.clone().expect("a store other processes open");
+    let dir = TempDir::new("cancel-log");
+    let log = dir.log();
+    let mut child = Command::new(WORKER)
+        .args(["--db", &url, "--id", "trip-x", "--log"])
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the worker starts");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("a line from the worker")
+    };
+    assert_eq!(next(), "WAITING");
+    // This process asks; the run executes in the other one.
+    here.request_cancel("trip-x", "card declined", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let ended = next();
+    let status = child.wait().expect("the worker exits");
+    assert!(status.success(), "{status:?}: {ended}");
+    assert_eq!(ended, "ENDED cancelled");
+    let effects = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        effects.lines().collect::<Vec<_>>(),
+        [
+            "booked hotel for ada",
+            "booked flight for ada",
+            "cancelled flight (card declined)",
+            "cancelled hotel (card declined)",
+        ]
+    );
+    assert_eq!(here.status("trip-x").await.unwrap(), Status::Cancelled);
+    let history = here.history("trip-x").await.unwrap();
+    assert!(
+        history.iter().any(
+            |e| matches!(e, Event::CancelRequested { reason, .. } if reason == "card declined")
+        ),
+        "{history:?}"
+    );
+}
