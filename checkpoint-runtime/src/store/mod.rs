@@ -84,8 +84,8 @@ pub use memory::MemoryStore;
 pub(crate) use records::{user_signal_name, JOIN_SIGNAL_PREFIX};
 pub use records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord, GcReport, Lease,
-    LeaseInfo, NewRun, Outcome, Release, RunRecord, RunState, SchemaKeys, SignalRecord, SignalSite,
-    Suspend, Wake, WakeValue, Wakeup, WorkerHold, LOOP_ITEMS,
+    LeaseInfo, NewRun, Outcome, Release, RetryMark, RetryOutcome, RunRecord, RunState, SchemaKeys,
+    SignalRecord, SignalSite, Suspend, Wake, WakeValue, Wakeup, WorkerHold, LOOP_ITEMS,
 };
 pub use url::{redact_url, StoreUrl};
 
