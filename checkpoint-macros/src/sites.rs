@@ -511,6 +511,24 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_is_named_after_its_literal_name_and_is_no_signal() {
+        let mut block: syn::Block = syn::parse2(quote!({
+            let a = ctx.retry("fetch", p, || op()).await;
+            let b = ctx.retry("fetch", p, || op()).await;
+            let c = ctx.retry(name, p, || op()).await;
+            (a, b, c)
+        }))
+        .expect("body parses");
+        let ctx = Ident::new("ctx", Span::call_site());
+        let sites = number_sites(&mut block, Some(&ctx)).expect("sites");
+        let keys: Vec<&str> = sites.iter().map(Site::key).collect();
+        assert_eq!(keys, ["retry(\"fetch\")", "retry(\"fetch\") 2", "retry 1"]);
+        assert!(sites
+            .iter()
+            .all(|s| s.kind == SiteKind::Retry && s.signal.is_none()));
+    }
+
+    #[test]
     fn a_label_that_is_another_site_s_name_or_an_old_key_is_an_error() {
         let err = keys(quote! {
             checkpoint!();
