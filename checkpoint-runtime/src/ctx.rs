@@ -375,6 +375,8 @@ impl Ctx {
     ///
     /// #[workflow]
     /// async fn crawl(ctx: &Ctx) -> Result<String, String> {
+    ///     // Not data: re-created on resume (or build it in the call).
+    ///     #[transient]
     ///     let policy = RetryPolicy::exponential(Duration::from_millis(5))
     ///         .max_attempts(5)
     ///         .retry_if(|e: &FetchError| matches!(e, FetchError::Busy));
