@@ -26,13 +26,15 @@
 //!
 //! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
 //!   look); the counts used are printed in each row;
-//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children`
+//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children,retry`
 //!   picks sections (`short`: 1,000 short runs started and awaited as the
 //!   README does, see `examples/bench/short.rs`; `checksum`: the cost of a checkpoint's checksums, as a
 //!   share of the durable checkpoint's latency when `latency` runs too;
 //!   `history`: an agent appending a message per checkpoint to a growing
 //!   history, 4,000 times: store size, bytes written and latency against
-//!   the state's size, see `examples/bench/history.rs`);
+//!   the state's size, see `examples/bench/history.rs`; `retry`: one
+//!   failed `ctx.retry` attempt beside one plain checkpoint on the same
+//!   file, see `examples/bench/retry.rs`);
 //! - `BENCH_RUNS=1000` picks the throughput cases by run count (of 1, 64,
 //!   1000, 50; default all), e.g. to profile one of them;
 //! - `BENCH_ROUNDS` sets how many times each throughput case alternates
@@ -88,6 +90,8 @@ mod postgres;
 mod process;
 #[path = "bench/resume.rs"]
 mod resume;
+#[path = "bench/retry.rs"]
+mod retry;
 #[path = "bench/rss.rs"]
 mod rss;
 #[path = "bench/short.rs"]
@@ -142,7 +146,7 @@ async fn main() -> Result<(), BoxError> {
         .and_then(|v| v.parse().ok())
         .filter(|s: &f64| *s > 0.0)
         .unwrap_or(1.0);
-    // BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history
+    // BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history,retry
     // picks sections.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let want = |section: &str| only.is_empty() || only.split(',').any(|s| s.trim() == section);
@@ -193,6 +197,9 @@ async fn main() -> Result<(), BoxError> {
     }
     if want("history") {
         rows.extend(history::rows(d, scale).await?);
+    }
+    if want("retry") {
+        rows.extend(retry::rows(d, scale).await?);
     }
     if want("children") {
         let pg = postgres::url(&args);

@@ -46,7 +46,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use checkpoint_runtime::testing::{Harness, SideEffects};
-use checkpoint_runtime::{IntoWorkflow, Workflow};
+use checkpoint_runtime::{IntoWorkflow, RetryError, RetryPolicy, Workflow};
 use serde::{Deserialize, Serialize};
 
 /// The enum with data that generated `match` / `if let` / `let else` use.
@@ -279,6 +279,36 @@ impl PlainCtx {
 
     /// Returns at once.
     pub async fn sleep(&self, _d: Duration) {}
+
+    /// Makes the attempts `ctx.retry` makes, without backoff or storage.
+    pub async fn retry<T, E, Op, Fut>(
+        &self,
+        _name: &str,
+        policy: RetryPolicy<E>,
+        op: Op,
+    ) -> Result<T, RetryError<E>>
+    where
+        Op: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(error) if !policy.retries(&error) => {
+                    return Err(RetryError::NotRetryable { attempt, error })
+                }
+                Err(last) if attempt >= policy.attempts() => {
+                    return Err(RetryError::Exhausted {
+                        attempts: attempt,
+                        last,
+                    })
+                }
+                Err(_) => {}
+            }
+        }
+    }
 
     /// Only [`SideEffects`] is available.
     pub fn resource<T: Any>(&self) -> &T {

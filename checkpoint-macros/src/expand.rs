@@ -110,7 +110,12 @@ fn generate(wf: &WorkflowFn, sites: &[Site], plan: &BodyPlan, body: TokenStream)
         });
     let wait_slots = sites
         .iter()
-        .filter(|s| s.kind != SiteKind::Checkpoint && s.kind != SiteKind::Sleep)
+        .filter(|s| {
+            !matches!(
+                s.kind,
+                SiteKind::Checkpoint | SiteKind::Sleep | SiteKind::Retry
+            )
+        })
         .map(|s| {
             let slot = Lowerer::wait_slot_ident(s.number);
             quote!(let mut #slot = #rt::Slot::new();)
@@ -251,6 +256,7 @@ fn site_table<'a>(
             SiteKind::Sleep => quote!(Sleep),
             SiteKind::Join => quote!(Join),
             SiteKind::JoinAll => quote!(JoinAll),
+            SiteKind::Retry => quote!(Retry),
         };
         let fields = field_names(bindings, layout);
         let loops = layout.loops;

@@ -1,6 +1,7 @@
 //! Finding checkpoint sites: `checkpoint!()` / `checkpoint!("label")` and the
 //! suspension points `ctx.wait_for(..).await`, `ctx.wait_for_timeout(..).await`,
-//! `ctx.sleep(..).await`, `ctx.join(..).await`, `ctx.join_all(..).await`.
+//! `ctx.sleep(..).await`, `ctx.join(..).await`, `ctx.join_all(..).await`,
+//! `ctx.retry(..).await`.
 //!
 //! Sites are numbered in source order. Each site node is tagged with a marker
 //! attribute holding its number, so later passes can tell which sites a piece
@@ -26,6 +27,7 @@ pub enum SiteKind {
     Sleep,
     Join,
     JoinAll,
+    Retry,
 }
 
 impl SiteKind {
@@ -36,6 +38,7 @@ impl SiteKind {
             "sleep" => Some(Self::Sleep),
             "join" => Some(Self::Join),
             "join_all" => Some(Self::JoinAll),
+            "retry" => Some(Self::Retry),
             _ => None,
         }
     }
@@ -48,6 +51,7 @@ impl SiteKind {
             Self::Sleep => "ctx.sleep(..).await",
             Self::Join => "ctx.join(..).await",
             Self::JoinAll => "ctx.join_all(..).await",
+            Self::Retry => "ctx.retry(..).await",
         }
     }
 }
@@ -63,6 +67,9 @@ pub struct Site {
     pub label: Option<String>,
     /// A wait's signal name, when it is a string literal.
     pub signal: Option<String>,
+    /// A retry's name, when it is a string literal (part of its key only:
+    /// it is no signal).
+    pub retry_name: Option<String>,
     pub span: Span,
     /// See [`Site::key`]; set once every site is known ([`assign_keys`]).
     key: String,
@@ -135,14 +142,16 @@ fn assign_keys(sites: &mut [Site]) {
             SiteKind::Sleep => "sleep",
             SiteKind::Join => "join",
             SiteKind::JoinAll => "join_all",
+            SiteKind::Retry => "retry",
         };
-        let base = match &site.signal {
+        let named = site.signal.as_ref().or(site.retry_name.as_ref());
+        let base = match named {
             Some(signal) => format!("{call}({signal:?})"),
             None => call.to_owned(),
         };
         let n = seen.entry(base.clone()).or_insert(0);
         *n += 1;
-        site.key = match (&site.signal, *n) {
+        site.key = match (named, *n) {
             (Some(_), 1) => base,
             (_, n) => format!("{base} {n}"),
         };
@@ -239,6 +248,7 @@ impl SiteFinder<'_> {
             number,
             kind,
             label,
+            retry_name: None,
             signal,
             span,
             key: String::new(),
@@ -289,7 +299,11 @@ impl VisitMut for SiteFinder<'_> {
                     visit_mut::visit_expr_mut(self, &mut a.base);
                     let span = a.base.span();
                     let signal = literal_signal(&a.base);
+                    let before = self.sites.len();
                     self.add(kind, None, signal, span, &mut a.attrs);
+                    if let (SiteKind::Retry, Some(site)) = (kind, self.sites.get_mut(before)) {
+                        site.retry_name = literal_first_arg(&a.base);
+                    }
                 }
                 return;
             }
@@ -330,6 +344,14 @@ fn literal_signal(base: &Expr) -> Option<String> {
     ) {
         return None;
     }
+    literal_first_arg(base)
+}
+
+/// The first argument of a method call, when it is a string literal.
+fn literal_first_arg(base: &Expr) -> Option<String> {
+    let Expr::MethodCall(call) = base else {
+        return None;
+    };
     match call.args.first()? {
         Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Str(s),
@@ -486,6 +508,24 @@ mod tests {
         .map(|(k, l)| (k.to_string(), l.map(str::to_owned)))
         .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_retry_is_named_after_its_literal_name_and_is_no_signal() {
+        let mut block: syn::Block = syn::parse2(quote!({
+            let a = ctx.retry("fetch", p, || op()).await;
+            let b = ctx.retry("fetch", p, || op()).await;
+            let c = ctx.retry(name, p, || op()).await;
+            (a, b, c)
+        }))
+        .expect("body parses");
+        let ctx = Ident::new("ctx", Span::call_site());
+        let sites = number_sites(&mut block, Some(&ctx)).expect("sites");
+        let keys: Vec<&str> = sites.iter().map(Site::key).collect();
+        assert_eq!(keys, ["retry(\"fetch\")", "retry(\"fetch\") 2", "retry 1"]);
+        assert!(sites
+            .iter()
+            .all(|s| s.kind == SiteKind::Retry && s.signal.is_none()));
     }
 
     #[test]

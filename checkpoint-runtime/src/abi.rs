@@ -105,6 +105,8 @@ pub enum SiteKind {
     Join,
     /// `ctx.join_all(children).await`.
     JoinAll,
+    /// `ctx.retry(name, policy, op).await`.
+    Retry,
 }
 
 /// Encodes the fields of one checkpoint.

@@ -1,6 +1,6 @@
 //! [`Ctx`]: what a workflow body knows about its run.
 
-use std::future::IntoFuture;
+use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
+use crate::retry::{RetryError, RetryPolicy};
 use crate::run::RunShared;
 
 /// The context of a running workflow: its run id, attempt, idempotency keys,
@@ -363,6 +364,92 @@ impl Ctx {
         let _ = duration;
         AwaitInWorkflowBody(PhantomData)
     }
+
+    /// Runs `op` until it succeeds, with durable backoff between attempts:
+    /// a suspension point, like [`Ctx::sleep`], only in a `#[workflow]`
+    /// body (at any depth of blocks, `if`, `match` and loops).
+    ///
+    /// - Each attempt's outcome is stored before the next starts: after a
+    ///   failed attempt the run stores a checkpoint and sleeps (status
+    ///   `Sleeping`, no worker held; any worker resumes it when the backoff
+    ///   is due, on the runtime's clock). A crash during the backoff
+    ///   resumes the backoff; an attempt whose error was stored never runs
+    ///   again. The end (success or not) is stored too: a crash after it
+    ///   returns the stored outcome without running `op` again.
+    /// - The history has an [`Event::RetryAttemptFailed`](crate::Event::RetryAttemptFailed)
+    ///   per failed attempt, naming the retry, the attempt and its error.
+    /// - [`Ctx::idempotency_key`] inside `op` is the same when the same
+    ///   attempt runs again after a crash, and differs from one attempt to
+    ///   the next (each attempt starts after a checkpoint).
+    /// - The value and the error go through JSON (they are stored), so
+    ///   `T` and `E` are `Serialize + DeserializeOwned`; `E` is `Display`
+    ///   (the history's text). Both paths return the decoded value.
+    /// - `Err(RetryError::Exhausted { attempts, last })` once the policy's
+    ///   attempts are used up, `NotRetryable { attempt, error }` at once for
+    ///   an error its `retry_if` refuses, `TimedOut { attempts }` when the
+    ///   last attempt took longer than its `attempt_timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use checkpoint_runtime::prelude::*;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Debug, Serialize, Deserialize)]
+    /// enum FetchError { Busy, Gone }
+    /// impl std::fmt::Display for FetchError {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         write!(f, "{self:?}")
+    ///     }
+    /// }
+    ///
+    /// /// Busy twice, then an answer (a stand-in for a flaky service).
+    /// async fn fetch(key: String) -> Result<String, FetchError> {
+    ///     match key.rsplit(':').nth(1) {
+    ///         Some("0") | Some("1") => Err(FetchError::Busy),
+    ///         _ => Ok(format!("page ({key})")),
+    ///     }
+    /// }
+    ///
+    /// #[workflow]
+    /// async fn crawl(ctx: &Ctx) -> Result<String, String> {
+    ///     // Not data: re-created on resume (or build it in the call).
+    ///     #[transient]
+    ///     let policy = RetryPolicy::exponential(Duration::from_millis(5))
+    ///         .max_attempts(5)
+    ///         .retry_if(|e: &FetchError| matches!(e, FetchError::Busy));
+    ///     let page = ctx
+    ///         .retry("fetch", policy, || fetch(ctx.idempotency_key()))
+    ///         .await
+    ///         .map_err(|e| e.to_string())?;
+    ///     Ok(page)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let h = rt.start(crawl, "c-1", ()).await?;
+    /// // Keys: attempt 1 after checkpoint 0, attempt 2 after 1, attempt 3 after 2.
+    /// assert_eq!(h.result().await?, Ok("page (c-1:2:0)".to_owned()));
+    /// let failed = rt.history("c-1").await?.into_iter()
+    ///     .filter(|e| matches!(e, Event::RetryAttemptFailed { .. }))
+    ///     .count();
+    /// assert_eq!(failed, 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn retry<T, E, Op, Fut>(
+        &self,
+        name: &str,
+        policy: RetryPolicy<E>,
+        op: Op,
+    ) -> AwaitInWorkflowBody<Result<T, RetryError<E>>>
+    where
+        Op: Fn() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        for<'a> AwaitInWorkflowBody<&'a ()>: InWorkflowBody,
+    {
+        let _ = (name, policy, op);
+        AwaitInWorkflowBody(PhantomData)
+    }
 }
 
 /// What `ctx.wait_for(..)`, `ctx.wait_for_timeout(..)` and `ctx.sleep(..)`
@@ -413,7 +500,7 @@ impl<T> std::fmt::Debug for AwaitInWorkflowBody<T> {
 /// `IntoFuture` bound fails as "is not a future", with a hint to remove the
 /// `.await`, and never shows this message.
 #[diagnostic::on_unimplemented(
-    message = "`ctx.wait_for`, `ctx.wait_for_timeout`, `ctx.sleep`, `ctx.join` and `ctx.join_all` can only be awaited directly in a #[workflow] body",
+    message = "`ctx.wait_for`, `ctx.wait_for_timeout`, `ctx.sleep`, `ctx.join`, `ctx.join_all` and `ctx.retry` can only be awaited directly in a #[workflow] body",
     label = "awaited outside the body of a #[workflow] fn",
     note = "a suspension point must be written in the workflow body itself (at any depth of blocks, `if`, `match` and loops), where #[workflow] turns it into a durable checkpoint; a helper `async fn`, closure or `async` block cannot be resumed there: return what the helper needs to the body and wait there"
 )]

@@ -145,6 +145,20 @@ pub enum Event {
         /// How many children the join named.
         children: usize,
     },
+    /// An attempt of `ctx.retry(name, ..)` failed (recorded once its
+    /// outcome is stored: the attempt never runs again).
+    RetryAttemptFailed {
+        /// The retry's name.
+        name: String,
+        /// Which attempt (from 1).
+        attempt: u32,
+        /// Its error, as text (`Display`), or `timed out`.
+        error: String,
+        /// The backoff before the next attempt, in milliseconds; `None`
+        /// when there is none (the retry ended with this attempt).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_in_ms: Option<u64>,
+    },
     /// The code that claimed the run could not resume its latest
     /// checkpoint: the run is parked until code that matches is registered.
     Parked {
@@ -200,6 +214,21 @@ impl std::fmt::Display for Event {
             Event::Retried { attempt, reason } => {
                 write!(f, "attempt {attempt} failed, retrying: {reason}")
             }
+            Event::RetryAttemptFailed {
+                name,
+                attempt,
+                error,
+                retry_in_ms,
+            } => match retry_in_ms {
+                Some(ms) => write!(
+                    f,
+                    "retry `{name}`: attempt {attempt} failed, next in {ms} ms: {error}"
+                ),
+                None => write!(
+                    f,
+                    "retry `{name}`: attempt {attempt} failed, no more attempts: {error}"
+                ),
+            },
             Event::Failed { error } => write!(f, "failed: {error}"),
             Event::Completed => f.write_str("completed"),
             Event::Cancelled => f.write_str("cancelled"),

@@ -158,6 +158,7 @@ pub mod observe;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod registry;
+mod retry;
 mod run;
 mod runtime;
 mod save;
@@ -179,6 +180,7 @@ pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
 pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
+pub use retry::{RetryError, RetryPolicy};
 pub use runtime::Runtime;
 pub use schema::FieldJson;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
@@ -197,8 +199,9 @@ pub use checkpoint_macros::{checkpoint, workflow};
 pub mod prelude {
     pub use crate::{
         checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
-        Event, FieldInfo, FieldJson, IntoWorkflow, RunFilter, RunInfo, Runtime, RuntimeBuilder,
-        Status, StatusKind, SystemClock, TestClock, Workflow, WorkflowHandle,
+        Event, FieldInfo, FieldJson, IntoWorkflow, RetryError, RetryPolicy, RunFilter, RunInfo,
+        Runtime, RuntimeBuilder, Status, StatusKind, SystemClock, TestClock, Workflow,
+        WorkflowHandle,
     };
 }
 

@@ -316,6 +316,11 @@ pub enum Stmt {
     },
     /// `ctx.sleep(Duration::from_millis(1)).await;`
     Sleep,
+    /// `retry`: `let {bind}: u64 = ctx.retry("r{id}", policy, op).await..;`
+    /// with a 1 ms fixed backoff and 3 attempts; every attempt records an
+    /// effect and answers (`ok`) or fails (then the retry is exhausted
+    /// after 3 attempts: 2 backoffs and the outcome, 3 checkpoints).
+    Retry { id: u32, ok: bool, bind: String },
     /// `hash_observe`: `checkpoint!()`, then the hash order observed through
     /// an iterator the macro puts in canonical order (`how` picks one of
     /// four); the plain twin wraps the iterator in `canon(..)`.
@@ -527,6 +532,7 @@ pub fn takes_checkpoint(stmts: &[Stmt]) -> bool {
                 | Stmt::Wait { .. }
                 | Stmt::WaitScrutinee { .. }
                 | Stmt::Sleep
+                | Stmt::Retry { .. }
                 | Stmt::HashObserve { .. }
                 | Stmt::HashHelper { .. }
                 | Stmt::SharedHandle { .. }

@@ -589,12 +589,23 @@ impl Gen {
                 }
                 Some(Stmt::Wait { kind, name, bind })
             }
-            91 | 92 if self.on("sleep") => {
-                if self.cp_cost(env, 6) {
-                    Some(Stmt::Sleep)
-                } else {
-                    None
+            91 | 92 if self.on("sleep") || self.on("retry") => {
+                // Only with the form on does a retry take a draw, so that
+                // samples without it stay as they were.
+                let retry = self.on("retry")
+                    && env.hash.is_none()
+                    && (!self.on("sleep") || self.rng.chance(50));
+                if !retry {
+                    return self.cp_cost(env, 6).then_some(Stmt::Sleep);
                 }
+                let ok = self.rng.chance(50);
+                if !self.cp_cost(env, if ok { 2 } else { 6 }) {
+                    return None;
+                }
+                let id = self.id();
+                let bind = self.fresh("r");
+                env.vars.push(self.int_var(env, &bind, &bind, None));
+                Some(Stmt::Retry { id, ok, bind })
             }
             93..=95 if env.hash.is_none() => {
                 // use an Option local: fold it into acc

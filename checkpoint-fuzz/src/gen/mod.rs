@@ -108,6 +108,10 @@ pub const FORMS: &[&str] = &[
     "wait_for",
     "wait_timeout",
     "sleep",
+    // `retry`: `ctx.retry` with a 1 ms backoff, answering at once or
+    // exhausted after 3 attempts (each one an effect); the plain twin's
+    // `retry` makes the same attempts without storing anything.
+    "retry",
     // Shapes that combine the above with a checkpoint in a place known to be
     // hard for the transform (they were in KNOWN_FAILING until the macro
     // handled them).

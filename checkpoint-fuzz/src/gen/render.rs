@@ -650,6 +650,28 @@ impl Printer {
                 }
             }
             Stmt::Sleep => self.line("ctx.sleep(Duration::from_millis(1)).await;"),
+            Stmt::Retry { id, ok, bind } => {
+                let answer = match ok {
+                    true => format!("Ok(acc % 97 + {id})"),
+                    false => "Err(acc % 89)".to_owned(),
+                };
+                self.line(&format!("let {bind}: u64 = ctx"));
+                self.indent += 1;
+                self.line(&format!(
+                    "    .retry(\"r{id}\", RetryPolicy::fixed(Duration::from_millis(1)).max_attempts(3), || {{"
+                ));
+                self.indent += 2;
+                self.line(&format!(
+                    "ctx.resource::<SideEffects>().record(format!(\"r{id}-{{tick}}\"));"
+                ));
+                self.line(&format!("let r: Result<u64, u64> = {answer};"));
+                self.line("async move { r }");
+                self.indent -= 2;
+                self.line("    })");
+                self.line("    .await");
+                self.line("    .unwrap_or_else(|e| 1000 + u64::from(e.attempts()));");
+                self.indent -= 1;
+            }
             Stmt::HashObserve { site, how } => {
                 if wf {
                     self.line("checkpoint!();");

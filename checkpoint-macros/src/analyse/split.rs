@@ -255,6 +255,8 @@ pub(crate) fn post_merge_free(stmt: &Stmt, refs: &NameSet) -> NameSet {
             out
         }
         Stmt::Expr(e, _) if direct_site(e).is_none() => post_merge_free_expr(e, refs),
+        // A retry's call runs again when resumed: what it reads is saved.
+        Stmt::Expr(e, _) if is_retry(e) => free_in_expr(e),
         _ => NameSet::new(),
     }
 }
@@ -455,6 +457,15 @@ fn postfix_free(expr: &Expr) -> NameSet {
         Expr::Try(t) => postfix_free(&t.expr),
         other => free_in_expr(other),
     }
+}
+
+/// Whether an expression is a `ctx.retry(..).await` site: its call is made
+/// on both paths (a resume goes on with the next attempt), so what its
+/// arguments read is read after the split too.
+fn is_retry(expr: &Expr) -> bool {
+    direct_site(expr).is_some()
+        && matches!(strip_parens(expr), Expr::Await(a)
+            if matches!(&*a.base, Expr::MethodCall(m) if m.method == "retry"))
 }
 
 /// The site number of an expression that *is* a site (not one that contains one).

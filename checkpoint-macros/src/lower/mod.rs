@@ -337,7 +337,21 @@ impl<'a> Lowerer<'a> {
             let args = &t.args;
             quote!(::<#args, _>)
         });
-        let args = call.args.iter();
+        let args: Vec<TokenStream> = match site.kind {
+            // The call is made on both paths, and what it reads is handed
+            // over after it: the policy and the operation are borrowed.
+            SiteKind::Retry => call
+                .args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match i {
+                    0 => a.to_token_stream(),
+                    _ => quote_spanned!(syn::spanned::Spanned::span(a)=> &(#a)),
+                })
+                .collect(),
+            _ => call.args.iter().map(|a| a.to_token_stream()).collect(),
+        };
+        let args = args.iter();
         let span = site.span;
         let normal_head = quote_spanned! {span=>
             #frame.#method #turbofish(#number, #loops, |#enc| { #fields ::core::result::Result::Ok(()) }, #(#args),*).await
@@ -345,6 +359,10 @@ impl<'a> Lowerer<'a> {
         let rt = rt();
         let resume_head = match site.kind {
             SiteKind::Sleep => quote!(#frame.arrive()),
+            // Resumed, a retry goes on from its stored attempts: the call
+            // again, with its arguments (saved at the site: see
+            // `split::postfix_free`); the frame knows it arrives there.
+            SiteKind::Retry => normal_head.clone(),
             _ => {
                 let slot = Self::wait_slot_ident(number);
                 quote!({ #frame.arrive(); #rt::Slot::take(&mut #slot) })

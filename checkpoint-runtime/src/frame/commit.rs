@@ -435,6 +435,7 @@ impl Frame {
         let suspend = Suspend::Sleeping {
             until,
             sites_before: self.sites_before(site),
+            retry: None,
         };
         let prepared = self.prepare(site, loops, fields, Some(suspend));
         async move {

@@ -19,6 +19,7 @@
 mod commit;
 pub(crate) mod join;
 pub(crate) mod resume;
+mod retry;
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;

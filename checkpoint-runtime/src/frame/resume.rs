@@ -258,7 +258,11 @@ fn check_site(
         (SiteKind::Checkpoint, None)
             | (SiteKind::WaitFor, Some(Suspend::Waiting { .. }))
             | (SiteKind::WaitForTimeout, Some(Suspend::Waiting { .. }))
-            | (SiteKind::Sleep, Some(Suspend::Sleeping { .. }))
+            | (SiteKind::Sleep, Some(Suspend::Sleeping { retry: None, .. }))
+            | (
+                SiteKind::Retry,
+                Some(Suspend::Sleeping { retry: Some(_), .. })
+            )
             | (
                 SiteKind::Join | SiteKind::JoinAll,
                 Some(Suspend::Joining { .. })

@@ -62,7 +62,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub(crate) use super::records::UNREADABLE;
-use super::records::{CheckpointRecord, Suspend};
+use super::records::{CheckpointRecord, RetryOutcome, Suspend};
 use crate::Error;
 
 /// The first byte of a seal of today's format.
@@ -448,10 +448,33 @@ fn metadata_sum_after(cp: &CheckpointRecord, legacy: impl FnOnce(&mut Feed)) -> 
         Some(Suspend::Sleeping {
             until,
             sites_before,
+            retry,
         }) => {
             h.u64(2);
             h.time(*until);
             feed_sites_before(&mut h, sites_before);
+            // Only when present, so that the checksums of sleeps stay.
+            if let Some(mark) = retry {
+                h.u64(3);
+                h.text(&mark.name);
+                h.u64(u64::from(mark.attempts));
+                match &mark.outcome {
+                    None => h.u64(0),
+                    Some(RetryOutcome::Ok(v)) => {
+                        h.u64(1);
+                        h.text(v);
+                    }
+                    Some(RetryOutcome::Exhausted(e)) => {
+                        h.u64(2);
+                        h.text(e);
+                    }
+                    Some(RetryOutcome::NotRetryable(e)) => {
+                        h.u64(3);
+                        h.text(e);
+                    }
+                    Some(RetryOutcome::TimedOut) => h.u64(4),
+                }
+            }
         }
         Some(Suspend::Joining {
             children,

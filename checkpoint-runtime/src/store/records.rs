@@ -311,6 +311,11 @@ pub enum Suspend {
         /// checkpoints stored before it existed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sites_before: Option<Vec<String>>,
+        /// At a `ctx.retry` site: the attempts made so far and, once the
+        /// retry ended, its outcome (see [`RetryMark`]). Absent for
+        /// `ctx.sleep` and in checkpoints stored before retries existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry: Option<RetryMark>,
     },
     /// `ctx.join` / `ctx.join_all`: the run waits until every run in
     /// `children` has ended. Its state is `Waiting` for the signal `token`,
@@ -327,6 +332,38 @@ pub enum Suspend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sites_before: Option<Vec<String>>,
     },
+}
+
+/// What a `ctx.retry` site stores with each of its checkpoints (on
+/// [`Suspend::Sleeping`]): a backoff after a failed attempt, or the
+/// retry's outcome once it ended (then the run sleeps until at once, and is
+/// woken in the same execution). A run resumed there runs attempt
+/// `attempts + 1`, or returns the stored outcome: no stored attempt runs
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryMark {
+    /// The retry's name (`ctx.retry(name, ..)`).
+    pub name: String,
+    /// How many attempts were made, the one whose outcome this checkpoint
+    /// stores included.
+    pub attempts: u32,
+    /// The outcome once the retry ended; `None` during a backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<RetryOutcome>,
+}
+
+/// How a `ctx.retry` ended (see [`RetryMark`]); values as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOutcome {
+    /// The attempt's value.
+    Ok(String),
+    /// [`RetryError::Exhausted`](crate::RetryError::Exhausted): the last error.
+    Exhausted(String),
+    /// [`RetryError::NotRetryable`](crate::RetryError::NotRetryable): its error.
+    NotRetryable(String),
+    /// [`RetryError::TimedOut`](crate::RetryError::TimedOut).
+    TimedOut,
 }
 
 impl Suspend {

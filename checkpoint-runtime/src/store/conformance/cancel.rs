@@ -15,6 +15,7 @@ fn sleep_for(d: Duration) -> Suspend {
     Suspend::Sleeping {
         until: SystemTime::now() + d,
         sites_before: None,
+        retry: None,
     }
 }
 

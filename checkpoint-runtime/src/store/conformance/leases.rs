@@ -130,6 +130,7 @@ pub(crate) fn runs_of_every_kind(store: &dyn Store) -> SystemTime {
     let nap = |until| Suspend::Sleeping {
         until,
         sites_before: None,
+        retry: None,
     };
     suspend("woken", nap(soon), true);
     suspend("held", waiting("go", None), false);

@@ -116,6 +116,7 @@ pub fn sleeping_run_is_claimed_when_due(store: &dyn Store) {
     let sleep = Suspend::Sleeping {
         until: later,
         sites_before: None,
+        retry: None,
     };
     block_on(store.save_checkpoint(&c.lease, suspended_cp("r", 1, sleep), None)).unwrap();
     block_on(store.release("r", &c.lease, Release::Suspend)).unwrap();
@@ -136,6 +137,7 @@ pub fn sleeping_run_is_claimed_when_due(store: &dyn Store) {
     let due = Suspend::Sleeping {
         until: SystemTime::now() - Duration::from_secs(1),
         sites_before: None,
+        retry: None,
     };
     block_on(store.save_checkpoint(&c.lease, suspended_cp("s", 1, due), None)).unwrap();
     block_on(store.release("s", &c.lease, Release::Suspend)).unwrap();
@@ -235,6 +237,7 @@ pub fn timers_are_due_on_the_claims_clock(store: &dyn Store) {
     let nap = Suspend::Sleeping {
         until: month,
         sites_before: None,
+        retry: None,
     };
     suspend("sleeper", nap);
     suspend("waiter", waiting("go", Some(later)));

@@ -638,6 +638,7 @@ fn timers_deadlines_and_next_wakeup() {
     let sleep = Suspend::Sleeping {
         until,
         sites_before: None,
+        retry: None,
     };
     block_on(s.save_checkpoint(&c.lease, rich_cp("r", 1, Some(sleep)), None)).unwrap();
     block_on(s.release("r", &c.lease, Release::Suspend)).unwrap();

@@ -413,6 +413,7 @@ fn timers_and_deadlines_make_runs_claimable() {
             Suspend::Sleeping {
                 until: soon,
                 sites_before: None,
+                retry: None,
             }
         } else {
             Suspend::Waiting {

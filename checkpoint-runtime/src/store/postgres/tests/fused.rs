@@ -492,6 +492,7 @@ fn a_save_in_one_statement_writes_what_the_fenced_save_writes() {
     let sleep = Suspend::Sleeping {
         until: deadline + Duration::from_secs(1),
         sites_before: None,
+        retry: None,
     };
     let (one, locked) = save(&rich_cp("r", 1, None), None);
     assert_eq!((one.unwrap(), locked.unwrap()), (true, ()));
