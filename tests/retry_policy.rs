@@ -165,6 +165,30 @@ async fn parent(ctx: &Ctx, plan: Plan) -> u32 {
 }
 
 /// Fails the test instead of hanging.
+/// Retries a call that is always busy, an hour apart; records how the
+/// retry ended as a last entry in the service's log.
+#[workflow]
+async fn patient(ctx: &Ctx, attempts: u32) -> u32 {
+    let got = ctx
+        .retry(
+            "call",
+            RetryPolicy::fixed(Duration::from_secs(3600)).max_attempts(attempts),
+            || {
+                let r = ctx
+                    .resource::<Service>()
+                    .call(ctx.idempotency_key(), u32::MAX, None);
+                async move { r }
+            },
+        )
+        .await;
+    let end = match &got {
+        Ok(n) => format!("end: {n}"),
+        Err(e) => format!("end: {e}"),
+    };
+    ctx.resource::<Service>().keys.lock().unwrap().push(end);
+    got.map_or(0, |n| n)
+}
+
 async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), f)
         .await
@@ -198,6 +222,7 @@ async fn runtime(url: &str, clock: &TestClock, service: &Service) -> Runtime {
     rt.register(slow);
     rt.register(looped);
     rt.register(parent);
+    rt.register(patient);
     rt
 }
 
@@ -382,6 +407,39 @@ async fn in_a_child_run(url: &str) {
     assert_eq!(rt.status("parent/kid").await.unwrap(), Status::Completed);
 }
 
+/// A cancel request during a backoff ends the retry at once with
+/// `RetryError::Cancelled`, no further attempt made, and the body goes on
+/// (to clean up); the run then ends cancelled.
+async fn a_cancel_request_ends_the_backoff(url: &str) {
+    let (clock, service) = (TestClock::new(), Service::default());
+    let rt = runtime(url, &clock, &service).await;
+    rt.start(patient, "p", 5).await.unwrap();
+    // Attempt 1 failed: the run sleeps an hour of the test clock, which
+    // nobody moves.
+    within(async {
+        while !matches!(rt.status("p").await.unwrap(), Status::Sleeping { .. }) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    rt.request_cancel("p", "customer left", Duration::from_secs(60))
+        .await
+        .unwrap();
+    within(async {
+        while rt.status("p").await.unwrap() != Status::Cancelled {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let keys = service.keys();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(
+        keys[1],
+        "end: stopped after 1 attempts: cancel requested (customer left)"
+    );
+    assert_eq!(attempts(&rt, "p").await.len(), 1);
+}
+
 /// One `#[tokio::test]` per case and store.
 macro_rules! on_every_store {
     ($($case:ident),* $(,)?) => {
@@ -428,6 +486,7 @@ on_every_store!(
     the_backoff_sleeps_on_the_runtime_clock,
     in_a_loop_and_a_branch,
     in_a_child_run,
+    a_cancel_request_ends_the_backoff,
 );
 
 /// The crash harness, on virtual time, crashes after (and before) every

@@ -323,6 +323,15 @@ pub enum RetryError<E> {
         /// How many attempts were made.
         attempts: u32,
     },
+    /// A cancel request ([`Runtime::request_cancel`](crate::Runtime::request_cancel))
+    /// cut the backoff short: no further attempt was made, so that the
+    /// workflow can clean up and end.
+    Cancelled {
+        /// How many attempts were made.
+        attempts: u32,
+        /// The request's reason.
+        reason: String,
+    },
 }
 
 impl<E> RetryError<E> {
@@ -335,12 +344,15 @@ impl<E> RetryError<E> {
     /// ```
     pub fn attempts(&self) -> u32 {
         match self {
-            RetryError::Exhausted { attempts, .. } | RetryError::TimedOut { attempts } => *attempts,
+            RetryError::Exhausted { attempts, .. }
+            | RetryError::TimedOut { attempts }
+            | RetryError::Cancelled { attempts, .. } => *attempts,
             RetryError::NotRetryable { attempt, .. } => *attempt,
         }
     }
 
-    /// The last attempt's error (`None` when it timed out).
+    /// The last attempt's error (`None` when it timed out or the retry was
+    /// cancelled).
     ///
     /// ```
     /// # use checkpoint_runtime::prelude::*;
@@ -351,7 +363,7 @@ impl<E> RetryError<E> {
         match self {
             RetryError::Exhausted { last, .. } => Some(last),
             RetryError::NotRetryable { error, .. } => Some(error),
-            RetryError::TimedOut { .. } => None,
+            RetryError::TimedOut { .. } | RetryError::Cancelled { .. } => None,
         }
     }
 }
@@ -372,6 +384,12 @@ impl<E: fmt::Display> fmt::Display for RetryError<E> {
                 write!(
                     f,
                     "gave up after {attempts} attempts: the last one timed out"
+                )
+            }
+            RetryError::Cancelled { attempts, reason } => {
+                write!(
+                    f,
+                    "stopped after {attempts} attempts: cancel requested ({reason})"
                 )
             }
         }

@@ -80,6 +80,41 @@ impl Frame {
                 None => 0,
             };
             loop {
+                // A backoff cut short by a cancel request (it wakes a
+                // sleeping run at once) ends the retry: no further attempt,
+                // and the outcome is stored like any other.
+                let cancel = if made > 0 {
+                    crate::run::lock(&self.run.cancel).clone()
+                } else {
+                    None
+                };
+                if let Some(reason) = cancel {
+                    let outcome = RetryOutcome::Cancelled(reason);
+                    let suspend = Suspend::Sleeping {
+                        until: self.run.env.clock.now(),
+                        sites_before: self.sites_before(site),
+                        retry: Some(RetryMark {
+                            name: name.clone(),
+                            attempts: made,
+                            outcome: Some(outcome.clone()),
+                        }),
+                    };
+                    let prepared = self.prepare(site, &loops, &fields, Some(suspend));
+                    self.commit(prepared).await;
+                    let woke = self
+                        .run
+                        .env
+                        .store
+                        .time_out(&self.run.id, &self.run.lease)
+                        .await;
+                    if let Err(e) = woke {
+                        match self.halt(e).await {}
+                    }
+                    return match decode_outcome(self, &name, made, &outcome) {
+                        Ok(v) => v,
+                        Err(e) => match self.halt(e).await {},
+                    };
+                }
                 let attempt = made + 1;
                 made = attempt;
                 let last = attempt >= policy.attempts();
@@ -245,5 +280,9 @@ where
             error: decode(frame, name, e)?,
         }),
         RetryOutcome::TimedOut => Err(RetryError::TimedOut { attempts }),
+        RetryOutcome::Cancelled(reason) => Err(RetryError::Cancelled {
+            attempts,
+            reason: reason.clone(),
+        }),
     })
 }

@@ -473,6 +473,10 @@ fn metadata_sum_after(cp: &CheckpointRecord, legacy: impl FnOnce(&mut Feed)) -> 
                         h.text(e);
                     }
                     Some(RetryOutcome::TimedOut) => h.u64(4),
+                    Some(RetryOutcome::Cancelled(reason)) => {
+                        h.u64(5);
+                        h.text(reason);
+                    }
                 }
             }
         }

@@ -364,6 +364,9 @@ pub enum RetryOutcome {
     NotRetryable(String),
     /// [`RetryError::TimedOut`](crate::RetryError::TimedOut).
     TimedOut,
+    /// [`RetryError::Cancelled`](crate::RetryError::Cancelled): the
+    /// request's reason.
+    Cancelled(String),
 }
 
 impl Suspend {
