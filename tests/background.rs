@@ -309,6 +309,40 @@ impl SmallDisk {
     fn path(&self, name: &str) -> String {
         self.0.join(name).to_string_lossy().into_owned()
     }
+
+    /// An 8 MiB disk, and a runtime on a store in it (two-minute leases:
+    /// anything quicker than that is not the lease lapsing).
+    async fn with_a_runtime() -> (SmallDisk, Runtime) {
+        let disk = SmallDisk::mount("8m");
+        let rt = Runtime::builder()
+            .lease_ttl(Duration::from_secs(120))
+            .keep_checkpoints(2)
+            .open(&disk.path("runs.db"))
+            .await
+            .unwrap();
+        (disk, rt)
+    }
+
+    /// Fills the disk but for about a megabyte; the filler's path.
+    fn fill(&self) -> String {
+        let filler = self.path("filler");
+        let out = std::process::Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let free: u64 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap();
+        std::fs::write(
+            &filler,
+            vec![0u8; free.saturating_sub(1024 * 1024) as usize],
+        )
+        .unwrap();
+        filler
+    }
 }
 
 impl Drop for SmallDisk {
@@ -327,29 +361,8 @@ impl Drop for SmallDisk {
     ignore = "mounts a tmpfs: built as root (or with CI=true) it runs (build.rs)"
 )]
 async fn a_full_disk_surfaces_and_the_run_goes_on_when_space_is_freed() {
-    let disk = SmallDisk::mount("8m");
-    let db = disk.path("runs.db");
-    let filler = disk.path("filler");
-    let rt = Runtime::builder()
-        .lease_ttl(Duration::from_secs(120))
-        .keep_checkpoints(2)
-        .open(&db)
-        .await
-        .unwrap();
-    // Leave about a megabyte for the store.
-    let free = |path: &str| {
-        let out = std::process::Command::new("df")
-            .args(["-B1", "--output=avail", path])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .nth(1)
-            .and_then(|l| l.trim().parse::<u64>().ok())
-            .unwrap()
-    };
-    let room = free(&db).saturating_sub(1024 * 1024);
-    std::fs::write(&filler, vec![0u8; room as usize]).unwrap();
+    let (disk, rt) = SmallDisk::with_a_runtime().await;
+    let filler = disk.fill();
 
     rt.start(bulky, "big-1", 60).await.unwrap();
     let err = within(rt.run_until_idle())
@@ -408,29 +421,8 @@ fn open_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     ignore = "mounts a tmpfs: built as root (or with CI=true) it runs (build.rs)"
 )]
 async fn a_full_disk_met_in_the_background_is_reported_to_a_later_wait() {
-    let disk = SmallDisk::mount("8m");
-    let db = disk.path("runs.db");
-    let filler = disk.path("filler");
-    let rt = Runtime::builder()
-        .lease_ttl(Duration::from_secs(120))
-        .keep_checkpoints(2)
-        .open(&db)
-        .await
-        .unwrap();
-    let free = std::process::Command::new("df")
-        .args(["-B1", "--output=avail", &db])
-        .output()
-        .unwrap();
-    let free: u64 = String::from_utf8_lossy(&free.stdout)
-        .lines()
-        .nth(1)
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap();
-    std::fs::write(
-        &filler,
-        vec![0u8; free.saturating_sub(1024 * 1024) as usize],
-    )
-    .unwrap();
+    let (disk, rt) = SmallDisk::with_a_runtime().await;
+    let filler = disk.fill();
 
     rt.start(bulky, "big-2", 60).await.unwrap();
     // The background execution runs into the full disk; nobody waits yet.

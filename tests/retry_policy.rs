@@ -6,6 +6,7 @@
 //! idempotency key per attempt. Then the crash harness: at every crash
 //! point, no attempt whose outcome was stored runs again.
 
+#[macro_use]
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -193,22 +194,6 @@ async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), f)
         .await
         .expect("the runtime did not get there")
-}
-
-fn store(kind: &str, test: &str) -> Option<(String, Box<dyn std::any::Any>)> {
-    match kind {
-        "memory" => Some((":memory:".to_owned(), Box::new(()))),
-        "sqlite" => {
-            let dir = common::TempDir::new(test);
-            let url = dir.0.join("retry.db").display().to_string();
-            Some((url, Box::new(dir)))
-        }
-        "postgres" => {
-            let schema = common::pg::Schema::new(test, "retry")?;
-            Some((schema.url(), Box::new(schema)))
-        }
-        other => unreachable!("no store {other}"),
-    }
 }
 
 async fn runtime(url: &str, clock: &TestClock, service: &Service) -> Runtime {
@@ -440,45 +425,9 @@ async fn a_cancel_request_ends_the_backoff(url: &str) {
     assert_eq!(attempts(&rt, "p").await.len(), 1);
 }
 
-/// One `#[tokio::test]` per case and store.
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (url, _keep) = super::store("memory", stringify!($case)).unwrap();
-                    super::$case(&url).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (url, _keep) = super::store("sqlite", stringify!($case)).unwrap();
-                    super::$case(&url).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[cfg_attr(
-                    not(checkpoint_test_postgres),
-                    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-                )]
-                async fn $case() {
-                    let (url, _keep) = super::store("postgres", stringify!($case))
-                        .expect("CHECKPOINT_TEST_POSTGRES_URL is set when these tests are built");
-                    super::$case(&url).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_store!(
+on_stores!(
+    "retry",
+    [memory, sqlite, postgres]:
     success_after_failures,
     exhausted,
     not_retryable,

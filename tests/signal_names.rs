@@ -3,6 +3,7 @@
 //! and a payload is checked against the type of the wait site of that name
 //! even before the run waits there, by a client that never ran the code.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
@@ -40,22 +41,6 @@ async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), f)
         .await
         .expect("the run did not get there")
-}
-
-/// A store: its URL, and what keeps it alive.
-fn store(kind: &str, test: &str) -> Option<(String, Box<dyn std::any::Any>)> {
-    match kind {
-        "sqlite" => {
-            let dir = common::TempDir::new(test);
-            let url = dir.0.join("signals.db").display().to_string();
-            Some((url, Box::new(dir)))
-        }
-        "postgres" => {
-            let schema = common::pg::Schema::new(test, "signames")?;
-            Some((schema.url(), Box::new(schema)))
-        }
-        other => unreachable!("no store {other}"),
-    }
 }
 
 async fn worker(url: &str) -> Runtime {
@@ -175,35 +160,9 @@ async fn a_computed_wait_name_takes_any_name(url: &str) {
     rt.close().await;
 }
 
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (url, _keep) = super::store("sqlite", stringify!($case)).unwrap();
-                    super::$case(&url).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[cfg_attr(
-                    not(checkpoint_test_postgres),
-                    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-                )]
-                async fn $case() {
-                    let (url, _keep) = super::store("postgres", stringify!($case))
-                        .expect("CHECKPOINT_TEST_POSTGRES_URL names a database");
-                    super::$case(&url).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_store!(
+on_stores!(
+    "signames",
+    [sqlite, postgres]:
     a_misspelt_name_is_refused_and_nothing_is_stored,
     a_payload_is_checked_before_the_run_waits,
     a_computed_wait_name_takes_any_name,

@@ -5,6 +5,7 @@
 //! assertion is on outcomes and on the clock's reading, never on wall time
 //! (the `within` guard only turns a hang into a failure).
 
+#[macro_use]
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -72,24 +73,6 @@ async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), f)
         .await
         .expect("the runtime did not get there (did the virtual clock not move?)")
-}
-
-/// A store to run a case on: its URL, and what keeps it alive (a
-/// temporary directory, a PostgreSQL schema dropped on drop).
-fn store(kind: &str, test: &str) -> Option<(String, Box<dyn std::any::Any>)> {
-    match kind {
-        "memory" => Some((":memory:".to_owned(), Box::new(()))),
-        "sqlite" => {
-            let dir = common::TempDir::new(test);
-            let url = dir.0.join("clock.db").display().to_string();
-            Some((url, Box::new(dir)))
-        }
-        "postgres" => {
-            let schema = common::pg::Schema::new(test, "clock")?;
-            Some((schema.url(), Box::new(schema)))
-        }
-        other => unreachable!("no store {other}"),
-    }
 }
 
 async fn runtime(url: &str, clock: &TestClock, fired: Option<&Fired>) -> Runtime {
@@ -210,43 +193,9 @@ async fn a_childs_timer_skips_while_its_parent_joins(url: &str) {
     assert_eq!(clock.now(), start + DAY * 30);
 }
 
-/// One `#[tokio::test]` per case and store (PostgreSQL only with
-/// `CHECKPOINT_TEST_POSTGRES_URL`; skipped with a note otherwise).
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (url, _keep) = super::store("memory", stringify!($case)).unwrap();
-                    super::$case(&url).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (url, _keep) = super::store("sqlite", stringify!($case)).unwrap();
-                    super::$case(&url).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some((url, _keep)) = super::store("postgres", stringify!($case)) else {
-                        return;
-                    };
-                    super::$case(&url).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_store!(
+on_stores!(
+    "clock",
+    [memory, sqlite, postgres]:
     a_30_day_sleep_completes_at_once,
     a_30_day_timeout_fires_at_once,
     a_signal_before_the_deadline_wins,

@@ -8,6 +8,72 @@ pub mod cluster;
 pub mod pg;
 pub mod worker;
 
+/// One `#[tokio::test]` per case and store kind: `on_stores!("name",
+/// [memory, sqlite, postgres]: case_a, case_b)` calls `async fn
+/// case_a(url: &str)` with the URL of a fresh store of each kind (see
+/// [`test_store`]; `name` names its file or schema). The PostgreSQL ones
+/// are ignored, never passed, unless `CHECKPOINT_TEST_POSTGRES_URL` was set
+/// when they were built (`build.rs`).
+#[allow(unused_macros)]
+macro_rules! on_stores {
+    ($name:literal, [$($kind:ident),* $(,)?]: $($case:ident),* $(,)?) => {
+        on_stores!(@kinds $name [$($kind)*] [$($case),*]);
+    };
+    // The cases as one token tree, repeated once per kind.
+    (@kinds $name:literal [$($kind:ident)*] $cases:tt) => {
+        $( on_stores!(@kind $kind $name $cases); )*
+    };
+    (@kind postgres $name:literal [$($case:ident),*]) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(checkpoint_test_postgres),
+                    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+                )]
+                async fn $case() {
+                    let (url, _keep) =
+                        crate::common::test_store("postgres", stringify!($case), $name)
+                            .expect("CHECKPOINT_TEST_POSTGRES_URL names a database");
+                    super::$case(&url).await;
+                }
+            )*
+        }
+    };
+    (@kind $kind:ident $name:literal [$($case:ident),*]) => {
+        mod $kind {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (url, _keep) =
+                        crate::common::test_store(stringify!($kind), stringify!($case), $name)
+                            .expect("a store of this kind");
+                    super::$case(&url).await;
+                }
+            )*
+        }
+    };
+}
+
+/// A fresh store of `kind` (`memory`, `sqlite`, `postgres`) for test
+/// `test`: its URL, and what keeps it (a directory, a schema) until
+/// dropped. `None` for PostgreSQL without `CHECKPOINT_TEST_POSTGRES_URL`.
+pub fn test_store(kind: &str, test: &str, name: &str) -> Option<(String, Box<dyn std::any::Any>)> {
+    match kind {
+        "memory" => Some((":memory:".to_owned(), Box::new(()))),
+        "sqlite" => {
+            let dir = TempDir::new(test);
+            let url = dir.0.join(format!("{name}.db")).display().to_string();
+            Some((url, Box::new(dir)))
+        }
+        "postgres" => {
+            let schema = pg::Schema::new(test, name)?;
+            Some((schema.url(), Box::new(schema)))
+        }
+        other => panic!("no store kind `{other}`"),
+    }
+}
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
