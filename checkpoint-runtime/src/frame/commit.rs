@@ -397,15 +397,7 @@ impl Frame {
                 return Some(v);
             }
             if deadline.is_some_and(|d| d <= clock.now()) {
-                let timed_out = self
-                    .run
-                    .env
-                    .store
-                    .time_out(&self.run.id, &self.run.lease)
-                    .await;
-                if let Err(e) = timed_out {
-                    match self.halt(e).await {}
-                }
+                self.wake_here().await;
                 return None;
             }
             match self.stop(Halt::Suspended).await {}
@@ -441,15 +433,7 @@ impl Frame {
         async move {
             self.commit(prepared).await;
             if until <= clock.now() {
-                let woke = self
-                    .run
-                    .env
-                    .store
-                    .time_out(&self.run.id, &self.run.lease)
-                    .await;
-                if let Err(e) = woke {
-                    match self.halt(e).await {}
-                }
+                self.wake_here().await;
                 return;
             }
             match self.stop(Halt::Suspended).await {}

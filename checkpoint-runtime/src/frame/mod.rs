@@ -251,4 +251,20 @@ impl Frame {
         self.run.halt(h);
         std::future::pending().await
     }
+
+    /// Ends, in the store, the wait or sleep this execution's latest
+    /// checkpoint stored and that is already due (a deadline passed, a
+    /// backoff over, a retry's outcome), so that the run goes on in this
+    /// execution rather than being released and claimed again.
+    async fn wake_here(&mut self) {
+        let woke = self
+            .run
+            .env
+            .store
+            .time_out(&self.run.id, &self.run.lease)
+            .await;
+        if let Err(e) = woke {
+            match self.halt(e).await {}
+        }
+    }
 }

@@ -101,7 +101,7 @@ impl Frame {
                     };
                     let prepared = self.prepare(site, &loops, &fields, Some(suspend));
                     self.commit(prepared).await;
-                    self.wake_after_retry_checkpoint().await;
+                    self.wake_here().await;
                     return match decode_outcome(self, &name, made, &outcome) {
                         Ok(v) => v,
                         Err(e) => match self.halt(e).await {},
@@ -176,7 +176,7 @@ impl Frame {
                     // The backoff: any worker resumes the run when it is due.
                     match self.stop(Halt::Suspended).await {}
                 }
-                self.wake_after_retry_checkpoint().await;
+                self.wake_here().await;
                 if let Some(outcome) = ended {
                     return match decode_outcome(self, &name, attempt, &outcome) {
                         Ok(v) => v,
@@ -184,23 +184,6 @@ impl Frame {
                     };
                 }
             }
-        }
-    }
-}
-
-impl Frame {
-    /// Wakes the run in this execution from the sleep its retry checkpoint
-    /// stored (due now: an outcome, or a backoff already over), so that it
-    /// goes on here rather than being released.
-    async fn wake_after_retry_checkpoint(&mut self) {
-        let woke = self
-            .run
-            .env
-            .store
-            .time_out(&self.run.id, &self.run.lease)
-            .await;
-        if let Err(e) = woke {
-            match self.halt(e).await {}
         }
     }
 }
