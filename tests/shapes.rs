@@ -527,3 +527,28 @@ async fn a_vec_assigned_in_a_match_arm_then_written_through_resumes_exactly() {
     let out = Harness::new(bump_evens).input(3).assert_exact().await;
     assert_eq!(out, [102, 3, 104, 106]);
 }
+
+// A `#[transient]` a `for` loop's iterator borrows around a checkpoint (a
+// file's text read once, say): not built again at the site (it cannot be
+// replaced while borrowed); a resumed run builds it before the loop and
+// skips the lines taken (docs/exactness.md).
+#[workflow]
+async fn line_lengths(ctx: &Ctx, text: String) -> Vec<usize> {
+    #[transient]
+    let upper = text.to_uppercase();
+    let mut lens = Vec::new();
+    for line in upper.lines() {
+        lens.push(line.len() + usize::from(line.starts_with('B')));
+        checkpoint!("line");
+    }
+    lens
+}
+
+#[tokio::test]
+async fn a_transient_a_loop_iterates_around_a_checkpoint_resumes_exactly() {
+    let out = Harness::new(line_lengths)
+        .input("a\nbb\nccc".into())
+        .assert_exact()
+        .await;
+    assert_eq!(out, vec![1, 3, 3]);
+}

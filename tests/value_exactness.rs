@@ -505,3 +505,70 @@ async fn a_value_postcard_cannot_read_back_is_refused_at_save() {
         "says what to do: {msg}"
     );
 }
+
+// 3, the rest of it. A `#[transient]` whose state the macro cannot see: a
+// tool-call budget counted in a `Cell` inside a method of the user's own
+// type. The uninterrupted run used to keep its count across checkpoints
+// while a resumed run built it again at 0 ([0, 1, 2, 3, 4, 5] uninterrupted,
+// [0, 1, 0, 1, 2, 3] resumed after the second checkpoint). A transient keeps
+// no state across a checkpoint now, on any path: every path builds it again
+// once a checkpoint is stored.
+struct CallBudget {
+    spent: std::cell::Cell<u32>,
+}
+
+impl CallBudget {
+    fn new() -> CallBudget {
+        CallBudget {
+            spent: std::cell::Cell::new(0),
+        }
+    }
+
+    fn charge(&self) -> u32 {
+        let spent = self.spent.get();
+        self.spent.set(spent + 1);
+        spent
+    }
+}
+
+#[workflow]
+async fn tool_budget(ctx: &Ctx, steps: u32) -> Vec<u32> {
+    #[transient]
+    let budget = CallBudget::new();
+    let mut charged = Vec::new();
+    for step in 0..steps {
+        charged.push(budget.charge());
+        fx(ctx).record(format!("plan:{step}"));
+        checkpoint!("planned");
+        charged.push(budget.charge());
+        checkpoint!("called");
+    }
+    charged
+}
+
+#[tokio::test]
+async fn a_stateful_transient_keeps_no_state_across_a_checkpoint_on_every_path() {
+    let out = Harness::new(tool_budget).input(3).assert_exact().await;
+    assert_eq!(out, vec![0, 0, 0, 0, 0, 0]);
+}
+
+// The same with the transient declared in the block the checkpoint is in
+// (handed over by its split rather than built before a loop), and read both
+// before and after it.
+#[workflow]
+async fn two_calls(ctx: &Ctx, first: u32) -> (u32, u32, u32) {
+    let base = first * 10;
+    #[transient]
+    let budget = CallBudget::new();
+    let a = base + budget.charge() + budget.charge();
+    checkpoint!("first");
+    let b = base + budget.charge();
+    checkpoint!("second");
+    (a, b, base + budget.charge())
+}
+
+#[tokio::test]
+async fn a_stateful_transient_of_the_same_block_is_built_again_after_each_checkpoint() {
+    let out = Harness::new(two_calls).input(4).assert_exact().await;
+    assert_eq!(out, (41, 40, 40));
+}

@@ -342,9 +342,16 @@ pub enum Stmt {
     /// `transient_cell` (known failing): a `#[transient]` built from a
     /// `Cell` that changes before the checkpoint.
     TransientCell { id: u32 },
-    /// `transient_stateful` (known failing): a `#[transient]` counter bumped
-    /// in a loop with a checkpoint inside, read after it.
-    TransientStateful { id: u32, k: u64, n: u64 },
+    /// `transient_stateful`: a `#[transient]` counter bumped before a
+    /// checkpoint and read after it, in a loop (`looped`, built before it)
+    /// or in the checkpoint's own block: exact, it is built again after
+    /// each checkpoint on every path.
+    TransientStateful {
+        id: u32,
+        k: u64,
+        n: u64,
+        looped: bool,
+    },
 }
 
 /// How a `let else` leaves.

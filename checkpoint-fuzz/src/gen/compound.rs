@@ -50,6 +50,7 @@ impl Gen {
                     id: self.id(),
                     k: self.rng.range(0, 9),
                     n,
+                    looped: self.rng.below(2) == 0,
                 })
             }
             46..=55 if self.on("struct_handle") && self.cp_cost(env, 2) => {

@@ -755,22 +755,38 @@ impl Printer {
                 self.indent -= 1;
                 self.line("}");
             }
-            Stmt::TransientStateful { id, k, n } => {
+            Stmt::TransientStateful { id, k, n, looped } => {
+                // A transient keeps no state across a checkpoint: the twin
+                // builds the counter again where the workflow's checkpoint
+                // is (docs/exactness.md).
                 self.line("{");
                 self.indent += 1;
                 if wf {
                     self.line("#[transient]");
+                    self.line(&format!("let ctr{id} = Counter::new({k});"));
+                } else {
+                    self.line(&format!("let mut ctr{id} = Counter::new({k});"));
                 }
-                self.line(&format!("let ctr{id} = Counter::new({k});"));
-                self.line(&format!("for _i{id} in 0..{n}u64 {{"));
-                self.indent += 1;
+                if *looped {
+                    self.line(&format!("for _i{id} in 0..{n}u64 {{"));
+                    self.indent += 1;
+                }
                 self.line(&format!("ctr{id}.bump();"));
                 if wf {
                     self.line("checkpoint!();");
+                } else {
+                    self.line(&format!("ctr{id} = Counter::new({k});"));
                 }
-                self.indent -= 1;
-                self.line("}");
+                if *looped {
+                    self.indent -= 1;
+                    self.line("}");
+                } else {
+                    self.line(&format!("ctr{id}.bump();"));
+                }
                 self.line(&format!("acc = acc.wrapping_add(ctr{id}.get());"));
+                if !wf {
+                    self.line(&format!("let _ = &mut ctr{id};"));
+                }
                 self.indent -= 1;
                 self.line("}");
             }

@@ -1,6 +1,7 @@
 //! What can be judged from an expression's syntax alone: constants, pure
 //! reads of locals, and borrows.
 
+use syn::visit::Visit;
 use syn::Expr;
 
 use crate::names::NameSet;
@@ -238,5 +239,47 @@ pub(crate) fn strip_parens(expr: &Expr) -> &Expr {
         Expr::Paren(p) => strip_parens(&p.expr),
         Expr::Group(g) => strip_parens(&g.expr),
         other => other,
+    }
+}
+
+/// Whether an initialiser holds a closure or an `async` block anywhere: its
+/// value's type may then contain that expression's own anonymous type
+/// (`|x| x * k`, `make(move || ..)`), which a second copy of the
+/// expression would not have, so such a `#[transient]` cannot be assigned
+/// a value built again.
+pub(crate) fn holds_anonymous_type(expr: &Expr) -> bool {
+    struct Finder(bool);
+    impl<'ast> Visit<'ast> for Finder {
+        fn visit_expr_closure(&mut self, _: &'ast syn::ExprClosure) {
+            self.0 = true;
+        }
+        fn visit_expr_async(&mut self, _: &'ast syn::ExprAsync) {
+            self.0 = true;
+        }
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+    }
+    let mut f = Finder(false);
+    f.visit_expr(expr);
+    f.0
+}
+
+/// A `let` pattern as the left side of an assignment that sets the same
+/// names (`x`, `x: T`, `mut x`, `(a, _)`), or `None` if it has no such form
+/// (`ref x`, `x @ ..`, a struct pattern).
+pub(crate) fn assignee(pat: &syn::Pat) -> Option<proc_macro2::TokenStream> {
+    use quote::quote;
+    match pat {
+        syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+            let ident = &p.ident;
+            Some(quote!(#ident))
+        }
+        syn::Pat::Type(t) => assignee(&t.pat),
+        syn::Pat::Paren(p) => assignee(&p.pat),
+        syn::Pat::Wild(_) => Some(quote!(_)),
+        syn::Pat::Tuple(t) => {
+            let parts = t.elems.iter().map(assignee).collect::<Option<Vec<_>>>()?;
+            Some(quote!((#(#parts,)*)))
+        }
+        _ => None,
     }
 }

@@ -65,6 +65,20 @@ pub(crate) fn check(body: &Block, mut_params: &NameSet) -> syn::Result<()> {
         let read = free_in_expr(&init.expr);
         let names: Vec<String> = pat_names(&local.pat).into_iter().collect();
         let name = names.join("`, `");
+        if let Some(changed) = closure_state(&init.expr) {
+            let ClosureState { captured, how } = changed;
+            let span = pat_bindings(&local.pat).first().map_or_else(
+                || syn::spanned::Spanned::span(&local.pat),
+                |b| b.ident.span(),
+            );
+            errors.push(
+                span,
+                format!(
+                    "`#[transient]` closure `{name}` changes `{captured}`, which it owns (`{how}`): a closure is built once, so the uninterrupted run would keep that state across a checkpoint while a resumed run builds the closure again and starts over; keep `{captured}` in a saved local declared before the closure and pass it in as an argument (`|{captured}: &mut _| ..`)"
+                ),
+            );
+            continue;
+        }
         let how = if let Some(changing) = read.iter().find(|n| finder.mutable.contains(*n)) {
             format!("from `{changing}`, which is declared `mut` and may change after `{name}` is made: a resumed run would build it from the value `{changing}` has at the checkpoint")
         } else if let Some((changing, method)) =
@@ -118,6 +132,135 @@ impl<'ast> Visit<'ast> for Finder {
     }
 
     fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
+/// Methods of the standard collections, `String` and iterators that change
+/// their receiver through `&mut self`.
+const MUT_METHODS: &[&str] = &[
+    "push",
+    "push_str",
+    "push_back",
+    "push_front",
+    "pop",
+    "pop_back",
+    "pop_front",
+    "insert",
+    "remove",
+    "clear",
+    "extend",
+    "append",
+    "truncate",
+    "retain",
+    "drain",
+    "sort",
+    "sort_by",
+    "sort_by_key",
+    "sort_unstable",
+    "dedup",
+    "reverse",
+    "entry",
+    "get_mut",
+    "next",
+    "nth",
+];
+
+/// A change a `#[transient]` closure makes to state it owns.
+struct ClosureState {
+    captured: String,
+    how: String,
+}
+
+/// The first change a closure in `init` makes to a captured local that the
+/// closure owns: one declared inside the initialiser (`{ let mut n = 0;
+/// move || { n += 1; n } }`), or any local a `move` closure captures. A
+/// plain closure changing an outer local changes that local, which is
+/// saved: not state of the closure's own.
+fn closure_state(init: &syn::Expr) -> Option<ClosureState> {
+    struct Seeker {
+        outer: NameSet,
+        found: Option<ClosureState>,
+    }
+    impl<'ast> Visit<'ast> for Seeker {
+        fn visit_expr_closure(&mut self, c: &'ast syn::ExprClosure) {
+            if self.found.is_some() {
+                return;
+            }
+            let mut bound: NameSet = c.inputs.iter().flat_map(pat_names).collect();
+            let mut changes = Changes::default();
+            changes.visit_expr(&c.body);
+            bound.extend(changes.declared.iter().cloned());
+            let owned = |name: &String| c.capture.is_some() || !self.outer.contains(name);
+            self.found = changes
+                .changed
+                .into_iter()
+                .find(|(name, _)| !bound.contains(name) && owned(name))
+                .map(|(captured, how)| ClosureState { captured, how });
+        }
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+    }
+    #[derive(Default)]
+    struct Changes {
+        declared: NameSet,
+        changed: Vec<(String, String)>,
+    }
+    impl<'ast> Visit<'ast> for Changes {
+        fn visit_local(&mut self, l: &'ast Local) {
+            self.declared.extend(pat_names(&l.pat));
+            visit::visit_local(self, l);
+        }
+        fn visit_expr(&mut self, e: &'ast syn::Expr) {
+            use quote::ToTokens;
+            let change = match e {
+                syn::Expr::Assign(a) => {
+                    receiver_local(&a.left).map(|n| (n.clone(), format!("{n} = ..")))
+                }
+                syn::Expr::Binary(b) if is_compound_assign(&b.op) => {
+                    let op = b.op.to_token_stream().to_string();
+                    receiver_local(&b.left).map(|n| (n.clone(), format!("{n} {op} ..")))
+                }
+                syn::Expr::Reference(r) if r.mutability.is_some() => {
+                    receiver_local(&r.expr).map(|n| (n.clone(), format!("&mut {n}")))
+                }
+                syn::Expr::MethodCall(m) => {
+                    let method = m.method.to_string();
+                    let changes = MUT_METHODS.contains(&method.as_str())
+                        || INTERIOR_MUTATORS.contains(&(method.as_str(), m.args.len()));
+                    match changes {
+                        true => receiver_local(&m.receiver)
+                            .map(|n| (n.clone(), format!("{n}.{method}(..)"))),
+                        false => None,
+                    }
+                }
+                _ => None,
+            };
+            self.changed.extend(change);
+            visit::visit_expr(self, e);
+        }
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+    }
+    let mut seeker = Seeker {
+        outer: free_in_expr(init),
+        found: None,
+    };
+    seeker.visit_expr(init);
+    seeker.found
+}
+
+fn is_compound_assign(op: &syn::BinOp) -> bool {
+    use syn::BinOp::*;
+    matches!(
+        op,
+        AddAssign(_)
+            | SubAssign(_)
+            | MulAssign(_)
+            | DivAssign(_)
+            | RemAssign(_)
+            | BitXorAssign(_)
+            | BitAndAssign(_)
+            | BitOrAssign(_)
+            | ShlAssign(_)
+            | ShrAssign(_)
+    )
 }
 
 /// The local a method is called on: `x` of `x.m()`, `x.a.b.m()`,
@@ -191,6 +334,59 @@ mod tests {
             let dashed = name.replace("-", "_");
             let first: Vec<_> = items.iter().take(2).collect();
             checkpoint!();
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_transient_closure_changing_state_it_owns_is_refused() {
+        for init in [
+            quote!({
+                let mut n = 0;
+                move || {
+                    n += 1;
+                    n
+                }
+            }),
+            quote!(move || {
+                seen.push(1);
+                seen.len()
+            }),
+            quote!({
+                let hits = Cell::new(0);
+                move || hits.set(hits.get() + 1)
+            }),
+            quote!({
+                let mut it = 0..10;
+                move || it.next()
+            }),
+        ] {
+            let err = checked(quote! {
+                let seen = Vec::new();
+                #[transient]
+                let next = #init;
+                checkpoint!();
+                next();
+            })
+            .unwrap_err();
+            assert!(
+                err.contains("closure `next`") && err.contains("owns"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_transient_closure_changing_only_its_own_locals_or_an_outer_saved_one_is_accepted() {
+        checked(quote! {
+            let mut count = 0;
+            let prefix = String::from("a");
+            #[transient]
+            let label = move |x: u32| { let mut s = prefix.clone(); s.push_str(&x.to_string()); s };
+            #[transient]
+            let scale = |x: u32| { let mut y = x; y *= 2; y };
+            checkpoint!();
+            label(scale(1));
         })
         .unwrap();
     }

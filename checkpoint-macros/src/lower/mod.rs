@@ -236,7 +236,13 @@ impl<'a> Lowerer<'a> {
         let head = Ident::new("__cp_head", Span::mixed_site());
         let resuming = self.resuming_into(node.range);
         let hoisted: TokenStream = node.items.iter().map(clean_stmt).collect();
-        let after_merge: TokenStream = node.after_merge.iter().map(clean_stmt).collect();
+        // `mut`: a site further in may build them again (see
+        // `rebuild_after_site`).
+        let after_merge: TokenStream = node
+            .after_merge
+            .iter()
+            .map(|stmt| clean_stmt(&rebuildable(stmt)))
+            .collect();
         let suffix_code: TokenStream = node.suffix.iter().map(clean_stmt).collect();
         quote! {
             #hoisted
@@ -440,8 +446,9 @@ impl<'a> Lowerer<'a> {
                 _ => {}
             }
         }
+        let rebuilt = self.rebuild_after_site(index);
         if rebound.is_empty() && assigned.is_empty() {
-            return TokenStream::new();
+            return rebuilt;
         }
         quote! {
             #frame.begin_reload();
@@ -451,7 +458,33 @@ impl<'a> Lowerer<'a> {
                 #assigned
             }
             #frame.end_reload();
+            #rebuilt
         }
+    }
+
+    /// On the uninterrupted path, once site `index` stored its checkpoint
+    /// and the saved locals are decoded: the `#[transient]` locals the code
+    /// after it reads are built again, as a resumed run builds them, so
+    /// that a transient keeps no state across a checkpoint on any path
+    /// (docs/exactness.md). One the split hands over is bound anew; an
+    /// outer one (bound `mut` by its split) is assigned.
+    fn rebuild_after_site(&self, index: u32) -> TokenStream {
+        let mut out = TokenStream::new();
+        for r in &sites::numbered(&self.plan.sites, index).rebuilt {
+            let (pat, init) = (&r.pat, clean_expr(&r.init));
+            match (r.rebind, crate::analyse::syntax::assignee(pat)) {
+                (true, _) => out.extend(quote!(let #pat = #init;)),
+                (false, Some(left)) => out.extend(quote! {
+                    #[allow(unused_assignments)]
+                    {
+                        #left = #init;
+                    }
+                }),
+                // Refused by the analysis.
+                (false, None) => {}
+            }
+        }
+        out
     }
 
     /// The loop positions and the field-encoding statements of a site, as
@@ -554,6 +587,25 @@ fn transient_probe(stmt: &Stmt) -> Option<TokenStream> {
             (&&::checkpoint_runtime::__private::transient_probe(&#ident)).refuse_iterator();
         }
     })
+}
+
+/// A transient `let` whose names are bound `mut` (allowed to stay unused).
+fn rebuildable(stmt: &Stmt) -> Stmt {
+    struct MakeMut;
+    impl VisitMut for MakeMut {
+        fn visit_pat_ident_mut(&mut self, p: &mut syn::PatIdent) {
+            if p.by_ref.is_none() {
+                p.mutability = Some(Default::default());
+            }
+            syn::visit_mut::visit_pat_ident_mut(self, p);
+        }
+    }
+    let mut stmt = stmt.clone();
+    if let Stmt::Local(local) = &mut stmt {
+        MakeMut.visit_pat_mut(&mut local.pat);
+        local.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+    }
+    stmt
 }
 
 fn clean_expr(expr: &Expr) -> TokenStream {

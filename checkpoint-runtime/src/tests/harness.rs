@@ -72,31 +72,37 @@ async fn harness_delivers_scripted_signals() {
 }
 
 /// Numbers handed out by a counter in a `Cell`: building it again starts
-/// at 0, so it is not a value a `#[transient]` may be (docs/exactness.md,
-/// the open row on stateful transients).
+/// at 0. A `#[transient]` of this type is built again after every
+/// checkpoint on every path; a `#[transient]` closure that owns one is built
+/// once, and the macro cannot see the method change it (docs/exactness.md,
+/// the open row on closures).
 struct Numbers {
     next: std::cell::Cell<u64>,
 }
 
 impl Numbers {
-    fn take(&self) -> u64 {
+    fn draw(&self) -> u64 {
         let n = self.next.get();
         self.next.set(n + 1);
         n
     }
 }
 
-/// `counter` with its numbers from a stateful transient: correct
-/// uninterrupted, wrong once resumed after a checkpoint that had taken one.
+/// `counter` with its numbers from a closure that owns its counter:
+/// correct uninterrupted, wrong once resumed after a checkpoint that had
+/// taken one.
 #[workflow(name = "forgetful")]
 async fn forgetful_counter(ctx: &Ctx, n: u64) -> u64 {
     #[transient]
-    let numbers = Numbers {
-        next: std::cell::Cell::new(0),
+    let take = {
+        let numbers = Numbers {
+            next: std::cell::Cell::new(0),
+        };
+        move || numbers.draw()
     };
     let mut total = 0;
     for _ in 0..n {
-        total += numbers.take();
+        total += take();
         checkpoint!("step");
     }
     total

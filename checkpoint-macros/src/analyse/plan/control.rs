@@ -135,6 +135,7 @@ impl Planner<'_> {
         for e in &entries {
             borrowed.remove(&e.local.to_string());
         }
+        body_scope.hold_transients(&borrowed);
         let decoded_at_entry = self
             .hold(&mut body_scope, &borrowed, After::DecodedAtEntry)
             .into_iter()
@@ -375,7 +376,10 @@ impl Planner<'_> {
         let mut scope = scope.clone();
         // Only bindings can borrow what the condition reads.
         let decoded_at_entry = match rederive && arms.iter().any(|a| !a.carried.is_empty()) {
-            true => self.hold(&mut scope, &read, After::DecodedAtEntry),
+            true => {
+                scope.hold_transients(&read);
+                self.hold(&mut scope, &read, After::DecodedAtEntry)
+            }
             false => Vec::new(),
         };
         let scope = &scope;

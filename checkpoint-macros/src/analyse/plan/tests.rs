@@ -369,3 +369,101 @@ fn a_mut_binding_of_a_re_derived_arm_is_saved_because_it_changes() {
         .collect();
     assert_eq!(rederived, vec!["x"]);
 }
+
+/// For each site, the transients built again after it, and whether each is
+/// bound anew (`let`) or assigned.
+fn rebuilt_per_site(body: TokenStream) -> Vec<Vec<(String, bool)>> {
+    let (_, plan) = planned(body).expect("the plan has no refusal");
+    plan.sites
+        .iter()
+        .map(|p| {
+            p.rebuilt
+                .iter()
+                .map(|r| (r.ident.to_string(), r.rebind))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn transients_read_after_a_site_are_built_again_there() {
+    let got = rebuilt_per_site(quote! {
+        #[transient]
+        let budget = Budget::new();
+        #[transient]
+        let unused = Budget::new();
+        let mut out = Vec::new();
+        for step in 0..3 {
+            out.push(budget.charge());
+            checkpoint!("planned");
+            out.push(budget.charge());
+        }
+        #[transient]
+        let local = Budget::new();
+        local.charge();
+        checkpoint!("end");
+        local.charge() + budget.charge()
+    });
+    // In the loop, `budget` (built before it) is assigned; at the end, both
+    // are handed over by the split at the site, so both are bound anew;
+    // `unused` is never read after a site.
+    assert_eq!(
+        got,
+        vec![
+            vec![("budget".to_owned(), false)],
+            vec![("budget".to_owned(), true), ("local".to_owned(), true)],
+        ]
+    );
+}
+
+#[test]
+fn transients_borrowed_around_a_site_or_built_after_it_are_not_built_again() {
+    let got = rebuilt_per_site(quote! {
+        #[transient]
+        let text = load();
+        #[transient]
+        let scale = |x: u32| x * 2;
+        #[transient]
+        let client = Client::new();
+        let mut n = 0;
+        for line in text.lines() {
+            n += scale(line.len() as u32) + client.get(0);
+            checkpoint!("line");
+        }
+        #[transient]
+        let late = Client::new();
+        checkpoint!("late");
+        late.get(n) + client.get(n)
+    });
+    // `text` is borrowed by the loop's iterator, `scale` is a closure (built
+    // once), `late` is built after the merge of the split at "late" (after
+    // that site on every path); `client` is read after both sites: built
+    // before the loop, handed over by the split at "late".
+    assert_eq!(
+        got,
+        vec![
+            vec![("client".to_owned(), false)],
+            vec![("client".to_owned(), true)],
+        ]
+    );
+}
+
+#[test]
+fn a_transient_whose_input_an_inner_local_hides_at_a_site_is_refused() {
+    let err = planned(quote! {
+        let region = 7;
+        #[transient]
+        let client = Client::new(region);
+        for region in regions {
+            checkpoint!("fetched");
+            client.get(region);
+        }
+    })
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        err.contains("`client`") && err.contains("inner `region`"),
+        "{err}"
+    );
+}

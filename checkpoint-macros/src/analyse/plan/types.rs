@@ -52,6 +52,25 @@ pub struct SitePlan {
     /// Locals that would have to cross the site but cannot: each is also a
     /// compile error.
     pub refused: Vec<Refused>,
+    /// `#[transient]` locals the code after the site reads that the
+    /// uninterrupted path builds again once the checkpoint is stored, as a
+    /// resumed run does (docs/exactness.md: a transient keeps no state
+    /// across a checkpoint), in declaration order.
+    pub rebuilt: Vec<Rebuilt>,
+}
+
+/// A `#[transient]` built again after a site on the uninterrupted path.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub struct Rebuilt {
+    pub ident: Ident,
+    /// Its `let` pattern and initialiser, as declared.
+    pub pat: Pat,
+    pub init: Expr,
+    /// Handed over by the split the site is the head of: bound anew
+    /// (`let pat = init;`) before the split hands it over; otherwise (an
+    /// outer local) assigned (`ident = init;`).
+    pub rebind: bool,
 }
 
 /// One saved local of a site.

@@ -9,13 +9,14 @@ use quote::quote;
 use syn::{Block, Expr, Ident, Stmt};
 
 use super::types::{
-    After, Binding, BlockPlan, BlockStmts, BodyPlan, Ctrl, Export, Field, Recreated, RecreatedWhy,
-    Rederived, Refused, Save, SiteCall, SitePlan, SiteStmt, SplitNode, Stmts, Why, Wrap,
+    After, Binding, BlockPlan, BlockStmts, BodyPlan, Ctrl, Export, Field, Rebuilt, Recreated,
+    RecreatedWhy, Rederived, Refused, Save, SiteCall, SitePlan, SiteStmt, SplitNode, Stmts, Why,
+    Wrap,
 };
 use crate::analyse::liveness::{self, ContFrame};
 use crate::analyse::split::{self, direct_site, site_with_postfix, SplitPlan};
 use crate::analyse::syntax::strip_parens;
-use crate::analyse::{deferred, order};
+use crate::analyse::{deferred, order, syntax};
 use crate::errors::Errors;
 use crate::names::{free_in_expr, free_in_stmts, pat_names, NameSet};
 use crate::sites::{self, Site, SiteKind, SiteRange};
@@ -56,10 +57,36 @@ pub(super) struct Saved {
     pub held: Option<After>,
 }
 
+/// A `#[transient]` local in scope: the sites after which the code reads it
+/// build it again on the uninterrupted path (see [`Rebuilt`]).
+#[derive(Clone)]
+pub(super) struct InScopeTransient {
+    pub ident: Ident,
+    pub pat: syn::Pat,
+    pub init: Expr,
+    /// The names its initialiser reads.
+    pub inputs: NameSet,
+    /// Names bound in scopes nested inside the one that declared it: if one
+    /// is its name or an input's, it cannot be built again there.
+    pub hidden_by: NameSet,
+    /// Borrowed around the code being planned (by a loop's iterator, a
+    /// re-derived branch, a closure or another transient): it cannot be
+    /// replaced at the sites inside, and is kept (docs/exactness.md).
+    pub held: bool,
+    /// Built after the merge of the split whose head is being planned: a
+    /// site that is that head comes before it.
+    pub after_head: bool,
+    /// Handed over by the split whose head is being planned: a site that is
+    /// that head binds it anew (`let`); elsewhere it is assigned.
+    pub here: bool,
+}
+
 /// What is in scope at a point of the body.
 #[derive(Clone, Default)]
 pub(super) struct Scope {
     pub saved: Vec<Saved>,
+    /// `#[transient]` locals, in declaration order.
+    pub transients: Vec<InScopeTransient>,
     /// How many `for` loops enclose it.
     pub loops: usize,
     /// Locals known to hold references that are re-derived on resume (items
@@ -83,6 +110,41 @@ impl Scope {
     pub fn bind_inner(&mut self, names: &NameSet) {
         for s in &mut self.saved {
             s.hidden_by.extend(names.iter().cloned());
+        }
+        for t in &mut self.transients {
+            t.hidden_by.extend(names.iter().cloned());
+        }
+    }
+
+    /// Marks the transients named in `names` as borrowed from now on.
+    pub fn hold_transients(&mut self, names: &NameSet) {
+        for t in &mut self.transients {
+            let name = t.ident.to_string();
+            if names.contains(&name) && !t.hidden_by.contains(&name) {
+                t.held = true;
+            }
+        }
+    }
+
+    /// A `#[transient]` `let` comes into scope.
+    fn declare_transient(&mut self, pat: &syn::Pat, init: &Expr, after_head: bool) {
+        let here = !after_head;
+        // A closure has a type of its own per expression: built once
+        // (docs/exactness.md, the row on closures).
+        if syntax::holds_anonymous_type(init) {
+            return;
+        }
+        for binding in crate::names::pat_bindings(pat) {
+            self.transients.push(InScopeTransient {
+                ident: binding.ident,
+                pat: pat.clone(),
+                init: init.clone(),
+                inputs: free_in_expr(init),
+                hidden_by: NameSet::new(),
+                held: false,
+                after_head,
+                here,
+            });
         }
     }
 
@@ -221,6 +283,7 @@ impl<'a> Planner<'a> {
         // What the block's `#[transient]` closures capture stays borrowed
         // by them at its sites.
         self.hold(&mut scope, &free_in_stmts(&closures), After::Kept);
+        scope.hold_transients(&free_in_stmts(&closures));
         let body = self.stmts(&rest, &scope, &NameSet::new());
         BlockStmts::Split {
             deferred,
@@ -263,6 +326,9 @@ impl<'a> Planner<'a> {
                 placeholder: None,
             };
             if let (Some(init), Some(pat)) = (&v.transient_init, &v.transient_pat) {
+                if !v.constant {
+                    inner.declare_transient(pat, init, false);
+                }
                 export.recreate = Some((pat.clone(), init.clone()));
                 inner.recreated.push(Recreated {
                     name: v.binding.ident.to_string(),
@@ -289,6 +355,9 @@ impl<'a> Planner<'a> {
         for stmt in &plan.after_merge {
             let Stmt::Local(local) = stmt else { continue };
             let declared = local.attrs.iter().any(|a| a.path().is_ident("transient"));
+            if let (true, Some(init)) = (declared, &local.init) {
+                inner.declare_transient(&local.pat, &init.expr, true);
+            }
             inner
                 .recreated
                 .extend(pat_names(&local.pat).into_iter().map(|name| Recreated {
@@ -309,6 +378,7 @@ impl<'a> Planner<'a> {
             }
         }
         self.hold(&mut inner, &transient_inputs, After::Kept);
+        inner.hold_transients(&transient_inputs);
 
         // The statements before `t`, planned for their own sites.
         let prefix_scope = scope.then(ContFrame::Rest {
@@ -357,6 +427,11 @@ impl<'a> Planner<'a> {
         inner
             .recreated
             .retain(|r| !plan.prefix_names.contains(&r.name));
+        // What the prefix declares again hides the outer transient for the
+        // rest of the block: no code of it can name that one.
+        inner
+            .transients
+            .retain(|t| !plan.prefix_names.contains(&t.ident.to_string()));
         inner
             .rederived
             .retain(|r| !plan.prefix_names.contains(&r.name));
@@ -512,6 +587,7 @@ impl<'a> Planner<'a> {
             recreated: scope.recreated.clone(),
             rederived: scope.rederived.clone(),
             refused: std::mem::take(&mut sites::numbered_mut(&mut self.plans, number).refused),
+            rebuilt: Vec::new(),
         };
         for saved in &scope.saved {
             let binding = &mut self.bindings[saved.binding];
@@ -577,11 +653,74 @@ impl<'a> Planner<'a> {
                 after,
             });
         }
+        self.plan_rebuilt(number, scope, &mut plan);
         *sites::numbered_mut(&mut self.plans, number) = plan;
+    }
+
+    /// The transients site `number` builds again on the uninterrupted path
+    /// (docs/exactness.md): those the code after it reads, unless they are
+    /// borrowed around it (kept) or built after it. One whose name or input
+    /// an inner local hides there is refused: it could not be built from
+    /// the same values.
+    fn plan_rebuilt(&mut self, number: u32, scope: &Scope, plan: &mut SitePlan) {
+        let describe = self.site_info(number).describe();
+        let span = self.site_info(number).span;
+        for t in &scope.transients {
+            let name = t.ident.to_string();
+            if t.held || t.after_head || !liveness::live_after(&name, &scope.cont) {
+                continue;
+            }
+            let hidden = std::iter::once(&name)
+                .chain(&t.inputs)
+                .find(|n| t.hidden_by.contains(*n));
+            if let Some(hidden) = hidden {
+                let why = format!(
+                    "the `#[transient]` `{name}` is built again after {describe} (a transient keeps no state across a checkpoint: a resumed run builds it there too), but an inner `{hidden}` hides {what} here; rename one of them",
+                    what = if *hidden == name { "it" } else { "what it is built from" },
+                );
+                self.errors.push(span, &why);
+                plan.refused.push(Refused { name, why });
+                continue;
+            }
+            if !t.here && syntax::assignee(&t.pat).is_none() {
+                let why = format!(
+                    "the `#[transient]` `{name}` is built again after {describe} (a transient keeps no state across a checkpoint: a resumed run builds it there too), which assigns it there, and its pattern cannot be assigned; bind it to one name (`let {name} = ..`)"
+                );
+                self.errors.push(t.ident.span(), &why);
+                plan.refused.push(Refused { name, why });
+                continue;
+            }
+            let same = |r: &Rebuilt| {
+                let (a, b) = (&r.pat, &t.pat);
+                quote!(#a).to_string() == quote!(#b).to_string()
+            };
+            if plan.rebuilt.iter().any(same) {
+                continue; // one `let (a, b) = ..` builds both
+            }
+            plan.rebuilt.push(Rebuilt {
+                ident: t.ident.clone(),
+                pat: t.pat.clone(),
+                init: t.init.clone(),
+                rebind: t.here,
+            });
+        }
     }
 
     /// Plans a control-flow expression that contains sites.
     pub fn ctrl(&mut self, expr: &Expr, range: SiteRange, scope: &Scope) -> Ctrl {
+        // The code inside runs after the merge: the transients built there
+        // are built before it, and are outer locals in it.
+        let mut entered;
+        let scope = if scope.transients.iter().any(|t| t.after_head || t.here) {
+            entered = scope.clone();
+            for t in &mut entered.transients {
+                t.after_head = false;
+                t.here = false;
+            }
+            &entered
+        } else {
+            scope
+        };
         match expr {
             Expr::Paren(p) => self.ctrl(&p.expr, range, scope),
             Expr::Group(g) => self.ctrl(&g.expr, range, scope),
