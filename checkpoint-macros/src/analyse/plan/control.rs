@@ -10,7 +10,7 @@ use syn::{Block, Expr, Ident};
 
 use super::types::{
     After, ArmBody, ArmPlan, ArmsPlan, Ctrl, EntryCopy, ForItems, ForPlan, Overwrite, Rederived,
-    RederivedWhy, WhileCond, WhilePlan, Why,
+    RederivedWhy, Refused, WhileCond, WhilePlan, Why,
 };
 use super::walk::{Planner, Scope, Source};
 use crate::analyse::branches::{
@@ -108,6 +108,41 @@ impl Planner<'_> {
         }
     }
 
+    /// A `#[transient]` the loop's iterator borrows cannot be built again
+    /// at the sites inside (docs/exactness.md): a resumed run builds it
+    /// before the loop and skips the items taken, which is exact when its
+    /// only state is that position. A body that uses it could change other
+    /// state of it, which would survive a checkpoint uninterrupted and not
+    /// a resume: refused.
+    fn refuse_transients_used_while_borrowed(
+        &mut self,
+        scope: &Scope,
+        borrowed: &NameSet,
+        body_names: &NameSet,
+        f: &syn::ExprForLoop,
+        range: SiteRange,
+    ) {
+        for t in &scope.transients {
+            let name = t.ident.to_string();
+            if t.held
+                || t.hidden_by.contains(&name)
+                || !borrowed.contains(&name)
+                || !body_names.contains(&name)
+            {
+                continue;
+            }
+            let site = self.site_info(range.first).describe();
+            let why = format!(
+                "the `#[transient]` `{name}` is borrowed by the loop `{}` around {site}, so it cannot be built again there (a transient keeps no state across a checkpoint), and the loop's body uses it: what the body changes in it would survive the checkpoint uninterrupted but not a resume; iterate over a saved local (collect what the loop needs before it), or use another `#[transient]` in the body",
+                loop_described(f)
+            );
+            self.errors.push(syn::spanned::Spanned::span(&f.expr), &why);
+            sites::numbered_mut(&mut self.plans, range.first)
+                .refused
+                .push(Refused { name, why });
+        }
+    }
+
     pub(super) fn plan_for(&mut self, f: &syn::ExprForLoop, scope: &Scope) -> Ctrl {
         if let Some(r) = sites::sites_in_expr(&f.expr) {
             self.report_misplaced(r);
@@ -135,6 +170,7 @@ impl Planner<'_> {
         for e in &entries {
             borrowed.remove(&e.local.to_string());
         }
+        self.refuse_transients_used_while_borrowed(&body_scope, &borrowed, &body_names, f, range);
         body_scope.hold_transients(&borrowed);
         let decoded_at_entry = self
             .hold(&mut body_scope, &borrowed, After::DecodedAtEntry)

@@ -467,3 +467,24 @@ fn a_transient_whose_input_an_inner_local_hides_at_a_site_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_transient_a_loop_borrows_and_its_body_uses_is_refused() {
+    let err = planned(quote! {
+        #[transient]
+        let cache = Cache::load();
+        let mut n = 0;
+        for entry in cache.entries() {
+            n += cache.hits(entry);
+            checkpoint!("entry");
+        }
+        n
+    })
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        err.contains("`cache`") && err.contains("borrowed by the loop"),
+        "{err}"
+    );
+}
