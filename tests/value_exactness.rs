@@ -572,3 +572,36 @@ async fn a_stateful_transient_of_the_same_block_is_built_again_after_each_checkp
     let out = Harness::new(two_calls).input(4).assert_exact().await;
     assert_eq!(out, (41, 40, 40));
 }
+
+// A loop writing through its items that changes an item after its last
+// checkpoint in the iteration: here a field `#[serde(skip)]` drops. A
+// resumed run writes the finished items back from the loop's log, decoded
+// (the note back to 0), while the uninterrupted run used to keep them as
+// the body left them ([(1, 11), (1, 12), (1, 13)] uninterrupted, [(1, 0),
+// (1, 0), (1, 13)] resumed in the last iteration). Every path now goes on
+// with each finished item decoded from the log once the next is taken (the
+// last one when the loop ends).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Task {
+    done: u32,
+    #[serde(skip)]
+    note: u32,
+}
+
+#[workflow]
+async fn mark_tasks(ctx: &Ctx, n: u32) -> Vec<(u32, u32)> {
+    let mut tasks: Vec<Task> = (0..n).map(|_| Task::default()).collect();
+    for (i, task) in tasks.iter_mut().enumerate() {
+        task.done += 1;
+        fx(ctx).record(format!("mark:{i}"));
+        checkpoint!("marked");
+        task.note = 11 + i as u32;
+    }
+    tasks.iter().map(|t| (t.done, t.note)).collect()
+}
+
+#[tokio::test]
+async fn items_written_after_their_last_checkpoint_are_the_decoded_items_on_every_path() {
+    let out = Harness::new(mark_tasks).input(3).assert_exact().await;
+    assert_eq!(out, vec![(1, 0), (1, 0), (1, 0)]);
+}

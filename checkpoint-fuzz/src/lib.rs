@@ -191,7 +191,7 @@ pub struct Logged {
 
 /// A struct with a field serde skips (the `serde_skip` form): it comes back
 /// as its default.
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, Default)]
 pub struct Skipping {
     /// What a loop of the form iterates.
     pub items: Vec<u64>,

@@ -362,8 +362,14 @@ impl WrittenItems {
         Self::default()
     }
 
-    /// Appends the final value of a finished item.
-    pub fn push<P: ItemPart>(&mut self, item: &P, frame: &Frame) -> Result<(), Error> {
+    /// Appends the final value of a finished item, and writes the value
+    /// decoded from those bytes back into it: a resumed run writes the
+    /// finished items back from this log ([`advance_writing_back`]), so
+    /// every path goes on with the decoded items, whatever the body changed
+    /// in an item after its last checkpoint (a field `#[serde(skip)]`
+    /// drops; docs/exactness.md). Types made of the standard library's
+    /// types only decode equal and are not decoded.
+    pub fn push<P: ItemPart>(&mut self, item: &mut P, frame: &Frame) -> Result<(), Error> {
         let start = self.bytes.len();
         if let Err(e) = item.save(&mut self.bytes) {
             self.bytes.truncate(start);
@@ -371,6 +377,18 @@ impl WrittenItems {
                 "the value of loop item #{} could not be encoded: {e}",
                 self.count
             )));
+        }
+        if !crate::save::round_trips_exactly(std::any::type_name::<P::Owned>()) {
+            match codec::decode::<P::Owned>(&self.bytes[start..]) {
+                Ok((value, _)) => item.restore(value),
+                Err(e) => {
+                    self.bytes.truncate(start);
+                    return Err(frame.loop_error(format!(
+                        "the saved value of loop item #{} does not decode: {e}",
+                        self.count
+                    )));
+                }
+            }
         }
         self.count += 1;
         Ok(())

@@ -339,6 +339,10 @@ pub enum Stmt {
     /// checkpoint (in a block, or in a loop over `&sk.items`): exact, it
     /// is 0 after it on every path.
     SerdeSkip { id: u32, looped: bool },
+    /// `skip_items`: a loop writing through `Skipping` items that sets the
+    /// skipped field after its checkpoint: exact, every path goes on with
+    /// each finished item decoded from the loop's log.
+    SkipItems { id: u32, n: u64 },
     /// `transient_cell` (known failing): a `#[transient]` built from a
     /// `Cell` that changes before the checkpoint.
     TransientCell { id: u32 },
@@ -545,6 +549,7 @@ pub fn takes_checkpoint(stmts: &[Stmt]) -> bool {
                 | Stmt::SharedHandle { .. }
                 | Stmt::StructHandle { .. }
                 | Stmt::SerdeSkip { .. }
+                | Stmt::SkipItems { .. }
                 | Stmt::TransientCell { .. }
                 | Stmt::TransientStateful { .. }
         ) {

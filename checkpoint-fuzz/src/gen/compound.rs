@@ -18,7 +18,7 @@ impl Gen {
     /// checkpoint(s).
     pub(super) fn exactness_form(&mut self, env: &Env) -> Option<Stmt> {
         let r = self.rng.below(1000);
-        if env.hash.is_some() || r >= 66 {
+        if env.hash.is_some() || r >= 76 {
             return None;
         }
         let hash_ok = env.can_read(Coll::Hm) && env.can_read(Coll::Hs);
@@ -63,6 +63,13 @@ impl Gen {
                 id: self.id(),
                 looped: self.rng.below(2) == 0,
             }),
+            66..=75 if self.on("skip_items") => {
+                let n = self.rng.range(1, 3);
+                if !self.cp_cost(env, n as i64) {
+                    return None;
+                }
+                Some(Stmt::SkipItems { id: self.id(), n })
+            }
             _ => None,
         }
     }

@@ -153,6 +153,10 @@ pub const FORMS: &[&str] = &[
     // `round_trip` (also at the entry of a loop that borrows the value).
     "struct_handle",
     "serde_skip",
+    // `skip_items`: a loop writing through its items (`iter_mut`) sets a
+    // skipped field after the item's checkpoint; exact, every path goes on
+    // with each finished item decoded from the loop's log.
+    "skip_items",
     // `transient_stateful`: a `#[transient]` counter (a `Cell` inside)
     // bumped before a checkpoint and read after it, in a loop or in the
     // checkpoint's block: exact, a transient is built again after each

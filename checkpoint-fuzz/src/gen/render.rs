@@ -739,6 +739,7 @@ impl Printer {
             }
             Stmt::StructHandle { id, looped } => self.struct_handle(*id, *looped, wf),
             Stmt::SerdeSkip { id, looped } => self.serde_skip(*id, *looped, wf),
+            Stmt::SkipItems { id, n } => self.skip_items(*id, *n, wf),
             Stmt::TransientCell { id } => {
                 self.line("{");
                 self.indent += 1;
@@ -875,6 +876,49 @@ impl Printer {
         self.line(&format!(
             "acc = acc.wrapping_add(sk{id}.kept * 10 + sk{id}.skipped);"
         ));
+        self.indent -= 1;
+        self.line("}");
+    }
+}
+
+impl Printer {
+    /// `skip_items`: a loop writing through its items sets a skipped field
+    /// after the item's checkpoint. The workflow goes on with the current
+    /// item decoded at the checkpoint and each finished item decoded from
+    /// the loop's log (and the vector at loop entry, which the loop's
+    /// iterator borrows); the twin decodes them by hand where that happens.
+    fn skip_items(&mut self, id: u32, n: u64, wf: bool) {
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!(
+            "let mut ski{id}: Vec<Skipping> = (0..{n}u64).map(|k| Skipping {{ items: Vec::new(), kept: k, skipped: k + 1 }}).collect();"
+        ));
+        if !wf {
+            // The loop's iterator borrows it: decoded at loop entry.
+            self.line(&format!("ski{id} = round_trip(ski{id});"));
+        }
+        self.line(&format!("for s{id} in ski{id}.iter_mut() {{"));
+        self.indent += 1;
+        self.line(&format!("s{id}.kept += s{id}.skipped;"));
+        if wf {
+            self.line("checkpoint!();");
+        } else {
+            self.line(&format!("*s{id} = round_trip(std::mem::take(s{id}));"));
+        }
+        self.line(&format!("s{id}.skipped = acc % 5 + 1;"));
+        self.line(&format!("acc = acc.wrapping_add(s{id}.skipped);"));
+        if !wf {
+            self.line(&format!("*s{id} = round_trip(std::mem::take(s{id}));"));
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.line(&format!("for s{id} in &ski{id} {{"));
+        self.indent += 1;
+        self.line(&format!(
+            "acc = acc.wrapping_add(s{id}.kept * 3 + s{id}.skipped);"
+        ));
+        self.indent -= 1;
+        self.line("}");
         self.indent -= 1;
         self.line("}");
     }

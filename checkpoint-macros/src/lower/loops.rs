@@ -287,7 +287,7 @@ impl Lowerer<'_> {
             }
             let mut #cur = ::core::option::Option::None;
             #label loop {
-                if let ::core::option::Option::Some(prev) = &#cur {
+                if let ::core::option::Option::Some(prev) = &mut #cur {
                     if let ::core::result::Result::Err(e) = #log.push(prev, &#frame) {
                         match #frame.halt(e).await {}
                     }
