@@ -605,3 +605,62 @@ async fn items_written_after_their_last_checkpoint_are_the_decoded_items_on_ever
     let out = Harness::new(mark_tasks).input(3).assert_exact().await;
     assert_eq!(out, vec![(1, 0), (1, 0), (1, 0)]);
 }
+
+// A `#[transient]` that borrows a saved local whose round trip drops state
+// (a field `#[serde(skip)]`): the saved local used to be kept as it was
+// after a checkpoint (the transient borrowed it), so the uninterrupted run
+// scored with the boost ([6, 5, 5]) and a resumed one without it ([6, 5,
+// 0]). The local is decoded after each checkpoint and the transient built
+// again from it, on every path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Keywords {
+    words: Vec<String>,
+    #[serde(skip)]
+    boost: usize,
+}
+
+struct KeywordScorer<'a> {
+    keywords: &'a Keywords,
+    // Something to drop: the old scorer is dropped before the keywords it
+    // borrows are replaced.
+    seen: Vec<usize>,
+}
+
+impl KeywordScorer<'_> {
+    fn score(&mut self, doc: &str) -> usize {
+        let hits = self
+            .keywords
+            .words
+            .iter()
+            .filter(|w| doc.contains(w.as_str()))
+            .count();
+        self.seen.push(hits);
+        hits + self.keywords.boost
+    }
+}
+
+#[workflow]
+async fn score_docs(ctx: &Ctx, docs: Vec<String>) -> Vec<usize> {
+    let keywords = Keywords {
+        words: vec!["rust".into()],
+        boost: 5,
+    };
+    #[transient]
+    let mut scorer = KeywordScorer {
+        keywords: &keywords,
+        seen: Vec::new(),
+    };
+    let mut out = Vec::new();
+    for doc in &docs {
+        out.push(scorer.score(doc));
+        checkpoint!("scored");
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_saved_local_a_transient_borrows_is_decoded_and_the_transient_built_again() {
+    let docs = vec!["rust".to_owned(), "go".to_owned(), "rust".to_owned()];
+    let out = Harness::new(score_docs).input(docs).assert_exact().await;
+    assert_eq!(out, vec![6, 0, 1]);
+}

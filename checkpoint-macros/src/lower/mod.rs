@@ -450,7 +450,22 @@ impl<'a> Lowerer<'a> {
         if rebound.is_empty() && assigned.is_empty() {
             return rebuilt;
         }
+        // The transients built again below may borrow locals decoded here
+        // (`scorer(&keywords)`): they go first.
+        let dropped: TokenStream = sites::numbered(&self.plan.sites, index)
+            .rebuilt
+            .iter()
+            .flat_map(|r| crate::names::pat_bindings(&r.pat))
+            .map(|b| {
+                let ident = &b.ident;
+                quote!(::core::mem::drop(#ident);)
+            })
+            .collect();
         quote! {
+            #[allow(dropping_copy_types, dropping_references, clippy::drop_non_drop)]
+            {
+                #dropped
+            }
             #frame.begin_reload();
             #rebound
             #[allow(unused_assignments)]

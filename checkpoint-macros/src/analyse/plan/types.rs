@@ -100,9 +100,11 @@ pub enum After {
     /// encoding, and the value decodes to itself again unless its
     /// `Deserialize` changes what it decodes each time.
     DecodedAtEntry,
-    /// Borrowed by a `#[transient]` (a closure that captures it, an
-    /// initialiser that borrows it): kept as it is (docs/exactness.md, the
-    /// open row on transients).
+    /// Borrowed by a `#[transient]` that the site does not build again (a
+    /// closure that captures it, a transient a loop borrows): kept as it is
+    /// (docs/exactness.md, the open row on transients). What a transient
+    /// built again at the site reads is `Decoded` (the transient is dropped
+    /// first).
     Kept,
     /// Saved as a snapshot taken earlier (loop entry, where it was decoded;
     /// or a placeholder nothing reads), or written back through a loop's

@@ -370,14 +370,28 @@ impl<'a> Planner<'a> {
         }
 
         // What the transients read may stay borrowed by them at the sites
-        // after the split (a closure capturing it, `scorer(&keywords)`).
-        let mut transient_inputs = free_in_stmts(&plan.after_merge);
-        for e in &exports {
-            if let Some((_, init)) = &e.recreate {
-                transient_inputs.extend(free_in_expr(init));
+        // after the split (a closure capturing it, `scorer(&keywords)`): a
+        // closure's captures are kept; what a transient that sites build
+        // again reads is decoded where it is built again too (see
+        // `plan_site`), and kept where it is not.
+        let mut transient_inputs = NameSet::new();
+        let mut kept_inputs = NameSet::new();
+        let inits = plan
+            .after_merge
+            .iter()
+            .filter_map(|stmt| match stmt {
+                Stmt::Local(l) => Some(&*l.init.as_ref()?.expr),
+                _ => None,
+            })
+            .chain(exports.iter().filter_map(|e| Some(&e.recreate.as_ref()?.1)));
+        for init in inits {
+            let read = free_in_expr(init);
+            if syntax::holds_anonymous_type(init) {
+                kept_inputs.extend(read.iter().cloned());
             }
+            transient_inputs.extend(read);
         }
-        self.hold(&mut inner, &transient_inputs, After::Kept);
+        self.hold(&mut inner, &kept_inputs, After::Kept);
         inner.hold_transients(&transient_inputs);
 
         // The statements before `t`, planned for their own sites.
@@ -589,6 +603,7 @@ impl<'a> Planner<'a> {
             refused: std::mem::take(&mut sites::numbered_mut(&mut self.plans, number).refused),
             rebuilt: Vec::new(),
         };
+        let rebuilt = self.plan_rebuilt(number, scope, &mut plan);
         for saved in &scope.saved {
             let binding = &mut self.bindings[saved.binding];
             let name = binding.ident.to_string();
@@ -624,7 +639,16 @@ impl<'a> Planner<'a> {
                 ))),
                 _ => None,
             };
+            // A transient that reads it and is not built again here keeps
+            // borrowing it (docs/exactness.md).
+            let kept_by_transient = scope.transients.iter().any(|t| {
+                t.inputs.contains(&name)
+                    && !t.hidden_by.contains(&name)
+                    && !t.after_head
+                    && !rebuilt.contains(&t.ident.to_string())
+            });
             let after = match (&save, saved.held) {
+                (Save::Live { .. }, None) if kept_by_transient => After::Kept,
                 (Save::Live { .. }, None) | (Save::Through, _) => After::Decoded,
                 (Save::Live { .. }, Some(held)) => held,
                 (Save::Snapshot(_), _) => After::Snapshot,
@@ -653,7 +677,6 @@ impl<'a> Planner<'a> {
                 after,
             });
         }
-        self.plan_rebuilt(number, scope, &mut plan);
         *sites::numbered_mut(&mut self.plans, number) = plan;
     }
 
@@ -661,8 +684,9 @@ impl<'a> Planner<'a> {
     /// (docs/exactness.md): those the code after it reads, unless they are
     /// borrowed around it (kept) or built after it. One whose name or input
     /// an inner local hides there is refused: it could not be built from
-    /// the same values.
-    fn plan_rebuilt(&mut self, number: u32, scope: &Scope, plan: &mut SitePlan) {
+    /// the same values. Returns the names built again.
+    fn plan_rebuilt(&mut self, number: u32, scope: &Scope, plan: &mut SitePlan) -> NameSet {
+        let mut names = NameSet::new();
         let describe = self.site_info(number).describe();
         let span = self.site_info(number).span;
         for t in &scope.transients {
@@ -694,6 +718,7 @@ impl<'a> Planner<'a> {
                 let (a, b) = (&r.pat, &t.pat);
                 quote!(#a).to_string() == quote!(#b).to_string()
             };
+            names.insert(name);
             if plan.rebuilt.iter().any(same) {
                 continue; // one `let (a, b) = ..` builds both
             }
@@ -704,6 +729,7 @@ impl<'a> Planner<'a> {
                 rebind: t.here,
             });
         }
+        names
     }
 
     /// Plans a control-flow expression that contains sites.
