@@ -572,10 +572,11 @@ impl Runtime {
     }
 
     /// Tells an execution of run `id` on this runtime about cancel request
-    /// `req` at once (another process's sees it at its next claim).
+    /// `req` at once (another process's learns of it at its next lease
+    /// renewal, or its next claim).
     fn note_cancel_request(&self, id: &str, req: &CancelRequest) {
         if let Some(run) = self.inner.active_run(id) {
-            crate::executor::note_cancel(&self.inner, &run, req);
+            run.note_cancel(req);
         }
     }
 

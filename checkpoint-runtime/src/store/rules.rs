@@ -55,7 +55,7 @@ use super::integrity::field_list;
 use super::records::UNREADABLE;
 use super::{
     CancelRequest, CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, Wake, WakeValue,
+    Renewed, RunRecord, RunState, SignalRecord, Wake, WakeValue,
 };
 use crate::history::Event;
 use crate::Error;
@@ -355,12 +355,25 @@ pub fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error
     Ok(())
 }
 
-/// Renew: the lease now expires at `expires_at`.
-pub fn renew(rec: &mut RunRecord, expires_at: SystemTime) -> Change {
+/// Renew: the lease now expires at `expires_at`. Returns the change and
+/// what the renewal reports to the executing worker ([`renewed`]).
+pub fn renew(rec: &mut RunRecord, expires_at: SystemTime) -> (Change, Renewed) {
     if let Some(l) = rec.lease.as_mut() {
         l.expires_at = expires_at;
     }
-    Change::row()
+    (Change::row(), renewed(rec))
+}
+
+/// What a renewal of `rec`'s lease reports to the worker executing it: the
+/// run's cancel request, if one was made. A body that never suspends learns
+/// of a request made by another process this way (its `ctx.cancel_requested`
+/// turns true), and its worker cancels it hard once [`grace_over`] says so.
+/// A backend that renews in one statement reads the request with it and
+/// passes a [`blank_run`] carrying it.
+pub fn renewed(rec: &RunRecord) -> Renewed {
+    Renewed {
+        cancel: rec.cancel.clone(),
+    }
 }
 
 /// Release: the run is given back (its lease cleared). `Suspend` resets the
@@ -762,7 +775,15 @@ fn cut_short(state: &mut RunState, req: &CancelRequest) {
 /// clock): a run asked to cancel whose deadline passed is cancelled hard
 /// ([`cancel`]) by whichever worker notices, instead of executing.
 pub fn cancel_due(rec: &RunRecord, clock_now: SystemTime) -> bool {
-    !rec.state.is_terminal() && rec.cancel.as_ref().is_some_and(|c| c.deadline <= clock_now)
+    !rec.state.is_terminal() && rec.cancel.as_ref().is_some_and(|c| grace_over(c, clock_now))
+}
+
+/// Whether the grace period of cancel request `req` has ended at
+/// `clock_now` (the runtime's clock): the run is then cancelled hard,
+/// whether it is claimed ([`cancel_due`]) or executing (the worker that
+/// executes it watches the deadline, on its clock).
+pub fn grace_over(req: &CancelRequest, clock_now: SystemTime) -> bool {
+    req.deadline <= clock_now
 }
 
 /// How a suspended run's state reads in its `Suspended` history event.
