@@ -3,9 +3,12 @@
 //! run ends cancelled with the reason; sleeps and timed waits return at
 //! once; past the grace period the run is cancelled hard; children are
 //! asked too or abandoned; a finished run refuses the request; and a cancel
-//! requested by this process reaches a run executing in another one. Each
-//! runs on the in-memory store, on SQLite and on PostgreSQL (with
-//! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it).
+//! requested by this process reaches a run in another one: one waiting, and
+//! one executing without ever suspending (it learns of the request with a
+//! lease renewal; one that ignores it is cancelled hard after its grace).
+//! Each runs on the in-memory store, on SQLite and on PostgreSQL (with
+//! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it); the ones across
+//! processes on the two shared stores.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -190,6 +193,46 @@ mod across_processes {
     async fn postgres() {
         super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Postgres)
             .await
+    }
+
+    #[tokio::test]
+    async fn busy_sqlite() {
+        super::a_busy_run_in_another_process_sees_the_request_without_suspending(
+            super::Backend::Sqlite,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(checkpoint_test_postgres),
+        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+    )]
+    async fn busy_postgres() {
+        super::a_busy_run_in_another_process_sees_the_request_without_suspending(
+            super::Backend::Postgres,
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn ignoring_sqlite() {
+        super::a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
+            super::Backend::Sqlite,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(checkpoint_test_postgres),
+        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+    )]
+    async fn ignoring_postgres() {
+        super::a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
+            super::Backend::Postgres,
+        )
+        .await
     }
 }
 
@@ -443,4 +486,124 @@ async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backen
         ),
         "{history:?}"
     );
+}
+
+/// A worker process (`checkpoint-cancel-worker`) executing run `id` of
+/// `crunch` (`--busy heed|ignore`) on this test's store, and its stdout's
+/// lines.
+struct BusyWorker {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    log: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl BusyWorker {
+    fn spawn(url: &str, id: &str, mode: &str) -> BusyWorker {
+        let dir = TempDir::new("cancel-busy");
+        let log = dir.log();
+        let mut child = Command::new(WORKER)
+            .args(["--db", url, "--id", id, "--busy", mode, "--log"])
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the worker starts");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        BusyWorker {
+            child,
+            lines,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn next(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a line from the worker")
+    }
+
+    /// Waits for the worker to exit; returns its last line (`ENDED ..`).
+    fn end(mut self) -> (String, Vec<String>) {
+        let ended = self.next();
+        let status = self.child.wait().expect("the worker exits");
+        assert!(status.success(), "{status:?}: {ended}");
+        let effects = std::fs::read_to_string(&self.log).unwrap_or_default();
+        (ended, effects.lines().map(str::to_owned).collect())
+    }
+}
+
+/// Whether the run's history shows one execution from start to end: no
+/// suspension, no second claim (the request reached the body where it ran).
+fn never_suspended(history: &[Event]) -> bool {
+    !history.iter().any(|e| {
+        matches!(
+            e,
+            Event::Suspended { .. } | Event::Resumed { .. } | Event::TakenOver { .. }
+        )
+    })
+}
+
+/// A run that loops on CPU work with checkpoints in another process, never
+/// suspending, is asked to cancel by this one: its body sees the request
+/// (reported by a lease renewal) and returns, and the run ends cancelled,
+/// all in the one execution it began with.
+async fn a_busy_run_in_another_process_sees_the_request_without_suspending(backend: Backend) {
+    let fx = SideEffects::new();
+    let here = open(backend, &fx).await;
+    let url = here.url.clone().expect("a store other processes open");
+    let worker = BusyWorker::spawn(&url, "crunch-1", "heed");
+    assert_eq!(worker.next(), "RUNNING");
+    here.request_cancel("crunch-1", "out of budget", HOUR)
+        .await
+        .unwrap();
+    let (ended, effects) = worker.end();
+    assert_eq!(ended, "ENDED cancelled");
+    assert_eq!(effects, ["saw the request (out of budget), stopping"]);
+    assert_eq!(here.status("crunch-1").await.unwrap(), Status::Cancelled);
+    assert_eq!(
+        info(&here, "crunch-1").await.cancel_reason.as_deref(),
+        Some("out of budget")
+    );
+    let history: Vec<Event> = here.history("crunch-1").await.unwrap();
+    assert!(never_suspended(&history), "{history:?}");
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+    assert!(!history.contains(&Event::Completed), "{history:?}");
+}
+
+/// The same, with a body that sees the request and goes on: once the
+/// request's grace period ends, the worker executing it stops it and
+/// cancels it hard (the body never finishes its laps).
+async fn a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
+    backend: Backend,
+) {
+    let fx = SideEffects::new();
+    let here = open(backend, &fx).await;
+    let url = here.url.clone().expect("a store other processes open");
+    let worker = BusyWorker::spawn(&url, "crunch-2", "ignore");
+    assert_eq!(worker.next(), "RUNNING");
+    here.request_cancel("crunch-2", "taking too long", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (ended, effects) = worker.end();
+    assert_eq!(ended, "ENDED cancelled");
+    assert_eq!(effects, ["saw the request (taking too long), going on"]);
+    assert_eq!(here.status("crunch-2").await.unwrap(), Status::Cancelled);
+    assert_eq!(
+        info(&here, "crunch-2").await.cancel_reason.as_deref(),
+        Some("taking too long")
+    );
+    let history: Vec<Event> = here.history("crunch-2").await.unwrap();
+    assert!(never_suspended(&history), "{history:?}");
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
 }

@@ -717,7 +717,10 @@ fn cascades(rec: &RunRecord) -> bool {
 /// either does) and `CancelRequested`. A sleep, or a wait with a deadline,
 /// is due at once; a wait without one (a signal, a join) is woken when the
 /// grace period ends, to be cancelled hard then ([`cancel_due`]). A held
-/// child, which never ran, is cancelled at once (nothing to clean up).
+/// child, which never ran, is cancelled at once (nothing to clean up), and
+/// so is a parked run ([`RunState::Parked`]): no registered code can resume
+/// it to clean up, and a parked run is taken by no claim that would see
+/// its grace end.
 /// [`Error::CancelRefused`] naming the status for a finished run.
 pub fn request_cancel(
     rec: &mut RunRecord,
@@ -750,7 +753,7 @@ pub fn request_cancel(
     cut_short(&mut rec.state, &merged);
     rec.cancel = Some(merged);
     rec.updated_at = now;
-    if is_held(rec) {
+    if is_held(rec) || matches!(rec.state, RunState::Parked { .. }) {
         let mut change = cancel(rec, now).unwrap_or_default();
         change.event = Some(event);
         return Ok(change);

@@ -1,8 +1,8 @@
 //! Conformance: cancel requests (`rules::request_cancel`): stored on the
 //! run's record, they wake a sleeping or waiting run, make its later
 //! sleeps due at once, turn its end into a cancel, end with the grace
-//! period, are refused for a finished run, and are reported by lease
-//! renewals.
+//! period, are refused for a finished run, are reported by lease
+//! renewals, and end a parked run at once.
 
 use super::*;
 
@@ -253,4 +253,52 @@ pub fn a_renewal_reports_a_cancel_request(store: &dyn Store) {
     };
     let err = block_on(store.renew("asked", &stale, ttl)).unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+}
+
+/// Conformance: a cancel request to a parked run (no registered code can
+/// resume it, so none can clean up) ends it cancelled at once, with the
+/// request recorded, and cancels its children when it cascades.
+pub fn a_cancel_request_ends_a_parked_run(store: &dyn Store) {
+    new_run(store, "r");
+    let r = block_on(store.create_run(NewRun {
+        id: "r/kid".into(),
+        workflow: "other".into(),
+        input: Arc::from(&b"null"[..]),
+        version: 1,
+        trace: None,
+        parent: Some("r".into()),
+        max_running: None,
+    }));
+    assert!(r.is_ok(), "{r:?}");
+    let c = claim_one(store, "a", "a1");
+    let error = Error::Incompatible {
+        workflow: "wf".into(),
+        run: "r".into(),
+        site: "s".into(),
+        field: "total".into(),
+        detail: "stored as `u32`, the code has `u64`".into(),
+    };
+    block_on(store.release("r", &c.lease, Release::Park { error })).unwrap();
+    assert!(matches!(load(store, "r").state, RunState::Parked { .. }));
+    let asked = request("retired", Duration::from_secs(3600), true);
+    block_on(store.request_cancel("r", asked.clone())).unwrap();
+    let rec = load(store, "r");
+    assert_eq!(rec.state, RunState::Cancelled);
+    assert_eq!(rec.status(), Status::Cancelled);
+    assert_eq!(rec.lease, None);
+    assert_eq!(rec.cancel, Some(asked));
+    assert!(events(store, "r").contains(&Event::CancelRequested {
+        reason: "retired".into(),
+        grace_ms: 3_600_000,
+        cascade: true,
+    }));
+    assert_eq!(load(store, "r/kid").state, RunState::Cancelled);
+    assert!(block_on(store.parked_runs()).unwrap().is_empty());
+    // Ended: a second request is refused, naming its status.
+    let err = block_on(store.request_cancel("r", request("again", Duration::ZERO, true)))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::CancelRefused { status, .. } if status == "cancelled"),
+        "{err:?}"
+    );
 }

@@ -133,6 +133,7 @@ macro_rules! conformance_tests {
                 a_cancel_request_to_a_finished_run_is_refused,
                 a_hard_cancel_after_a_request_cascades_or_abandons,
                 a_renewal_reports_a_cancel_request,
+                a_cancel_request_ends_a_parked_run,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -295,6 +296,10 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_renewal_reports_a_cancel_request",
         a_renewal_reports_a_cancel_request,
+    ),
+    (
+        "a_cancel_request_ends_a_parked_run",
+        a_cancel_request_ends_a_parked_run,
     ),
 ];
 
