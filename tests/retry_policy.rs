@@ -342,7 +342,11 @@ async fn timed_out(url: &str) {
     clock.advance(Duration::from_millis(30));
     let backoff_until = start + Duration::from_millis(30) + Duration::from_secs(5);
     within(async {
-        while h.status().await.unwrap() != (Status::Sleeping { until: backoff_until }) {
+        while h.status().await.unwrap()
+            != (Status::Sleeping {
+                until: backoff_until,
+            })
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })

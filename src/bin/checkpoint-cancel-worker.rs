@@ -100,9 +100,7 @@ async fn crunch(ctx: &Ctx, heed: bool) -> u64 {
 }
 
 fn arg_opt(args: &[String], name: &str) -> Option<String> {
-    args.windows(2)
-        .find(|w| w[0] == name)
-        .map(|w| w[1].clone())
+    args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone())
 }
 
 fn arg(args: &[String], name: &str) -> String {

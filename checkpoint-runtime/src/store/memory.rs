@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use super::rules;
 use super::{
     CancelRequest, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
-    Outcome, Release, Renewed, RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
+    Outcome, Release, Renewed, RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend,
+    Wakeup,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;

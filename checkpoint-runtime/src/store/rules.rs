@@ -370,6 +370,19 @@ pub fn renew(rec: &mut RunRecord, expires_at: SystemTime) -> (Change, Renewed) {
 /// turns true), and its worker cancels it hard once [`grace_over`] says so.
 /// A backend that renews in one statement reads the request with it and
 /// passes a [`blank_run`] carrying it.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use checkpoint_runtime::store::{rules, CancelRequest};
+///
+/// let now = SystemTime::now();
+/// let mut rec = rules::blank_run("order-1", now);
+/// assert_eq!(rules::renewed(&rec).cancel, None);
+/// let req = CancelRequest::new("superseded", now, Duration::from_secs(30), true);
+/// rec.cancel = Some(req.clone());
+/// let (_change, report) = rules::renew(&mut rec, now + Duration::from_secs(30));
+/// assert_eq!(report.cancel, Some(req));
+/// ```
 pub fn renewed(rec: &RunRecord) -> Renewed {
     Renewed {
         cancel: rec.cancel.clone(),
@@ -778,13 +791,27 @@ fn cut_short(state: &mut RunState, req: &CancelRequest) {
 /// clock): a run asked to cancel whose deadline passed is cancelled hard
 /// ([`cancel`]) by whichever worker notices, instead of executing.
 pub fn cancel_due(rec: &RunRecord, clock_now: SystemTime) -> bool {
-    !rec.state.is_terminal() && rec.cancel.as_ref().is_some_and(|c| grace_over(c, clock_now))
+    !rec.state.is_terminal()
+        && rec
+            .cancel
+            .as_ref()
+            .is_some_and(|c| grace_over(c, clock_now))
 }
 
 /// Whether the grace period of cancel request `req` has ended at
 /// `clock_now` (the runtime's clock): the run is then cancelled hard,
 /// whether it is claimed ([`cancel_due`]) or executing (the worker that
 /// executes it watches the deadline, on its clock).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use checkpoint_runtime::store::{rules, CancelRequest};
+///
+/// let asked = SystemTime::now();
+/// let req = CancelRequest::new("enough", asked, Duration::from_secs(30), true);
+/// assert!(!rules::grace_over(&req, asked + Duration::from_secs(29)));
+/// assert!(rules::grace_over(&req, asked + Duration::from_secs(30)));
+/// ```
 pub fn grace_over(req: &CancelRequest, clock_now: SystemTime) -> bool {
     req.deadline <= clock_now
 }

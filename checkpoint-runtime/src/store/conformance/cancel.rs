@@ -241,7 +241,12 @@ pub fn a_renewal_reports_a_cancel_request(store: &dyn Store) {
     let results = block_on(store.renew_many(&runs, ttl));
     assert_eq!(results.len(), 2, "{results:?}");
     assert_eq!(results[0].as_ref().unwrap().cancel, None, "{results:?}");
-    let reported = results[1].as_ref().unwrap().cancel.clone().expect("reported");
+    let reported = results[1]
+        .as_ref()
+        .unwrap()
+        .cancel
+        .clone()
+        .expect("reported");
     assert_eq!(reported.reason, "customer cancelled");
     assert_eq!(reported.deadline, again.deadline.min(asked.deadline));
     assert!(reported.cascade);
@@ -295,8 +300,8 @@ pub fn a_cancel_request_ends_a_parked_run(store: &dyn Store) {
     assert_eq!(load(store, "r/kid").state, RunState::Cancelled);
     assert!(block_on(store.parked_runs()).unwrap().is_empty());
     // Ended: a second request is refused, naming its status.
-    let err = block_on(store.request_cancel("r", request("again", Duration::ZERO, true)))
-        .unwrap_err();
+    let err =
+        block_on(store.request_cancel("r", request("again", Duration::ZERO, true))).unwrap_err();
     assert!(
         matches!(&err, Error::CancelRefused { status, .. } if status == "cancelled"),
         "{err:?}"

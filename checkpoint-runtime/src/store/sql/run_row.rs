@@ -328,7 +328,10 @@ impl RunRow {
 }
 
 /// Run `id`'s cancel request column (see [`RunRow::cancel`]) as a request.
-pub(crate) fn cancel_request(id: &str, col: Option<String>) -> Result<Option<CancelRequest>, Corrupt> {
+pub(crate) fn cancel_request(
+    id: &str,
+    col: Option<String>,
+) -> Result<Option<CancelRequest>, Corrupt> {
     match col {
         None => Ok(None),
         Some(text) => CancelRequest::from_json(&text).map(Some).ok_or_else(|| {
@@ -360,4 +363,3 @@ mod tests {
         }
     }
 }
-
