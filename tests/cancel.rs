@@ -2,7 +2,8 @@
 //! `Ctx::cancel_requested`, `CancelChildren`): the body cleans up and the
 //! run ends cancelled with the reason; sleeps and timed waits return at
 //! once; past the grace period the run is cancelled hard; children are
-//! asked too or abandoned; a finished run refuses the request; and a cancel
+//! asked too or abandoned; a finished run refuses the request; a parked
+//! run (no registered code resumes it) ends cancelled at once; and a cancel
 //! requested by this process reaches a run in another one: one waiting, and
 //! one executing without ever suspending (it learns of the request with a
 //! lease renewal; one that ignores it is cancelled hard after its grace).
@@ -83,6 +84,23 @@ async fn leg(ctx: &Ctx, name: String) -> String {
     name
 }
 
+/// Version 1 of `parkable`: keeps a count across its wait.
+#[workflow(name = "parkable")]
+async fn parkable_v1(ctx: &Ctx) -> u32 {
+    let count: u32 = 7;
+    let go: u32 = ctx.wait_for("go").await;
+    count + go
+}
+
+/// A deploy of `parkable` that keeps the count as text: it cannot resume
+/// version 1's runs, which it parks.
+#[workflow(name = "parkable")]
+async fn parkable_text(ctx: &Ctx) -> String {
+    let count: String = "7".to_owned();
+    let go: u32 = ctx.wait_for("go").await;
+    format!("{count}+{go}")
+}
+
 /// A parent joining one child.
 #[workflow]
 async fn journey(ctx: &Ctx) -> String {
@@ -104,6 +122,8 @@ enum Backend {
 struct Opened {
     rt: Runtime,
     url: Option<String>,
+    /// The in-memory store, which another runtime of this process may share.
+    memory: Option<std::sync::Arc<checkpoint_runtime::store::MemoryStore>>,
     _dir: Option<TempDir>,
     _schema: Option<Schema>,
 }
@@ -118,18 +138,23 @@ impl std::ops::Deref for Opened {
 async fn open(backend: Backend, fx: &SideEffects) -> Opened {
     let builder = Runtime::builder().resource(fx.clone());
     match backend {
-        Backend::Memory => Opened {
-            rt: builder.in_memory(),
-            url: None,
-            _dir: None,
-            _schema: None,
-        },
+        Backend::Memory => {
+            let store = std::sync::Arc::new(checkpoint_runtime::store::MemoryStore::new());
+            Opened {
+                rt: builder.store(store.clone()).in_memory(),
+                url: None,
+                memory: Some(store),
+                _dir: None,
+                _schema: None,
+            }
+        }
         Backend::Sqlite => {
             let dir = TempDir::new("cancel");
             let url = dir.db();
             Opened {
                 rt: builder.open(&url).await.unwrap(),
                 url: Some(url),
+                memory: None,
                 _dir: Some(dir),
                 _schema: None,
             }
@@ -141,10 +166,20 @@ async fn open(backend: Backend, fx: &SideEffects) -> Opened {
             Opened {
                 rt: builder.open(&url).await.unwrap(),
                 url: Some(url),
+                memory: None,
                 _dir: None,
                 _schema: Some(schema),
             }
         }
+    }
+}
+
+/// Another runtime on `opened`'s store (a deploy of other code).
+async fn reopen(opened: &Opened) -> Runtime {
+    match (&opened.memory, &opened.url) {
+        (Some(store), _) => Runtime::builder().store(store.clone()).in_memory(),
+        (None, Some(url)) => Runtime::open(url).await.unwrap(),
+        (None, None) => unreachable!("every store is shared or has a URL"),
     }
 }
 
@@ -177,6 +212,7 @@ each_store!(
     past_the_grace_period_a_busy_run_is_stopped,
     cascade_asks_the_children_and_abandon_leaves_them,
     a_request_to_a_finished_run_is_refused_naming_its_status,
+    a_request_ends_a_parked_run,
 );
 
 mod across_processes {
@@ -430,6 +466,54 @@ async fn a_request_to_a_finished_run_is_refused_naming_its_status(backend: Backe
         .await
         .unwrap_err();
     assert!(matches!(err, Error::UnknownRun { .. }), "{err:?}");
+}
+
+/// A run parked by a deploy whose code cannot resume it is asked to
+/// cancel: no code can clean it up, so it ends `Cancelled` at once, the
+/// request and its reason kept.
+async fn a_request_ends_a_parked_run(backend: Backend) {
+    let fx = SideEffects::new();
+    let old = open(backend, &fx).await;
+    old.register(parkable_v1);
+    old.start(parkable_v1, "pk-1", ()).await.unwrap();
+    old.run_until_idle().await.unwrap();
+    assert!(matches!(
+        old.status("pk-1").await.unwrap(),
+        Status::Waiting { .. }
+    ));
+    old.shutdown();
+    // The deploy: it takes the run up when the signal comes, and parks it.
+    let new = reopen(&old).await;
+    new.register(parkable_text);
+    new.signal("pk-1", "go", &1u32).await.unwrap();
+    new.run_until_idle().await.unwrap();
+    let status = new.status("pk-1").await.unwrap();
+    assert!(
+        matches!(&status, Status::Incompatible { field, .. } if field == "count"),
+        "{status:?}"
+    );
+    new.request_cancel("pk-1", "retired", HOUR).await.unwrap();
+    assert_eq!(new.status("pk-1").await.unwrap(), Status::Cancelled);
+    new.run_until_idle().await.unwrap();
+    assert_eq!(new.status("pk-1").await.unwrap(), Status::Cancelled);
+    assert_eq!(
+        info(&new, "pk-1").await.cancel_reason.as_deref(),
+        Some("retired")
+    );
+    let history = new.history("pk-1").await.unwrap();
+    assert!(
+        history.iter().any(|e| matches!(e, Event::Parked { .. })),
+        "{history:?}"
+    );
+    assert!(
+        history.contains(&Event::CancelRequested {
+            reason: "retired".into(),
+            grace_ms: 3_600_000,
+            cascade: true,
+        }),
+        "{history:?}"
+    );
+    assert!(!history.contains(&Event::Completed), "{history:?}");
 }
 
 async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backend) {
