@@ -121,11 +121,13 @@ async fn runtime(url: &str, clock: &TestClock, fired: Option<&Fired>) -> Runtime
 }
 
 /// A runtime on `clock` executing [`busy`] runs with leases renewed every
-/// 100 ms, counting in `seen` the laps that saw a cancel request.
+/// 300 ms (a request made elsewhere reaches them that soon; a lease long
+/// enough not to lapse on a loaded machine), counting in `seen` the laps
+/// that saw a cancel request.
 async fn busy_runtime(url: &str, clock: &TestClock, seen: &Seen) -> Runtime {
     let rt = Runtime::builder()
         .clock(clock.clone())
-        .lease_ttl(Duration::from_millis(300))
+        .lease_ttl(Duration::from_millis(900))
         .resource(seen.clone())
         .open(url)
         .await
