@@ -2,10 +2,14 @@
 //! `Ctx::cancel_requested`, `CancelChildren`): the body cleans up and the
 //! run ends cancelled with the reason; sleeps and timed waits return at
 //! once; past the grace period the run is cancelled hard; children are
-//! asked too or abandoned; a finished run refuses the request; and a cancel
-//! requested by this process reaches a run executing in another one. Each
-//! runs on the in-memory store, on SQLite and on PostgreSQL (with
-//! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it).
+//! asked too or abandoned; a finished run refuses the request; a parked
+//! run (no registered code resumes it) ends cancelled at once; and a cancel
+//! requested by this process reaches a run in another one: one waiting, and
+//! one executing without ever suspending (it learns of the request with a
+//! lease renewal; one that ignores it is cancelled hard after its grace).
+//! Each runs on the in-memory store, on SQLite and on PostgreSQL (with
+//! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it); the ones across
+//! processes on the two shared stores.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -80,6 +84,23 @@ async fn leg(ctx: &Ctx, name: String) -> String {
     name
 }
 
+/// Version 1 of `parkable`: keeps a count across its wait.
+#[workflow(name = "parkable")]
+async fn parkable_v1(ctx: &Ctx) -> u32 {
+    let count: u32 = 7;
+    let go: u32 = ctx.wait_for("go").await;
+    count + go
+}
+
+/// A deploy of `parkable` that keeps the count as text: it cannot resume
+/// version 1's runs, which it parks.
+#[workflow(name = "parkable")]
+async fn parkable_text(ctx: &Ctx) -> String {
+    let count: String = "7".to_owned();
+    let go: u32 = ctx.wait_for("go").await;
+    format!("{count}+{go}")
+}
+
 /// A parent joining one child.
 #[workflow]
 async fn journey(ctx: &Ctx) -> String {
@@ -101,6 +122,8 @@ enum Backend {
 struct Opened {
     rt: Runtime,
     url: Option<String>,
+    /// The in-memory store, which another runtime of this process may share.
+    memory: Option<std::sync::Arc<checkpoint_runtime::store::MemoryStore>>,
     _dir: Option<TempDir>,
     _schema: Option<Schema>,
 }
@@ -115,18 +138,23 @@ impl std::ops::Deref for Opened {
 async fn open(backend: Backend, fx: &SideEffects) -> Opened {
     let builder = Runtime::builder().resource(fx.clone());
     match backend {
-        Backend::Memory => Opened {
-            rt: builder.in_memory(),
-            url: None,
-            _dir: None,
-            _schema: None,
-        },
+        Backend::Memory => {
+            let store = std::sync::Arc::new(checkpoint_runtime::store::MemoryStore::new());
+            Opened {
+                rt: builder.store(store.clone()).in_memory(),
+                url: None,
+                memory: Some(store),
+                _dir: None,
+                _schema: None,
+            }
+        }
         Backend::Sqlite => {
             let dir = TempDir::new("cancel");
             let url = dir.db();
             Opened {
                 rt: builder.open(&url).await.unwrap(),
                 url: Some(url),
+                memory: None,
                 _dir: Some(dir),
                 _schema: None,
             }
@@ -138,10 +166,20 @@ async fn open(backend: Backend, fx: &SideEffects) -> Opened {
             Opened {
                 rt: builder.open(&url).await.unwrap(),
                 url: Some(url),
+                memory: None,
                 _dir: None,
                 _schema: Some(schema),
             }
         }
+    }
+}
+
+/// Another runtime on `opened`'s store (a deploy of other code).
+async fn reopen(opened: &Opened) -> Runtime {
+    match (&opened.memory, &opened.url) {
+        (Some(store), _) => Runtime::builder().store(store.clone()).in_memory(),
+        (None, Some(url)) => Runtime::open(url).await.unwrap(),
+        (None, None) => unreachable!("every store is shared or has a URL"),
     }
 }
 
@@ -174,6 +212,7 @@ each_store!(
     past_the_grace_period_a_busy_run_is_stopped,
     cascade_asks_the_children_and_abandon_leaves_them,
     a_request_to_a_finished_run_is_refused_naming_its_status,
+    a_request_ends_a_parked_run,
 );
 
 mod across_processes {
@@ -190,6 +229,46 @@ mod across_processes {
     async fn postgres() {
         super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Postgres)
             .await
+    }
+
+    #[tokio::test]
+    async fn busy_sqlite() {
+        super::a_busy_run_in_another_process_sees_the_request_without_suspending(
+            super::Backend::Sqlite,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(checkpoint_test_postgres),
+        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+    )]
+    async fn busy_postgres() {
+        super::a_busy_run_in_another_process_sees_the_request_without_suspending(
+            super::Backend::Postgres,
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn ignoring_sqlite() {
+        super::a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
+            super::Backend::Sqlite,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(checkpoint_test_postgres),
+        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+    )]
+    async fn ignoring_postgres() {
+        super::a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
+            super::Backend::Postgres,
+        )
+        .await
     }
 }
 
@@ -389,6 +468,54 @@ async fn a_request_to_a_finished_run_is_refused_naming_its_status(backend: Backe
     assert!(matches!(err, Error::UnknownRun { .. }), "{err:?}");
 }
 
+/// A run parked by a deploy whose code cannot resume it is asked to
+/// cancel: no code can clean it up, so it ends `Cancelled` at once, the
+/// request and its reason kept.
+async fn a_request_ends_a_parked_run(backend: Backend) {
+    let fx = SideEffects::new();
+    let old = open(backend, &fx).await;
+    old.register(parkable_v1);
+    old.start(parkable_v1, "pk-1", ()).await.unwrap();
+    old.run_until_idle().await.unwrap();
+    assert!(matches!(
+        old.status("pk-1").await.unwrap(),
+        Status::Waiting { .. }
+    ));
+    old.shutdown();
+    // The deploy: it takes the run up when the signal comes, and parks it.
+    let new = reopen(&old).await;
+    new.register(parkable_text);
+    new.signal("pk-1", "go", &1u32).await.unwrap();
+    new.run_until_idle().await.unwrap();
+    let status = new.status("pk-1").await.unwrap();
+    assert!(
+        matches!(&status, Status::Incompatible { field, .. } if field == "count"),
+        "{status:?}"
+    );
+    new.request_cancel("pk-1", "retired", HOUR).await.unwrap();
+    assert_eq!(new.status("pk-1").await.unwrap(), Status::Cancelled);
+    new.run_until_idle().await.unwrap();
+    assert_eq!(new.status("pk-1").await.unwrap(), Status::Cancelled);
+    assert_eq!(
+        info(&new, "pk-1").await.cancel_reason.as_deref(),
+        Some("retired")
+    );
+    let history = new.history("pk-1").await.unwrap();
+    assert!(
+        history.iter().any(|e| matches!(e, Event::Parked { .. })),
+        "{history:?}"
+    );
+    assert!(
+        history.contains(&Event::CancelRequested {
+            reason: "retired".into(),
+            grace_ms: 3_600_000,
+            cascade: true,
+        }),
+        "{history:?}"
+    );
+    assert!(!history.contains(&Event::Completed), "{history:?}");
+}
+
 async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backend) {
     let fx = SideEffects::new();
     let here = open(backend, &fx).await;
@@ -443,4 +570,124 @@ async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backen
         ),
         "{history:?}"
     );
+}
+
+/// A worker process (`checkpoint-cancel-worker`) executing run `id` of
+/// `crunch` (`--busy heed|ignore`) on this test's store, and its stdout's
+/// lines.
+struct BusyWorker {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    log: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl BusyWorker {
+    fn spawn(url: &str, id: &str, mode: &str) -> BusyWorker {
+        let dir = TempDir::new("cancel-busy");
+        let log = dir.log();
+        let mut child = Command::new(WORKER)
+            .args(["--db", url, "--id", id, "--busy", mode, "--log"])
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the worker starts");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        BusyWorker {
+            child,
+            lines,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn next(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a line from the worker")
+    }
+
+    /// Waits for the worker to exit; returns its last line (`ENDED ..`).
+    fn end(mut self) -> (String, Vec<String>) {
+        let ended = self.next();
+        let status = self.child.wait().expect("the worker exits");
+        assert!(status.success(), "{status:?}: {ended}");
+        let effects = std::fs::read_to_string(&self.log).unwrap_or_default();
+        (ended, effects.lines().map(str::to_owned).collect())
+    }
+}
+
+/// Whether the run's history shows one execution from start to end: no
+/// suspension, no second claim (the request reached the body where it ran).
+fn never_suspended(history: &[Event]) -> bool {
+    !history.iter().any(|e| {
+        matches!(
+            e,
+            Event::Suspended { .. } | Event::Resumed { .. } | Event::TakenOver { .. }
+        )
+    })
+}
+
+/// A run that loops on CPU work with checkpoints in another process, never
+/// suspending, is asked to cancel by this one: its body sees the request
+/// (reported by a lease renewal) and returns, and the run ends cancelled,
+/// all in the one execution it began with.
+async fn a_busy_run_in_another_process_sees_the_request_without_suspending(backend: Backend) {
+    let fx = SideEffects::new();
+    let here = open(backend, &fx).await;
+    let url = here.url.clone().expect("a store other processes open");
+    let worker = BusyWorker::spawn(&url, "crunch-1", "heed");
+    assert_eq!(worker.next(), "RUNNING");
+    here.request_cancel("crunch-1", "out of budget", HOUR)
+        .await
+        .unwrap();
+    let (ended, effects) = worker.end();
+    assert_eq!(ended, "ENDED cancelled");
+    assert_eq!(effects, ["saw the request (out of budget), stopping"]);
+    assert_eq!(here.status("crunch-1").await.unwrap(), Status::Cancelled);
+    assert_eq!(
+        info(&here, "crunch-1").await.cancel_reason.as_deref(),
+        Some("out of budget")
+    );
+    let history: Vec<Event> = here.history("crunch-1").await.unwrap();
+    assert!(never_suspended(&history), "{history:?}");
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+    assert!(!history.contains(&Event::Completed), "{history:?}");
+}
+
+/// The same, with a body that sees the request and goes on: once the
+/// request's grace period ends, the worker executing it stops it and
+/// cancels it hard (the body never finishes its laps).
+async fn a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
+    backend: Backend,
+) {
+    let fx = SideEffects::new();
+    let here = open(backend, &fx).await;
+    let url = here.url.clone().expect("a store other processes open");
+    let worker = BusyWorker::spawn(&url, "crunch-2", "ignore");
+    assert_eq!(worker.next(), "RUNNING");
+    here.request_cancel("crunch-2", "taking too long", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (ended, effects) = worker.end();
+    assert_eq!(ended, "ENDED cancelled");
+    assert_eq!(effects, ["saw the request (taking too long), going on"]);
+    assert_eq!(here.status("crunch-2").await.unwrap(), Status::Cancelled);
+    assert_eq!(
+        info(&here, "crunch-2").await.cancel_reason.as_deref(),
+        Some("taking too long")
+    );
+    let history: Vec<Event> = here.history("crunch-2").await.unwrap();
+    assert!(never_suspended(&history), "{history:?}");
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
 }

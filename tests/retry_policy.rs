@@ -1,6 +1,7 @@
 //! `ctx.retry` on every store (memory, SQLite, PostgreSQL with
 //! `CHECKPOINT_TEST_POSTGRES_URL`; ignored without it): success after
-//! failures, exhausted, not retryable, timed out, the history's attempt
+//! failures, exhausted, not retryable, timed out (on the virtual clock),
+//! the history's attempt
 //! events, the backoff on the virtual clock (a durable sleep: `Sleeping`,
 //! fired by `advance`), in a loop and in a branch, in a child run, and the
 //! idempotency key per attempt. Then the crash harness: at every crash
@@ -114,8 +115,9 @@ async fn slow(ctx: &Ctx, attempts: u32) -> Result<u32, RetryError<Flake>> {
                     .lock()
                     .unwrap()
                     .push(ctx.idempotency_key());
+                // Never answers: only the attempt timeout ends it.
                 async {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    std::future::pending::<()>().await;
                     Ok::<u32, Flake>(1)
                 }
             },
@@ -316,11 +318,42 @@ async fn not_retryable(url: &str) {
 }
 
 /// Attempts slower than the attempt timeout: `TimedOut` once they are
-/// used up.
+/// used up. The timeout is on the runtime's clock: real time spent in an
+/// attempt does not end it, `TestClock::advance` past it does.
 async fn timed_out(url: &str) {
-    let (clock, service) = (TestClock::new(), Service::default());
+    let (clock, service) = (TestClock::manual(), Service::default());
+    let start = clock.now();
     let rt = runtime(url, &clock, &service).await;
     let h = rt.start(slow, "slow", 2).await.unwrap();
+    let attempt_began = |n: usize| {
+        let service = service.clone();
+        within(async move {
+            while service.keys().len() < n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    attempt_began(1).await;
+    // More real time than the timeout passes: the attempt goes on.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.status().await.unwrap(), Status::Running);
+    assert!(attempts(&rt, "slow").await.is_empty());
+    // The clock passes it: attempt 1 timed out, the run sleeps its backoff.
+    clock.advance(Duration::from_millis(30));
+    let backoff_until = start + Duration::from_millis(30) + Duration::from_secs(5);
+    within(async {
+        while h.status().await.unwrap()
+            != (Status::Sleeping {
+                until: backoff_until,
+            })
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    clock.advance(Duration::from_secs(5));
+    attempt_began(2).await;
+    clock.advance(Duration::from_millis(30));
     assert_eq!(
         within(h.result()).await.unwrap(),
         Err(RetryError::TimedOut { attempts: 2 })

@@ -1,13 +1,17 @@
 //! The virtual clock (`TestClock`) on every store: durable sleeps and
 //! `wait_for_timeout` deadlines of 30 days complete at once, several runs'
 //! timers fire in deadline order, `advance` fires exactly the timers due by
-//! then, and a signal sent before the deadline wins over it. Every
-//! assertion is on outcomes and on the clock's reading, never on wall time
-//! (the `within` guard only turns a hang into a failure).
+//! then, and a signal sent before the deadline wins over it; the grace
+//! period of a cancel request to a run that executes without suspending
+//! ends on the clock too, whether the request was made on the runtime
+//! executing it or reached it with a lease renewal. Every assertion is on
+//! outcomes and on the clock's reading, never on wall time (the `within`
+//! guard only turns a hang into a failure).
 
 #[macro_use]
 mod common;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -68,6 +72,35 @@ async fn parent(ctx: &Ctx, days: u64) -> u64 {
     outs.into_iter().map(|o| o.unwrap_or(0)).sum()
 }
 
+/// How many laps of [`busy`] saw a cancel request.
+#[derive(Clone, Default)]
+struct Seen(Arc<AtomicU32>);
+
+impl Seen {
+    fn laps(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Laps without ever suspending (a pause in real time and a checkpoint
+/// each); it counts the laps that saw a cancel request, and goes on: only
+/// the request's grace period stops it.
+#[workflow]
+async fn busy(ctx: &Ctx) -> u32 {
+    let mut laps = 0u32;
+    while laps < 1_000_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if ctx.cancel_requested().is_some() {
+            if let Some(seen) = ctx.try_resource::<Seen>() {
+                seen.0.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        laps += 1;
+        checkpoint!("lap");
+    }
+    laps
+}
+
 /// Fails the test instead of hanging when the clock does not move.
 async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), f)
@@ -85,6 +118,110 @@ async fn runtime(url: &str, clock: &TestClock, fired: Option<&Fired>) -> Runtime
     rt.register(approval);
     rt.register(parent);
     rt
+}
+
+/// A runtime on `clock` executing [`busy`] runs with leases renewed every
+/// 300 ms (a request made elsewhere reaches them that soon; a lease long
+/// enough not to lapse on a loaded machine), counting in `seen` the laps
+/// that saw a cancel request.
+async fn busy_runtime(url: &str, clock: &TestClock, seen: &Seen) -> Runtime {
+    let rt = Runtime::builder()
+        .clock(clock.clone())
+        .lease_ttl(Duration::from_millis(900))
+        .resource(seen.clone())
+        .open(url)
+        .await
+        .expect("the store opens");
+    rt.register(busy);
+    rt
+}
+
+/// Waits (real time, bounded) until `seen` counts `laps` laps.
+async fn until_seen(seen: &Seen, laps: u32) {
+    within(async {
+        while seen.laps() < laps {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+/// Waits until run `id` is cancelled.
+async fn until_cancelled(rt: &Runtime, id: &str) {
+    within(async {
+        while rt.status(id).await.unwrap() != Status::Cancelled {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// A run that executes without suspending and ignores a cancel request
+/// made on its runtime is cancelled hard when its grace period ends on the
+/// clock: not after that much real time, but when `advance` gets there.
+async fn a_busy_runs_grace_period_ends_on_the_clock(url: &str) {
+    let clock = TestClock::manual();
+    let seen = Seen::default();
+    let rt = busy_runtime(url, &clock, &seen).await;
+    rt.start(busy, "busy", ()).await.unwrap();
+    within(async {
+        while rt.status("busy").await.unwrap() != Status::Running {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    rt.request_cancel("busy", "enough", Duration::from_millis(50))
+        .await
+        .unwrap();
+    // The body sees the request and goes on, lap after lap, well past 50
+    // ms of real time: the clock has not moved.
+    until_seen(&seen, 40).await;
+    assert_eq!(rt.status("busy").await.unwrap(), Status::Running);
+    clock.advance(Duration::from_millis(50));
+    until_cancelled(&rt, "busy").await;
+    let history = rt.history("busy").await.unwrap();
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+    assert!(!history.contains(&Event::Completed), "{history:?}");
+}
+
+/// The same with the request made by another runtime on the store (a
+/// client on the same clock): the executing runtime learns of it with a
+/// lease renewal, its body sees it without suspending, and the grace
+/// period ends when the clock passes it.
+async fn a_request_from_another_runtime_reaches_a_busy_run_and_its_grace_ends_on_the_clock(
+    url: &str,
+) {
+    let clock = TestClock::manual();
+    let seen = Seen::default();
+    let rt = busy_runtime(url, &clock, &seen).await;
+    let client = Runtime::builder()
+        .clock(clock.clone())
+        .client_only()
+        .open(url)
+        .await
+        .expect("the store opens");
+    rt.start(busy, "busy", ()).await.unwrap();
+    within(async {
+        while rt.status("busy").await.unwrap() != Status::Running {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    client
+        .request_cancel("busy", "from elsewhere", DAY)
+        .await
+        .unwrap();
+    until_seen(&seen, 40).await;
+    assert_eq!(rt.status("busy").await.unwrap(), Status::Running);
+    let history = rt.history("busy").await.unwrap();
+    assert!(
+        !history.iter().any(|e| matches!(e, Event::Suspended { .. })),
+        "seen without suspending: {history:?}"
+    );
+    clock.advance(DAY);
+    until_cancelled(&rt, "busy").await;
+    let history = rt.history("busy").await.unwrap();
+    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
 }
 
 /// A 30-day sleep completes at once, and the clock reads 30 days later.
@@ -202,7 +339,20 @@ on_stores!(
     timers_fire_in_deadline_order,
     advance_fires_only_the_timers_due,
     a_childs_timer_skips_while_its_parent_joins,
+    a_busy_runs_grace_period_ends_on_the_clock,
 );
+
+// Two runtimes share the store: not the in-memory one, which is each
+// runtime's own.
+mod shared {
+    use super::*;
+
+    on_stores!(
+        "clock",
+        [sqlite, postgres]:
+        a_request_from_another_runtime_reaches_a_busy_run_and_its_grace_ends_on_the_clock,
+    );
+}
 
 /// The crash harness on virtual time: a 30-day timeout, crashed at every
 /// checkpoint, times out at each one; answered, the signal wins at each.

@@ -5,7 +5,9 @@
 //! sleeping run is due and a waiting run's deadline passed (the store's
 //! claim compares them with the clock's reading, passed in
 //! [`ClaimRequest::clock_now`](crate::store::ClaimRequest::clock_now)),
-//! and when the worker looks for due timers next. The default,
+//! when the worker looks for due timers next, when a cancel request's
+//! grace period ends (for a run claimed or executing) and when a retry's
+//! attempt times out. The default,
 //! [`SystemClock`], is the system's time; [`TestClock`] is a virtual clock
 //! for tests, on which a 30-day timer fires in milliseconds.
 //!

@@ -29,6 +29,10 @@ pub(crate) enum Conclusion {
     Release(Release),
     /// Discard the delivered signal (its payload did not decode), then wait again.
     Reject(String),
+    /// Cancel the run hard (its cancel request's grace period ended while it
+    /// executed): what a claim does to a run whose grace ended, so the run
+    /// ends the same way whichever worker notices.
+    Cancel,
 }
 
 impl Conclusion {
@@ -45,6 +49,7 @@ impl Conclusion {
                 reason: retry_reason(&error),
             }),
             Halt::Shutdown => Conclusion::Release(Release::Abandon),
+            Halt::CancelHard => Conclusion::Cancel,
         })
     }
 
@@ -73,6 +78,8 @@ impl Conclusion {
                     Err(e) => Err(e),
                 }
             }
+            // Not fenced: past its grace the run is cancelled, whoever holds it.
+            Conclusion::Cancel => store.cancel(id).await.map(|_| ()),
         };
         match written {
             Err(Error::LeaseLost { .. }) | Err(Error::Cancelled { .. }) => Ok(()),

@@ -306,9 +306,10 @@ impl Ctx {
     /// return at once (the wait as timed out), so that the body can clean
     /// up (compensate, notify) and return; the run then ends
     /// [`Status::Cancelled`](crate::Status::Cancelled), whatever it returns.
-    /// Read when the execution starts (a request made by another process
-    /// is seen after the run's next suspension) and at once for a request
-    /// made on the runtime executing it.
+    /// Read when the execution starts, at once for a request made on the
+    /// runtime executing it, and with the next lease renewal (every third
+    /// of the lease TTL) for one made by another process: a body that
+    /// never suspends sees it too.
     ///
     /// ```
     /// # use std::time::Duration;

@@ -28,7 +28,7 @@ use crate::lease_keeper::{ActiveRuns, LeaseKeeper};
 use crate::observe;
 use crate::registry::Registry;
 use crate::run::{lock, Halt, Resources, RunEnv, RunShared};
-use crate::store::{rules, CancelRequest, ClaimRequest, Claimed, Outcome, Release, Store, Wakeup};
+use crate::store::{rules, ClaimRequest, Claimed, Outcome, Release, Store, Wakeup};
 use crate::testing::crash::SaveHook;
 use crate::workflow::Workflow;
 use crate::Error;
@@ -351,7 +351,7 @@ impl Inner {
                 old.halt(Halt::Stop);
             }
             if let Some(cancel) = &claimed.run.cancel {
-                note_cancel(self, &shared, cancel);
+                shared.note_cancel(cancel);
             }
             let id = shared.id.clone();
             tokio::spawn(crate::run::CURRENT_RUN.scope(id, drive(self.clone(), shared, claimed)));
@@ -704,41 +704,6 @@ enum End {
     Panicked(String),
 }
 
-/// Tells execution `run` of this runtime that its run was asked to cancel
-/// (`req`): `ctx.cancel_requested` reads the reason from now on, and when
-/// the grace period ends (on the runtime's clock) with the execution still
-/// going, the run is cancelled hard, as `Runtime::cancel` does.
-pub(crate) fn note_cancel(rt: &Arc<Inner>, run: &Arc<RunShared>, req: &CancelRequest) {
-    {
-        let mut reason = lock(&run.cancel);
-        if reason.is_none() {
-            *reason = Some(req.reason.clone());
-        }
-    }
-    let left = req
-        .deadline
-        .duration_since(rt.env.clock.now())
-        .unwrap_or(Duration::ZERO);
-    let (rt, run) = (rt.clone(), run.clone());
-    let Ok(tokio) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    tokio.spawn(async move {
-        tokio::time::sleep(left).await;
-        let still = rt
-            .active_run(&run.id)
-            .is_some_and(|active| Arc::ptr_eq(&active, &run));
-        if !still || run.is_halted() {
-            return;
-        }
-        // A store that fails now leaves the run to the next claim, which
-        // cancels it (see `pump`).
-        if rt.env.store.cancel(&run.id).await.is_ok() {
-            run.halt(Halt::Stop);
-        }
-    });
-}
-
 fn panic_message(p: &(dyn Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_owned()
@@ -750,7 +715,11 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
 }
 
 /// Polls the workflow future until it ends or the run is halted (its lease
-/// is renewed meanwhile by the [`LeaseKeeper`]).
+/// is renewed meanwhile by the [`LeaseKeeper`]), or the grace period of a
+/// cancel request noted on it ends ([`RunShared::grace_over`], on the
+/// runtime's clock): the future is then dropped unpolled and the run
+/// cancelled hard ([`Halt::CancelHard`]), whichever way the request came
+/// (the claim, a lease renewal, this runtime's `request_cancel`).
 ///
 /// Before each poll the lease's local deadline is checked
 /// ([`RunShared::lease_lapsed`]): a renewal failing is one way to get
@@ -767,6 +736,8 @@ async fn run_to_end(run: &RunShared, fut: BoxFuture<'static, Result<Finished, Er
         }
         Pin::new(&mut fut).poll(cx).map(Some)
     });
+    let grace_over = run.grace_over();
+    let mut grace_over = std::pin::pin!(grace_over);
     loop {
         tokio::select! {
             biased;
@@ -775,6 +746,7 @@ async fn run_to_end(run: &RunShared, fut: BoxFuture<'static, Result<Finished, Er
                     return End::Halted(h);
                 }
             }
+            () = &mut grace_over => return End::Halted(Halt::CancelHard),
             r = &mut fut => {
                 return match r {
                     None => {
@@ -882,6 +854,10 @@ fn outcome_of(end: &End) -> (observe::Outcome, Option<String>) {
             Halt::Retry(e) => (O::Retried, Some(e.to_string())),
             Halt::Shutdown => (O::Shutdown, None),
             Halt::Crash | Halt::Stop | Halt::Fits => (O::Stopped, None),
+            Halt::CancelHard => (
+                O::Stopped,
+                Some("cancelled: its cancel request's grace period ended".to_owned()),
+            ),
         },
     }
 }

@@ -176,8 +176,9 @@ async fn keep(
 /// The least time between two rounds of the keeper.
 const MIN_PAUSE: Duration = Duration::from_millis(10);
 
-/// Renews the leases of `due` in one store call. Returns whether every
-/// one was renewed or found fenced off (its execution then stops).
+/// Renews the leases of `due` in one store call, and hands each execution
+/// the cancel request its renewal reports. Returns whether every one was
+/// renewed or found fenced off (its execution then stops).
 async fn renew(store: &dyn Store, due: &[&Arc<RunShared>], ttl: Duration) -> bool {
     let leases: Vec<(Arc<str>, Lease)> = due
         .iter()
@@ -188,7 +189,15 @@ async fn renew(store: &dyn Store, due: &[&Arc<RunShared>], ttl: Duration) -> boo
     let mut all = true;
     for run in due {
         match results.next() {
-            Some(Ok(())) => run.note_lease_set(asked),
+            Some(Ok(renewed)) => {
+                run.note_lease_set(asked);
+                // Asked to cancel, maybe by another process: the body
+                // sees it now, not at its next suspension, and the
+                // execution watches the grace period (see `run_to_end`).
+                if let Some(req) = &renewed.cancel {
+                    run.note_cancel(req);
+                }
+            }
             // Fenced off (another worker holds the run now) or cancelled:
             // the execution stops and hands nothing back.
             Some(Err(Error::Cancelled { .. }) | Err(Error::LeaseLost { .. })) => {

@@ -174,10 +174,12 @@ impl<E> RetryPolicy<E> {
         self
     }
 
-    /// Gives up on an attempt that takes longer than `d` (measured in real
-    /// time: the attempt's own work is real). Such an attempt counts as a
-    /// failed one; when the last attempt timed out the retry ends in
-    /// [`RetryError::TimedOut`].
+    /// Gives up on an attempt that takes longer than `d` on the runtime's
+    /// clock (the system's time, unless the runtime was given another: on
+    /// a [`TestClock`](crate::TestClock), [`TestClock::advance`](crate::TestClock::advance)
+    /// past `d` ends the attempt, and real time spent in it does not). Such
+    /// an attempt counts as a failed one; when the last attempt timed out
+    /// the retry ends in [`RetryError::TimedOut`].
     ///
     /// ```
     /// # use std::time::Duration;

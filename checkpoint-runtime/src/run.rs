@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
-use crate::store::{Lease, Store};
+use crate::store::{rules, CancelRequest, Lease, Store};
 use crate::testing::crash::SaveHook;
 use crate::Error;
 
@@ -102,6 +102,9 @@ pub(crate) enum Halt {
     Crash,
     /// Cancelled, or the lease was lost: nothing to write.
     Stop,
+    /// Asked to cancel, and the grace period ended with the execution
+    /// still going: cancel the run hard, as `Runtime::cancel` does.
+    CancelHard,
     /// A store error (a write that failed: disk full, a dropped
     /// connection): give the run back for a retry.
     Retry(Error),
@@ -162,9 +165,13 @@ pub(crate) struct RunShared {
     /// would, then halts with [`Halt::Fits`] before any user code runs, and
     /// writes nothing.
     pub(crate) probe: bool,
-    /// The reason of a cancel requested of the run, as the claim found it
-    /// or this runtime's `request_cancel` set it (see `Ctx::cancel_requested`).
+    /// The reason of a cancel requested of the run, as the claim found it,
+    /// a lease renewal reported it or this runtime's `request_cancel` set
+    /// it (see `Ctx::cancel_requested` and [`RunShared::note_cancel`]).
     pub(crate) cancel: Mutex<Option<String>>,
+    /// The cancel request with the earliest grace deadline this execution
+    /// learnt of (see [`RunShared::grace_over`]).
+    cancel_request: watch::Sender<Option<CancelRequest>>,
 }
 
 impl RunShared {
@@ -191,6 +198,51 @@ impl RunShared {
             halt_notify: Notify::new(),
             probe: false,
             cancel: Mutex::new(None),
+            cancel_request: watch::channel(None).0,
+        }
+    }
+
+    /// Tells this execution that its run was asked to cancel (`req`: found
+    /// by the claim, reported by a lease renewal, or made on this runtime).
+    /// `ctx.cancel_requested` reads the reason from then on (the first
+    /// learnt of: a second request keeps the first reason, as the store
+    /// does), and once the earliest grace deadline passes on the runtime's
+    /// clock, [`RunShared::grace_over`] resolves: the driver stops polling
+    /// the workflow and cancels the run hard. Noting the same request again
+    /// (each renewal reports it) changes nothing.
+    pub(crate) fn note_cancel(&self, req: &CancelRequest) {
+        lock(&self.cancel).get_or_insert_with(|| req.reason.clone());
+        self.cancel_request.send_if_modified(|known| {
+            let earlier = known.as_ref().is_none_or(|k| req.deadline < k.deadline);
+            if earlier {
+                *known = Some(req.clone());
+            }
+            earlier
+        });
+    }
+
+    /// Resolves once the grace period of a cancel request noted on this
+    /// execution ([`RunShared::note_cancel`]) has ended on the runtime's
+    /// clock, as `rules::grace_over` decides (a test clock moved past it
+    /// ends it too); never while none is noted.
+    pub(crate) async fn grace_over(&self) {
+        let mut noted = self.cancel_request.subscribe();
+        loop {
+            let req = noted.borrow_and_update().clone();
+            let clock = &self.env.clock;
+            match req {
+                Some(req) if rules::grace_over(&req, clock.now()) => return,
+                // The clock may resolve early: read again either way.
+                Some(req) => tokio::select! {
+                    _ = clock.wait_until(req.deadline) => {}
+                    _ = noted.changed() => {}
+                },
+                // The sender lives as long as `self`: `changed` only
+                // returns when a request is noted.
+                None => {
+                    let _ = noted.changed().await;
+                }
+            }
         }
     }
 

@@ -471,7 +471,10 @@ impl Runtime {
     /// waiting run is woken), and the run ends [`Status::Cancelled`] when
     /// its body returns, whatever it returns. Past `grace` (on the runtime's
     /// clock) it is cancelled hard, as [`Runtime::cancel`] does, by whichever
-    /// worker notices. Recorded as `CancelRequested` in the history;
+    /// worker notices: the one executing it (which learns of the request at
+    /// once, or with its next lease renewal when it is another process)
+    /// stops its body, and a claim cancels it instead of executing it. A
+    /// parked run ([`Status::Incompatible`]) is cancelled at once. Recorded as `CancelRequested` in the history;
     /// [`RunInfo::cancel_reason`](crate::RunInfo::cancel_reason) shows it.
     /// [`Error::CancelRefused`] (naming its status) for a finished run,
     /// [`Error::UnknownRun`] for an unknown id.
@@ -572,10 +575,11 @@ impl Runtime {
     }
 
     /// Tells an execution of run `id` on this runtime about cancel request
-    /// `req` at once (another process's sees it at its next claim).
+    /// `req` at once (another process's learns of it at its next lease
+    /// renewal, or its next claim).
     fn note_cancel_request(&self, id: &str, req: &CancelRequest) {
         if let Some(run) = self.inner.active_run(id) {
-            crate::executor::note_cancel(&self.inner, &run, req);
+            run.note_cancel(req);
         }
     }
 

@@ -13,6 +13,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
@@ -20,6 +21,7 @@ use serde::Serialize;
 
 use super::Frame;
 use crate::abi::Encoder;
+use crate::clock::Clock;
 use crate::history::Event;
 use crate::retry::{RetryError, RetryPolicy};
 use crate::run::Halt;
@@ -112,7 +114,8 @@ impl Frame {
                 let last = attempt >= policy.attempts();
                 // The value or error becomes JSON (or text) at once: neither
                 // is held across a store write (they need not be `Send`).
-                let (error, outcome) = match run_attempt(policy, op).await {
+                let clock = self.run.env.clock.clone();
+                let (error, outcome) = match run_attempt(policy, op, &clock).await {
                     Ok(Ok(v)) => (None, Some(to_json(&v).map(RetryOutcome::Ok))),
                     Ok(Err(e)) => {
                         let text = e.to_string();
@@ -125,7 +128,7 @@ impl Frame {
                         };
                         (Some(text), outcome)
                     }
-                    Err(_elapsed) => (
+                    Err(TimedOut) => (
                         Some("timed out".to_owned()),
                         last.then_some(Ok(RetryOutcome::TimedOut)),
                     ),
@@ -137,7 +140,6 @@ impl Frame {
                         match self.halt(e).await {}
                     }
                 };
-                let clock = self.run.env.clock.clone();
                 let now = clock.now();
                 let delay = match &outcome {
                     Some(_) => Duration::ZERO,
@@ -188,18 +190,35 @@ impl Frame {
     }
 }
 
-/// Runs one attempt, within the policy's attempt timeout (real time).
+/// An attempt that outlived the policy's attempt timeout.
+struct TimedOut;
+
+/// Runs one attempt, within the policy's attempt timeout on the runtime's
+/// clock (`clock`: the system's time, or a test clock, on which
+/// `TestClock::advance` past the timeout ends the attempt).
 async fn run_attempt<T, E, Op, Fut>(
     policy: &RetryPolicy<E>,
     op: &Op,
-) -> Result<Result<T, E>, tokio::time::error::Elapsed>
+    clock: &Arc<dyn Clock>,
+) -> Result<Result<T, E>, TimedOut>
 where
     Op: Fn() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    match policy.timeout() {
-        Some(d) => tokio::time::timeout(d, op()).await,
-        None => Ok(op().await),
+    let Some(timeout) = policy.timeout() else {
+        return Ok(op().await);
+    };
+    let deadline = due(clock.now(), timeout);
+    let expired = async {
+        // `wait_until` may resolve early: the clock is read again.
+        while clock.now() < deadline {
+            clock.wait_until(deadline).await;
+        }
+    };
+    tokio::select! {
+        biased;
+        r = op() => Ok(r),
+        () = expired => Err(TimedOut),
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, SignalSite, Wakeup, WorkerHold,
+    Release, Renewed, RunRecord, SignalRecord, SignalSite, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::{RunFilter, StatusKind};
@@ -115,19 +115,23 @@ pub trait Store: Send + Sync + 'static {
     /// Claims runnable runs (see the trait docs for the rules).
     fn claim<'a>(&'a self, req: &'a ClaimRequest) -> BoxFuture<'a, Result<ClaimResult, Error>>;
 
-    /// Extends a lease by `ttl` from now. Fenced.
+    /// Extends a lease by `ttl` from now. Fenced. Reports what
+    /// [`rules::renewed`](super::rules::renewed) reports of the run (its
+    /// cancel request), read in the same transaction: this is how a cancel
+    /// requested by another process reaches a run that executes without
+    /// suspending.
     fn renew<'a>(
         &'a self,
         id: &'a str,
         lease: &'a Lease,
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), Error>>;
+    ) -> BoxFuture<'a, Result<Renewed, Error>>;
 
     /// Extends the leases of many runs by `ttl` from now, each fenced like
-    /// [`Store::renew`]: one result per entry, in order. A runtime renews
-    /// all the runs it executes with one call per renewal period, so a
-    /// backend where each call is a transaction (PostgreSQL) overrides this
-    /// with one statement for all of them. The default issues one
+    /// [`Store::renew`] and reporting like it: one result per entry, in
+    /// order. A runtime renews all the runs it executes with one call per
+    /// renewal period, so a backend where each call is a transaction
+    /// (PostgreSQL) overrides this with one statement for all of them. The default issues one
     /// [`Store::renew`] per entry, all at once.
     ///
     /// A backend must not wait long for a run whose row another
@@ -138,7 +142,7 @@ pub trait Store: Send + Sync + 'static {
         &'a self,
         runs: &'a [(Arc<str>, Lease)],
         ttl: Duration,
-    ) -> BoxFuture<'a, Vec<Result<(), Error>>> {
+    ) -> BoxFuture<'a, Vec<Result<Renewed, Error>>> {
         Box::pin(futures::future::join_all(
             runs.iter().map(|(id, lease)| self.renew(id, lease, ttl)),
         ))

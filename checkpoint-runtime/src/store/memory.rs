@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use super::rules;
 use super::{
     CancelRequest, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, Lease, NewRun,
-    Outcome, Release, RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend, Wakeup,
+    Outcome, Release, Renewed, RunRecord, RunState, SignalRecord, SignalSite, Store, Suspend,
+    Wakeup,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::RunFilter;
@@ -708,11 +709,14 @@ impl Store for MemoryStore {
         id: &'a str,
         lease: &'a Lease,
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), Error>> {
+    ) -> BoxFuture<'a, Result<Renewed, Error>> {
         let mut st = self.lock();
         let now = SystemTime::now();
         let r = Self::fenced(&mut st, id, lease).map(|e| rules::renew(&mut e.rec, later(now, ttl)));
-        ready(r.map(|change| Self::apply(&mut st, id, change, now)))
+        ready(r.map(|(change, renewed)| {
+            Self::apply(&mut st, id, change, now);
+            renewed
+        }))
     }
 
     fn release<'a>(

@@ -84,9 +84,9 @@ pub use memory::MemoryStore;
 pub(crate) use records::{user_signal_name, JOIN_SIGNAL_PREFIX};
 pub use records::{
     CancelRequest, CheckpointRecord, ClaimRequest, ClaimResult, Claimed, Created, FieldRecord,
-    GcReport, Lease, LeaseInfo, NewRun, Outcome, Release, RetryMark, RetryOutcome, RunRecord,
-    RunState, SchemaKeys, SignalRecord, SignalSite, Suspend, Wake, WakeValue, Wakeup, WorkerHold,
-    LOOP_ITEMS,
+    GcReport, Lease, LeaseInfo, NewRun, Outcome, Release, Renewed, RetryMark, RetryOutcome,
+    RunRecord, RunState, SchemaKeys, SignalRecord, SignalSite, Suspend, Wake, WakeValue, Wakeup,
+    WorkerHold, LOOP_ITEMS,
 };
 pub use url::{redact_url, StoreUrl};
 

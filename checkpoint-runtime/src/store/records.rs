@@ -146,6 +146,39 @@ impl CancelRequest {
     }
 }
 
+/// What a lease renewal ([`Store::renew`](super::Store::renew),
+/// [`Store::renew_many`](super::Store::renew_many)) reports to the worker
+/// executing the run, as [`rules::renewed`](super::rules::renewed) decides:
+/// the cancel request stored on the run, if any, so that a request made by
+/// another process reaches a body that never suspends (its
+/// [`Ctx::cancel_requested`](crate::Ctx::cancel_requested) turns true, and
+/// past the request's deadline the executing worker cancels it hard).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use checkpoint_runtime::store::{CancelRequest, Renewed};
+///
+/// let quiet = Renewed::default();
+/// assert!(quiet.cancel.is_none());
+/// let req = CancelRequest::new("superseded", SystemTime::now(), Duration::from_secs(5), true);
+/// let asked = Renewed::with_cancel(Some(req.clone()));
+/// assert_eq!(asked.cancel, Some(req));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Renewed {
+    /// The run's cancel request ([`RunRecord::cancel`]), when one was made.
+    pub cancel: Option<CancelRequest>,
+}
+
+impl Renewed {
+    /// A report carrying `cancel` (what a backend outside this crate builds
+    /// when it does not call [`rules::renewed`](super::rules::renewed)).
+    pub fn with_cancel(cancel: Option<CancelRequest>) -> Self {
+        Renewed { cancel }
+    }
+}
+
 fn nanos(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))

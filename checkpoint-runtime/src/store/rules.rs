@@ -55,7 +55,7 @@ use super::integrity::field_list;
 use super::records::UNREADABLE;
 use super::{
     CancelRequest, CheckpointRecord, ClaimRequest, Lease, LeaseInfo, NewRun, Outcome, Release,
-    RunRecord, RunState, SignalRecord, Wake, WakeValue,
+    Renewed, RunRecord, RunState, SignalRecord, Wake, WakeValue,
 };
 use crate::history::Event;
 use crate::Error;
@@ -355,12 +355,38 @@ pub fn check_lease(id: &str, rec: &RunRecord, lease: &Lease) -> Result<(), Error
     Ok(())
 }
 
-/// Renew: the lease now expires at `expires_at`.
-pub fn renew(rec: &mut RunRecord, expires_at: SystemTime) -> Change {
+/// Renew: the lease now expires at `expires_at`. Returns the change and
+/// what the renewal reports to the executing worker ([`renewed`]).
+pub fn renew(rec: &mut RunRecord, expires_at: SystemTime) -> (Change, Renewed) {
     if let Some(l) = rec.lease.as_mut() {
         l.expires_at = expires_at;
     }
-    Change::row()
+    (Change::row(), renewed(rec))
+}
+
+/// What a renewal of `rec`'s lease reports to the worker executing it: the
+/// run's cancel request, if one was made. A body that never suspends learns
+/// of a request made by another process this way (its `ctx.cancel_requested`
+/// turns true), and its worker cancels it hard once [`grace_over`] says so.
+/// A backend that renews in one statement reads the request with it and
+/// passes a [`blank_run`] carrying it.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use checkpoint_runtime::store::{rules, CancelRequest};
+///
+/// let now = SystemTime::now();
+/// let mut rec = rules::blank_run("order-1", now);
+/// assert_eq!(rules::renewed(&rec).cancel, None);
+/// let req = CancelRequest::new("superseded", now, Duration::from_secs(30), true);
+/// rec.cancel = Some(req.clone());
+/// let (_change, report) = rules::renew(&mut rec, now + Duration::from_secs(30));
+/// assert_eq!(report.cancel, Some(req));
+/// ```
+pub fn renewed(rec: &RunRecord) -> Renewed {
+    Renewed {
+        cancel: rec.cancel.clone(),
+    }
 }
 
 /// Release: the run is given back (its lease cleared). `Suspend` resets the
@@ -704,7 +730,10 @@ fn cascades(rec: &RunRecord) -> bool {
 /// either does) and `CancelRequested`. A sleep, or a wait with a deadline,
 /// is due at once; a wait without one (a signal, a join) is woken when the
 /// grace period ends, to be cancelled hard then ([`cancel_due`]). A held
-/// child, which never ran, is cancelled at once (nothing to clean up).
+/// child, which never ran, is cancelled at once (nothing to clean up), and
+/// so is a parked run ([`RunState::Parked`]): no registered code can resume
+/// it to clean up, and a parked run is taken by no claim that would see
+/// its grace end.
 /// [`Error::CancelRefused`] naming the status for a finished run.
 pub fn request_cancel(
     rec: &mut RunRecord,
@@ -737,7 +766,7 @@ pub fn request_cancel(
     cut_short(&mut rec.state, &merged);
     rec.cancel = Some(merged);
     rec.updated_at = now;
-    if is_held(rec) {
+    if is_held(rec) || matches!(rec.state, RunState::Parked { .. }) {
         let mut change = cancel(rec, now).unwrap_or_default();
         change.event = Some(event);
         return Ok(change);
@@ -762,7 +791,29 @@ fn cut_short(state: &mut RunState, req: &CancelRequest) {
 /// clock): a run asked to cancel whose deadline passed is cancelled hard
 /// ([`cancel`]) by whichever worker notices, instead of executing.
 pub fn cancel_due(rec: &RunRecord, clock_now: SystemTime) -> bool {
-    !rec.state.is_terminal() && rec.cancel.as_ref().is_some_and(|c| c.deadline <= clock_now)
+    !rec.state.is_terminal()
+        && rec
+            .cancel
+            .as_ref()
+            .is_some_and(|c| grace_over(c, clock_now))
+}
+
+/// Whether the grace period of cancel request `req` has ended at
+/// `clock_now` (the runtime's clock): the run is then cancelled hard,
+/// whether it is claimed ([`cancel_due`]) or executing (the worker that
+/// executes it watches the deadline, on its clock).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use checkpoint_runtime::store::{rules, CancelRequest};
+///
+/// let asked = SystemTime::now();
+/// let req = CancelRequest::new("enough", asked, Duration::from_secs(30), true);
+/// assert!(!rules::grace_over(&req, asked + Duration::from_secs(29)));
+/// assert!(rules::grace_over(&req, asked + Duration::from_secs(30)));
+/// ```
+pub fn grace_over(req: &CancelRequest, clock_now: SystemTime) -> bool {
+    req.deadline <= clock_now
 }
 
 /// How a suspended run's state reads in its `Suspended` history event.

@@ -1,7 +1,8 @@
 //! Conformance: cancel requests (`rules::request_cancel`): stored on the
 //! run's record, they wake a sleeping or waiting run, make its later
 //! sleeps due at once, turn its end into a cancel, end with the grace
-//! period, and are refused for a finished run.
+//! period, are refused for a finished run, are reported by lease
+//! renewals, and end a parked run at once.
 
 use super::*;
 
@@ -196,4 +197,113 @@ pub fn a_hard_cancel_after_a_request_cascades_or_abandons(store: &dyn Store) {
             assert_eq!(child_state, RunState::Ready, "{parent}");
         }
     }
+}
+
+/// Conformance: a lease renewal reports the run's cancel request
+/// ([`rules::renewed`]), with its reason and grace deadline: `renew` and
+/// `renew_many` both, for each run its own; a run not asked reports none,
+/// and a renewal that is fenced off still reports nothing but its error.
+pub fn a_renewal_reports_a_cancel_request(store: &dyn Store) {
+    for id in ["asked", "quiet"] {
+        new_run(store, id);
+    }
+    let claimed = block_on(store.claim(&req("a", "a1"))).unwrap().claimed;
+    assert_eq!(claimed.len(), 2);
+    let lease = |id: &str| {
+        claimed
+            .iter()
+            .find(|c| c.run.id == id)
+            .expect("claimed")
+            .lease
+            .clone()
+    };
+    let ttl = Duration::from_secs(30);
+    let renewed = block_on(store.renew("asked", &lease("asked"), ttl)).unwrap();
+    assert_eq!(renewed.cancel, None, "nothing asked yet");
+    // Asked while it executes (by any process: the request is the run's record's).
+    let asked = request("customer cancelled", Duration::from_secs(20), true);
+    block_on(store.request_cancel("asked", asked.clone())).unwrap();
+    let renewed = block_on(store.renew("asked", &lease("asked"), ttl)).unwrap();
+    assert_eq!(renewed.cancel.as_ref(), Some(&asked));
+    assert!(!rules::grace_over(&asked, asked.requested_at));
+    assert!(rules::grace_over(&asked, asked.deadline));
+    // The lease was renewed all the same, and the run keeps executing.
+    let rec = load(store, "asked");
+    assert_eq!(rec.state, RunState::Ready);
+    assert!(rec.lease.expect("a lease").expires_at > SystemTime::now() + ttl / 2);
+    // A second request keeps the first reason and the earlier deadline.
+    let again = request("changed my mind", Duration::from_secs(5), false);
+    block_on(store.request_cancel("asked", again.clone())).unwrap();
+    let runs: Vec<(Arc<str>, Lease)> = vec![
+        (Arc::from("quiet"), lease("quiet")),
+        (Arc::from("asked"), lease("asked")),
+    ];
+    let results = block_on(store.renew_many(&runs, ttl));
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0].as_ref().unwrap().cancel, None, "{results:?}");
+    let reported = results[1]
+        .as_ref()
+        .unwrap()
+        .cancel
+        .clone()
+        .expect("reported");
+    assert_eq!(reported.reason, "customer cancelled");
+    assert_eq!(reported.deadline, again.deadline.min(asked.deadline));
+    assert!(reported.cascade);
+    assert_eq!(Some(reported), load(store, "asked").cancel);
+    // Fenced off: an error, no report.
+    let stale = Lease {
+        epoch: lease("asked").epoch + 1,
+        ..lease("asked")
+    };
+    let err = block_on(store.renew("asked", &stale, ttl)).unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+}
+
+/// Conformance: a cancel request to a parked run (no registered code can
+/// resume it, so none can clean up) ends it cancelled at once, with the
+/// request recorded, and cancels its children when it cascades.
+pub fn a_cancel_request_ends_a_parked_run(store: &dyn Store) {
+    new_run(store, "r");
+    let r = block_on(store.create_run(NewRun {
+        id: "r/kid".into(),
+        workflow: "other".into(),
+        input: Arc::from(&b"null"[..]),
+        version: 1,
+        trace: None,
+        parent: Some("r".into()),
+        max_running: None,
+    }));
+    assert!(r.is_ok(), "{r:?}");
+    let c = claim_one(store, "a", "a1");
+    let error = Error::Incompatible {
+        workflow: "wf".into(),
+        run: "r".into(),
+        site: "s".into(),
+        field: "total".into(),
+        detail: "stored as `u32`, the code has `u64`".into(),
+    };
+    block_on(store.release("r", &c.lease, Release::Park { error })).unwrap();
+    assert!(matches!(load(store, "r").state, RunState::Parked { .. }));
+    let asked = request("retired", Duration::from_secs(3600), true);
+    block_on(store.request_cancel("r", asked.clone())).unwrap();
+    let rec = load(store, "r");
+    assert_eq!(rec.state, RunState::Cancelled);
+    assert_eq!(rec.status(), Status::Cancelled);
+    assert_eq!(rec.lease, None);
+    assert_eq!(rec.cancel, Some(asked));
+    assert!(events(store, "r").contains(&Event::CancelRequested {
+        reason: "retired".into(),
+        grace_ms: 3_600_000,
+        cascade: true,
+    }));
+    assert_eq!(load(store, "r/kid").state, RunState::Cancelled);
+    assert!(block_on(store.parked_runs()).unwrap().is_empty());
+    // Ended: a second request is refused, naming its status.
+    let err =
+        block_on(store.request_cancel("r", request("again", Duration::ZERO, true))).unwrap_err();
+    assert!(
+        matches!(&err, Error::CancelRefused { status, .. } if status == "cancelled"),
+        "{err:?}"
+    );
 }

@@ -132,6 +132,8 @@ macro_rules! conformance_tests {
                 a_cancel_request_times_out_a_wait_and_ends_with_its_grace,
                 a_cancel_request_to_a_finished_run_is_refused,
                 a_hard_cancel_after_a_request_cascades_or_abandons,
+                a_renewal_reports_a_cancel_request,
+                a_cancel_request_ends_a_parked_run,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -290,6 +292,14 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_hard_cancel_after_a_request_cascades_or_abandons",
         a_hard_cancel_after_a_request_cascades_or_abandons,
+    ),
+    (
+        "a_renewal_reports_a_cancel_request",
+        a_renewal_reports_a_cancel_request,
+    ),
+    (
+        "a_cancel_request_ends_a_parked_run",
+        a_cancel_request_ends_a_parked_run,
     ),
 ];
 

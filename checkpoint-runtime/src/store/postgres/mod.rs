@@ -137,7 +137,7 @@ use self::conn::{get, Pool, Side, Target};
 use self::fused::{batcher, create_batch, finish, group_commit};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
+    Release, Renewed, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::{RunFilter, StatusKind};
@@ -530,7 +530,7 @@ impl Store for PostgresStore {
         id: &'a str,
         lease: &'a Lease,
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), Error>> {
+    ) -> BoxFuture<'a, Result<Renewed, Error>> {
         Box::pin(async move {
             self.holds.check_renew(id, lease)?;
             self.do_renew(id, lease, ttl).await
@@ -541,7 +541,7 @@ impl Store for PostgresStore {
         &'a self,
         runs: &'a [(Arc<str>, Lease)],
         ttl: Duration,
-    ) -> BoxFuture<'a, Vec<Result<(), Error>>> {
+    ) -> BoxFuture<'a, Vec<Result<Renewed, Error>>> {
         Box::pin(self.do_renew_many(runs, ttl))
     }
 

@@ -403,7 +403,7 @@ fn old_owner_cannot_overwrite_new_owners_checkpoint() {
     for r in [
         block_on(a.save_checkpoint(&old.lease, stale, None)),
         block_on(a.save_checkpoint(&old.lease, cp("r", 3), None)),
-        block_on(a.renew("r", &old.lease, Duration::from_secs(60))),
+        block_on(a.renew("r", &old.lease, Duration::from_secs(60))).map(drop),
         block_on(a.time_out("r", &old.lease)),
         block_on(a.release("r", &old.lease, Release::Abandon)),
         block_on(a.finish(

@@ -307,14 +307,7 @@ impl RunRow {
                 },
             }),
         };
-        let cancel = match self.cancel {
-            None => None,
-            Some(text) => Some(CancelRequest::from_json(&text).ok_or_else(|| {
-                Corrupt(format!(
-                    "run `{id}` has a cancel request that does not read: {text}"
-                ))
-            })?),
-        };
+        let cancel = cancel_request(&id, self.cancel)?;
         Ok(RunRecord {
             id,
             workflow: self.workflow,
@@ -331,6 +324,21 @@ impl RunRow {
             parent: self.parent,
             cancel,
         })
+    }
+}
+
+/// Run `id`'s cancel request column (see [`RunRow::cancel`]) as a request.
+pub(crate) fn cancel_request(
+    id: &str,
+    col: Option<String>,
+) -> Result<Option<CancelRequest>, Corrupt> {
+    match col {
+        None => Ok(None),
+        Some(text) => CancelRequest::from_json(&text).map(Some).ok_or_else(|| {
+            Corrupt(format!(
+                "run `{id}` has a cancel request that does not read: {text}"
+            ))
+        }),
     }
 }
 

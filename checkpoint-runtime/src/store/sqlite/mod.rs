@@ -130,7 +130,7 @@ use self::writer::txn::TxnCtx;
 use self::writer::{answer_loop, Answers, Job, Msg, Pending, Writer};
 use super::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
-    Release, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
+    Release, Renewed, RunRecord, SignalRecord, SignalSite, Store, Wakeup, WorkerHold,
 };
 use crate::history::{Event, HistoryEntry};
 use crate::status::{RunFilter, StatusKind};
@@ -484,7 +484,7 @@ impl Store for SqliteStore {
         id: &'a str,
         lease: &'a Lease,
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), Error>> {
+    ) -> BoxFuture<'a, Result<Renewed, Error>> {
         let (id, lease) = (id.to_owned(), lease.clone());
         self.write(move |cx| op_renew(cx, &id, &lease, ttl))
     }

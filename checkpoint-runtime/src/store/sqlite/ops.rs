@@ -24,8 +24,8 @@ use crate::history::Event;
 use crate::store::rules;
 use crate::store::sql::{from_ts, to_i64, ts_after};
 use crate::store::{
-    CancelRequest, CheckpointRecord, Created, Lease, NewRun, Outcome, Release, SignalRecord,
-    Suspend,
+    CancelRequest, CheckpointRecord, Created, Lease, NewRun, Outcome, Release, Renewed,
+    SignalRecord, Suspend,
 };
 use crate::Error;
 
@@ -43,12 +43,12 @@ pub(super) fn op_create(cx: &mut TxnCtx<'_>, run: NewRun) -> R<Created> {
     Ok(Created::New)
 }
 
-pub(super) fn op_renew(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<()> {
+pub(super) fn op_renew(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, ttl: Duration) -> R<Renewed> {
     let mut h = cx.fenced(id, lease)?;
     let now = SystemTime::now();
-    let change = rules::renew(&mut h.rec, from_ts(ts_after(now, ttl)));
+    let (change, renewed) = rules::renew(&mut h.rec, from_ts(ts_after(now, ttl)));
     apply(cx, Target::Run(h), change, now)?;
-    Ok(())
+    Ok(renewed)
 }
 
 pub(super) fn op_release(cx: &mut TxnCtx<'_>, id: &str, lease: &Lease, how: Release) -> R<()> {

@@ -1402,7 +1402,7 @@ fn deferred_rows_do_not_inherit_the_previous_chunks_values() {
             let cp = cp_fields(&id, 1, &[("x", &state(1))], None);
             Box::new(move |cx| save_sealed(cx, &lease, cp))
         } else {
-            Box::new(move |cx| op_renew(cx, &id, &lease, Duration::from_secs(60)))
+            Box::new(move |cx| op_renew(cx, &id, &lease, Duration::from_secs(60)).map(drop))
         }));
     }
     writer.run_batch(first);

@@ -2,7 +2,9 @@
 //! statement each round ([`RENEW`], [`RENEW_MANY`]) that implements
 //! `rules::renew` (the lease's expiry moves on) fenced by
 //! `rules::check_lease` in its `WHERE` (epoch, worker and instance, a run
-//! not ended), on the renewal connection of its own (`conn::Side`),
+//! not ended) and returns the run's cancel request, from which
+//! `rules::renewed` makes the report ([`report`]), on the renewal
+//! connection of its own (`conn::Side`),
 //! skipping a locked row instead of waiting for it. A renewal the
 //! statement refuses writes nothing; the run's row, read then, tells why
 //! with `check_lease`'s error, or that the row was locked (tried again).
@@ -11,13 +13,16 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::store::postgres::conn::{get, sqlstate_class, to_i64, ts_after};
+use tokio_postgres::Row;
+
+use crate::store::postgres::conn::{corrupt, get, sqlstate_class, to_i64, ts_after};
 use crate::store::postgres::tables::runs::{
     decode_run, LOAD_PLAIN, LOAD_PLAIN_MANY, RENEW, RENEW_MANY, RENEW_MANY_WAITING,
 };
 use crate::store::postgres::PostgresStore;
-use crate::store::rules::check_lease;
-use crate::store::Lease;
+use crate::store::rules::{self, check_lease};
+use crate::store::sql::run_row::cancel_request;
+use crate::store::{Lease, Renewed};
 use crate::Error;
 
 impl PostgresStore {
@@ -30,7 +35,7 @@ impl PostgresStore {
         id: &str,
         lease: &Lease,
         ttl: Duration,
-    ) -> Result<(), Error> {
+    ) -> Result<Renewed, Error> {
         let began = std::time::Instant::now();
         let patience = (ttl / 4).max(Duration::from_millis(50));
         let mut pause = Duration::from_millis(5);
@@ -42,8 +47,8 @@ impl PostgresStore {
                 .side
                 .query(RENEW, &[&id, &epoch, &worker, &instance, &expires])
                 .await?;
-            if !renewed.is_empty() {
-                return Ok(());
+            if let Some(row) = renewed.first() {
+                return report(id, row);
             }
             let row = self.side.query(LOAD_PLAIN, &[&id]).await?;
             let rec = match row.first() {
@@ -74,11 +79,11 @@ impl PostgresStore {
         &self,
         runs: &[(Arc<str>, Lease)],
         ttl: Duration,
-    ) -> Vec<Result<(), Error>> {
+    ) -> Vec<Result<Renewed, Error>> {
         let began = std::time::Instant::now();
         let patience = (ttl / 4).max(Duration::from_millis(50));
         let mut pause = Duration::from_millis(2);
-        let mut results: Vec<Option<Result<(), Error>>> = runs
+        let mut results: Vec<Option<Result<Renewed, Error>>> = runs
             .iter()
             .map(|(id, lease)| self.holds.check_renew(id, lease).err().map(Err))
             .collect();
@@ -132,7 +137,7 @@ impl PostgresStore {
         pending: &[usize],
         ttl: Duration,
         wait: Option<Duration>,
-        results: &mut [Option<Result<(), Error>>],
+        results: &mut [Option<Result<Renewed, Error>>],
     ) -> Result<(), Error> {
         let mut ids: Vec<&str> = Vec::with_capacity(pending.len());
         let mut epochs: Vec<i64> = Vec::with_capacity(pending.len());
@@ -176,14 +181,17 @@ impl PostgresStore {
                 }
             }
         };
-        let renewed: std::collections::HashSet<String> = renewed
-            .iter()
-            .map(|row| get::<String>(row, 0))
-            .collect::<Result<_, _>>()?;
+        let mut reports = std::collections::HashMap::with_capacity(renewed.len());
+        for row in &renewed {
+            // A cancel request that does not read answers for its own run only.
+            let id: String = get(row, 0)?;
+            let renewed = report(&id, row);
+            reports.insert(id, renewed);
+        }
         let missing: Vec<&str> = ids
             .iter()
             .copied()
-            .filter(|id| !renewed.contains(*id))
+            .filter(|id| !reports.contains_key(*id))
             .collect();
         let rows = if missing.is_empty() {
             Vec::new()
@@ -200,8 +208,8 @@ impl PostgresStore {
             if results[i].is_some() {
                 continue;
             }
-            if renewed.contains(&**id) {
-                results[i] = Some(Ok(()));
+            if let Some(renewed) = reports.remove(&**id) {
+                results[i] = Some(renewed);
                 continue;
             }
             match found.get(&**id) {
@@ -218,4 +226,14 @@ impl PostgresStore {
         }
         Ok(())
     }
+}
+
+/// What the renewal of run `id` reports, from the row a renewal statement
+/// returned (its id, then its cancel request): [`rules::renewed`] of the
+/// run as far as the statement read it (a [`rules::blank_run`] carrying
+/// that request).
+pub(in crate::store::postgres) fn report(id: &str, row: &Row) -> Result<Renewed, Error> {
+    let mut rec = rules::blank_run(id, SystemTime::now());
+    rec.cancel = cancel_request(id, get(row, 1)?).map_err(corrupt)?;
+    Ok(rules::renewed(&rec))
 }

@@ -694,8 +694,8 @@ pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
 );
 
 /// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`
-/// worker, `$4` instance, `$5` the new expiry. Returns the run's id when it
-/// renewed; no row when the lease is not held (lost, cancelled, finished) or
+/// worker, `$4` instance, `$5` the new expiry. Returns the run's id and its
+/// cancel request (what `rules::renewed` reports) when it renewed; no row when the lease is not held (lost, cancelled, finished) or
 /// the row is locked by another transaction (see [`LOAD_PLAIN`] to tell
 /// them apart). One statement, so no transaction stays open around it.
 pub(in crate::store::postgres) const RENEW: &str = concat!(
@@ -704,12 +704,13 @@ pub(in crate::store::postgres) const RENEW: &str = concat!(
                  AND lease_instance = $4 AND state < ",
     state_sql!(COMPLETED),
     " FOR NO KEY UPDATE SKIP LOCKED) \
-     RETURNING id"
+     RETURNING id, cancel_request"
 );
 
 /// [`RENEW`] for many runs at once: `$1`–`$4` the runs' ids, epochs,
 /// workers and instances (arrays, in step), `$5` the new expiry. Returns the
-/// ids renewed; a run missing from them is fenced off or its row is locked.
+/// ids renewed, each with its cancel request (as [`RENEW`]); a run missing
+/// from them is fenced off or its row is locked.
 ///
 /// The run's state is checked at the join (`w.id IS NULL OR ..`, never
 /// NULL), not as a filter of the table's scan: with statistics taken when
@@ -727,7 +728,7 @@ pub(in crate::store::postgres) const RENEW_MANY: &str = concat!(
                   WHERE (w.id IS NULL OR r.state < ",
     state_sql!(COMPLETED),
     ") FOR NO KEY UPDATE OF r SKIP LOCKED) \
-     RETURNING id"
+     RETURNING id, cancel_request"
 );
 
 /// [`RENEW_MANY`] waiting for the rows' locks, for runs it found locked
@@ -750,7 +751,7 @@ pub(in crate::store::postgres) const RENEW_MANY_WAITING: &str = concat!(
     ") \
                     AND (SELECT set_config('lock_timeout', $6::text, true)) IS NOT NULL \
                   ORDER BY r.id FOR NO KEY UPDATE OF r) \
-     RETURNING id"
+     RETURNING id, cancel_request"
 );
 
 /// Runs' rows without their input and without a lock (`$1` the ids, an array).

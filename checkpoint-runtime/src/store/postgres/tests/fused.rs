@@ -11,11 +11,12 @@ use crate::store::postgres::apply::{apply, Row};
 use crate::store::postgres::conn::{from_ts, ts_after};
 use crate::store::postgres::fused::create_batch::{self, NewTop};
 use crate::store::postgres::fused::finish::{self as fused_finish, Ending};
+use crate::store::postgres::fused::renew::report;
 use crate::store::postgres::fused::save::{saved_run, Save};
 use crate::store::postgres::fused::save_batch::{Columns, BATCH};
 use crate::store::postgres::tables::runs::{lock_run, RENEW};
 use crate::store::rules;
-use crate::store::MemoryStore;
+use crate::store::{MemoryStore, Renewed};
 
 /// [`stored`] of run `id`, with the times that differ between two runs
 /// made one after the other (their creation, their events but saved
@@ -302,6 +303,16 @@ fn a_renewal_in_one_statement_writes_what_the_rule_writes() {
     let s = db.store();
     let client = schema_client(&db);
     let lease = claimed(s, &["f", "g"]);
+    // Both asked to cancel: each renewal reports the request.
+    let asked = crate::store::CancelRequest::new(
+        "superseded",
+        SystemTime::now(),
+        Duration::from_secs(30),
+        true,
+    );
+    for id in ["f", "g"] {
+        db.run(s.request_cancel(id, asked.clone())).unwrap();
+    }
     let expires = ts_after(SystemTime::now(), Duration::from_secs(600));
     let renew = |lease: &Lease| {
         let lease = lease.clone();
@@ -309,22 +320,24 @@ fn a_renewal_in_one_statement_writes_what_the_rule_writes() {
             let mut conn = s.pool.get().await.unwrap();
             let epoch = i64::try_from(lease.epoch).unwrap();
             let (worker, instance): (&str, &str) = (&lease.worker, &lease.instance);
-            let fused = conn
+            let fused: Vec<Renewed> = conn
                 .plain()
                 .query(RENEW, &[&"f", &epoch, &worker, &instance, &expires])
                 .await
                 .unwrap()
-                .len();
+                .iter()
+                .map(|row| report("f", row).unwrap())
+                .collect();
             let mut cx = conn.begin().await.unwrap();
             let mut rec = lock_run(&mut cx, "g").await.unwrap().unwrap();
             let generic = match rules::check_lease("g", &rec, &lease) {
                 Ok(()) => {
-                    let change = rules::renew(&mut rec, from_ts(expires));
+                    let (change, renewed) = rules::renew(&mut rec, from_ts(expires));
                     apply(&mut cx, Row::Update(&rec), change, SystemTime::now())
                         .await
                         .unwrap();
                     cx.commit().await.unwrap();
-                    Ok(())
+                    Ok(renewed)
                 }
                 Err(e) => Err(e),
             };
@@ -333,7 +346,7 @@ fn a_renewal_in_one_statement_writes_what_the_rule_writes() {
     };
     let before = (same_times(&db, &client, "f"), same_times(&db, &client, "g"));
     let (fused, generic) = renew(&stale(&lease));
-    assert_eq!(fused, 0);
+    assert!(fused.is_empty(), "{fused:?}");
     assert!(
         matches!(generic, Err(Error::LeaseLost { .. })),
         "{generic:?}"
@@ -341,8 +354,8 @@ fn a_renewal_in_one_statement_writes_what_the_rule_writes() {
     let after = (same_times(&db, &client, "f"), same_times(&db, &client, "g"));
     assert_eq!(before, after);
     let (fused, generic) = renew(&lease);
-    assert_eq!(fused, 1);
-    generic.unwrap();
+    assert_eq!(fused, [generic.unwrap()]);
+    assert_eq!(fused[0].cancel.as_ref(), Some(&asked));
     assert_eq!(same_times(&db, &client, "f"), same_times(&db, &client, "g"));
     let run = block_on(s.load_run("f")).unwrap().unwrap();
     assert_eq!(run.lease.map(|l| l.expires_at), Some(from_ts(expires)));
