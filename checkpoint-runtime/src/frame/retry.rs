@@ -159,8 +159,6 @@ impl Frame {
                         outcome,
                     }),
                 };
-                let prepared = self.prepare(site, &loops, &fields, Some(suspend));
-                self.commit(prepared).await;
                 if let Some(error) = error {
                     let event = Event::RetryAttemptFailed {
                         name: name.clone(),
@@ -170,10 +168,14 @@ impl Frame {
                             .is_none()
                             .then(|| u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
                     };
-                    // Informational, as every history event: recorded once
-                    // the attempt's outcome is stored.
+                    // Recorded before the attempt's outcome is stored, so
+                    // that the history names every attempt whose outcome a
+                    // crash cannot lose; a crash in between runs the attempt
+                    // again, and the history then names both runs of it.
                     let _ = self.run.env.store.append_event(&self.run.id, event).await;
                 }
+                let prepared = self.prepare(site, &loops, &fields, Some(suspend));
+                self.commit(prepared).await;
                 if until > clock.now() {
                     // The backoff: any worker resumes the run when it is due.
                     match self.stop(Halt::Suspended).await {}
