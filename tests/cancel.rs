@@ -183,15 +183,28 @@ async fn reopen(opened: &Opened) -> Runtime {
     }
 }
 
-/// A test function `$name(backend)` run once per store.
+/// A test function `$name(backend)` run once per store: `[memory, sqlite,
+/// postgres]`, or the stores another process can share (`[sqlite,
+/// postgres]`, for the tests that cross processes).
 macro_rules! each_store {
-    ($($name:ident),* $(,)?) => {
+    ([$($kind:ident),*]: $($name:ident),* $(,)?) => {
+        each_store!(@kinds [$($kind)*] [$($name),*]);
+    };
+    // The names as one token tree, repeated once per kind.
+    (@kinds [$($kind:ident)*] $names:tt) => {
+        $( each_store!(@kind $kind $names); )*
+    };
+    (@kind memory [$($name:ident),*]) => {
         mod memory {
             $(#[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await })*
         }
+    };
+    (@kind sqlite [$($name:ident),*]) => {
         mod sqlite {
             $(#[tokio::test] async fn $name() { super::$name(super::Backend::Sqlite).await })*
         }
+    };
+    (@kind postgres [$($name:ident),*]) => {
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,6 +219,7 @@ macro_rules! each_store {
 }
 
 each_store!(
+    [memory, sqlite, postgres]:
     the_body_cleans_up_and_the_run_ends_cancelled_with_the_reason,
     a_sleep_returns_at_once,
     past_the_grace_period_a_waiting_run_is_cancelled_hard,
@@ -216,60 +230,14 @@ each_store!(
 );
 
 mod across_processes {
-    #[tokio::test]
-    async fn sqlite() {
-        super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Sqlite).await
-    }
+    use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[cfg_attr(
-        not(checkpoint_test_postgres),
-        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-    )]
-    async fn postgres() {
-        super::a_cancel_requested_from_another_process_reaches_the_run(super::Backend::Postgres)
-            .await
-    }
-
-    #[tokio::test]
-    async fn busy_sqlite() {
-        super::a_busy_run_in_another_process_sees_the_request_without_suspending(
-            super::Backend::Sqlite,
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[cfg_attr(
-        not(checkpoint_test_postgres),
-        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-    )]
-    async fn busy_postgres() {
-        super::a_busy_run_in_another_process_sees_the_request_without_suspending(
-            super::Backend::Postgres,
-        )
-        .await
-    }
-
-    #[tokio::test]
-    async fn ignoring_sqlite() {
-        super::a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
-            super::Backend::Sqlite,
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[cfg_attr(
-        not(checkpoint_test_postgres),
-        ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
-    )]
-    async fn ignoring_postgres() {
-        super::a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
-            super::Backend::Postgres,
-        )
-        .await
-    }
+    each_store!(
+        [sqlite, postgres]:
+        a_cancel_requested_from_another_process_reaches_the_run,
+        a_busy_run_in_another_process_sees_the_request_without_suspending,
+        a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard,
+    );
 }
 
 async fn info(rt: &Runtime, id: &str) -> RunInfo {

@@ -209,14 +209,7 @@ pub fn a_renewal_reports_a_cancel_request(store: &dyn Store) {
     }
     let claimed = block_on(store.claim(&req("a", "a1"))).unwrap().claimed;
     assert_eq!(claimed.len(), 2);
-    let lease = |id: &str| {
-        claimed
-            .iter()
-            .find(|c| c.run.id == id)
-            .expect("claimed")
-            .lease
-            .clone()
-    };
+    let lease = |id: &str| lease_of(&claimed, id);
     let ttl = Duration::from_secs(30);
     let renewed = block_on(store.renew("asked", &lease("asked"), ttl)).unwrap();
     assert_eq!(renewed.cancel, None, "nothing asked yet");
@@ -276,13 +269,7 @@ pub fn a_cancel_request_ends_a_parked_run(store: &dyn Store) {
     }));
     assert!(r.is_ok(), "{r:?}");
     let c = claim_one(store, "a", "a1");
-    let error = Error::Incompatible {
-        workflow: "wf".into(),
-        run: "r".into(),
-        site: "s".into(),
-        field: "total".into(),
-        detail: "stored as `u32`, the code has `u64`".into(),
-    };
+    let error = incompatible_total();
     block_on(store.release("r", &c.lease, Release::Park { error })).unwrap();
     assert!(matches!(load(store, "r").state, RunState::Parked { .. }));
     let asked = request("retired", Duration::from_secs(3600), true);

@@ -270,14 +270,7 @@ pub fn renew_many_renews_each_and_fences_each(store: &dyn Store) {
     short.ttl = Duration::from_millis(0);
     let claimed = block_on(store.claim(&short)).unwrap().claimed;
     assert_eq!(claimed.len(), 4);
-    let lease = |id: &str| {
-        claimed
-            .iter()
-            .find(|c| c.run.id == id)
-            .expect("claimed")
-            .lease
-            .clone()
-    };
+    let lease = |id: &str| lease_of(&claimed, id);
     let stale = Lease {
         epoch: lease("r2").epoch + 1,
         ..lease("r2")

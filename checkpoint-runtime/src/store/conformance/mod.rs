@@ -337,6 +337,27 @@ pub(crate) fn claim_one(store: &dyn Store, worker: &str, instance: &str) -> Clai
     c.remove(0)
 }
 
+/// The lease of run `id` among those a claim took.
+pub(crate) fn lease_of(claimed: &[Claimed], id: &str) -> Lease {
+    claimed
+        .iter()
+        .find(|c| c.run.id == id)
+        .expect("claimed")
+        .lease
+        .clone()
+}
+
+/// The error a run is parked with when its code cannot read its checkpoint.
+pub(crate) fn incompatible_total() -> Error {
+    Error::Incompatible {
+        workflow: "wf".into(),
+        run: "r".into(),
+        site: "s".into(),
+        field: "total".into(),
+        detail: "stored as `u32`, the code has `u64`".into(),
+    }
+}
+
 pub(crate) fn new_run(store: &dyn Store, id: &str) {
     let r = block_on(store.create_run(NewRun {
         id: id.into(),

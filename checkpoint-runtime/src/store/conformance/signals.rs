@@ -48,13 +48,7 @@ pub fn a_parked_run_keeps_its_wake_and_is_taken_only_by_name(store: &dyn Store) 
     block_on(store.put_signal("r", "go", b"2".to_vec())).unwrap();
     let c = claim_one(store, "b", "b1");
     let wake = c.run.wake.clone().expect("the claim consumed the signal");
-    let error = Error::Incompatible {
-        workflow: "wf".into(),
-        run: "r".into(),
-        site: "s".into(),
-        field: "total".into(),
-        detail: "stored as `u32`, the code has `u64`".into(),
-    };
+    let error = incompatible_total();
     block_on(store.release(
         "r",
         &c.lease,
