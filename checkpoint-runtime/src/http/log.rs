@@ -5,7 +5,7 @@
 //! `checkpoint serve` prints them on stderr, one line per request:
 //!
 //! ```text
-//! 2026-12-06T02:40:11.204Z  INFO request{method=GET path="/api/runs"}: checkpoint::http: answered status=200 millis=0.41
+//! 2026-12-06T03:17:29.058460Z  INFO request{method=GET path="/api/runs"}: checkpoint::http: answered status=200 millis=1.64014
 //! ```
 //!
 //! What the handlers log while answering is in the span too. The token
