@@ -26,7 +26,7 @@
 //!
 //! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
 //!   look); the counts used are printed in each row;
-//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children,retry`
+//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children,retry,pool`
 //!   picks sections (`short`: 1,000 short runs started and awaited as the
 //!   README does, see `examples/bench/short.rs`; `checksum`: the cost of a checkpoint's checksums, as a
 //!   share of the durable checkpoint's latency when `latency` runs too;
@@ -47,7 +47,10 @@
 //! latency, throughput and the growing history, and its throughput beside
 //! 20,000 waiting runs with its own in an empty store
 //! (`examples/bench/postgres.rs`; `BENCH_ONLY=postgres` for them alone,
-//! `BENCH_PG=latency,throughput,history,crowded` to pick among them).
+//! `BENCH_PG=latency,throughput,history,crowded` to pick among them), and
+//! five compare the store's connection pool with `deadpool-postgres` and
+//! `bb8` on the checkpoint path's checkout and statement
+//! (`examples/bench/pool.rs`; `BENCH_ONLY=pool`).
 //!
 //! The disk is shared with whatever else runs on the machine: compare each
 //! figure with the raw floor next to it (measured alongside), not with
@@ -58,7 +61,8 @@
 //! This file keeps the knobs above, `main` and the dispatch to the sections;
 //! each section is a file of `examples/bench/` named after it (`memory.rs`,
 //! `latency.rs`, `throughput.rs`, `short.rs`, `resume.rs`, `bytes.rs`,
-//! `rss.rs`, `checksum.rs`, `history.rs`, `children.rs`, `postgres.rs`), and
+//! `rss.rs`, `checksum.rs`, `history.rs`, `children.rs`, `postgres.rs`,
+//! `pool.rs`), and
 //! what several share is in `workloads.rs` (the measured workflows),
 //! `floor.rs` (the raw SQLite floors), `disk.rs` (the files and their WAL),
 //! `process.rs` (CPU and bytes written, from `/proc`) and `stats.rs` (the
@@ -84,6 +88,8 @@ mod history;
 mod latency;
 #[path = "bench/memory.rs"]
 mod memory;
+#[path = "bench/pool.rs"]
+mod pool;
 #[path = "bench/postgres.rs"]
 mod postgres;
 #[path = "bench/process.rs"]
@@ -146,7 +152,7 @@ async fn main() -> Result<(), BoxError> {
         .and_then(|v| v.parse().ok())
         .filter(|s: &f64| *s > 0.0)
         .unwrap_or(1.0);
-    // BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history,retry
+    // BENCH_ONLY=memory,latency,throughput,resume,bytes,rss,checksum,history,retry,pool
     // picks sections.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let want = |section: &str| only.is_empty() || only.split(',').any(|s| s.trim() == section);
@@ -204,6 +210,11 @@ async fn main() -> Result<(), BoxError> {
     if want("children") {
         let pg = postgres::url(&args);
         rows.extend(children::rows(d, pg.as_deref(), scale).await?);
+    }
+    if want("pool") {
+        if let Some(url) = postgres::url(&args) {
+            rows.extend(pool::rows(&url, scale, payload).await?);
+        }
     }
     match postgres::url(&args) {
         Some(url) if want("postgres") => rows.extend(postgres::rows(&url, scale, payload).await?),

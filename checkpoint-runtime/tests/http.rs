@@ -973,6 +973,71 @@ async fn unknown_routes_and_methods_are_json_errors() {
     .await;
 }
 
+/// A body past `BODY_LIMIT` is a 413 in the API's error shape that
+/// changes nothing, whether its `Content-Length` says so (refused before it
+/// is read) or it comes in chunks; one at the limit is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_the_limit_is_refused_in_the_error_shape() {
+    use checkpoint_runtime::http::BODY_LIMIT;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let f = Fixture::new().await;
+    let signal = "/api/runs/vendor-42/signals/finance_approval";
+    // A JSON string of `len` bytes, quotes included.
+    let string_of = |len: usize| format!("\"{}\"", "a".repeat(len - 2));
+    let too_long = string_of(BODY_LIMIT + 1);
+    let e = f
+        .refused("POST", signal, Some(&too_long), 413, "invalid_body")
+        .await;
+    assert_eq!(e["details"]["limit"], BODY_LIMIT, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("longer than"),
+        "{e}"
+    );
+    // At the limit: read, and refused only for what it holds.
+    f.refused(
+        "POST",
+        signal,
+        Some(&string_of(BODY_LIMIT)),
+        422,
+        "signal_payload",
+    )
+    .await;
+
+    // Chunked, without a length: cut off at the limit, the same answer.
+    let before = f.snapshot().await;
+    let mut conn = tokio::net::TcpStream::connect(f.addr).await.unwrap();
+    let head = format!(
+        "POST {signal} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+         Connection: close\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0;
+    while sent <= BODY_LIMIT {
+        let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+        frame.extend_from_slice(&chunk);
+        frame.extend_from_slice(b"\r\n");
+        // The server may answer and close before the whole body is sent.
+        if conn.write_all(&frame).await.is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    let _ = conn.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains(r#""kind":"invalid_body""#), "{answer}");
+    assert_eq!(
+        f.snapshot().await,
+        before,
+        "a refused body changed the store"
+    );
+}
+
 // ---- `checkpoint serve` ----------------------------------------------------
 
 /// A `checkpoint serve` process, killed when dropped.

@@ -73,7 +73,7 @@ pub(crate) fn url(args: &[String]) -> Option<String> {
 }
 
 /// A fresh PostgreSQL schema name.
-fn schema_name(what: &str) -> String {
+pub(crate) fn schema_name(what: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!(
         "cp_bench_{what}_{}_{}",
@@ -93,7 +93,7 @@ fn with_param(url: &str, key: &str, value: &str) -> String {
 /// an `sslmode` (the store's default, `prefer`, would encrypt when the
 /// server offers TLS, and the comparison would time TLS on one side only:
 /// on this project's test machine, about 0.3x of the latency ratio).
-fn same_transport(url: &str) -> String {
+pub(crate) fn same_transport(url: &str) -> String {
     if url.contains("sslmode=") {
         url.to_owned()
     } else {
@@ -102,7 +102,7 @@ fn same_transport(url: &str) -> String {
 }
 
 /// A plain client (its connection runs in a task).
-async fn connect(url: &str) -> Result<Client, BoxError> {
+pub(crate) async fn connect(url: &str) -> Result<Client, BoxError> {
     let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
     tokio::spawn(async move {
         let _ = conn.await;

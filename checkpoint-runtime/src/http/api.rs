@@ -33,7 +33,12 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
 
 /// The body, or a 400 / 413 saying why it could not be read.
 fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    b.map_err(|e| ApiError::new(e.status(), "invalid_body", e.body_text()))
+    b.map_err(|e| match e.status() {
+        // A body without a `Content-Length` that runs past the limit (one
+        // with it is refused before it is read): the same answer.
+        StatusCode::PAYLOAD_TOO_LARGE => super::error::too_large(),
+        _ => ApiError::new(e.status(), "invalid_body", e.body_text()),
+    })
 }
 
 fn ok(v: Value) -> ApiResult {

@@ -92,6 +92,33 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The 413 of a body past [`BODY_LIMIT`](super::BODY_LIMIT), as every
+/// error: `invalid_body`, naming the limit.
+pub(crate) fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_body",
+        format!(
+            "the request body is longer than {} bytes",
+            super::BODY_LIMIT
+        ),
+    )
+    .detail("limit", super::BODY_LIMIT)
+}
+
+/// The limit layer answers a `Content-Length` past the limit itself, in
+/// plain text; this gives that answer the API's JSON shape.
+pub(crate) async fn too_large_as_json(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !json {
+        return too_large().into_response();
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,8 +43,10 @@
 //! [`serve`] runs the router with the bounds an exposed server needs
 //! ([`ServeOptions`]: a request head within 10 s, at most 256 connections,
 //! a shutdown that does not wait on idle or half-open ones); axum's own
-//! `serve` works too but has none of them. Each request is logged as a
-//! `tracing` event (target `checkpoint::http`: method, path, status, time).
+//! `serve` works too but has none of them. Each request is logged through
+//! `tracing` (target `checkpoint::http`): a `request` span with its method
+//! and path, and an `answered` event in it with the status and the time
+//! taken. An API request's body may hold at most [`BODY_LIMIT`] bytes.
 //!
 //! # API
 //!
@@ -53,7 +55,8 @@
 //! [`crate::json`]); errors are `{"kind", "message", "details"}` as there,
 //! with a status code that says whose fault it is: 400 for a malformed
 //! request (a body that is not JSON, a bad sequence number, an unknown
-//! query parameter), 401 without the token, 404 for an unknown run,
+//! query parameter), 401 without the token, 413 for a body past
+//! [`BODY_LIMIT`], 404 for an unknown run,
 //! checkpoint or route, 409 when the run's state refuses (a fork onto an
 //! existing id, a retry of a run that is neither failed nor parked), 422
 //! for a signal payload the waiting site cannot decode, 503 when the store
@@ -134,16 +137,24 @@ mod payload;
 mod server;
 mod token;
 
+use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue};
 use axum::middleware;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
+use tower_http::limit::RequestBodyLimitLayer;
+
 use crate::Runtime;
 
 pub use server::{serve, ServeOptions};
 pub use token::{Token, TokenError, MIN_TOKEN_BITS, TOKEN_ENV};
+
+/// The most bytes an API request's body may hold (2 MiB: a signal's JSON
+/// payload, a cancel or fork request); past it the answer is 413
+/// `invalid_body` and nothing is read further or changed.
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// The axum version the router is built with, to serve it or mount it
 /// without naming a matching version yourself.
@@ -179,6 +190,13 @@ pub fn router(rt: Runtime, token: Token) -> Router {
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(rt)
+        // The body limit: `tower-http`'s, which answers 413 at once for a
+        // `Content-Length` past it (axum's own default reads that much
+        // first) and stops a longer body without one; axum's is turned off
+        // so that one limit holds.
+        .layer(DefaultBodyLimit::disable())
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .layer(middleware::map_response(error::too_large_as_json))
         .layer(middleware::map_response(no_store))
         .layer(middleware::from_fn_with_state(
             token::Gate::new(token),
@@ -190,7 +208,7 @@ pub fn router(rt: Runtime, token: Token) -> Router {
         .route("/style.css", get(page::style))
         .nest("/api", api)
         .layer(middleware::map_response(hardened))
-        .layer(middleware::from_fn(log::log_request))
+        .layer(log::layer())
 }
 
 /// API answers are never cached: they are live state, behind a token.

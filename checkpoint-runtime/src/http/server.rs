@@ -11,6 +11,16 @@
 //! kernel's backlog, costing no descriptor of this process), and shutdown
 //! closes idle and half-open connections at once and gives requests in
 //! flight [`ServeOptions::shutdown_grace`] before it drops them.
+//!
+//! The request timeout is `tower-http`'s [`TimeoutLayer`] (as the body
+//! limit and the request log are, in [`router`](super::router)). Three
+//! bounds stay here because no tower layer can keep them: a layer sees a
+//! request only once its head has arrived, so the head's timeout is
+//! hyper's `header_read_timeout`; a layer bounds requests in flight, not
+//! the connections (descriptors) held open before a request exists, so
+//! the bound on connections is a semaphore taken before `accept`; and
+//! closing idle connections at shutdown is hyper's `graceful_shutdown` on
+//! each one.
 
 use std::future::Future;
 use std::io;

@@ -1,25 +1,26 @@
-//! Output formatting: aligned tables and statuses in words; the JSON shapes
-//! (RFC 3339 times, statuses, history events) are the library's
-//! (`checkpoint_runtime::json`), which the HTTP API shares.
+//! Output formatting: tables (laid out by `comfy-table`) and statuses in
+//! words; the JSON shapes (RFC 3339 times, statuses, history events) are the
+//! library's (`checkpoint_runtime::json`), which the HTTP API shares.
 
 use std::time::SystemTime;
 
 use checkpoint_runtime::Status;
+use comfy_table::{ColumnConstraint, ContentArrangement, Row, Table, Width};
 
 // The JSON shapes are the library's, shared with the HTTP API.
 pub use checkpoint_runtime::json::{rfc3339, status_json};
 
 pub use checkpoint_runtime::readable_type_name as short_type;
 
-/// A table column: its header, and the most characters a cell shows before
-/// it is cut with `…` (unless `--wide`).
+/// A table column: its header, and the most terminal columns a cell takes
+/// before it is cut with `…` (unless `--wide`).
 #[derive(Debug, Clone, Copy)]
 pub struct Column {
     /// The header.
     pub header: &'static str,
     /// `None`: never cut, for what is copied or compared whole (ids, times,
     /// sequence numbers).
-    pub max: Option<usize>,
+    pub max: Option<u16>,
 }
 
 impl Column {
@@ -28,8 +29,8 @@ impl Column {
         Column { header, max: None }
     }
 
-    /// A column whose cells are cut at `max` characters.
-    pub const fn capped(header: &'static str, max: usize) -> Column {
+    /// A column whose cells are cut at `max` terminal columns.
+    pub const fn capped(header: &'static str, max: u16) -> Column {
         Column {
             header,
             max: Some(max),
@@ -38,15 +39,10 @@ impl Column {
 }
 
 /// `cell` on one line (a line break would split a row), cut to `max`
-/// characters with a final `…` unless `wide`.
+/// characters with a final `…` unless `wide`: for a value shown outside a
+/// table (`show`'s input and output, a line of `tree`).
 pub fn fit(cell: &str, max: Option<usize>, wide: bool) -> String {
-    let one_line = if cell.contains(['\n', '\r']) {
-        cell.replace("\r\n", "\\n")
-            .replace('\n', "\\n")
-            .replace('\r', "\\r")
-    } else {
-        cell.to_owned()
-    };
+    let one_line = one_line(cell);
     match max {
         Some(max) if !wide && one_line.chars().count() > max => {
             let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
@@ -57,46 +53,92 @@ pub fn fit(cell: &str, max: Option<usize>, wide: bool) -> String {
     }
 }
 
-/// Renders rows as columns separated by two spaces, each as wide as its
-/// widest cell (the last column is not padded); cells of capped columns are
-/// cut unless `wide`.
-pub fn table(columns: &[Column], rows: &[Vec<String>], wide: bool) -> String {
-    let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|row| {
-            row.iter()
-                .enumerate()
-                .map(|(i, cell)| fit(cell, columns.get(i).and_then(|c| c.max), wide))
-                .collect()
-        })
-        .collect();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (i, cell) in row.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(cell.chars().count());
+/// `cell` as one line of a table: line breaks and tabs written as `\n`,
+/// `\r`, `\t` (a break would split the row, a tab would move the columns
+/// after it), other control characters as [`terminal_safe`] writes them.
+/// Escaped before the layout, so that widths count what is printed.
+fn one_line(cell: &str) -> String {
+    let cell = terminal_safe(cell);
+    if !cell.contains(['\n', '\r', '\t']) {
+        return cell.into_owned();
+    }
+    cell.replace("\r\n", "\\n")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace('\t', "\\t")
+}
+
+/// Spaces between two columns: a run of two or more spaces ends a cell, so
+/// a script splits rows on it (statuses and events hold single spaces).
+const GAP: u16 = 2;
+
+/// A plain `comfy-table` layout: no borders and no header line, columns
+/// `GAP` apart and as wide as their widest cell, each line without trailing
+/// spaces. No colour: the crate is built without its `tty` feature.
+fn plain(header: Option<&[Column]>, rows: Vec<Row>, caps: &[Option<u16>]) -> String {
+    let mut table = Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_truncation_indicator("…")
+        // Split only at a character no cell holds (`one_line` escapes every
+        // control character): a cut cell then ends at its column's bound,
+        // not at the last space before it.
+        .set_delimiter('\0');
+    if let Some(columns) = header {
+        table.set_header(columns.iter().map(|c| c.header));
+    }
+    table.add_rows(rows);
+    let widest = table.column_max_content_widths();
+    let last = widest.len().saturating_sub(1);
+    for (i, column) in table.column_iter_mut().enumerate() {
+        let gap = if i < last { GAP } else { 0 };
+        column.set_padding((0, gap));
+        // A cap as an `Absolute` width set only on a column that exceeds
+        // it: with the layout's arrangement `Disabled`, comfy-table 7.2
+        // compares an `UpperBoundary` (padding included) with the widest
+        // content (padding excluded), so a cell up to `GAP` wider than its
+        // cap would be shown whole.
+        if let Some(max) = caps.get(i).copied().flatten() {
+            if widest[i] > max {
+                column.set_constraint(ColumnConstraint::Absolute(Width::Fixed(max + gap)));
             }
         }
     }
     let mut out = String::new();
-    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
-    for row in std::iter::once(&header).chain(&rows) {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                let pad = widths[i].saturating_sub(cell.chars().count());
-                line.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
+    for line in table.lines() {
         out.push_str(line.trim_end());
         out.push('\n');
     }
     out
+}
+
+/// Renders rows under `columns`' headers, each column as wide as its widest
+/// cell in terminal columns (a CJK character takes two), two spaces apart;
+/// cells are on one line, and those of capped columns cut with `…` unless
+/// `wide`.
+pub fn table(columns: &[Column], rows: &[Vec<String>], wide: bool) -> String {
+    let rows = rows
+        .iter()
+        .map(|cells| {
+            let mut row = Row::from(cells.iter().map(|c| one_line(c)));
+            if !wide {
+                // One line per row: the cut of a capped cell. Not under
+                // `--wide`, which shows every cell whole: comfy-table
+                // measures widths in `u16`, so a cell wider than 65,535
+                // columns (a large field's JSON) goes on over a further line
+                // there instead of being cut.
+                row.max_height(1);
+            }
+            row
+        })
+        .collect();
+    let caps: Vec<Option<u16>> = if wide {
+        Vec::new()
+    } else {
+        columns.iter().map(|c| c.max).collect()
+    };
+    plain(Some(columns), rows, &caps)
 }
 
 /// `text` as a terminal shows it without obeying it: every control
@@ -120,14 +162,14 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Renders `key: value` lines with the values aligned.
+/// Renders `key: value` lines with the values aligned; a value's further
+/// lines (an error's message, say) are indented to its column.
 pub fn pairs(rows: &[(&str, String)]) -> String {
-    let width = rows.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in rows {
-        out.push_str(&format!("{:<width$}  {v}\n", format!("{k}:")));
-    }
-    out
+    let rows = rows
+        .iter()
+        .map(|(k, v)| Row::from([format!("{k}:"), terminal_safe(v).into_owned()]))
+        .collect();
+    plain(None, rows, &[])
 }
 
 /// A status in words, with absolute times (a listing is read later than it
@@ -241,6 +283,56 @@ mod tests {
         assert_eq!(fit("two\nlines", None, false), "two\\nlines");
         // Characters, not bytes: a cut never splits one.
         assert_eq!(fit("ééééé", Some(3), false), "éé…");
+        // A cap at the widest cell cuts nothing; one column wider cuts.
+        let columns = [Column::capped("NAME", 8), Column::whole("ID")];
+        let rows = [
+            vec!["exactly8".to_owned(), "a".to_owned()],
+            vec!["ninechars".to_owned(), "b".to_owned()],
+        ];
+        assert_eq!(
+            table(&columns, &rows, false),
+            "NAME      ID\nexactly8  a\nninecha…  b\n"
+        );
+    }
+
+    #[test]
+    fn widths_are_terminal_columns() {
+        // A CJK character takes two columns: the next column still lines up.
+        let t = table(
+            &[Column::whole("NAME"), Column::whole("ID")],
+            &[
+                vec!["日本".into(), "1".into()],
+                vec!["abcde".into(), "2".into()],
+            ],
+            false,
+        );
+        assert_eq!(t, "NAME   ID\n日本   1\nabcde  2\n");
+        // And a cut never splits one.
+        let t = table(
+            &[Column::capped("NAME", 4)],
+            &[vec!["日本語".into()]],
+            false,
+        );
+        assert_eq!(t, "NAME\n日…\n");
+    }
+
+    #[test]
+    fn cells_stay_on_one_line_and_escaped() {
+        let t = table(
+            &[Column::whole("A"), Column::whole("B")],
+            &[vec!["x\ny\tz".into(), "\u{1b}[2J".into()]],
+            false,
+        );
+        assert_eq!(t, "A        B\nx\\ny\\tz  \\u{1b}[2J\n");
+    }
+
+    #[test]
+    fn pairs_align_values_and_indent_their_further_lines() {
+        let text = pairs(&[
+            ("run", "r-1".to_owned()),
+            ("status", "failed: two\nlines".to_owned()),
+        ]);
+        assert_eq!(text, "run:     r-1\nstatus:  failed: two\n         lines\n");
     }
 
     #[test]

@@ -455,6 +455,24 @@ impl PostgresStore {
             .map_err(conn::db_err)
     }
 
+    /// The checkpoint path's connection step, for the bench's `pool`
+    /// section (`examples/bench/pool.rs`; not an API): a connection taken
+    /// from this store's pool and, with `sql`, one statement on it as a
+    /// lone save sends its own (`plain().query_opt`: prepared once per
+    /// connection, then executed in autocommit). Whether a row came back.
+    #[doc(hidden)]
+    pub async fn __pooled_query_opt(
+        &self,
+        sql: Option<&'static str>,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<bool, Error> {
+        let mut conn = self.pool.get().await?;
+        match sql {
+            Some(sql) => Ok(conn.plain().query_opt(sql, params).await?.is_some()),
+            None => Ok(false),
+        }
+    }
+
     fn bump(&self) {
         notify::bump(&self.changes);
     }
