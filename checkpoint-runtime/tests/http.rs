@@ -49,6 +49,21 @@ pub async fn onboarding(ctx: &Ctx, vendor: String) -> Vec<String> {
     done
 }
 
+/// Onboards `n` vendors as child runs and joins them (the page's
+/// "waiting for N children" while they wait for their approvals).
+#[workflow]
+pub async fn vendor_batch(ctx: &Ctx, n: u32) -> usize {
+    let mut children = Vec::new();
+    for i in 0..n {
+        children.push(
+            ctx.spawn(onboarding, &format!("batch-vendor-{i}"), format!("v{i}"))
+                .await,
+        );
+    }
+    let done = ctx.join_all(children).await;
+    done.len()
+}
+
 /// Fails (an `Err` output) after one checkpoint: a run to retry.
 #[workflow]
 async fn failing(ctx: &Ctx, n: u32) -> Result<u32, String> {

@@ -334,6 +334,22 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         .await;
     browser.resize(1280, 2200).await;
     save_png(&browser.screenshot(true).await, "run-page-completed.png");
+
+    // A run joining its children: its page says how many and in which
+    // states (two waiting for their approval).
+    f.worker
+        .start(super::vendor_batch, "batch-1", 2)
+        .await
+        .unwrap();
+    f.worker.run_until_idle().await.unwrap();
+    browser.navigate(&f.url("/#/runs/batch-1")).await;
+    browser
+        .wait_for(
+            "document.body.innerText.includes('waiting for 2 children (2 waiting)')",
+            "the parent's page naming its two waiting children",
+            WAIT,
+        )
+        .await;
     assert!(
         browser.exceptions.is_empty(),
         "the page threw: {:?}",
