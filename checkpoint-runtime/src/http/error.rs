@@ -92,18 +92,26 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The 413 of a body past [`BODY_LIMIT`](super::BODY_LIMIT), as every
-/// error: `invalid_body`, naming the limit.
+/// The most bytes an API request's body may hold (2 MiB: a signal's JSON
+/// payload, a cancel or fork request); past it the answer is 413
+/// `invalid_body` and nothing is read further or changed. (Here, beside
+/// the error that names it, so that this module needs nothing of its
+/// parent's.)
+///
+/// ```
+/// assert_eq!(checkpoint_runtime::http::BODY_LIMIT, 2 * 1024 * 1024);
+/// ```
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+/// The 413 of a body past [`BODY_LIMIT`], as every error: `invalid_body`,
+/// naming the limit.
 pub(crate) fn too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "invalid_body",
-        format!(
-            "the request body is longer than {} bytes",
-            super::BODY_LIMIT
-        ),
+        format!("the request body is longer than {BODY_LIMIT} bytes"),
     )
-    .detail("limit", super::BODY_LIMIT)
+    .detail("limit", BODY_LIMIT)
 }
 
 /// The limit layer answers a `Content-Length` past the limit itself, in

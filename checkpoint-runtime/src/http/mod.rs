@@ -148,13 +148,9 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::Runtime;
 
+pub use error::BODY_LIMIT;
 pub use server::{serve, ServeOptions};
 pub use token::{Token, TokenError, MIN_TOKEN_BITS, TOKEN_ENV};
-
-/// The most bytes an API request's body may hold (2 MiB: a signal's JSON
-/// payload, a cancel or fork request); past it the answer is 413
-/// `invalid_body` and nothing is read further or changed.
-pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// The axum version the router is built with, to serve it or mount it
 /// without naming a matching version yourself.
