@@ -65,6 +65,27 @@ pub(crate) fn check(body: &Block, mut_params: &NameSet) -> syn::Result<()> {
         let read = free_in_expr(&init.expr);
         let names: Vec<String> = pat_names(&local.pat).into_iter().collect();
         let name = names.join("`, `");
+        if crate::analyse::syntax::holds_anonymous_type(&init.expr) {
+            let captured = finder
+                .transients
+                .iter()
+                .filter(|t| !std::ptr::eq(*t, local))
+                .flat_map(|t| pat_names(&t.pat))
+                .find(|t| read.contains(t));
+            if let Some(t) = captured {
+                let span = pat_bindings(&local.pat).first().map_or_else(
+                    || syn::spanned::Spanned::span(&local.pat),
+                    |b| b.ident.span(),
+                );
+                errors.push(
+                    span,
+                    format!(
+                        "`#[transient]` closure `{name}` captures the `#[transient]` `{t}`: a transient is built again after each checkpoint, but not while a closure (built once) borrows it, so the closure would go on with the first `{t}` while a resumed run builds a new one; take it as an argument (`|{t}: &_, ..| ..`, called with `&{t}`), or call `{t}` directly"
+                    ),
+                );
+                continue;
+            }
+        }
         if let Some(changed) = closure_state(&init.expr) {
             let ClosureState { captured, how } = changed;
             let span = pat_bindings(&local.pat).first().map_or_else(
@@ -164,6 +185,56 @@ const MUT_METHODS: &[&str] = &[
     "nth",
 ];
 
+/// Methods that only read their receiver (of std's types and common
+/// conversions): a closure calling them on a value it owns keeps no state.
+const PURE_METHODS: &[&str] = &[
+    "clone",
+    "len",
+    "is_empty",
+    "get",
+    "contains",
+    "contains_key",
+    "to_string",
+    "to_owned",
+    "as_str",
+    "as_ref",
+    "as_slice",
+    "iter",
+    "keys",
+    "values",
+    "starts_with",
+    "ends_with",
+    "eq",
+    "ne",
+    "cmp",
+    "partial_cmp",
+    "min",
+    "max",
+    "abs",
+    "pow",
+    "is_some",
+    "is_none",
+    "is_ok",
+    "is_err",
+    "first",
+    "last",
+    "trim",
+    "to_lowercase",
+    "to_uppercase",
+    "chars",
+    "bytes",
+    "lines",
+    "split",
+    "join",
+    "format",
+    "count",
+    "sum",
+    "wrapping_add",
+    "wrapping_mul",
+    "saturating_add",
+    "checked_add",
+];
+
 /// A change a `#[transient]` closure makes to state it owns.
 struct ClosureState {
     captured: String,
@@ -190,11 +261,26 @@ fn closure_state(init: &syn::Expr) -> Option<ClosureState> {
             changes.visit_expr(&c.body);
             bound.extend(changes.declared.iter().cloned());
             let owned = |name: &String| c.capture.is_some() || !self.outer.contains(name);
+            // A value the initialiser builds and the closure owns may also
+            // change inside a call the macro cannot see into. (A value a
+            // `move` closure takes from outside is a copy of a `Copy` value
+            // or a compile error where a site saves it.)
+            let built_here = |name: &String| !self.outer.contains(name);
+            let opaque = changes
+                .opaque
+                .into_iter()
+                .filter(|(name, _)| built_here(name))
+                .map(|(captured, how)| ClosureState {
+                    captured,
+                    how: format!("{how}, a call that may change it"),
+                });
             self.found = changes
                 .changed
                 .into_iter()
-                .find(|(name, _)| !bound.contains(name) && owned(name))
-                .map(|(captured, how)| ClosureState { captured, how });
+                .filter(|(name, _)| owned(name))
+                .map(|(captured, how)| ClosureState { captured, how })
+                .chain(opaque)
+                .find(|st| !bound.contains(&st.captured));
         }
         fn visit_item(&mut self, _: &'ast syn::Item) {}
     }
@@ -202,6 +288,9 @@ fn closure_state(init: &syn::Expr) -> Option<ClosureState> {
     struct Changes {
         declared: NameSet,
         changed: Vec<(String, String)>,
+        /// Calls that may change what they are given, out of the macro's
+        /// sight: a method of its own, a function it is passed to.
+        opaque: Vec<(String, String)>,
     }
     impl<'ast> Visit<'ast> for Changes {
         fn visit_local(&mut self, l: &'ast Local) {
@@ -225,11 +314,25 @@ fn closure_state(init: &syn::Expr) -> Option<ClosureState> {
                     let method = m.method.to_string();
                     let changes = MUT_METHODS.contains(&method.as_str())
                         || INTERIOR_MUTATORS.contains(&(method.as_str(), m.args.len()));
+                    let root = receiver_local(&m.receiver);
+                    if !changes && !PURE_METHODS.contains(&method.as_str()) {
+                        if let Some(n) = &root {
+                            self.opaque.push((n.clone(), format!("{n}.{method}(..)")));
+                        }
+                    }
                     match changes {
-                        true => receiver_local(&m.receiver)
-                            .map(|n| (n.clone(), format!("{n}.{method}(..)"))),
+                        true => root.map(|n| (n.clone(), format!("{n}.{method}(..)"))),
                         false => None,
                     }
+                }
+                syn::Expr::Call(c) => {
+                    for arg in &c.args {
+                        if let Some(n) = receiver_local(arg) {
+                            let f = c.func.to_token_stream().to_string().replace(' ', "");
+                            self.opaque.push((n.clone(), format!("{f}(.. {n} ..)")));
+                        }
+                    }
+                    None
                 }
                 _ => None,
             };
@@ -389,6 +492,57 @@ mod tests {
             label(scale(1));
         })
         .unwrap();
+    }
+
+    #[test]
+    fn a_transient_closure_owning_a_value_it_calls_into_is_refused() {
+        for init in [
+            quote!({
+                let numbers = Numbers::new();
+                move || numbers.draw()
+            }),
+            quote!({
+                let tracker = Tracker::default();
+                move |x: u32| record(&tracker, x)
+            }),
+        ] {
+            let err = checked(quote! {
+                #[transient]
+                let next = #init;
+                checkpoint!();
+                next();
+            })
+            .unwrap_err();
+            assert!(
+                err.contains("closure `next`") && err.contains("a call that may change it"),
+                "{err}"
+            );
+        }
+        // Reading a value it owns keeps no state.
+        checked(quote! {
+            #[transient]
+            let label = { let prefix = String::from("v"); move |x: u32| format!("{}{x}", prefix.clone()) };
+            checkpoint!();
+            label(1);
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_transient_closure_capturing_a_transient_is_refused() {
+        let err = checked(quote! {
+            #[transient]
+            let client = Client::new();
+            #[transient]
+            let fetch = |url: &str| client.get(url);
+            checkpoint!();
+            fetch("a");
+        })
+        .unwrap_err();
+        assert!(
+            err.contains("closure `fetch`") && err.contains("captures the `#[transient]` `client`"),
+            "{err}"
+        );
     }
 
     #[test]

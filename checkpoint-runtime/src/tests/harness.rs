@@ -71,38 +71,28 @@ async fn harness_delivers_scripted_signals() {
     assert!(err.to_string().contains(".signal(\"approval\""), "{err}");
 }
 
-/// Numbers handed out by a counter in a `Cell`: building it again starts
-/// at 0. A `#[transient]` of this type is built again after every
-/// checkpoint on every path; a `#[transient]` closure that owns one is built
-/// once, and the macro cannot see the method change it (docs/exactness.md,
-/// the open row on closures).
-struct Numbers {
-    next: std::cell::Cell<u64>,
+/// Weights whose bonus serde does not save: it is its default (0) once
+/// decoded from a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Weights {
+    base: u64,
+    #[serde(skip)]
+    bonus: u64,
 }
 
-impl Numbers {
-    fn draw(&self) -> u64 {
-        let n = self.next.get();
-        self.next.set(n + 1);
-        n
-    }
-}
-
-/// `counter` with its numbers from a closure that owns its counter:
-/// correct uninterrupted, wrong once resumed after a checkpoint that had
-/// taken one.
+/// `counter` weighed by a `#[transient]` closure that borrows `weights`:
+/// built once, the closure keeps borrowing the value as it was, so the
+/// uninterrupted run keeps the bonus, while a resumed run decodes
+/// `weights` (bonus 0) and builds the closure again from it
+/// (docs/exactness.md, the open row on closures).
 #[workflow(name = "forgetful")]
 async fn forgetful_counter(ctx: &Ctx, n: u64) -> u64 {
+    let weights = Weights { base: 1, bonus: 1 };
     #[transient]
-    let take = {
-        let numbers = Numbers {
-            next: std::cell::Cell::new(0),
-        };
-        move || numbers.draw()
-    };
+    let weigh = |i: u64| i * weights.base + weights.bonus;
     let mut total = 0;
-    for _ in 0..n {
-        total += take();
+    for i in 0..n {
+        total += weigh(i);
         checkpoint!("step");
     }
     total
@@ -115,12 +105,12 @@ async fn harness_catches_state_lost_on_resume() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::CheckFailed { .. }), "{msg}");
-    // Resumed after checkpoint 1, the numbers start at 0 again.
+    // Resumed after checkpoint 1, the bonus is gone.
     assert!(
         msg.contains("checkpoint 1/4") && msg.contains("(`step`)"),
         "{msg}"
     );
-    assert!(msg.contains("expected 6"), "{msg}");
+    assert!(msg.contains("expected 10"), "{msg}");
 }
 
 #[tokio::test]
