@@ -611,25 +611,13 @@ fn never_suspended(history: &[Event]) -> bool {
 /// (reported by a lease renewal) and returns, and the run ends cancelled,
 /// all in the one execution it began with.
 async fn a_busy_run_in_another_process_sees_the_request_without_suspending(backend: Backend) {
-    let fx = SideEffects::new();
-    let here = open(backend, &fx).await;
-    let url = here.url.clone().expect("a store other processes open");
-    let worker = BusyWorker::spawn(&url, "crunch-1", "heed");
-    assert_eq!(worker.next(), "RUNNING");
-    here.request_cancel("crunch-1", "out of budget", HOUR)
-        .await
-        .unwrap();
-    let (ended, effects) = worker.end();
-    assert_eq!(ended, "ENDED cancelled");
-    assert_eq!(effects, ["saw the request (out of budget), stopping"]);
-    assert_eq!(here.status("crunch-1").await.unwrap(), Status::Cancelled);
-    assert_eq!(
-        info(&here, "crunch-1").await.cancel_reason.as_deref(),
-        Some("out of budget")
-    );
-    let history: Vec<Event> = here.history("crunch-1").await.unwrap();
-    assert!(never_suspended(&history), "{history:?}");
-    assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+    let history = busy_run_cancelled_from_here(
+        backend,
+        ("crunch-1", "heed"),
+        ("out of budget", HOUR),
+        "saw the request (out of budget), stopping",
+    )
+    .await;
     assert!(!history.contains(&Event::Completed), "{history:?}");
 }
 
@@ -639,23 +627,38 @@ async fn a_busy_run_in_another_process_sees_the_request_without_suspending(backe
 async fn a_busy_run_in_another_process_that_ignores_the_request_is_cancelled_hard(
     backend: Backend,
 ) {
+    busy_run_cancelled_from_here(
+        backend,
+        ("crunch-2", "ignore"),
+        ("taking too long", Duration::from_secs(5)),
+        "saw the request (taking too long), going on",
+    )
+    .await;
+}
+
+/// A busy run (`mode`: what its body does with a request) in a worker
+/// process, asked to cancel from this one with `reason` and `grace`: its
+/// one effect is `effect`, it ends cancelled with the reason, without ever
+/// suspending; returns its history.
+async fn busy_run_cancelled_from_here(
+    backend: Backend,
+    (id, mode): (&str, &str),
+    (reason, grace): (&str, Duration),
+    effect: &str,
+) -> Vec<Event> {
     let fx = SideEffects::new();
     let here = open(backend, &fx).await;
     let url = here.url.clone().expect("a store other processes open");
-    let worker = BusyWorker::spawn(&url, "crunch-2", "ignore");
+    let worker = BusyWorker::spawn(&url, id, mode);
     assert_eq!(worker.next(), "RUNNING");
-    here.request_cancel("crunch-2", "taking too long", Duration::from_secs(5))
-        .await
-        .unwrap();
+    here.request_cancel(id, reason, grace).await.unwrap();
     let (ended, effects) = worker.end();
     assert_eq!(ended, "ENDED cancelled");
-    assert_eq!(effects, ["saw the request (taking too long), going on"]);
-    assert_eq!(here.status("crunch-2").await.unwrap(), Status::Cancelled);
-    assert_eq!(
-        info(&here, "crunch-2").await.cancel_reason.as_deref(),
-        Some("taking too long")
-    );
-    let history: Vec<Event> = here.history("crunch-2").await.unwrap();
+    assert_eq!(effects, [effect]);
+    assert_eq!(here.status(id).await.unwrap(), Status::Cancelled);
+    assert_eq!(info(&here, id).await.cancel_reason.as_deref(), Some(reason));
+    let history: Vec<Event> = here.history(id).await.unwrap();
     assert!(never_suspended(&history), "{history:?}");
     assert_eq!(history.last(), Some(&Event::Cancelled), "{history:?}");
+    history
 }

@@ -73,6 +73,26 @@ struct CachedConn {
     stmts: HashMap<&'static str, Statement>,
 }
 
+impl CachedConn {
+    /// `sql` with `params`, its statement prepared once per connection.
+    async fn query_cached(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), tokio_postgres::Error> {
+        let st = match self.stmts.get(sql) {
+            Some(st) => st.clone(),
+            None => {
+                let st = self.client.prepare(sql).await?;
+                self.stmts.insert(sql, st.clone());
+                st
+            }
+        };
+        self.client.query_opt(&st, params).await?;
+        Ok(())
+    }
+}
+
 impl ManageConnection for Cached {
     type Connection = CachedConn;
     type Error = tokio_postgres::Error;
@@ -173,15 +193,7 @@ impl Pools {
             Which::Raw => {
                 let mut conn = self.raw.lock().await;
                 if let Some(sql) = stmt.sql() {
-                    let st = match conn.stmts.get(sql) {
-                        Some(st) => st.clone(),
-                        None => {
-                            let st = conn.client.prepare(sql).await?;
-                            conn.stmts.insert(sql, st.clone());
-                            st
-                        }
-                    };
-                    conn.client.query_opt(&st, params).await?;
+                    conn.query_cached(sql, params).await?;
                 }
             }
             Which::Bb8 | Which::Bb8Default => {
@@ -192,15 +204,7 @@ impl Pools {
                 };
                 let mut conn = pool.get().await.map_err(|e| format!("bb8: {e:?}"))?;
                 if let Some(sql) = stmt.sql() {
-                    let st = match conn.stmts.get(sql) {
-                        Some(st) => st.clone(),
-                        None => {
-                            let st = conn.client.prepare(sql).await?;
-                            conn.stmts.insert(sql, st.clone());
-                            st
-                        }
-                    };
-                    conn.client.query_opt(&st, params).await?;
+                    conn.query_cached(sql, params).await?;
                 }
             }
         }
