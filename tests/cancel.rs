@@ -488,41 +488,16 @@ async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backen
     let fx = SideEffects::new();
     let here = open(backend, &fx).await;
     let url = here.url.clone().expect("a store other processes open");
-    let dir = TempDir::new("cancel-log");
-    let log = dir.log();
-    let mut child = Command::new(WORKER)
-        .args(["--db", &url, "--id", "trip-x", "--log"])
-        .arg(&log)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the worker starts");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let next = || {
-        rx.recv_timeout(Duration::from_secs(30))
-            .expect("a line from the worker")
-    };
-    assert_eq!(next(), "WAITING");
+    let worker = WorkerProcess::spawn(&url, "trip-x", &[]);
+    assert_eq!(worker.next(), "WAITING");
     // This process asks; the run executes in the other one.
     here.request_cancel("trip-x", "card declined", Duration::from_secs(30))
         .await
         .unwrap();
-    let ended = next();
-    let status = child.wait().expect("the worker exits");
-    assert!(status.success(), "{status:?}: {ended}");
+    let (ended, effects) = worker.end();
     assert_eq!(ended, "ENDED cancelled");
-    let effects = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
-        effects.lines().collect::<Vec<_>>(),
+        effects,
         [
             "booked hotel for ada",
             "booked flight for ada",
@@ -540,22 +515,24 @@ async fn a_cancel_requested_from_another_process_reaches_the_run(backend: Backen
     );
 }
 
-/// A worker process (`checkpoint-cancel-worker`) executing run `id` of
-/// `crunch` (`--busy heed|ignore`) on this test's store, and its stdout's
-/// lines.
-struct BusyWorker {
+/// A worker process (`checkpoint-cancel-worker`) executing run `id` on
+/// this test's store (`extra`: `--busy heed|ignore` for `crunch`, else the
+/// trip saga), and its stdout's lines.
+struct WorkerProcess {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
     log: std::path::PathBuf,
     _dir: TempDir,
 }
 
-impl BusyWorker {
-    fn spawn(url: &str, id: &str, mode: &str) -> BusyWorker {
-        let dir = TempDir::new("cancel-busy");
+impl WorkerProcess {
+    fn spawn(url: &str, id: &str, extra: &[&str]) -> WorkerProcess {
+        let dir = TempDir::new("cancel-worker");
         let log = dir.log();
         let mut child = Command::new(WORKER)
-            .args(["--db", url, "--id", id, "--busy", mode, "--log"])
+            .args(["--db", url, "--id", id])
+            .args(extra)
+            .arg("--log")
             .arg(&log)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -571,7 +548,7 @@ impl BusyWorker {
                 }
             }
         });
-        BusyWorker {
+        WorkerProcess {
             child,
             lines,
             log,
@@ -649,7 +626,7 @@ async fn busy_run_cancelled_from_here(
     let fx = SideEffects::new();
     let here = open(backend, &fx).await;
     let url = here.url.clone().expect("a store other processes open");
-    let worker = BusyWorker::spawn(&url, id, mode);
+    let worker = WorkerProcess::spawn(&url, id, &["--busy", mode]);
     assert_eq!(worker.next(), "RUNNING");
     here.request_cancel(id, reason, grace).await.unwrap();
     let (ended, effects) = worker.end();
