@@ -149,6 +149,7 @@ mod handle;
 mod history;
 #[cfg(feature = "http")]
 pub mod http;
+mod inspect;
 mod iteration;
 #[cfg(any(feature = "cli", feature = "http"))]
 pub mod json;

@@ -202,7 +202,7 @@ pub(crate) async fn get_run(
         .load_run(&id)
         .await?
         .ok_or_else(|| Error::unknown_run(&id))?;
-    let info = crate::runtime::run_info(record.clone());
+    let info = crate::inspect::run_info(record.clone());
     let mut v = run_json(&info);
     (v["input"], v["output"]) = crate::json::input_output_json(&record);
 

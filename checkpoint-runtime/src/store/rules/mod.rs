@@ -58,57 +58,15 @@ use super::{
     Renewed, RunRecord, RunState, SignalRecord, Wake, WakeValue,
 };
 use crate::history::Event;
+
+mod change;
+mod children;
 use crate::Error;
-
-/// What a write rule changed, besides the record it changed in place: what
-/// a backend stores for it (see the module docs).
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct Change {
-    /// The run's row changed: write the record back.
-    pub row: bool,
-    /// The event the run's history records.
-    pub event: Option<Event>,
-    /// An event the history of another run records, by its id (a parent's
-    /// `ChildSpawned`, the `Forked` of a fork's source).
-    pub elsewhere: Option<(String, Event)>,
-    /// A signal the run receives: queue it.
-    pub signal: Option<SignalRecord>,
-    /// The run ended by this change (see [`Ended`]).
-    pub ended: Option<Ended>,
-}
-
-/// What the end of a run changes elsewhere, which the backend applies in the
-/// same transaction: the runs joining it count it (the last one it waited
-/// for receives its join signal, see [`joined`]), a held sibling is
-/// promoted when `freed_slot`, and when `cancels_descendants` its
-/// unfinished descendants are cancelled, each by [`cancel`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Ended {
-    /// The run counted against its parent's `max_running` (it was not
-    /// held): the oldest held sibling may start (see [`promote`]).
-    pub freed_slot: bool,
-    /// A cancel: the run's unfinished descendants are cancelled too.
-    pub cancels_descendants: bool,
-}
-
-impl Change {
-    fn row() -> Change {
-        Change {
-            row: true,
-            ..Change::default()
-        }
-    }
-
-    fn row_and(event: Option<Event>) -> Change {
-        Change {
-            row: true,
-            event,
-            ..Change::default()
-        }
-    }
-}
+pub use change::{Change, Ended};
+use children::starts_held;
+pub use children::{
+    child_outcome, is_held, is_running, join_pending, joined, joined_payload, promote,
+};
 
 /// Create: a run just created by [`Store::create_run`](super::Store::create_run):
 /// never claimed, no checkpoint yet; ready, or held when it is a child
@@ -903,109 +861,4 @@ fn takeover(prev: Option<&LeaseInfo>, req: &ClaimRequest) -> Option<Event> {
         from_worker: prev.worker.clone(),
         from_instance: prev.instance.clone(),
     })
-}
-
-/// Join: the children a checkpoint suspending on `ctx.join`/`join_all`
-/// still waits for, each once, in order: those whose run has not ended
-/// (`ended` says; a child the store does not have counts as ended: the
-/// join reports it as missing rather than wait for it forever). When none
-/// is left, the store delivers the join's signal with the checkpoint.
-pub fn join_pending(children: &[String], ended: impl Fn(&str) -> bool) -> Vec<&str> {
-    let mut seen = std::collections::HashSet::with_capacity(children.len());
-    children
-        .iter()
-        .map(String::as_str)
-        .filter(|c| seen.insert(*c) && !ended(c))
-        .collect()
-}
-
-/// How a joined child ended, as the JSON of the
-/// `Result<Output, ChildError>` the join yields for it: its output when it
-/// completed, otherwise the `ChildError` (externally tagged, as serde
-/// writes it). `child` is `None` when the store has no such run.
-pub fn child_outcome(id: &str, child: Option<&RunRecord>) -> serde_json::Value {
-    use serde_json::{json, Value};
-    let err = |e: Value| json!({ "Err": e });
-    match child.map(|c| &c.state) {
-        Some(RunState::Completed { output, .. }) => match serde_json::from_slice::<Value>(output) {
-            Ok(out) => json!({ "Ok": out }),
-            Err(e) => err(
-                json!({ "Failed": { "run": id, "error": format!("its stored output is not JSON: {e}") } }),
-            ),
-        },
-        Some(RunState::Failed { error }) => {
-            err(json!({ "Failed": { "run": id, "error": error.to_string() } }))
-        }
-        Some(RunState::Cancelled) => err(json!({ "Cancelled": { "run": id } })),
-        Some(_) => err(json!({ "Failed": { "run": id, "error": "it has not ended" } })),
-        None => err(json!({ "Missing": { "run": id } })),
-    }
-}
-
-/// The payload of the signal that wakes a run joining `children`: the
-/// outcome of each ([`child_outcome`]), in order, as a JSON array. It is
-/// taken when the last of them ends, so that every resume of the join
-/// reads the same outcomes (a child retried later changes nothing here).
-pub fn joined_payload<'a>(
-    children: &[String],
-    lookup: impl Fn(&str) -> Option<&'a RunRecord>,
-) -> Vec<u8> {
-    let outcomes: Vec<serde_json::Value> = children
-        .iter()
-        .map(|c| child_outcome(c, lookup(c)))
-        .collect();
-    serde_json::to_vec(&outcomes).unwrap_or_else(|_| b"[]".to_vec())
-}
-
-/// Whether a child created with `max_running` starts held
-/// ([`RunState::Held`]): when `running` of its parent's children (not
-/// ended, not held) already fill the bound.
-fn starts_held(max_running: Option<u32>, running: usize) -> bool {
-    max_running.is_some_and(|max| running >= max.max(1) as usize)
-}
-
-/// Whether `rec` is a held child, one [`promote`] starts (the backend picks
-/// the oldest such sibling of a run that freed its slot).
-pub fn is_held(rec: &RunRecord) -> bool {
-    rec.state == RunState::Held
-}
-
-/// Whether `rec` counts against its parent's `max_running` (see [`create`]):
-/// not ended, not held.
-pub fn is_running(rec: &RunRecord) -> bool {
-    !rec.state.is_terminal() && !is_held(rec)
-}
-
-/// Promote: a held child whose running sibling ended becomes `Ready`.
-pub fn promote(rec: &mut RunRecord, now: SystemTime) -> Change {
-    if !is_held(rec) {
-        return Change::default();
-    }
-    rec.state = RunState::Ready;
-    rec.updated_at = now;
-    Change::row()
-}
-
-/// Joined: run joining `children` (under the join's signal name `token`)
-/// is woken, the last of them having ended: the change queues the signal
-/// with their outcomes ([`joined_payload`], `lookup` finding each child's
-/// record) and records `Joined`. The backend applies it to the joining run.
-pub fn joined<'a>(
-    children: &[String],
-    token: &str,
-    lookup: impl Fn(&str) -> Option<&'a RunRecord>,
-    now: SystemTime,
-) -> Change {
-    let payload = joined_payload(children, lookup);
-    Change {
-        event: Some(Event::Joined {
-            children: children.len(),
-        }),
-        signal: Some(SignalRecord {
-            name: token.to_owned(),
-            payload: payload.into(),
-            received_at: now,
-        }),
-        ..Change::default()
-    }
 }
