@@ -64,9 +64,10 @@ mod children;
 use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;
-pub use children::{
-    child_outcome, is_held, is_running, join_pending, joined, joined_payload, promote,
-};
+pub use children::{is_held, is_running, join_pending, joined, promote};
+// Read by `joined` only, inside the crate; public for backends with `backend-kit`.
+#[cfg_attr(not(feature = "backend-kit"), allow(unused_imports))]
+pub use children::{child_outcome, joined_payload};
 
 /// Create: a run just created by [`Store::create_run`](super::Store::create_run):
 /// never claimed, no checkpoint yet; ready, or held when it is a child
