@@ -573,6 +573,143 @@ async fn a_stateful_transient_of_the_same_block_is_built_again_after_each_checkp
     assert_eq!(out, (41, 40, 40));
 }
 
+// A transient another transient's initialiser reads: a client whose
+// request counter is shared by its clones (as HTTP clients share their
+// pool), and the API wrapper built from a clone of it. The wrapper was built
+// again after each checkpoint but the client was not (the wrapper reads
+// it), so the count went on uninterrupted ([0, 1, 2, 3]) while a resumed run
+// built both anew ([0, 1, 0, 1] resumed after the first checkpoint). Both
+// are built again now, the client first.
+#[derive(Clone)]
+struct Client {
+    sent: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Client {
+    fn new() -> Client {
+        Client {
+            sent: Default::default(),
+        }
+    }
+
+    fn sent(&self) -> u32 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+struct Api {
+    client: Client,
+}
+
+impl Api {
+    fn new(client: &Client) -> Api {
+        Api {
+            client: client.clone(),
+        }
+    }
+
+    fn call(&self) -> u32 {
+        self.client
+            .sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[workflow]
+async fn wrapped_client(ctx: &Ctx, rounds: u32) -> Vec<u32> {
+    #[transient]
+    let client = Client::new();
+    #[transient]
+    let api = Api::new(&client);
+    let mut seen = Vec::new();
+    for round in 0..rounds {
+        seen.push(api.call());
+        seen.push(api.call());
+        fx(ctx).record(format!("round:{round}"));
+        checkpoint!("round");
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_transient_another_transient_reads_is_built_again_with_it() {
+    let out = Harness::new(wrapped_client).input(2).assert_exact().await;
+    assert_eq!(out, vec![0, 1, 0, 1]);
+}
+
+// The same with a wrapper that borrows the client (`Api<'a>`): the old
+// wrapper is dropped before the client is built again.
+struct Counter {
+    sent: std::sync::atomic::AtomicU32,
+}
+
+struct Wrapper<'a> {
+    counter: &'a Counter,
+}
+
+impl<'a> Wrapper<'a> {
+    fn new(counter: &'a Counter) -> Wrapper<'a> {
+        Wrapper { counter }
+    }
+
+    fn call(&self) -> u32 {
+        self.counter
+            .sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[workflow]
+async fn borrowing_wrapper(ctx: &Ctx, rounds: u32) -> Vec<u32> {
+    #[transient]
+    let counter = Counter {
+        sent: std::sync::atomic::AtomicU32::new(0),
+    };
+    #[transient]
+    let wrapper = Wrapper::new(&counter);
+    let mut seen = Vec::new();
+    for round in 0..rounds {
+        seen.push(wrapper.call());
+        seen.push(wrapper.call());
+        fx(ctx).record(format!("round:{round}"));
+        checkpoint!("round");
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_transient_borrowing_another_is_dropped_before_both_are_built_again() {
+    let out = Harness::new(borrowing_wrapper)
+        .input(3)
+        .assert_exact()
+        .await;
+    assert_eq!(out, vec![0, 1, 0, 1, 0, 1]);
+}
+
+// The same with both declared in the block the checkpoint is in, the
+// client read directly after it too.
+#[workflow]
+async fn wrapped_client_here(ctx: &Ctx, base: u32) -> (u32, u32, u32) {
+    #[transient]
+    let client = Client::new();
+    #[transient]
+    let api = Api::new(&client);
+    let a = base + api.call() + api.call();
+    checkpoint!("first");
+    let b = base + api.call() + client.sent();
+    checkpoint!("second");
+    (a, b, base + api.call())
+}
+
+#[tokio::test]
+async fn a_transient_another_transient_reads_in_the_same_block_is_built_again_with_it() {
+    let out = Harness::new(wrapped_client_here)
+        .input(10)
+        .assert_exact()
+        .await;
+    assert_eq!(out, (11, 11, 10));
+}
+
 // A loop writing through its items that changes an item after its last
 // checkpoint in the iteration: here a field `#[serde(skip)]` drops. A
 // resumed run writes the finished items back from the loop's log, decoded

@@ -40,8 +40,8 @@
 pub mod gen;
 
 use std::any::Any;
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -212,27 +212,50 @@ pub fn round_trip<T: Serialize + serde::de::DeserializeOwned>(value: T) -> T {
     postcard::from_bytes(&bytes).expect("decodes")
 }
 
-/// A non-serializable resource with state (the `transient_stateful` form,
-/// in `KNOWN_FAILING`): a `#[transient]` local is rebuilt from its
-/// initializer on resume, so the bumps before the checkpoint are lost.
+/// A non-serializable resource with state (the `transient_stateful`
+/// form): a `#[transient]` local keeps no state across a checkpoint, so the
+/// bumps before one are gone after it on every path. Atomic so that a
+/// [`CounterView`] borrowing it may be held across an `.await`.
 pub struct Counter {
-    n: Cell<u64>,
+    n: AtomicU64,
 }
 
 impl Counter {
     /// A counter at `start`.
     pub fn new(start: u64) -> Self {
         Counter {
-            n: Cell::new(start),
+            n: AtomicU64::new(start),
         }
     }
     /// Adds one.
     pub fn bump(&self) {
-        self.n.set(self.n.get().wrapping_add(1));
+        self.n.fetch_add(1, Ordering::Relaxed);
     }
     /// The count.
     pub fn get(&self) -> u64 {
-        self.n.get()
+        self.n.load(Ordering::Relaxed)
+    }
+}
+
+/// A second transient built from a [`Counter`] (the `transient_stateful`
+/// form, `chained`): it borrows the counter, so both are built again after
+/// a checkpoint, the view dropped first.
+pub struct CounterView<'a> {
+    counter: &'a Counter,
+}
+
+impl<'a> CounterView<'a> {
+    /// A view of `counter`.
+    pub fn new(counter: &'a Counter) -> Self {
+        CounterView { counter }
+    }
+    /// Adds one to the counter.
+    pub fn bump(&self) {
+        self.counter.bump();
+    }
+    /// The counter's count.
+    pub fn get(&self) -> u64 {
+        self.counter.get()
     }
 }
 
@@ -470,7 +493,7 @@ where
 pub mod prelude {
     pub use crate::{
         canon, check, first_key, first_of, job_value, mk_job, round_trip, summary, Conn, Counter,
-        Job, Logged, PlainCtx, Skipping, S,
+        CounterView, Job, Logged, PlainCtx, Skipping, S,
     };
     pub use checkpoint_runtime::prelude::*;
     pub use checkpoint_runtime::testing::SideEffects;

@@ -349,12 +349,15 @@ pub enum Stmt {
     /// `transient_stateful`: a `#[transient]` counter bumped before a
     /// checkpoint and read after it, in a loop (`looped`, built before it)
     /// or in the checkpoint's own block: exact, it is built again after
-    /// each checkpoint on every path.
+    /// each checkpoint on every path. When `chained`, the bumps go through
+    /// a second transient built from the first (`CounterView::new(&ctr)`):
+    /// both are built again, the view dropped first.
     TransientStateful {
         id: u32,
         k: u64,
         n: u64,
         looped: bool,
+        chained: bool,
     },
 }
 

@@ -46,11 +46,18 @@ impl Gen {
                 if !self.cp_cost(env, n as i64) {
                     return None;
                 }
+                let (id, k) = (self.id(), self.rng.range(0, 9));
+                let looped = self.rng.below(2) == 0;
+                // Only before a loop: a transient borrowing another declared
+                // in the checkpoint's own block does not compile (the split
+                // moves the first out while the second borrows it).
+                let chained = self.rng.below(2) == 0 && looped;
                 Some(Stmt::TransientStateful {
-                    id: self.id(),
-                    k: self.rng.range(0, 9),
+                    id,
+                    k,
                     n,
-                    looped: self.rng.below(2) == 0,
+                    looped,
+                    chained,
                 })
             }
             46..=55 if self.on("struct_handle") && self.cp_cost(env, 2) => {

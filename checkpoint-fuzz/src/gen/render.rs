@@ -756,42 +756,80 @@ impl Printer {
                 self.indent -= 1;
                 self.line("}");
             }
-            Stmt::TransientStateful { id, k, n, looped } => {
-                // A transient keeps no state across a checkpoint: the twin
-                // builds the counter again where the workflow's checkpoint
-                // is (docs/exactness.md).
-                self.line("{");
-                self.indent += 1;
-                if wf {
-                    self.line("#[transient]");
-                    self.line(&format!("let ctr{id} = Counter::new({k});"));
-                } else {
-                    self.line(&format!("let mut ctr{id} = Counter::new({k});"));
-                }
-                if *looped {
-                    self.line(&format!("for _i{id} in 0..{n}u64 {{"));
-                    self.indent += 1;
-                }
-                self.line(&format!("ctr{id}.bump();"));
-                if wf {
-                    self.line("checkpoint!();");
-                } else {
-                    self.line(&format!("ctr{id} = Counter::new({k});"));
-                }
-                if *looped {
-                    self.indent -= 1;
-                    self.line("}");
-                } else {
-                    self.line(&format!("ctr{id}.bump();"));
-                }
-                self.line(&format!("acc = acc.wrapping_add(ctr{id}.get());"));
-                if !wf {
-                    self.line(&format!("let _ = &mut ctr{id};"));
-                }
-                self.indent -= 1;
-                self.line("}");
+            Stmt::TransientStateful {
+                id,
+                k,
+                n,
+                looped,
+                chained,
+            } => self.transient_stateful(*id, *k, *n, *looped, *chained, wf),
+        }
+    }
+
+    /// `transient_stateful`: a transient keeps no state across a
+    /// checkpoint: the twin builds the counter (and its view, when
+    /// `chained`) again where the workflow's checkpoint is
+    /// (docs/exactness.md), the view dropped first since it borrows it.
+    fn transient_stateful(
+        &mut self,
+        id: u32,
+        k: u64,
+        n: u64,
+        looped: bool,
+        chained: bool,
+        wf: bool,
+    ) {
+        // What the bumps and reads go through.
+        let via = if chained {
+            format!("view{id}")
+        } else {
+            format!("ctr{id}")
+        };
+        self.line("{");
+        self.indent += 1;
+        if wf {
+            self.line("#[transient]");
+            self.line(&format!("let ctr{id} = Counter::new({k});"));
+            if chained {
+                self.line("#[transient]");
+                self.line(&format!("let view{id} = CounterView::new(&ctr{id});"));
+            }
+        } else {
+            self.line(&format!("let mut ctr{id} = Counter::new({k});"));
+            if chained {
+                self.line(&format!("let mut view{id} = CounterView::new(&ctr{id});"));
             }
         }
+        if looped {
+            self.line(&format!("for _i{id} in 0..{n}u64 {{"));
+            self.indent += 1;
+        }
+        self.line(&format!("{via}.bump();"));
+        if wf {
+            self.line("checkpoint!();");
+        } else if chained {
+            self.line(&format!("drop(view{id});"));
+            self.line(&format!("ctr{id} = Counter::new({k});"));
+            self.line(&format!("view{id} = CounterView::new(&ctr{id});"));
+        } else {
+            self.line(&format!("ctr{id} = Counter::new({k});"));
+        }
+        if looped {
+            self.indent -= 1;
+            self.line("}");
+        } else {
+            self.line(&format!("{via}.bump();"));
+        }
+        self.line(&format!("acc = acc.wrapping_add({via}.get());"));
+        if !wf {
+            // The view first: it borrows the counter until its last use.
+            if chained {
+                self.line(&format!("let _ = &mut view{id};"));
+            }
+            self.line(&format!("let _ = &mut ctr{id};"));
+        }
+        self.indent -= 1;
+        self.line("}");
     }
 
     /// `struct_handle`: two `Logged` share one handle; the workflow saves

@@ -447,25 +447,34 @@ impl<'a> Lowerer<'a> {
             }
         }
         let rebuilt = self.rebuild_after_site(index);
-        if rebound.is_empty() && assigned.is_empty() {
-            return rebuilt;
-        }
+        let site = sites::numbered(&self.plan.sites, index);
         // The transients built again below may borrow locals decoded here
-        // (`scorer(&keywords)`): they go first.
-        let dropped: TokenStream = sites::numbered(&self.plan.sites, index)
+        // (`scorer(&keywords)`) or another of them (`Api::new(&client)`):
+        // they go first, the last built first.
+        let dropped: TokenStream = site
             .rebuilt
             .iter()
+            .rev()
             .flat_map(|r| crate::names::pat_bindings(&r.pat))
             .map(|b| {
                 let ident = &b.ident;
                 quote!(::core::mem::drop(#ident);)
             })
             .collect();
-        quote! {
+        let dropped = quote! {
             #[allow(dropping_copy_types, dropping_references, clippy::drop_non_drop)]
             {
                 #dropped
             }
+        };
+        if rebound.is_empty() && assigned.is_empty() {
+            if site.rebuilt_reads_rebuilt {
+                return quote!(#dropped #rebuilt);
+            }
+            return rebuilt;
+        }
+        quote! {
+            #dropped
             #frame.begin_reload();
             #rebound
             #[allow(unused_assignments)]

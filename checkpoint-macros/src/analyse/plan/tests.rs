@@ -417,6 +417,36 @@ fn transients_read_after_a_site_are_built_again_there() {
 }
 
 #[test]
+fn a_transient_another_reads_is_built_again_with_it_first() {
+    let body = quote! {
+        #[transient]
+        let client = Client::new();
+        #[transient]
+        let api = Api::new(&client);
+        #[transient]
+        let other = Client::new();
+        let mut out = Vec::new();
+        for step in 0..3 {
+            out.push(api.call());
+            checkpoint!("round");
+        }
+        out.len() as u32 + other.get(0)
+    };
+    // Only `api` and `other` are read after the site; `api` is built from
+    // `client`, which is built again too, before it.
+    assert_eq!(
+        rebuilt_per_site(body.clone()),
+        vec![vec![
+            ("client".to_owned(), false),
+            ("api".to_owned(), false),
+            ("other".to_owned(), false),
+        ]]
+    );
+    let (_, plan) = planned(body).expect("the plan has no refusal");
+    assert!(plan.sites[0].rebuilt_reads_rebuilt);
+}
+
+#[test]
 fn transients_borrowed_around_a_site_or_built_after_it_are_not_built_again() {
     let got = rebuilt_per_site(quote! {
         #[transient]

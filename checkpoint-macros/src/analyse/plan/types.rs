@@ -57,6 +57,10 @@ pub struct SitePlan {
     /// resumed run does (docs/exactness.md: a transient keeps no state
     /// across a checkpoint), in declaration order.
     pub rebuilt: Vec<Rebuilt>,
+    /// One of `rebuilt` is built from another (`Api::new(&client)`): the
+    /// old ones are dropped before any is built again, since the old `api`
+    /// may still borrow the old `client`.
+    pub rebuilt_reads_rebuilt: bool,
 }
 
 /// A `#[transient]` built again after a site on the uninterrupted path.

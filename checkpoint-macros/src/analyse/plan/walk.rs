@@ -374,7 +374,6 @@ impl<'a> Planner<'a> {
         // closure's captures are kept; what a transient that sites build
         // again reads is decoded where it is built again too (see
         // `plan_site`), and kept where it is not.
-        let mut transient_inputs = NameSet::new();
         let mut kept_inputs = NameSet::new();
         let inits = plan
             .after_merge
@@ -389,10 +388,11 @@ impl<'a> Planner<'a> {
             if syntax::holds_anonymous_type(init) {
                 kept_inputs.extend(read.iter().cloned());
             }
-            transient_inputs.extend(read);
         }
         self.hold(&mut inner, &kept_inputs, After::Kept);
-        inner.hold_transients(&transient_inputs);
+        // A transient a closure captures stays as it is; one another
+        // transient reads is built again with it (`wanted_again`).
+        inner.hold_transients(&kept_inputs);
 
         // The statements before `t`, planned for their own sites.
         let prefix_scope = scope.then(ContFrame::Rest {
@@ -602,6 +602,7 @@ impl<'a> Planner<'a> {
             rederived: scope.rederived.clone(),
             refused: std::mem::take(&mut sites::numbered_mut(&mut self.plans, number).refused),
             rebuilt: Vec::new(),
+            rebuilt_reads_rebuilt: false,
         };
         let rebuilt = self.plan_rebuilt(number, scope, &mut plan);
         for saved in &scope.saved {
@@ -681,17 +682,19 @@ impl<'a> Planner<'a> {
     }
 
     /// The transients site `number` builds again on the uninterrupted path
-    /// (docs/exactness.md): those the code after it reads, unless they are
-    /// borrowed around it (kept) or built after it. One whose name or input
+    /// (docs/exactness.md): those the code after it reads and the ones their
+    /// initialisers read ([`wanted_again`]), unless they are borrowed around
+    /// it (kept) or built after it. One whose name or input
     /// an inner local hides there is refused: it could not be built from
     /// the same values. Returns the names built again.
     fn plan_rebuilt(&mut self, number: u32, scope: &Scope, plan: &mut SitePlan) -> NameSet {
         let mut names = NameSet::new();
         let describe = self.site_info(number).describe();
         let span = self.site_info(number).span;
+        let wanted = wanted_again(scope);
         for t in &scope.transients {
             let name = t.ident.to_string();
-            if t.held || t.after_head || !liveness::live_after(&name, &scope.cont) {
+            if !wanted.contains(&name) {
                 continue;
             }
             let hidden = std::iter::once(&name)
@@ -729,6 +732,11 @@ impl<'a> Planner<'a> {
                 rebind: t.here,
             });
         }
+        plan.rebuilt_reads_rebuilt = scope
+            .transients
+            .iter()
+            .filter(|t| names.contains(&t.ident.to_string()))
+            .any(|t| t.inputs.iter().any(|i| names.contains(i)));
         names
     }
 
@@ -776,5 +784,44 @@ impl<'a> Planner<'a> {
                 Ctrl::Misplaced
             }
         }
+    }
+}
+
+/// The transients a site builds again: those the code after it reads
+/// (`scope.cont`), and, transitively, the transients their initialisers
+/// read (`#[transient] let api = Api::new(&client);`): a resumed run builds
+/// `client` anew to build `api`, so the uninterrupted run must too, or state
+/// `client` keeps inside outlives the checkpoint on that path only. Built in
+/// declaration order, `client` comes first. One borrowed around the site
+/// (held) or built after it is not built there.
+fn wanted_again(scope: &Scope) -> NameSet {
+    let buildable = |t: &&InScopeTransient| !t.held && !t.after_head;
+    let mut wanted: NameSet = scope
+        .transients
+        .iter()
+        .filter(buildable)
+        .map(|t| t.ident.to_string())
+        .filter(|name| liveness::live_after(name, &scope.cont))
+        .collect();
+    loop {
+        let inputs: Vec<String> = scope
+            .transients
+            .iter()
+            .filter(|t| wanted.contains(&t.ident.to_string()))
+            .flat_map(|t| t.inputs.iter().filter(|i| !t.hidden_by.contains(*i)))
+            .filter(|i| !wanted.contains(*i))
+            .filter(|i| {
+                scope
+                    .transients
+                    .iter()
+                    .filter(buildable)
+                    .any(|u| u.ident == i.as_str())
+            })
+            .cloned()
+            .collect();
+        if inputs.is_empty() {
+            return wanted;
+        }
+        wanted.extend(inputs);
     }
 }
