@@ -295,6 +295,49 @@ async fn the_background_loop_fires_ticks(url: &str) {
     assert_eq!(out, secs_of(start + 5 * MINUTE));
 }
 
+const SCHEDULE_WORKER: &str = env!("CARGO_BIN_EXE_checkpoint-schedule-worker");
+
+/// Two worker processes fire one every-second schedule on one store; one
+/// is SIGKILLed midway. Every second from the first tick to the last has
+/// its run, each once (the run id is the tick), whichever process fired it.
+async fn two_processes_fire_every_tick_of_one_schedule(url: &str) {
+    use common::worker::WorkerProc;
+    if url == ":memory:" {
+        return; // no store is shared between processes
+    }
+    let dir = common::TempDir::new("schedule-workers");
+    let spawn = |name: &str| {
+        WorkerProc::spawn(
+            SCHEDULE_WORKER,
+            name,
+            dir.0.join(format!("{name}.stderr")),
+            ["--db", url, "--seconds", "5"],
+        )
+    };
+    let mut a = spawn("a");
+    a.expect_line("READY", Duration::from_secs(20));
+    let mut b = spawn("b");
+    b.expect_line("READY", Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    a.signal("-KILL");
+    b.expect_line("DONE", Duration::from_secs(30));
+
+    let rt = Runtime::builder().client_only().open(url).await.unwrap();
+    let mut seconds: Vec<u64> = run_ids(&rt)
+        .await
+        .iter()
+        .map(|id| {
+            let at = id.strip_prefix("tick@").expect("a tick's run");
+            let ts: jiff::Timestamp = at.parse().expect("an RFC 3339 time");
+            ts.as_second() as u64
+        })
+        .collect();
+    seconds.sort();
+    assert!(seconds.len() >= 4, "ticks fired: {seconds:?}");
+    let contiguous: Vec<u64> = (seconds[0]..=seconds[seconds.len() - 1]).collect();
+    assert_eq!(seconds, contiguous, "no tick lost, none twice");
+}
+
 on_stores!(
     "schedules",
     [memory, sqlite, postgres]:
@@ -304,4 +347,5 @@ on_stores!(
     a_paused_schedule_fires_nothing_until_unpaused,
     a_restarted_runtime_does_not_fire_a_handled_tick_again,
     the_background_loop_fires_ticks,
+    two_processes_fire_every_tick_of_one_schedule,
 );
