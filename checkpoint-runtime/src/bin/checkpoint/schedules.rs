@@ -1,8 +1,8 @@
 //! `checkpoint schedules`: the stored schedules, and pausing, unpausing and
 //! deleting one.
 
-use checkpoint_runtime::json::rfc3339;
-use checkpoint_runtime::{Runtime, ScheduleInfo};
+use checkpoint_runtime::json::{rfc3339, schedule_json};
+use checkpoint_runtime::Runtime;
 use serde_json::{json, Value};
 
 use crate::args::ScheduleAction;
@@ -73,20 +73,5 @@ async fn list(rt: &Runtime, wide: bool) -> Result<Output, CliError> {
     Ok(Output {
         text,
         json: Value::Array(json),
-    })
-}
-
-fn schedule_json(s: &ScheduleInfo) -> Value {
-    json!({
-        "name": s.name,
-        "workflow": s.workflow,
-        "cron": s.cron,
-        "timezone": s.timezone,
-        "overlap": s.overlap,
-        "catch_up": s.catch_up,
-        "paused": s.paused,
-        "last_tick": s.last_tick.map(rfc3339),
-        "next_tick": s.next_tick.map(rfc3339),
-        "last_run": s.last_run,
     })
 }
