@@ -124,6 +124,29 @@ pub enum Error {
         known: Vec<String>,
     },
 
+    /// A schedule's definition was rejected (its name, cron expression or
+    /// time zone), or its stored definition cannot be read.
+    #[error("schedule `{name}`: {detail}")]
+    InvalidSchedule {
+        /// The schedule's name.
+        name: String,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// No schedule of that name is stored (or, for
+    /// [`Runtime::trigger_schedule`](crate::Runtime::trigger_schedule) and
+    /// [`Runtime::backfill_schedule`](crate::Runtime::backfill_schedule),
+    /// none was registered by this runtime, which alone has the function that
+    /// makes a tick's input).
+    #[error("unknown schedule `{name}`{}", if *.stored { " in this runtime: it is stored, but only a runtime that called `Runtime::schedule` for it can start its runs (it has the function that makes a tick's input)" } else { ": no schedule of that name is stored" })]
+    UnknownSchedule {
+        /// The schedule's name.
+        name: String,
+        /// The store has it (this runtime did not register it).
+        stored: bool,
+    },
+
     /// A run id (or signal name) was rejected.
     #[error("invalid id `{id}`: {reason}")]
     InvalidId {

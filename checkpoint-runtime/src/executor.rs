@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     parked_swept: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Set when a registration changed the code this runtime runs.
     code_changed: AtomicBool,
+    /// The schedules this runtime fires (see `scheduler.rs`).
+    pub(crate) schedules: crate::schedule_registry::Registered,
 }
 
 /// The owner of a runtime: every [`Runtime`](crate::Runtime) clone and
@@ -187,6 +189,7 @@ impl Inner {
             parked_tried: Mutex::new(HashMap::new()),
             parked_swept: tokio::sync::Mutex::new(None),
             code_changed: AtomicBool::new(false),
+            schedules: Default::default(),
         }
     }
 
@@ -222,8 +225,13 @@ impl Inner {
         *self.shutdown.borrow()
     }
 
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.crashed() || self.is_shut_down()
+    }
+
+    /// Changes to `true` at shutdown.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
     }
 
     pub(crate) fn shutdown(&self) {

@@ -123,6 +123,38 @@ pub fn run_json(r: &RunInfo) -> Value {
     v
 }
 
+/// A schedule as `checkpoint schedules --json` and `GET /api/schedules`
+/// show it: its definition, whether it is paused, its last and next tick
+/// (RFC 3339) and the run of its last fired tick.
+///
+/// ```
+/// # use checkpoint_runtime::prelude::*;
+/// # #[workflow]
+/// # async fn sync(ctx: &Ctx) -> u8 { 0 }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let rt = Runtime::in_memory();
+/// rt.schedule(Schedule::cron("sync", "*/5 * * * *")?, sync, |_: Tick| ()).await?;
+/// let v = checkpoint_runtime::json::schedule_json(&rt.schedules().await?[0]);
+/// assert_eq!((v["name"].as_str(), v["cron"].as_str()), (Some("sync"), Some("*/5 * * * *")));
+/// assert_eq!(v["overlap"], "Skip");
+/// # Ok(()) }
+/// ```
+pub fn schedule_json(s: &crate::ScheduleInfo) -> Value {
+    json!({
+        "name": s.name,
+        "workflow": s.workflow,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "overlap": s.overlap,
+        "catch_up": s.catch_up,
+        "paused": s.paused,
+        "last_tick": s.last_tick.map(rfc3339),
+        "next_tick": s.next_tick.map(rfc3339),
+        "last_run": s.last_run,
+    })
+}
+
 /// A run's input and, once it completed, its output, as the JSON values the
 /// workflow was started with and returned (`null` for an output not yet
 /// there, or bytes that are not JSON): the `input` and `output` of

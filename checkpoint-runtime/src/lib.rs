@@ -163,6 +163,9 @@ mod retry;
 mod run;
 mod runtime;
 mod save;
+mod schedule;
+mod schedule_registry;
+mod scheduler;
 pub mod schema;
 mod signal_catalog;
 mod signal_types;
@@ -183,6 +186,7 @@ pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
 pub use retry::{RetryError, RetryPolicy};
 pub use runtime::Runtime;
+pub use schedule::{CatchUp, Overlap, Schedule, ScheduleInfo, Tick, MISSED_AFTER};
 pub use schema::FieldJson;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
 pub use type_names::readable_type_name;
@@ -199,10 +203,10 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// ```
 pub mod prelude {
     pub use crate::{
-        checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
-        Event, FieldInfo, FieldJson, IntoWorkflow, RetryError, RetryPolicy, RunFilter, RunInfo,
-        Runtime, RuntimeBuilder, Status, StatusKind, SystemClock, TestClock, Workflow,
-        WorkflowHandle,
+        checkpoint, workflow, CancelChildren, CatchUp, CheckpointInfo, Child, ChildError, Clock,
+        Ctx, Error, Event, FieldInfo, FieldJson, IntoWorkflow, Overlap, RetryError, RetryPolicy,
+        RunFilter, RunInfo, Runtime, RuntimeBuilder, Schedule, Status, StatusKind, SystemClock,
+        TestClock, Tick, Workflow, WorkflowHandle,
     };
 }
 

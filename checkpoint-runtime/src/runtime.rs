@@ -175,36 +175,7 @@ impl Runtime {
     ) -> Result<WorkflowHandle<W>, Error> {
         validate_id(id)?;
         self.inner.register(workflow);
-        self.inner
-            .env
-            .signal_catalog
-            .flush(&*self.inner.env.store)
-            .await;
-        let created = self
-            .inner
-            .env
-            .store
-            .create_run(NewRun {
-                id: id.to_owned(),
-                workflow: W::NAME.to_owned(),
-                input: input_json.into(),
-                version: W::VERSION,
-                trace: self.inner.env.trace.as_ref().and_then(|p| p.current()),
-                parent: None,
-                max_running: None,
-            })
-            .await?;
-        if let Created::Existing(run) = created {
-            if run.workflow != W::NAME {
-                return Err(Error::WorkflowMismatch {
-                    run: id.to_owned(),
-                    expected: W::NAME.to_owned(),
-                    found: run.workflow,
-                });
-            }
-        }
-        // Executes in the background from now on (unless client-only).
-        self.inner.ensure_background();
+        create_run::<W>(&self.inner, id, input_json).await?;
         Ok(WorkflowHandle::new(self.inner.clone(), workflow, id))
     }
 
@@ -759,4 +730,40 @@ impl Runtime {
     pub async fn gc(&self) -> Result<GcReport, Error> {
         self.inner.env.store.gc().await
     }
+}
+
+/// Creates run `id` of `W` (registered) with `input_json` unless it exists:
+/// [`Error::WorkflowMismatch`] when a run of another workflow has that id.
+/// Executes in the background from then on (unless client-only). Both
+/// [`Runtime::start`] and a schedule's tick start runs this way.
+pub(crate) async fn create_run<W: Workflow>(
+    inner: &std::sync::Arc<crate::executor::Inner>,
+    id: &str,
+    input_json: Vec<u8>,
+) -> Result<Created, Error> {
+    inner.env.signal_catalog.flush(&*inner.env.store).await;
+    let created = inner
+        .env
+        .store
+        .create_run(NewRun {
+            id: id.to_owned(),
+            workflow: W::NAME.to_owned(),
+            input: input_json.into(),
+            version: W::VERSION,
+            trace: inner.env.trace.as_ref().and_then(|p| p.current()),
+            parent: None,
+            max_running: None,
+        })
+        .await?;
+    if let Created::Existing(run) = &created {
+        if run.workflow != W::NAME {
+            return Err(Error::WorkflowMismatch {
+                run: id.to_owned(),
+                expected: W::NAME.to_owned(),
+                found: run.workflow.clone(),
+            });
+        }
+    }
+    inner.ensure_background();
+    Ok(created)
 }

@@ -1407,3 +1407,45 @@ fn commands_never_create_a_postgres_schema() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "0");
 }
+
+#[tokio::test]
+async fn schedules_are_listed_paused_unpaused_and_deleted() {
+    use checkpoint_runtime::{Schedule, Tick};
+    let f = Fixture::new().await;
+    assert_eq!(f.ok(&["schedules"]), "no schedules\n");
+    let nightly = Schedule::cron("nightly", "0 3 * * *")
+        .unwrap()
+        .timezone("Europe/Berlin")
+        .unwrap();
+    f.rt.schedule(nightly, tally, |_: Tick| vec!["x".to_owned()])
+        .await
+        .unwrap();
+    let text = f.ok(&["schedules"]);
+    let row = line(&text, "nightly");
+    assert!(
+        row.contains("tally") && row.contains("0 3 * * * (Europe/Berlin)"),
+        "{text}"
+    );
+    assert!(row.contains("active"), "{text}");
+
+    assert_eq!(
+        f.ok(&["schedules", "pause", "nightly"]),
+        "schedule `nightly` paused: no tick fires until it is unpaused\n"
+    );
+    let list = f.json(&["schedules", "list"]);
+    assert_eq!(list[0]["name"], "nightly");
+    assert_eq!(list[0]["paused"], true);
+    assert_eq!(list[0]["timezone"], "Europe/Berlin");
+    assert!(is_rfc3339_utc(list[0]["next_tick"].as_str().unwrap()));
+    assert!(
+        f.rt.schedules().await.unwrap()[0].paused,
+        "the store has it"
+    );
+    f.ok(&["schedules", "unpause", "nightly"]);
+    assert!(!f.rt.schedules().await.unwrap()[0].paused);
+
+    let err = json_error(&f.fails(1, &["--json", "schedules", "pause", "weekly"]));
+    assert_eq!(err["kind"], "unknown_schedule", "{err}");
+    f.ok(&["schedules", "delete", "nightly"]);
+    assert_eq!(f.ok(&["schedules"]), "no schedules\n");
+}

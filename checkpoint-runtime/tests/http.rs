@@ -1319,3 +1319,35 @@ async fn a_run_shows_its_parent_and_children_and_runs_filter_by_parent() {
     assert_eq!(child["children"], json!([]));
     assert_eq!(child["output"], 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_listed_paused_and_unpaused() {
+    use checkpoint_runtime::{Schedule, Tick};
+    let f = Fixture::new().await;
+    assert_eq!(f.get("/api/schedules").await, json!([]));
+    let hourly = Schedule::cron("hourly", "0 * * * *").unwrap();
+    f.worker
+        .schedule(hourly, tally, |_: Tick| vec!["x".to_owned()])
+        .await
+        .unwrap();
+    let list = f.get("/api/schedules").await;
+    assert_eq!(list[0]["name"], "hourly", "{list}");
+    assert_eq!(list[0]["workflow"], "tally");
+    assert_eq!(list[0]["paused"], false);
+    let paused = f.post("/api/schedules/hourly/pause", None, 200).await;
+    assert_eq!(paused, json!({ "schedule": "hourly", "paused": true }));
+    assert!(
+        f.worker.schedules().await.unwrap()[0].paused,
+        "the store has it"
+    );
+    f.post("/api/schedules/hourly/unpause", None, 200).await;
+    assert_eq!(f.get("/api/schedules").await[0]["paused"], false);
+    f.refused(
+        "POST",
+        "/api/schedules/daily/pause",
+        None,
+        404,
+        "unknown_schedule",
+    )
+    .await;
+}

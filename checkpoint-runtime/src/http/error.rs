@@ -48,7 +48,9 @@ impl ApiError {
 /// fails, 500 for the rest.
 pub(crate) fn status_of(e: &Error) -> StatusCode {
     match e {
-        Error::UnknownRun { .. } | Error::UnknownCheckpoint { .. } => StatusCode::NOT_FOUND,
+        Error::UnknownRun { .. }
+        | Error::UnknownCheckpoint { .. }
+        | Error::UnknownSchedule { .. } => StatusCode::NOT_FOUND,
         Error::InvalidId { .. } => StatusCode::BAD_REQUEST,
         Error::SignalPayload { .. } | Error::UnknownSignal { .. } => {
             StatusCode::UNPROCESSABLE_ENTITY

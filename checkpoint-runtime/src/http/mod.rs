@@ -92,6 +92,10 @@
 //!   (each optional) a request the run sees ([`Runtime::request_cancel_with`]).
 //! - `POST /api/runs/{id}/retry`.
 //! - `POST /api/runs/{id}/fork` with `{"seq": N, "new_id": ".."}`: 201.
+//! - `GET /api/schedules`: every stored schedule
+//!   ([`json::schedule_json`](crate::json::schedule_json));
+//!   `POST /api/schedules/{name}/pause` and `.../unpause`: 404
+//!   `unknown_schedule` for a name not stored.
 //!
 //! ```
 //! use checkpoint_runtime::http::{router, Token};
@@ -134,6 +138,7 @@ mod error;
 mod log;
 mod page;
 mod payload;
+mod schedules;
 mod server;
 mod token;
 
@@ -183,6 +188,9 @@ pub fn router(rt: Runtime, token: Token) -> Router {
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/retry", post(api::retry))
         .route("/runs/{id}/fork", post(api::fork))
+        .route("/schedules", get(schedules::list))
+        .route("/schedules/{name}/pause", post(schedules::pause))
+        .route("/schedules/{name}/unpause", post(schedules::unpause))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(rt)

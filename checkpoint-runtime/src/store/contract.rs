@@ -11,6 +11,7 @@ use super::records::{
     CheckpointRecord, ClaimRequest, ClaimResult, Created, GcReport, Lease, NewRun, Outcome,
     Release, Renewed, RunRecord, SignalRecord, SignalSite, Wakeup, WorkerHold,
 };
+use super::ScheduleRecord;
 use crate::history::{Event, HistoryEntry};
 use crate::status::{RunFilter, StatusKind};
 use crate::Error;
@@ -371,4 +372,55 @@ pub trait Store: Send + Sync + 'static {
         let _ = workflow;
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
+
+    /// Stores schedule `rec.name`: a new one as given; over a stored one,
+    /// its workflow and definition only (pause, last tick, last run and
+    /// creation time stay: every worker registers its schedules at start).
+    /// Returns the record now stored. Not fenced. The default refuses:
+    /// this store keeps no schedules.
+    fn put_schedule(&self, rec: ScheduleRecord) -> BoxFuture<'_, Result<ScheduleRecord, Error>> {
+        let _ = rec;
+        Box::pin(std::future::ready(Err(no_schedules(self.kind()))))
+    }
+
+    /// Every stored schedule, by name. The default has none.
+    fn schedules(&self) -> BoxFuture<'_, Result<Vec<ScheduleRecord>, Error>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Pauses or unpauses schedule `name`; `false` when there is none.
+    fn pause_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let _ = (name, paused);
+        Box::pin(std::future::ready(Err(no_schedules(self.kind()))))
+    }
+
+    /// Removes schedule `name` (its runs stay); `false` when there is none.
+    fn delete_schedule<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        let _ = name;
+        Box::pin(std::future::ready(Err(no_schedules(self.kind()))))
+    }
+
+    /// Moves schedule `name`'s last tick from `from` to `to` (and its last
+    /// run to `run`, when given), only if its last tick is still `from`:
+    /// `false` when another worker moved it first, or there is no such
+    /// schedule. This compare-and-set is what makes every tick handled
+    /// once across workers.
+    fn advance_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        from: Option<SystemTime>,
+        to: SystemTime,
+        run: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let _ = (name, from, to, run);
+        Box::pin(std::future::ready(Err(no_schedules(self.kind()))))
+    }
+}
+
+fn no_schedules(kind: &str) -> Error {
+    Error::store(format!("the {kind} store keeps no schedules"))
 }

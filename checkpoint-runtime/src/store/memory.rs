@@ -64,6 +64,8 @@ struct State {
     schemas: HashMap<String, String>,
     /// What each workflow's wait sites take (`put_signal_sites`).
     signal_sites: HashMap<String, BTreeSet<SignalSite>>,
+    /// Schedules by name.
+    schedules: super::ScheduleTable,
     /// Per child run that a joining run waits for: the runs waiting
     /// (`Suspend::Joining`).
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
@@ -914,6 +916,39 @@ impl Store for MemoryStore {
 
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    fn put_schedule(
+        &self,
+        rec: super::ScheduleRecord,
+    ) -> BoxFuture<'_, Result<super::ScheduleRecord, Error>> {
+        ready(Ok(self.lock().schedules.put(rec)))
+    }
+
+    fn schedules(&self) -> BoxFuture<'_, Result<Vec<super::ScheduleRecord>, Error>> {
+        ready(Ok(self.lock().schedules.list()))
+    }
+
+    fn pause_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        ready(Ok(self.lock().schedules.set_paused(name, paused)))
+    }
+
+    fn delete_schedule<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        ready(Ok(self.lock().schedules.delete(name)))
+    }
+
+    fn advance_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        from: Option<SystemTime>,
+        to: SystemTime,
+        run: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        ready(Ok(self.lock().schedules.advance(name, from, to, run)))
     }
 }
 

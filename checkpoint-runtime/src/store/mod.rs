@@ -67,6 +67,7 @@ mod records;
 pub mod rules;
 #[cfg(not(feature = "backend-kit"))]
 pub(crate) mod rules;
+mod schedules;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -88,6 +89,8 @@ pub use records::{
     RunRecord, RunState, SchemaKeys, SignalRecord, SignalSite, Suspend, Wake, WakeValue, Wakeup,
     WorkerHold, LOOP_ITEMS,
 };
+pub use schedules::ScheduleRecord;
+pub(crate) use schedules::ScheduleTable;
 pub use url::{redact_url, StoreUrl};
 
 /// Opens the store `url` names (see [`StoreUrl`]): a fresh in-memory store,

@@ -138,6 +138,16 @@ pub enum Command {
     },
     /// Reclaim storage freed by checkpoint retention.
     Gc,
+    /// List the stored schedules, or pause, unpause or delete one.
+    ///
+    /// Triggering a tick or backfilling a range needs the function that
+    /// makes a tick's input, which only the workflows' program has
+    /// (`Runtime::trigger_schedule`, `Runtime::backfill_schedule`).
+    Schedules {
+        /// What to do (list them when absent).
+        #[command(subcommand)]
+        action: Option<ScheduleAction>,
+    },
     /// Follow a run: print its status and history as they change, until it
     /// completes, fails or is cancelled (or the tool is interrupted).
     ///
@@ -308,4 +318,27 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
     }
+}
+
+/// What `schedules` does to one schedule.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// List every schedule (the default).
+    List,
+    /// No tick fires until it is unpaused (missed ticks follow its catch-up
+    /// policy then).
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Ticks fire again.
+    Unpause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Remove the schedule (its runs stay).
+    Delete {
+        /// The schedule's name.
+        name: String,
+    },
 }

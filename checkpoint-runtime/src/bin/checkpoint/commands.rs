@@ -198,6 +198,7 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
         Command::Retry { id } => retry(rt, &id).await,
         Command::Fork { id, seq, new_id } => fork(rt, &id, seq, &new_id).await,
         Command::Gc => gc(rt).await,
+        Command::Schedules { action } => crate::schedules::run(rt, action, wide).await,
         // They print as they go (`watch`, `serve`) or need no store
         // (`completions`): `main` runs them itself.
         Command::Watch { .. } | Command::Completions { .. } => Err(CliError::new(

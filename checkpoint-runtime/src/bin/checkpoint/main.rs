@@ -139,6 +139,7 @@
 mod args;
 mod commands;
 mod format;
+mod schedules;
 #[cfg(feature = "http")]
 mod serve;
 mod watch;

@@ -43,12 +43,14 @@ mod cancel;
 mod children;
 mod ends;
 mod leases;
+mod schedules;
 mod signals;
 
 pub use cancel::*;
 pub use children::*;
 pub use ends::*;
 pub use leases::*;
+pub use schedules::*;
 pub use signals::*;
 
 /// What a conformance test runs on: a store, and whatever it needs kept
@@ -134,6 +136,8 @@ macro_rules! conformance_tests {
                 a_hard_cancel_after_a_request_cascades_or_abandons,
                 a_renewal_reports_a_cancel_request,
                 a_cancel_request_ends_a_parked_run,
+                schedules_are_kept_and_redefined_without_losing_their_place,
+                a_schedule_tick_is_handled_once,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -300,6 +304,14 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_cancel_request_ends_a_parked_run",
         a_cancel_request_ends_a_parked_run,
+    ),
+    (
+        "schedules_are_kept_and_redefined_without_losing_their_place",
+        schedules_are_kept_and_redefined_without_losing_their_place,
+    ),
+    (
+        "a_schedule_tick_is_handled_once",
+        a_schedule_tick_is_handled_once,
     ),
 ];
 

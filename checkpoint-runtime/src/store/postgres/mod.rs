@@ -117,6 +117,7 @@ mod locked;
 mod notify;
 mod ops;
 mod reads;
+mod schedules;
 mod schema;
 mod signal_sites;
 mod tables;
@@ -739,5 +740,38 @@ impl Store for PostgresStore {
         workflow: &'a str,
     ) -> BoxFuture<'a, Result<Vec<SignalSite>, Error>> {
         Box::pin(signal_sites::read(&self.pool, workflow))
+    }
+
+    fn put_schedule(
+        &self,
+        rec: crate::store::ScheduleRecord,
+    ) -> BoxFuture<'_, Result<crate::store::ScheduleRecord, Error>> {
+        Box::pin(async move { schedules::put(&self.pool, &rec).await })
+    }
+
+    fn schedules(&self) -> BoxFuture<'_, Result<Vec<crate::store::ScheduleRecord>, Error>> {
+        Box::pin(schedules::list(&self.pool))
+    }
+
+    fn pause_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(schedules::set_paused(&self.pool, name, paused))
+    }
+
+    fn delete_schedule<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(schedules::delete(&self.pool, name))
+    }
+
+    fn advance_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        from: Option<SystemTime>,
+        to: SystemTime,
+        run: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(schedules::advance(&self.pool, name, from, to, run))
     }
 }

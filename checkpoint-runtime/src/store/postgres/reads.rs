@@ -290,7 +290,7 @@ impl PostgresStore {
              WHERE n.nspname = current_schema() AND c.relkind = 'r' \
              AND c.relname IN ('cp_runs', 'cp_checkpoints', 'cp_signals', 'cp_history', \
                                'cp_schemas', 'cp_schema_version', 'cp_segments', 'cp_joins', \
-                               'cp_signal_sites')";
+                               'cp_signal_sites', 'cp_schedules')";
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let before: i64 = get(&cx.query_one(SIZE, &[]).await?, 0)?;

@@ -263,8 +263,20 @@ const V11: &str = "CREATE TABLE IF NOT EXISTS cp_signal_sites ( \
 /// whose rules read it.
 const V12: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS cancel_request text;";
 
+/// Version 13: `cp_schedules` (see `Store::put_schedule`): a schedule's
+/// definition (JSON), pause, and the last tick it handled (nanoseconds
+/// since the epoch, as every time here).
+const V13: &str = "CREATE TABLE IF NOT EXISTS cp_schedules ( \
+                       name text PRIMARY KEY, \
+                       workflow text NOT NULL, \
+                       spec text NOT NULL, \
+                       paused boolean NOT NULL DEFAULT false, \
+                       last_tick bigint, \
+                       last_run text, \
+                       created_at bigint NOT NULL);";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -103,6 +103,7 @@ mod ops;
 mod poller;
 mod reads;
 mod runs;
+mod schedules;
 mod signal_sites;
 mod write;
 mod writer;
@@ -675,6 +676,43 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<SignalSite>, Error>> {
         let workflow = workflow.to_owned();
         self.read(move |c| signal_sites::read(c, &workflow))
+    }
+
+    fn put_schedule(
+        &self,
+        rec: crate::store::ScheduleRecord,
+    ) -> BoxFuture<'_, Result<crate::store::ScheduleRecord, Error>> {
+        self.write(move |cx| schedules::put(cx, &rec))
+    }
+
+    fn schedules(&self) -> BoxFuture<'_, Result<Vec<crate::store::ScheduleRecord>, Error>> {
+        self.read(schedules::list)
+    }
+
+    fn pause_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        paused: bool,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let name = name.to_owned();
+        self.write(move |cx| schedules::set_paused(cx, &name, paused))
+    }
+
+    fn delete_schedule<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, Error>> {
+        let name = name.to_owned();
+        self.write(move |cx| schedules::delete(cx, &name))
+    }
+
+    fn advance_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        from: Option<SystemTime>,
+        to: SystemTime,
+        run: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let (name, run) = (name.to_owned(), run.map(str::to_owned));
+        let (from, to) = (from.map(crate::store::sql::ts), crate::store::sql::ts(to));
+        self.write(move |cx| schedules::advance(cx, &name, from, to, run.as_deref()))
     }
 
     fn schemas<'a>(
