@@ -67,6 +67,8 @@ struct State {
     /// Per child run that a joining run waits for: the runs waiting
     /// (`Suspend::Joining`).
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Each run's stream and progress (see `memory_streams`).
+    streams: HashMap<Arc<str>, streams::RunStream>,
 }
 
 struct Entry {
@@ -915,7 +917,41 @@ impl Store for MemoryStore {
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
+
+    fn write_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        write: super::StreamWrite,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_write_stream(id, lease, write))
+    }
+
+    fn stream_items<'a>(
+        &'a self,
+        id: &'a str,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::StreamItem>, Error>> {
+        ready(self.do_stream_items(id, from, limit))
+    }
+
+    fn discard_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        from_seq: u64,
+    ) -> BoxFuture<'a, Result<u64, Error>> {
+        ready(self.do_discard_stream(id, lease, from_seq))
+    }
+
+    fn progress<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        ready(self.do_progress(id))
+    }
 }
+
+#[path = "memory_streams.rs"]
+mod streams;
 
 #[cfg(test)]
 mod tests {

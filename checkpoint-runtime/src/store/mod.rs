@@ -71,6 +71,7 @@ pub(crate) mod rules;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod streams;
 mod url;
 
 use std::sync::Arc;
@@ -88,6 +89,8 @@ pub use records::{
     RunRecord, RunState, SchemaKeys, SignalRecord, SignalSite, Suspend, Wake, WakeValue, Wakeup,
     WorkerHold, LOOP_ITEMS,
 };
+pub(crate) use streams::page_size;
+pub use streams::{StreamItem, StreamWrite, STREAM_PAGE_MAX};
 pub use url::{redact_url, StoreUrl};
 
 /// Opens the store `url` names (see [`StoreUrl`]): a fresh in-memory store,

@@ -43,6 +43,7 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// the schema, append a function; never edit one that has shipped.
 pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8,
+    migrate_v9,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -262,6 +263,26 @@ pub(super) fn migrate_v7(conn: &Connection) -> rusqlite::Result<()> {
 /// as JSON (`CancelRequest::to_json`); NULL when none was made.
 pub(super) fn migrate_v8(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE runs ADD COLUMN cancel_request TEXT;")
+}
+
+/// Version 9: a run's stream (`ctx.emit`: one row per item, with the
+/// checkpoint seq it was emitted after, which a resume discards from) and
+/// progress (`ctx.set_progress`, the latest value), keyed by the run's
+/// `ord`, apart from its checkpoints and history.
+pub(super) fn migrate_v9(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE stream_items (\
+             run INTEGER NOT NULL, \
+             idx INTEGER NOT NULL, \
+             after_seq INTEGER NOT NULL, \
+             value BLOB NOT NULL, \
+             PRIMARY KEY (run, idx)\
+         ); \
+         CREATE TABLE run_progress (\
+             run INTEGER PRIMARY KEY, \
+             value BLOB NOT NULL\
+         );",
+    )
 }
 
 /// Sets the writer connection's pragmas (WAL, `synchronous=FULL`, ...) and
