@@ -44,12 +44,14 @@ mod children;
 mod ends;
 mod leases;
 mod signals;
+mod streams;
 
 pub use cancel::*;
 pub use children::*;
 pub use ends::*;
 pub use leases::*;
 pub use signals::*;
+pub use streams::*;
 
 /// What a conformance test runs on: a store, and whatever it needs kept
 /// alive (a temporary directory, a database schema, a tokio runtime).
@@ -134,6 +136,10 @@ macro_rules! conformance_tests {
                 a_hard_cancel_after_a_request_cascades_or_abandons,
                 a_renewal_reports_a_cancel_request,
                 a_cancel_request_ends_a_parked_run,
+                stream_items_are_appended_and_read_in_pages,
+                a_resume_discards_the_items_emitted_after_its_checkpoint,
+                a_stale_lease_cannot_write_the_stream,
+                progress_is_the_latest_value_and_outlives_the_run,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -300,6 +306,22 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_cancel_request_ends_a_parked_run",
         a_cancel_request_ends_a_parked_run,
+    ),
+    (
+        "stream_items_are_appended_and_read_in_pages",
+        stream_items_are_appended_and_read_in_pages,
+    ),
+    (
+        "a_resume_discards_the_items_emitted_after_its_checkpoint",
+        a_resume_discards_the_items_emitted_after_its_checkpoint,
+    ),
+    (
+        "a_stale_lease_cannot_write_the_stream",
+        a_stale_lease_cannot_write_the_stream,
+    ),
+    (
+        "progress_is_the_latest_value_and_outlives_the_run",
+        progress_is_the_latest_value_and_outlives_the_run,
     ),
 ];
 
