@@ -168,6 +168,7 @@ mod signal_catalog;
 mod signal_types;
 mod status;
 pub mod store;
+mod streams;
 pub mod testing;
 mod type_names;
 mod workflow;
@@ -185,6 +186,7 @@ pub use retry::{RetryError, RetryPolicy};
 pub use runtime::Runtime;
 pub use schema::FieldJson;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
+pub use streams::RunStream;
 pub use type_names::readable_type_name;
 pub use workflow::{IntoWorkflow, Workflow};
 
@@ -198,6 +200,7 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// # let _ = rt;
 /// ```
 pub mod prelude {
+    pub use crate::RunStream;
     pub use crate::{
         checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
         Event, FieldInfo, FieldJson, IntoWorkflow, RetryError, RetryPolicy, RunFilter, RunInfo,
