@@ -294,3 +294,54 @@ async fn a_reader_over_another_postgres_store_sees_live_items() {
     reader_over_another_store_sees_live_items(Arc::new(a), Arc::new(b)).await;
     PostgresStore::drop_schema(&url, &schema).await.unwrap();
 }
+
+/// Emits more in its second segment on the first attempt than on the
+/// next ones (not deterministic, on purpose): what the crashed attempt
+/// stored must not outlive the crash.
+#[workflow(name = "fickle")]
+async fn fickle(ctx: &Ctx) -> u32 {
+    ctx.emit("a");
+    checkpoint!("one");
+    let first = ctx.attempt() == 1;
+    let items: &[&str] = if first { &["x", "y", "z"] } else { &["w"] };
+    for i in items {
+        ctx.emit(i);
+    }
+    // Time for the background flush to store them.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    checkpoint!("two");
+    ctx.emit("end");
+    1
+}
+
+#[tokio::test]
+async fn a_resume_discards_what_the_crashed_segment_stored() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let crash = SimulatedCrash::before_checkpoint(2);
+    let first = crash
+        .install(Runtime::builder().store(store.clone()))
+        .in_memory();
+    first.start(fickle, "f", ()).await.unwrap();
+    within(async {
+        while !crash.fired() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let stored: Vec<u64> = store
+        .stream_items("f", 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.index)
+        .collect();
+    assert_eq!(stored, [0, 1, 2, 3], "the background flush stored them");
+    drop(first);
+    let second = Runtime::builder().store(store.clone()).in_memory();
+    second.register(fickle);
+    assert_eq!(second.handle(fickle, "f").result().await.unwrap(), 1);
+    assert_eq!(
+        read_all(&second, "f", 0).await,
+        [(0, json!("a")), (1, json!("w")), (2, json!("end"))]
+    );
+}
