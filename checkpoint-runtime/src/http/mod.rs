@@ -77,13 +77,19 @@
 //!   `definitions` in Rust syntax and an `example` value, or `null`),
 //!   `actions` (which of signal, cancel, retry, fork apply), `parent` and
 //!   `children` (the runs it spawned, as `runs` lists them), and
-//!   `pending_signals` (stored, not consumed: `name`, `received_at`, `size`).
+//!   `pending_signals` (stored, not consumed: `name`, `received_at`, `size`),
+//!   and `progress` (the latest stored `ctx.set_progress` value, or `null`).
 //! - `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first.
 //! - `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON
 //!   and `diff`, what changed from the version before, field by field
 //!   ([`crate::json::field_diff`]).
 //! - `GET /api/runs/{id}/history?limit=&offset=`: the event log, oldest
 //!   first, one page of `limit` (1,000 unless given, at most 10,000).
+//! - `GET /api/runs/{id}/stream?from=N`: the run's stream
+//!   ([`Runtime::stream`]) as server-sent events from index `N` (else one
+//!   past the `Last-Event-ID` header, else 0): an `item` event per item
+//!   (`id` its index, `data` its JSON), live, then an `end` event when the
+//!   run ends (an `error` event if the store fails).
 //! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body:
 //!   422 `unknown_signal` for a name no wait site of the run's workflow
 //!   takes, unless `?force=true` (see [`Runtime::force_signal`]).
@@ -135,6 +141,7 @@ mod log;
 mod page;
 mod payload;
 mod server;
+mod stream;
 mod token;
 
 use axum::extract::DefaultBodyLimit;
@@ -183,6 +190,7 @@ pub fn router(rt: Runtime, token: Token) -> Router {
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/retry", post(api::retry))
         .route("/runs/{id}/fork", post(api::fork))
+        .route("/runs/{id}/stream", get(stream::stream))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(rt)
