@@ -76,7 +76,7 @@
 //!   the schema the wait site stored for its payload type, with `type`,
 //!   `definitions` in Rust syntax and an `example` value, or `null`),
 //!   `actions` (which of signal, cancel, retry, fork apply), `parent` and
-//!   `children` (the runs it spawned, as `runs` lists them), and
+//!   `children` (the runs it spawned, as `runs` lists them),
 //!   `pending_signals` (stored, not consumed: `name`, `received_at`, `size`),
 //!   and `progress` (the latest stored `ctx.set_progress` value, or `null`).
 //! - `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first.
