@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::run::RunShared;
 use crate::store::{Claimed, StreamWrite, STREAM_PAGE_MAX};
@@ -43,6 +44,9 @@ pub(crate) async fn flush(run: &RunShared, progress: bool) -> Result<(), Error> 
     }
 }
 
+/// How long a background flush waits after the emit that started it.
+const GATHER: Duration = Duration::from_millis(10);
+
 /// After an emit: stores the pending items soon, in a task of its own,
 /// unless one is under way (it stores them too). Without a tokio runtime
 /// the items wait for the next checkpoint.
@@ -56,6 +60,9 @@ pub(crate) fn kick(run: &Arc<RunShared>) {
     };
     let run = run.clone();
     handle.spawn(async move {
+        // A moment for more items (and perhaps the checkpoint, which stores
+        // them itself): one write for many instead of one per item.
+        tokio::time::sleep(GATHER).await;
         loop {
             // A halted execution (a crash, a lost lease) stores no more.
             if run.is_halted() || run.env.crashed() {
