@@ -26,7 +26,7 @@
 //!
 //! - `BENCH_SCALE` scales the SQLite counts (default 1.0; `0.1` for a quick
 //!   look); the counts used are printed in each row;
-//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children,retry,pool`
+//! - `BENCH_ONLY=memory,latency,throughput,short,resume,bytes,rss,checksum,history,children,retry,streams,pool`
 //!   picks sections (`short`: 1,000 short runs started and awaited as the
 //!   README does, see `examples/bench/short.rs`; `checksum`: the cost of a checkpoint's checksums, as a
 //!   share of the durable checkpoint's latency when `latency` runs too;
@@ -104,6 +104,8 @@ mod rss;
 mod short;
 #[path = "bench/stats.rs"]
 mod stats;
+#[path = "bench/streams.rs"]
+mod streams;
 #[path = "bench/throughput.rs"]
 mod throughput;
 #[path = "bench/workloads.rs"]
@@ -206,6 +208,9 @@ async fn main() -> Result<(), BoxError> {
     }
     if want("retry") {
         rows.extend(retry::rows(d, scale).await?);
+    }
+    if want("streams") {
+        rows.extend(streams::rows(d, scale).await?);
     }
     if want("children") {
         let pg = postgres::url(&args);

@@ -162,6 +162,7 @@ impl Inner {
                 registry: registry.clone(),
                 clock: cfg.clock,
                 signal_catalog: Default::default(),
+                streams: Default::default(),
             }),
             instance: Arc::from(new_instance_id()),
             // Bounded so that lease arithmetic on times never overflows.
@@ -824,9 +825,13 @@ async fn drive_in_span(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
                     )
                     .await;
             }
-            match launcher.launch(run.clone(), &claimed) {
-                Launch::Refuse(h) => End::Halted(h),
-                Launch::Run(fut) => run_to_end(&run, fut).await,
+            rt.env.streams.register(&run.id, &run.emitted);
+            match crate::streams::flush::begin(&run, &claimed).await {
+                Err(e) => End::Halted(Halt::from_error(e, false)),
+                Ok(()) => match launcher.launch(run.clone(), &claimed) {
+                    Launch::Refuse(h) => End::Halted(h),
+                    Launch::Run(fut) => stored_stream(&run, run_to_end(&run, fut).await).await,
+                },
             }
         }
     };
@@ -841,9 +846,23 @@ async fn drive_in_span(rt: Arc<Inner>, run: Arc<RunShared>, claimed: Claimed) {
         lock(&rt.parked_tried).insert(run.id.to_string(), seq);
     }
     conclude(&rt, &run, end).await;
+    rt.env.streams.unregister(&run.id, &run.emitted);
     rt.ended.fetch_add(1, Ordering::AcqRel);
     rt.active.remove(&run);
     rt.bump_local();
+}
+
+/// A finished execution's end once what it emitted (and its progress) is
+/// stored: before the run ends, so that a reader that sees it ended has
+/// every item.
+async fn stored_stream(run: &RunShared, end: End) -> End {
+    match end {
+        End::Finished(fin) => match crate::streams::flush::flush(run, true).await {
+            Ok(()) => End::Finished(fin),
+            Err(e) => End::Halted(Halt::from_error(e, false)),
+        },
+        other => other,
+    }
 }
 
 /// What an execution's end is, for the events and metrics.

@@ -45,8 +45,8 @@ use crate::Error;
 /// # Ok(()) }
 /// ```
 pub struct WorkflowHandle<W: Workflow> {
-    rt: Arc<Engine>,
-    id: Arc<str>,
+    pub(crate) rt: Arc<Engine>,
+    pub(crate) id: Arc<str>,
     workflow: W,
 }
 

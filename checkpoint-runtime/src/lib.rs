@@ -171,6 +171,7 @@ mod signal_catalog;
 mod signal_types;
 mod status;
 pub mod store;
+mod streams;
 pub mod testing;
 mod type_names;
 mod workflow;
@@ -189,6 +190,7 @@ pub use runtime::Runtime;
 pub use schedule::{CatchUp, Overlap, Schedule, ScheduleInfo, Tick, MISSED_AFTER};
 pub use schema::FieldJson;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
+pub use streams::RunStream;
 pub use type_names::readable_type_name;
 pub use workflow::{IntoWorkflow, Workflow};
 
@@ -202,6 +204,7 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// # let _ = rt;
 /// ```
 pub mod prelude {
+    pub use crate::RunStream;
     pub use crate::{
         checkpoint, workflow, CancelChildren, CatchUp, CheckpointInfo, Child, ChildError, Clock,
         Ctx, Error, Event, FieldInfo, FieldJson, IntoWorkflow, Overlap, RetryError, RetryPolicy,

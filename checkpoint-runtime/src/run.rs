@@ -77,6 +77,9 @@ pub(crate) struct RunEnv {
     /// What this runtime's workflows' wait sites take, on its way to the
     /// store (see [`crate::signal_catalog`]).
     pub(crate) signal_catalog: crate::signal_catalog::Catalog,
+    /// The items this runtime's executions emitted and did not store yet,
+    /// by run, for readers in this process (see [`crate::streams`]).
+    pub(crate) streams: crate::streams::live::Hub,
 }
 
 impl RunEnv {
@@ -172,6 +175,8 @@ pub(crate) struct RunShared {
     /// The cancel request with the earliest grace deadline this execution
     /// learnt of (see [`RunShared::grace_over`]).
     cancel_request: watch::Sender<Option<CancelRequest>>,
+    /// What `ctx.emit` and `ctx.set_progress` queued and is not stored yet.
+    pub(crate) emitted: Arc<crate::streams::live::Emitted>,
 }
 
 impl RunShared {
@@ -199,6 +204,7 @@ impl RunShared {
             probe: false,
             cancel: Mutex::new(None),
             cancel_request: watch::channel(None).0,
+            emitted: Arc::default(),
         }
     }
 

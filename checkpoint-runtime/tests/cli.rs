@@ -1449,3 +1449,49 @@ async fn schedules_are_listed_paused_unpaused_and_deleted() {
     f.ok(&["schedules", "delete", "nightly"]);
     assert_eq!(f.ok(&["schedules"]), "no schedules\n");
 }
+
+#[workflow]
+async fn chatter(ctx: &Ctx, n: u32) -> u32 {
+    for i in 0..n {
+        ctx.emit(&json!({ "token": format!("t{i}") }));
+        checkpoint!("token");
+    }
+    n
+}
+
+#[tokio::test]
+async fn tail_prints_a_runs_stream_from_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stream.db");
+    let store = path.to_str().unwrap();
+    let rt = Runtime::open(store).await.unwrap();
+    rt.start(chatter, "chat-1", 4)
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    let out = cli(Some(store), &["tail", "chat-1"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        "0\t{\"token\":\"t0\"}\n1\t{\"token\":\"t1\"}\n2\t{\"token\":\"t2\"}\n3\t{\"token\":\"t3\"}\n"
+    );
+    let out = cli(Some(store), &["--json", "tail", "chat-1", "--from", "2"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            json!({ "index": 2, "item": { "token": "t2" } }),
+            json!({ "index": 3, "item": { "token": "t3" } }),
+        ]
+    );
+    let out = cli(Some(store), &["tail", "chat-2"]);
+    let err = expect_failure(&out, 1, &["tail", "chat-2"]);
+    assert!(err.contains("chat-2"), "{err}");
+}

@@ -267,6 +267,7 @@ const ROUTES: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/api/runs/vendor-42/checkpoints", None),
     ("GET", "/api/runs/vendor-42/checkpoints/1", None),
     ("GET", "/api/runs/vendor-42/history", None),
+    ("GET", "/api/runs/tally-1/stream", None),
     (
         "POST",
         "/api/runs/vendor-42/signals/finance_approval",
@@ -1348,6 +1349,92 @@ async fn schedules_are_listed_paused_and_unpaused() {
         None,
         404,
         "unknown_schedule",
+    )
+    .await;
+}
+
+#[workflow]
+async fn narrate(ctx: &Ctx, n: u32) -> u32 {
+    for i in 0..n {
+        ctx.emit(&json!({ "line": i }));
+        ctx.set_progress(&json!({ "done": i + 1, "total": n }));
+        checkpoint!("line");
+    }
+    let _: () = ctx.wait_for("close").await;
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_stream_is_served_as_events_and_its_progress_in_its_json() {
+    let worker = Runtime::in_memory();
+    worker.start(narrate, "story-1", 3).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let client = Runtime::builder()
+        .worker_id("http")
+        .store(worker.store())
+        .client_only()
+        .in_memory();
+    let f = Fixture::serve(worker, router(client, Token::new(TOKEN).unwrap())).await;
+    let run = f.get("/api/runs/story-1").await;
+    assert_eq!(run["progress"], json!({ "done": 3, "total": 3 }));
+    // Waiting: the events come, the response goes on.
+    let mut response = f
+        .request("GET", "/api/runs/story-1/stream?from=1", None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut body = String::new();
+    while body.matches("event: item").count() < 2 {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("the events come while the run waits")
+            .unwrap()
+            .expect("the response goes on");
+        body.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(
+        body.contains("event: item\nid: 1\ndata: {\"line\":1}\n"),
+        "{body}"
+    );
+    assert!(body.contains("id: 2"), "{body}");
+    assert!(
+        !body.contains("id: 0") && !body.contains("event: end"),
+        "{body}"
+    );
+    // The run ends: so does the response, with an `end` event.
+    f.worker.signal("story-1", "close", &()).await.unwrap();
+    let rest = tokio::time::timeout(Duration::from_secs(10), response.text())
+        .await
+        .expect("the response ends with the run")
+        .unwrap();
+    assert!(rest.contains("event: end"), "{rest}");
+    // A browser reconnecting with `Last-Event-ID` starts after it.
+    let again = f
+        .request("GET", "/api/runs/story-1/stream", None)
+        .header("Last-Event-ID", "1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        again.contains("id: 2") && !again.contains("id: 1\n"),
+        "{again}"
+    );
+    f.refused("GET", "/api/runs/nope/stream", None, 404, "unknown_run")
+        .await;
+    f.refused(
+        "GET",
+        "/api/runs/story-1/stream?from=-1",
+        None,
+        400,
+        "invalid_query",
     )
     .await;
 }

@@ -189,6 +189,11 @@ impl Frame {
         if let Some((_, true)) = numbered {
             match self.stop(Halt::Crash).await {}
         }
+        // The items emitted since the last checkpoint, and the progress,
+        // are durable with this one.
+        if let Err(e) = crate::streams::flush::flush(&self.run, true).await {
+            match self.halt(e).await {}
+        }
         let seq = cp.seq;
         let size = cp.data.len();
         let saved = cp.clone();

@@ -205,6 +205,12 @@ pub(crate) async fn get_run(
     let info = crate::inspect::run_info(record.clone());
     let mut v = run_json(&info);
     (v["input"], v["output"]) = crate::json::input_output_json(&record);
+    // The latest stored progress (`ctx.set_progress`), as JSON; null if none.
+    v["progress"] = store
+        .progress(&id)
+        .await?
+        .and_then(|p| serde_json::from_slice(&p).ok())
+        .unwrap_or(Value::Null);
 
     // The latest checkpoint: its summary and fields; a damaged one is
     // reported in place so that the rest of the run can still be seen.

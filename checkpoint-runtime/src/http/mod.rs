@@ -76,14 +76,20 @@
 //!   the schema the wait site stored for its payload type, with `type`,
 //!   `definitions` in Rust syntax and an `example` value, or `null`),
 //!   `actions` (which of signal, cancel, retry, fork apply), `parent` and
-//!   `children` (the runs it spawned, as `runs` lists them), and
-//!   `pending_signals` (stored, not consumed: `name`, `received_at`, `size`).
+//!   `children` (the runs it spawned, as `runs` lists them),
+//!   `pending_signals` (stored, not consumed: `name`, `received_at`, `size`),
+//!   and `progress` (the latest stored `ctx.set_progress` value, or `null`).
 //! - `GET /api/runs/{id}/checkpoints`: the kept versions, oldest first.
 //! - `GET /api/runs/{id}/checkpoints/{seq}`: one version's fields as JSON
 //!   and `diff`, what changed from the version before, field by field
 //!   ([`crate::json::field_diff`]).
 //! - `GET /api/runs/{id}/history?limit=&offset=`: the event log, oldest
 //!   first, one page of `limit` (1,000 unless given, at most 10,000).
+//! - `GET /api/runs/{id}/stream?from=N`: the run's stream
+//!   ([`Runtime::stream`]) as server-sent events from index `N` (else one
+//!   past the `Last-Event-ID` header, else 0): an `item` event per item
+//!   (`id` its index, `data` its JSON), live, then an `end` event when the
+//!   run ends (an `error` event if the store fails).
 //! - `POST /api/runs/{id}/signals/{name}` with the payload as the JSON body:
 //!   422 `unknown_signal` for a name no wait site of the run's workflow
 //!   takes, unless `?force=true` (see [`Runtime::force_signal`]).
@@ -140,6 +146,7 @@ mod page;
 mod payload;
 mod schedules;
 mod server;
+mod stream;
 mod token;
 
 use axum::extract::DefaultBodyLimit;
@@ -191,6 +198,7 @@ pub fn router(rt: Runtime, token: Token) -> Router {
         .route("/schedules", get(schedules::list))
         .route("/schedules/{name}/pause", post(schedules::pause))
         .route("/schedules/{name}/unpause", post(schedules::unpause))
+        .route("/runs/{id}/stream", get(stream::stream))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(rt)

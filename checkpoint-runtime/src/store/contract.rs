@@ -419,6 +419,63 @@ pub trait Store: Send + Sync + 'static {
         let _ = (name, from, to, run);
         Box::pin(std::future::ready(Err(no_schedules(self.kind()))))
     }
+
+    /// Stores `write` for run `id` (see [`StreamWrite`](super::StreamWrite)):
+    /// its items (an index stored already is replaced) and its progress
+    /// (when set; latest value wins). Fenced: a worker that lost its lease
+    /// cannot write ([`rules::streams::may_write`](super::rules::streams::may_write)).
+    /// Durable once `Ok`. A backend written before this method existed
+    /// refuses it.
+    fn write_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        write: super::StreamWrite,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = (lease, write);
+        Box::pin(futures::future::ready(Err(Error::store(format!(
+            "this store ({}) cannot store the stream of run `{id}`",
+            self.kind()
+        )))))
+    }
+
+    /// The stored items of run `id`'s stream from index `from` on, in index
+    /// order, at most `limit` of them (and never more than
+    /// [`STREAM_PAGE_MAX`](super::STREAM_PAGE_MAX)): a stream is read in
+    /// pages. [`Error::UnknownRun`] if the run does not exist. The default
+    /// has none.
+    fn stream_items<'a>(
+        &'a self,
+        id: &'a str,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::StreamItem>, Error>> {
+        let _ = (id, from, limit);
+        Box::pin(futures::future::ready(Ok(Vec::new())))
+    }
+
+    /// Prepares run `id`'s stream for a resume from checkpoint `from_seq`
+    /// (0: from its input): deletes the items emitted since that checkpoint
+    /// ([`rules::streams::kept_on_resume`](super::rules::streams::kept_on_resume)),
+    /// which the resumed segment emits again, and returns the index the next
+    /// item gets ([`rules::streams::next_index`](super::rules::streams::next_index)).
+    /// Fenced. The default keeps nothing and answers 0.
+    fn discard_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        from_seq: u64,
+    ) -> BoxFuture<'a, Result<u64, Error>> {
+        let _ = (id, lease, from_seq);
+        Box::pin(futures::future::ready(Ok(0)))
+    }
+
+    /// Run `id`'s latest stored progress (JSON), `None` if none was stored.
+    /// [`Error::UnknownRun`] if the run does not exist. The default has none.
+    fn progress<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        let _ = id;
+        Box::pin(futures::future::ready(Ok(None)))
+    }
 }
 
 fn no_schedules(kind: &str) -> Error {

@@ -72,6 +72,7 @@ mod schedules;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod streams;
 mod url;
 
 use std::sync::Arc;
@@ -91,6 +92,8 @@ pub use records::{
 };
 pub use schedules::ScheduleRecord;
 pub(crate) use schedules::ScheduleTable;
+pub(crate) use streams::page_size;
+pub use streams::{StreamItem, StreamWrite, STREAM_PAGE_MAX};
 pub use url::{redact_url, StoreUrl};
 
 /// Opens the store `url` names (see [`StoreUrl`]): a fresh in-memory store,

@@ -22,6 +22,7 @@ mod compatibility;
 mod harness;
 mod runs;
 mod signals;
+mod streams;
 mod timers;
 mod workers;
 mod workflows;

@@ -160,6 +160,19 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
         interval: Duration,
     },
+    /// Print a run's stream (what its workflow emitted with `ctx.emit`),
+    /// from index --from on, live as it comes, until the run ends.
+    ///
+    /// One item a line: `INDEX<TAB>JSON`, or with --json
+    /// `{"index": .., "item": ..}`. After a crash a reader that starts again
+    /// with --from its next index sees each index once.
+    Tail {
+        /// The run id.
+        id: String,
+        /// The first index to print.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        from: u64,
+    },
     /// Serve a JSON API and a web page on the store, behind a bearer token.
     ///
     /// The token is CHECKPOINT_TOKEN, or a random one printed at start.

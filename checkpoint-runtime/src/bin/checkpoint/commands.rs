@@ -201,6 +201,10 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
         Command::Schedules { action } => crate::schedules::run(rt, action, wide).await,
         // They print as they go (`watch`, `serve`) or need no store
         // (`completions`): `main` runs them itself.
+        Command::Tail { .. } => Err(CliError::new(
+            "internal",
+            "`tail` does not run through `commands::run`",
+        )),
         Command::Watch { .. } | Command::Completions { .. } => Err(CliError::new(
             "internal",
             "`watch` and `completions` do not run through `commands::run`",

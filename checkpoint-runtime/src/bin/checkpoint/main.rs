@@ -142,6 +142,7 @@ mod format;
 mod schedules;
 #[cfg(feature = "http")]
 mod serve;
+mod tail;
 mod watch;
 
 use std::io::Write;
@@ -214,6 +215,9 @@ async fn execute(cli: Cli) -> Result<ExitCode, CliError> {
     let rt = commands::open(&url).await?;
     // The runtime (and its store's threads) is dropped before returning.
     match cli.command {
+        Command::Tail { id, from } => {
+            tail::tail(&rt, &id, from, cli.json, &mut std::io::stdout().lock()).await
+        }
         Command::Watch { id, interval } => {
             watch::watch(&rt, &id, interval, cli.json, &mut std::io::stdout().lock()).await
         }

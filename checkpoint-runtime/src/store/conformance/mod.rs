@@ -45,6 +45,7 @@ mod ends;
 mod leases;
 mod schedules;
 mod signals;
+mod streams;
 
 pub use cancel::*;
 pub use children::*;
@@ -52,6 +53,7 @@ pub use ends::*;
 pub use leases::*;
 pub use schedules::*;
 pub use signals::*;
+pub use streams::*;
 
 /// What a conformance test runs on: a store, and whatever it needs kept
 /// alive (a temporary directory, a database schema, a tokio runtime).
@@ -138,6 +140,10 @@ macro_rules! conformance_tests {
                 a_cancel_request_ends_a_parked_run,
                 schedules_are_kept_and_redefined_without_losing_their_place,
                 a_schedule_tick_is_handled_once,
+                stream_items_are_appended_and_read_in_pages,
+                a_resume_discards_the_items_emitted_after_its_checkpoint,
+                a_stale_lease_cannot_write_the_stream,
+                progress_is_the_latest_value_and_outlives_the_run,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -312,6 +318,22 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_schedule_tick_is_handled_once",
         a_schedule_tick_is_handled_once,
+    ),
+    (
+        "stream_items_are_appended_and_read_in_pages",
+        stream_items_are_appended_and_read_in_pages,
+    ),
+    (
+        "a_resume_discards_the_items_emitted_after_its_checkpoint",
+        a_resume_discards_the_items_emitted_after_its_checkpoint,
+    ),
+    (
+        "a_stale_lease_cannot_write_the_stream",
+        a_stale_lease_cannot_write_the_stream,
+    ),
+    (
+        "progress_is_the_latest_value_and_outlives_the_run",
+        progress_is_the_latest_value_and_outlives_the_run,
     ),
 ];
 

@@ -120,6 +120,7 @@ mod reads;
 mod schedules;
 mod schema;
 mod signal_sites;
+mod streams;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -773,5 +774,36 @@ impl Store for PostgresStore {
         run: Option<&'a str>,
     ) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(schedules::advance(&self.pool, name, from, to, run))
+    }
+
+    fn write_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        write: super::StreamWrite,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(streams::write(&self.pool, id, lease, write))
+    }
+
+    fn stream_items<'a>(
+        &'a self,
+        id: &'a str,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::StreamItem>, Error>> {
+        Box::pin(streams::items(&self.pool, id, from, limit))
+    }
+
+    fn discard_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        from_seq: u64,
+    ) -> BoxFuture<'a, Result<u64, Error>> {
+        Box::pin(streams::discard(&self.pool, id, lease, from_seq))
+    }
+
+    fn progress<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        Box::pin(streams::progress(&self.pool, id))
     }
 }

@@ -275,8 +275,22 @@ const V13: &str = "CREATE TABLE IF NOT EXISTS cp_schedules ( \
                        last_run text, \
                        created_at bigint NOT NULL);";
 
+/// Version 14: a run's stream (`ctx.emit`: one row per item, with the
+/// checkpoint seq it was emitted after, which a resume discards from) and
+/// progress (`ctx.set_progress`, the latest value), apart from its
+/// checkpoints and history.
+const V14: &str = "CREATE TABLE IF NOT EXISTS cp_stream_items ( \
+                       run text NOT NULL REFERENCES cp_runs (id) ON DELETE CASCADE, \
+                       idx bigint NOT NULL, \
+                       after_seq bigint NOT NULL, \
+                       value bytea NOT NULL, \
+                       PRIMARY KEY (run, idx)); \
+                   CREATE TABLE IF NOT EXISTS cp_run_progress ( \
+                       run text PRIMARY KEY REFERENCES cp_runs (id) ON DELETE CASCADE, \
+                       value bytea NOT NULL);";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

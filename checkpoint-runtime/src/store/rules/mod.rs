@@ -61,6 +61,7 @@ use crate::history::Event;
 
 mod change;
 mod children;
+pub mod streams;
 use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;

@@ -240,6 +240,7 @@ fn rows_written_before_checksums_still_load() {
              DROP TABLE joins; DROP INDEX runs_parent; ALTER TABLE runs DROP COLUMN parent; \
              ALTER TABLE runs DROP COLUMN join_pending; \
              ALTER TABLE runs DROP COLUMN cancel_request; \
+             DROP TABLE stream_items; DROP TABLE run_progress; DROP TABLE schedules; \
              PRAGMA user_version = 1",
         )
         .unwrap();

@@ -470,6 +470,7 @@ fn a_version_3_file_opens_and_its_fields_start_appending() {
              DROP TABLE segments; DROP TABLE signal_sites; DROP TABLE joins; DROP INDEX runs_parent; \
              ALTER TABLE runs DROP COLUMN parent; ALTER TABLE runs DROP COLUMN join_pending; \
              ALTER TABLE runs DROP COLUMN cancel_request; \
+             DROP TABLE stream_items; DROP TABLE run_progress; DROP TABLE schedules; \
              PRAGMA user_version = 3",
         )
         .unwrap();

@@ -42,8 +42,16 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// to version `i + 1`. The current version is `MIGRATIONS.len()`. To change
 /// the schema, append a function; never edit one that has shipped.
 pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
-    migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8,
+    migrate_v1,
+    migrate_v2,
+    migrate_v3,
+    migrate_v4,
+    migrate_v5,
+    migrate_v6,
+    migrate_v7,
+    migrate_v8,
     migrate_v9,
+    migrate_v10,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -279,6 +287,26 @@ pub(super) fn migrate_v9(conn: &Connection) -> rusqlite::Result<()> {
              last_run TEXT, \
              created_at INTEGER NOT NULL\
          ) WITHOUT ROWID;",
+    )
+}
+
+/// Version 10: a run's stream (`ctx.emit`: one row per item, with the
+/// checkpoint seq it was emitted after, which a resume discards from) and
+/// progress (`ctx.set_progress`, the latest value), keyed by the run's
+/// `ord`, apart from its checkpoints and history.
+pub(super) fn migrate_v10(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE stream_items (\
+             run INTEGER NOT NULL, \
+             idx INTEGER NOT NULL, \
+             after_seq INTEGER NOT NULL, \
+             value BLOB NOT NULL, \
+             PRIMARY KEY (run, idx)\
+         ); \
+         CREATE TABLE run_progress (\
+             run INTEGER PRIMARY KEY, \
+             value BLOB NOT NULL\
+         );",
     )
 }
 

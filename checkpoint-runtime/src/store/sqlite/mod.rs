@@ -105,6 +105,7 @@ mod reads;
 mod runs;
 mod schedules;
 mod signal_sites;
+mod streams;
 mod write;
 mod writer;
 
@@ -768,6 +769,41 @@ impl Store for SqliteStore {
             task.await
                 .map_err(|e| Error::internal(format!("sqlite worker lock task: {e}")))?
         })
+    }
+
+    fn write_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        write: super::StreamWrite,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let (id, lease) = (id.to_owned(), lease.clone());
+        self.write(move |cx| streams::write(cx, &id, &lease, write))
+    }
+
+    fn stream_items<'a>(
+        &'a self,
+        id: &'a str,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::StreamItem>, Error>> {
+        let id = id.to_owned();
+        self.read(move |c| streams::items(c, &id, from, limit))
+    }
+
+    fn discard_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        from_seq: u64,
+    ) -> BoxFuture<'a, Result<u64, Error>> {
+        let (id, lease) = (id.to_owned(), lease.clone());
+        self.write(move |cx| streams::discard(cx, &id, &lease, from_seq))
+    }
+
+    fn progress<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        let id = id.to_owned();
+        self.read(move |c| streams::progress(c, &id))
     }
 }
 

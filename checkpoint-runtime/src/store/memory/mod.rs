@@ -69,6 +69,8 @@ struct State {
     /// Per child run that a joining run waits for: the runs waiting
     /// (`Suspend::Joining`).
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Each run's stream and progress (see `memory_streams`).
+    streams: HashMap<Arc<str>, streams::RunStream>,
 }
 
 struct Entry {
@@ -950,26 +952,40 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<bool, Error>> {
         ready(Ok(self.lock().schedules.advance(name, from, to, run)))
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::MemoryStore;
-    use crate::store::conformance::{conformance_tests, Fixture};
-    use crate::store::Store;
-
-    impl Fixture for MemoryStore {
-        fn store(&self) -> &dyn Store {
-            self
-        }
-
-        fn lose_checkpoint(&self, run: &str, seq: u64) {
-            let mut st = self.lock();
-            if let Some(e) = st.runs.get_mut(run) {
-                e.checkpoints.retain(|c| c.seq != seq);
-            }
-        }
+    fn write_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        write: super::StreamWrite,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        ready(self.do_write_stream(id, lease, write))
     }
 
-    conformance_tests!(|_test: &str| Some(MemoryStore::new()));
+    fn stream_items<'a>(
+        &'a self,
+        id: &'a str,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::StreamItem>, Error>> {
+        ready(self.do_stream_items(id, from, limit))
+    }
+
+    fn discard_stream<'a>(
+        &'a self,
+        id: &'a str,
+        lease: &'a Lease,
+        from_seq: u64,
+    ) -> BoxFuture<'a, Result<u64, Error>> {
+        ready(self.do_discard_stream(id, lease, from_seq))
+    }
+
+    fn progress<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        ready(self.do_progress(id))
+    }
 }
+
+mod streams;
+
+#[cfg(test)]
+mod tests;
