@@ -305,6 +305,7 @@ async fn stale_owner_is_fenced() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     })
     .await
     .unwrap();

@@ -79,6 +79,7 @@ fn build(store: &SqliteStore, n: usize) {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .expect("create");
     let claimed = block_on(store.claim(&ClaimRequest {

@@ -137,6 +137,7 @@ pub fn run_json(r: &RunInfo) -> Value {
 /// store.create_run(NewRun {
 ///     id: "r".into(), workflow: "wf".into(), input: Arc::from(&b"[1,2]"[..]),
 ///     version: 1, trace: None, parent: None, max_running: None,
+///     options: Default::default(),
 /// }).await.unwrap();
 /// let run = store.load_run("r").await.unwrap().unwrap();
 /// assert_eq!(input_output_json(&run), (serde_json::json!([1, 2]), serde_json::Value::Null));

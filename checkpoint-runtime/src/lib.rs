@@ -166,6 +166,8 @@ mod save;
 pub mod schema;
 mod signal_catalog;
 mod signal_types;
+mod start_options;
+mod start_with;
 mod status;
 pub mod store;
 pub mod testing;
@@ -184,6 +186,7 @@ pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
 pub use retry::{RetryError, RetryPolicy};
 pub use runtime::Runtime;
 pub use schema::FieldJson;
+pub use start_options::StartOptions;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
 pub use type_names::readable_type_name;
 pub use workflow::{IntoWorkflow, Workflow};
@@ -198,6 +201,7 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// # let _ = rt;
 /// ```
 pub mod prelude {
+    pub use crate::StartOptions;
     pub use crate::{
         checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
         Event, FieldInfo, FieldJson, IntoWorkflow, RetryError, RetryPolicy, RunFilter, RunInfo,

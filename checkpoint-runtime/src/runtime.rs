@@ -15,7 +15,7 @@ use crate::signal_types;
 use crate::status::RunFilter;
 use crate::store::{CancelRequest, Created, GcReport, NewRun, RunRecord, RunState, Store, Suspend};
 use crate::workflow::{IntoWorkflow, Workflow};
-use crate::Error;
+use crate::{Error, StartOptions};
 
 /// Runs workflows: starts them, executes and resumes them, delivers signals,
 /// and answers questions about runs.
@@ -173,7 +173,20 @@ impl Runtime {
         id: &str,
         input_json: Vec<u8>,
     ) -> Result<WorkflowHandle<W>, Error> {
+        self.start_encoded_with(workflow, id, input_json, StartOptions::default())
+            .await
+    }
+
+    /// [`Runtime::start_encoded`] with start options (see `start_with.rs`).
+    pub(crate) async fn start_encoded_with<W: Workflow>(
+        &self,
+        workflow: W,
+        id: &str,
+        input_json: Vec<u8>,
+        options: StartOptions,
+    ) -> Result<WorkflowHandle<W>, Error> {
         validate_id(id)?;
+        options.validate(id)?;
         self.inner.register(workflow);
         self.inner
             .env
@@ -192,6 +205,7 @@ impl Runtime {
                 trace: self.inner.env.trace.as_ref().and_then(|p| p.current()),
                 parent: None,
                 max_running: None,
+                options,
             })
             .await?;
         if let Created::Existing(run) = created {

@@ -272,6 +272,7 @@ async fn store_alone(
             trace: None,
             parent: None,
             max_running: None,
+            options: Default::default(),
         })
         .await?;
     let claimed = store

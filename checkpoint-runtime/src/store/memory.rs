@@ -668,6 +668,7 @@ impl Store for MemoryStore {
                         .parent
                         .as_ref()
                         .is_none_or(|p| e.rec.parent.as_deref() == Some(p.as_str()))
+                    && filter.tags_match(&e.rec.tags)
             })
             .map(|e| (e.order, e.rec.clone()))
             .collect();

@@ -3,6 +3,7 @@
 //! bottom of the store (`records ← rules ← backends ← store::open`).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::Status;
 use crate::Error;
+use crate::StartOptions;
 
 /// What the parts of a damaged record that could not be read are named
 /// in errors and listings.
@@ -72,6 +74,12 @@ pub struct RunRecord {
     /// set by [`rules::request_cancel`](super::rules::request_cancel) and
     /// never cleared: the run ends `Cancelled` once it is set.
     pub cancel: Option<CancelRequest>,
+    /// Its tags ([`StartOptions::tags`]), set when it was created.
+    pub tags: BTreeMap<String, String>,
+    /// Its queue ([`StartOptions::queue`]), set when it was created.
+    pub queue: Option<String>,
+    /// Its priority in its queue ([`StartOptions::priority`]).
+    pub priority: i32,
 }
 
 /// A cancel request stored on a run (see [`RunRecord::cancel`]): the run's
@@ -723,6 +731,9 @@ pub struct NewRun {
     /// running (not ended, not held) at once; created beyond it, the run is
     /// [`RunState::Held`] (see [`Ctx::spawn_limited`](crate::Ctx::spawn_limited)).
     pub max_running: Option<u32>,
+    /// Its tags, queue, priority and start time (see [`StartOptions`]);
+    /// [`StartOptions::default`] for none.
+    pub options: StartOptions,
 }
 
 /// What [`Store::create_run`](super::Store::create_run) did.

@@ -367,6 +367,7 @@ pub(crate) fn new_run(store: &dyn Store, id: &str) {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     assert!(matches!(r, Created::New));

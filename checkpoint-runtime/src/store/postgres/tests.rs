@@ -858,6 +858,7 @@ fn notifications_reach_other_stores() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     let changed =
@@ -2796,6 +2797,7 @@ fn starts_at_the_same_time_share_statements_and_answer_each() {
             trace: None,
             parent: None,
             max_running: None,
+            options: Default::default(),
         };
         let f = store.create_run(run);
         async move { (id, f.await) }
@@ -2880,6 +2882,7 @@ fn ends_at_the_same_time_share_transactions_and_answer_each() {
         trace: None,
         parent: Some("r000".into()),
         max_running: None,
+        options: Default::default(),
     };
     block_on(store.create_run(child.clone())).unwrap();
     // r121, spawned with a bound of one running child, is held until r120
@@ -2887,6 +2890,7 @@ fn ends_at_the_same_time_share_transactions_and_answer_each() {
     let held = crate::store::NewRun {
         id: "r121".into(),
         max_running: Some(1),
+        options: Default::default(),
         ..child
     };
     block_on(store.create_run(held)).unwrap();

@@ -37,6 +37,7 @@
 //!     trace: None,
 //!     parent: None,
 //!     max_running: None,
+//!     options: Default::default(),
 //! };
 //! let (mut rec, created) = rules::create(run, 0, SystemTime::now());
 //! assert_eq!(rec.state, RunState::Ready);
@@ -61,6 +62,7 @@ use crate::history::Event;
 
 mod change;
 mod children;
+mod start;
 use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;
@@ -73,8 +75,9 @@ pub use children::{child_outcome, joined_payload};
 /// never claimed, no checkpoint yet; ready, or held when it is a child
 /// created with `max_running` and `running` of its parent's children (not
 /// ended, not held; the backend counts them, only for such a child) fill
-/// the bound. Returns it with its `Started` event and, for a child, the
-/// parent's `ChildSpawned`.
+/// the bound. Its [`NewRun::options`] are stored with it: a ready run with
+/// a start time sleeps until then. Returns it with its `Started` event and,
+/// for a child, the parent's `ChildSpawned`.
 pub fn create(run: NewRun, running: usize, now: SystemTime) -> (RunRecord, Change) {
     let started = Event::Started {
         workflow: run.workflow.clone(),
@@ -89,6 +92,7 @@ pub fn create(run: NewRun, running: usize, now: SystemTime) -> (RunRecord, Chang
     let mut rec = started_run(run.id, run.workflow, run.input, state, 0, now);
     rec.version = run.version.max(1);
     rec.parent = run.parent;
+    start::apply_options(&mut rec, run.options);
     let elsewhere = rec.parent.clone().map(|p| {
         let spawned = Event::ChildSpawned {
             child: rec.id.clone(),
@@ -182,6 +186,9 @@ fn started_run(
         version: 1,
         parent: None,
         cancel: None,
+        tags: Default::default(),
+        queue: None,
+        priority: 0,
     }
 }
 

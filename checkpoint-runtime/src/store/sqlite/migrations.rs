@@ -43,6 +43,7 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 /// the schema, append a function; never edit one that has shipped.
 pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     migrate_v1, migrate_v2, migrate_v3, migrate_v4, migrate_v5, migrate_v6, migrate_v7, migrate_v8,
+    migrate_v9,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -262,6 +263,17 @@ pub(super) fn migrate_v7(conn: &Connection) -> rusqlite::Result<()> {
 /// as JSON (`CancelRequest::to_json`); NULL when none was made.
 pub(super) fn migrate_v8(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("ALTER TABLE runs ADD COLUMN cancel_request TEXT;")
+}
+
+/// Version 9: a run's start options (`StartOptions`): its tags, a JSON
+/// object of strings (NULL: none), its queue and its priority. Written
+/// once, with the run.
+pub(super) fn migrate_v9(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE runs ADD COLUMN tags TEXT; \
+         ALTER TABLE runs ADD COLUMN queue TEXT; \
+         ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;",
+    )
 }
 
 /// Sets the writer connection's pragmas (WAL, `synchronous=FULL`, ...) and

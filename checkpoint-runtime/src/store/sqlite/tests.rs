@@ -160,6 +160,7 @@ fn create_load_and_list_runs() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     let again = block_on(store.create_run(NewRun {
@@ -170,6 +171,7 @@ fn create_load_and_list_runs() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     let Created::Existing(rec) = again else {
@@ -1012,6 +1014,7 @@ fn group_commit_batches_requests() {
                 trace: None,
                 parent: None,
                 max_running: None,
+                options: Default::default(),
             })
         })
         .collect();
@@ -1023,6 +1026,7 @@ fn group_commit_batches_requests() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     });
     for f in futures {
         assert!(matches!(block_on(f).unwrap(), Created::New));
@@ -1246,6 +1250,7 @@ async fn subscribers_hear_local_and_remote_changes() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     })
     .await
     .unwrap();
@@ -1273,6 +1278,7 @@ fn busy_database_is_retried() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     });
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -1534,6 +1540,7 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
                 trace: None,
                 parent: None,
                 max_running: None,
+                options: Default::default(),
             };
             let (job, replied) = request(false, move |cx| op_create(cx, run));
             tx.send(Msg::Job(job)).unwrap();
