@@ -44,12 +44,14 @@ mod children;
 mod ends;
 mod leases;
 mod signals;
+mod start_options;
 
 pub use cancel::*;
 pub use children::*;
 pub use ends::*;
 pub use leases::*;
 pub use signals::*;
+pub use start_options::*;
 
 /// What a conformance test runs on: a store, and whatever it needs kept
 /// alive (a temporary directory, a database schema, a tokio runtime).
@@ -134,6 +136,9 @@ macro_rules! conformance_tests {
                 a_hard_cancel_after_a_request_cascades_or_abandons,
                 a_renewal_reports_a_cancel_request,
                 a_cancel_request_ends_a_parked_run,
+                start_options_are_stored_with_the_run,
+                runs_are_filtered_by_tags,
+                a_run_is_not_claimed_before_its_start_time,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -300,6 +305,15 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_cancel_request_ends_a_parked_run",
         a_cancel_request_ends_a_parked_run,
+    ),
+    (
+        "start_options_are_stored_with_the_run",
+        start_options_are_stored_with_the_run,
+    ),
+    ("runs_are_filtered_by_tags", runs_are_filtered_by_tags),
+    (
+        "a_run_is_not_claimed_before_its_start_time",
+        a_run_is_not_claimed_before_its_start_time,
     ),
 ];
 
