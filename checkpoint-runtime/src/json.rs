@@ -88,7 +88,9 @@ pub fn entry_json(e: &HistoryEntry) -> Value {
 }
 
 /// A run as JSON: id, workflow, status (see [`status_json`]), times, latest
-/// checkpoint, and the lease holder and expiry (`null` without a lease).
+/// checkpoint, and the lease holder and expiry (`null` without a lease);
+/// `tags` (an object) when it has any, `queue` and `priority` when it was
+/// started in a queue.
 ///
 /// ```
 /// # use checkpoint_runtime::prelude::*;
@@ -119,6 +121,13 @@ pub fn run_json(r: &RunInfo) -> Value {
     // Only when there is one, so that other runs read as they always did.
     if let Some(reason) = &r.cancel_reason {
         v["cancel_reason"] = json!(reason);
+    }
+    if !r.tags.is_empty() {
+        v["tags"] = json!(r.tags);
+    }
+    if let Some(queue) = &r.queue {
+        v["queue"] = json!(queue);
+        v["priority"] = json!(r.priority);
     }
     v
 }
