@@ -281,6 +281,7 @@ fn claim_req(worker: &str, ttl: Duration) -> ClaimRequest {
         only: None,
         revisit_parked: false,
         clock_now: SystemTime::now(),
+        queues: Default::default(),
     }
 }
 

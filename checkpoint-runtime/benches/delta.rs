@@ -91,6 +91,7 @@ fn build(store: &SqliteStore, n: usize) {
         only: Some(id.clone()),
         revisit_parked: false,
         clock_now: SystemTime::now(),
+        queues: Default::default(),
     }))
     .expect("claim");
     let lease = claimed.claimed[0].lease.clone();

@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     parked_swept: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Set when a registration changed the code this runtime runs.
     code_changed: AtomicBool,
+    /// The queues declared on the builder, passed with every claim.
+    queues: Arc<std::collections::BTreeMap<String, crate::Queue>>,
 }
 
 /// The owner of a runtime: every [`Runtime`](crate::Runtime) clone and
@@ -142,6 +144,7 @@ pub(crate) struct InnerConfig {
     pub(crate) client_only: bool,
     pub(crate) trace: Option<Arc<dyn crate::observe::TracePropagation>>,
     pub(crate) clock: Arc<dyn crate::clock::Clock>,
+    pub(crate) queues: std::collections::BTreeMap<String, crate::Queue>,
 }
 
 impl Inner {
@@ -187,6 +190,7 @@ impl Inner {
             parked_tried: Mutex::new(HashMap::new()),
             parked_swept: tokio::sync::Mutex::new(None),
             code_changed: AtomicBool::new(false),
+            queues: Arc::new(cfg.queues),
         }
     }
 
@@ -301,6 +305,7 @@ impl Inner {
             only: only.map(str::to_owned),
             revisit_parked,
             clock_now: self.env.clock.now(),
+            queues: self.queues.clone(),
         };
         // The store computes the leases' expiry after this, never before.
         let asked = std::time::Instant::now();

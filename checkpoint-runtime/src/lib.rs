@@ -158,6 +158,7 @@ mod lease_keeper;
 pub mod observe;
 #[cfg(feature = "otel")]
 pub mod otel;
+mod queue;
 mod registry;
 mod retry;
 mod run;
@@ -183,6 +184,7 @@ pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
 pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
+pub use queue::Queue;
 pub use retry::{RetryError, RetryPolicy};
 pub use runtime::Runtime;
 pub use schema::FieldJson;
@@ -201,13 +203,13 @@ pub use checkpoint_macros::{checkpoint, workflow};
 /// # let _ = rt;
 /// ```
 pub mod prelude {
-    pub use crate::StartOptions;
     pub use crate::{
         checkpoint, workflow, CancelChildren, CheckpointInfo, Child, ChildError, Clock, Ctx, Error,
         Event, FieldInfo, FieldJson, IntoWorkflow, RetryError, RetryPolicy, RunFilter, RunInfo,
         Runtime, RuntimeBuilder, Status, StatusKind, SystemClock, TestClock, Workflow,
         WorkflowHandle,
     };
+    pub use crate::{Queue, StartOptions};
 }
 
 /// The interface generated code uses. Not a public API: it may change in any

@@ -285,6 +285,7 @@ async fn store_alone(
             only: Some(id.to_owned()),
             revisit_parked: false,
             clock_now: SystemTime::now(),
+            queues: Default::default(),
         })
         .await?;
     let lease = claimed.claimed.first().ok_or("not claimed")?.lease.clone();

@@ -287,52 +287,95 @@ impl MemoryStore {
                 .unwrap_or_default(),
             None => st.active.values().cloned().collect(),
         };
-        for id in candidates {
-            if out.claimed.len() >= req.limit {
+        // The runs of bounded queues are set aside in a first pass, then
+        // taken as `rules::admit_queued` admits them (a second pass).
+        let mut queued: BTreeMap<String, Vec<(i32, u64, Arc<str>)>> = BTreeMap::new();
+        let mut work = candidates;
+        let mut admitting = false;
+        loop {
+            for id in std::mem::take(&mut work) {
+                if out.claimed.len() >= req.limit {
+                    break;
+                }
+                let Some(e) = st.runs.get_mut(&id) else {
+                    continue;
+                };
+                if e.rec.state.is_terminal() {
+                    continue;
+                }
+                if !rules::lease_free(e.rec.lease.as_ref(), &req.worker, &req.instance, now) {
+                    continue;
+                }
+                let signal = match &e.rec.state {
+                    RunState::Waiting { signal, .. } => {
+                        e.signals.iter().position(|s| s.name == *signal)
+                    }
+                    _ => None,
+                };
+                if !rules::claimable(&e.rec.state, signal.is_some(), req) {
+                    continue;
+                }
+                if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
+                    out.unregistered
+                        .push((e.rec.id.clone(), e.rec.workflow.clone()));
+                    continue;
+                }
+                if let (false, Some(_)) =
+                    (admitting, rules::queue_bound(req, e.rec.queue.as_deref()))
+                {
+                    let queue = e.rec.queue.clone().unwrap_or_default();
+                    queued
+                        .entry(queue)
+                        .or_default()
+                        .push((e.rec.priority, e.order, id.clone()));
+                    continue;
+                }
+                // As in every backend, a run whose latest checkpoint is gone is
+                // set aside, never started over (see `rules::latest_checkpoint`).
+                let latest = e.checkpoints.back().filter(|c| c.seq == e.rec.latest_seq);
+                if let Err(cause) = rules::latest_checkpoint(&e.rec, latest.map(|c| &**c)) {
+                    let error = rules::damaged(&id, Some(&e.rec.workflow), None, &[], &cause);
+                    let change = rules::set_aside(&mut e.rec, error, now);
+                    Self::apply(&mut st, &id, change, now);
+                    changed = true;
+                    continue;
+                }
+                let checkpoint = latest.cloned();
+                let signal = signal.and_then(|pos| e.signals.remove(pos));
+                let (lease, change) =
+                    rules::claim(&mut e.rec, req, signal, later(now, req.ttl), now);
+                out.claimed.push(Claimed {
+                    lease,
+                    run: e.rec.clone(),
+                    checkpoint,
+                });
+                Self::apply(&mut st, &id, change, now);
+            }
+            if admitting || queued.is_empty() {
                 break;
             }
-            let Some(e) = st.runs.get_mut(&id) else {
-                continue;
-            };
-            if e.rec.state.is_terminal() {
-                continue;
+            admitting = true;
+            for (queue, candidates) in std::mem::take(&mut queued) {
+                let Some(bound) = rules::queue_bound(req, Some(&queue)) else {
+                    continue;
+                };
+                let held = st
+                    .runs
+                    .values()
+                    .filter(|e| {
+                        e.rec.queue.as_deref() == Some(queue.as_str())
+                            && !e.rec.state.is_terminal()
+                            && rules::holds_slot(
+                                e.rec.lease.as_ref(),
+                                &req.worker,
+                                &req.instance,
+                                now,
+                            )
+                    })
+                    .count();
+                let room = req.limit.saturating_sub(out.claimed.len() + work.len());
+                work.extend(rules::admit_queued(bound, held, room, candidates));
             }
-            if !rules::lease_free(e.rec.lease.as_ref(), &req.worker, &req.instance, now) {
-                continue;
-            }
-            let signal = match &e.rec.state {
-                RunState::Waiting { signal, .. } => {
-                    e.signals.iter().position(|s| s.name == *signal)
-                }
-                _ => None,
-            };
-            if !rules::claimable(&e.rec.state, signal.is_some(), req) {
-                continue;
-            }
-            if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
-                out.unregistered
-                    .push((e.rec.id.clone(), e.rec.workflow.clone()));
-                continue;
-            }
-            // As in every backend, a run whose latest checkpoint is gone is
-            // set aside, never started over (see `rules::latest_checkpoint`).
-            let latest = e.checkpoints.back().filter(|c| c.seq == e.rec.latest_seq);
-            if let Err(cause) = rules::latest_checkpoint(&e.rec, latest.map(|c| &**c)) {
-                let error = rules::damaged(&id, Some(&e.rec.workflow), None, &[], &cause);
-                let change = rules::set_aside(&mut e.rec, error, now);
-                Self::apply(&mut st, &id, change, now);
-                changed = true;
-                continue;
-            }
-            let checkpoint = latest.cloned();
-            let signal = signal.and_then(|pos| e.signals.remove(pos));
-            let (lease, change) = rules::claim(&mut e.rec, req, signal, later(now, req.ttl), now);
-            out.claimed.push(Claimed {
-                lease,
-                run: e.rec.clone(),
-                checkpoint,
-            });
-            Self::apply(&mut st, &id, change, now);
         }
         drop(st);
         if changed {

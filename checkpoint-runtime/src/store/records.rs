@@ -770,6 +770,10 @@ pub struct ClaimRequest {
     /// backend computes and compares lease expiries with the system's time
     /// (see [`crate::clock`] for why).
     pub clock_now: SystemTime,
+    /// The queues whose limits this claim applies (see [`crate::Queue`]),
+    /// by name: a run of one of them is taken only as
+    /// [`rules::admit_queued`](super::rules::admit_queued) admits it.
+    pub queues: Arc<BTreeMap<String, crate::Queue>>,
 }
 
 /// When a run that is not runnable now may next become runnable without a

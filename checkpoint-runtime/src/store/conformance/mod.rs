@@ -339,6 +339,7 @@ pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
         only: None,
         revisit_parked: false,
         clock_now: SystemTime::now(),
+        queues: Default::default(),
     }
 }
 

@@ -62,11 +62,13 @@ use crate::history::Event;
 
 mod change;
 mod children;
+mod queues;
 mod start;
 use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;
 pub use children::{is_held, is_running, join_pending, joined, promote};
+pub use queues::{admit_queued, holds_slot, queue_bound};
 // Read by `joined` only, inside the crate; public for backends with `backend-kit`.
 #[cfg_attr(not(feature = "backend-kit"), allow(unused_imports))]
 pub use children::{child_outcome, joined_payload};

@@ -5,6 +5,7 @@
 //! that cannot be loaded is set aside by [`rules::set_aside`] instead, so
 //! that one damaged run does not make every claim (and every worker) fail.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -56,7 +57,7 @@ macro_rules! claimable {
 /// The claim of run `?4` by name: [`claimable!`], or parked and revisited
 /// (`?5`, see [`rules::claimable`]).
 const CLAIMABLE_BY_ID: &str = concat!(
-    "SELECT id, workflow FROM runs WHERE ((",
+    "SELECT id, workflow, ord, queue, priority FROM runs WHERE ((",
     claimable!(),
     ") OR (state = ",
     state_sql!(PARKED),
@@ -74,18 +75,18 @@ const CLAIMABLE_BY_ID: &str = concat!(
 /// sort what an index finds: `INDEXED BY` holds each branch to its index
 /// (and makes the statement fail to prepare should the index be missing).
 pub(super) const RUNNABLE: &str = concat!(
-    "SELECT id, workflow, ord FROM runs INDEXED BY runs_ready WHERE state = ",
+    "SELECT id, workflow, ord, queue, priority FROM runs INDEXED BY runs_ready WHERE state = ",
     state_sql!(READY),
     " AND ",
     takeable!(),
-    " UNION ALL SELECT id, workflow, ord FROM runs INDEXED BY runs_due \
+    " UNION ALL SELECT id, workflow, ord, queue, priority FROM runs INDEXED BY runs_due \
        WHERE state IN (",
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
     ") AND due <= ?4 AND ",
     takeable!(),
-    " UNION ALL SELECT id, workflow, ord FROM runs \
+    " UNION ALL SELECT id, workflow, ord, queue, priority FROM runs \
        WHERE state = ",
     state_sql!(WAITING),
     " AND (due IS NULL OR due > ?4) \
@@ -107,6 +108,9 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     let clock_i = ts(req.clock_now);
     // The candidates, in creation order, up to `limit` the caller can run.
     let mut picked: Vec<String> = Vec::new();
+    // The runs of bounded queues, set aside: taken as `rules::admit_queued`
+    // admits them, once the slots their queue holds are counted.
+    let mut queued: BTreeMap<String, Vec<(i32, i64, String)>> = BTreeMap::new();
     {
         let sql = match req.only {
             Some(_) => CLAIMABLE_BY_ID,
@@ -131,11 +135,27 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 out.unregistered.push((id, workflow));
                 continue;
             }
+            let queue: Option<String> = row.get(3)?;
+            if rules::queue_bound(&req, queue.as_deref()).is_some() {
+                let (ord, priority): (i64, i64) = (row.get(2)?, row.get(4)?);
+                let priority = i32::try_from(priority).unwrap_or(0);
+                let queue = queue.unwrap_or_default();
+                queued.entry(queue).or_default().push((priority, ord, id));
+                continue;
+            }
             picked.push(id);
             if picked.len() >= req.limit {
                 break;
             }
         }
+    }
+    for (queue, candidates) in queued {
+        let Some(bound) = rules::queue_bound(&req, Some(&queue)) else {
+            continue;
+        };
+        let held = slots_held(cx, &queue, now_i, &req)?;
+        let room = req.limit.saturating_sub(picked.len());
+        picked.extend(rules::admit_queued(bound, held, room, candidates));
     }
     if picked.is_empty() {
         return Ok(out);
@@ -150,6 +170,29 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
         }
     }
     Ok(out)
+}
+
+/// How many runs of `queue` hold a slot of it (`rules::holds_slot`: a live
+/// lease this claim could not take), read in the claim's transaction (the
+/// writer's, which holds the database's write lock: no other claim, of
+/// this process or another, counts or takes a slot meanwhile).
+fn slots_held(cx: &TxnCtx<'_>, queue: &str, now: i64, req: &ClaimRequest) -> R<usize> {
+    let n: i64 = cx
+        .conn
+        .prepare_cached(concat!(
+            "SELECT count(*) FROM runs WHERE queue = ?1 AND lease_worker IS NOT NULL \
+             AND lease_expires > ?2 AND state NOT IN (",
+            state_sql!(COMPLETED),
+            ", ",
+            state_sql!(FAILED),
+            ", ",
+            state_sql!(CANCELLED),
+            ") AND NOT (lease_worker = ?3 AND lease_instance < ?4)"
+        ))?
+        .query_row(params![queue, now, &*req.worker, &*req.instance], |r| {
+            r.get(0)
+        })?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// A run the claim query picked, as the claim needs it.

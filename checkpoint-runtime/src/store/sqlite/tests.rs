@@ -1158,7 +1158,7 @@ fn retention_never_drops_bytes_a_kept_checkpoint_uses() {
 #[test]
 fn schema_version_is_set_and_newer_is_refused() {
     let (_dir, store) = open();
-    assert_eq!(SCHEMA_VERSION, 8);
+    assert_eq!(SCHEMA_VERSION, 9);
     assert_eq!(count(&store, "PRAGMA user_version"), SCHEMA_VERSION);
     let mode: String = peek(&store)
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
