@@ -78,6 +78,15 @@ pub enum Status {
         /// The parent run.
         parent: String,
     },
+    /// Runnable, started in queue `queue`
+    /// ([`StartOptions::queue`](crate::StartOptions::queue)), and no worker
+    /// holds it: it waits for a free slot of its queue (see
+    /// [`Queue`](crate::Queue)) or for a worker, holding none. Its
+    /// [`kind`](Status::kind) is [`StatusKind::Queued`].
+    InQueue {
+        /// The queue.
+        queue: String,
+    },
 }
 
 impl Status {
@@ -113,6 +122,7 @@ impl Status {
             Status::Incompatible { .. } => StatusKind::Incompatible,
             Status::Held { .. } => StatusKind::Held,
             Status::Joining => StatusKind::Joining,
+            Status::InQueue { .. } => StatusKind::Queued,
         }
     }
 }
@@ -168,6 +178,7 @@ impl std::fmt::Debug for Status {
                 .finish(),
             Status::Joining => f.write_str("Joining"),
             Status::Held { parent } => f.debug_struct("Held").field("parent", parent).finish(),
+            Status::InQueue { queue } => f.debug_struct("InQueue").field("queue", queue).finish(),
         }
     }
 }
@@ -231,6 +242,7 @@ impl std::fmt::Display for Status {
                 f,
                 "held: starts when one of the running children of `{parent}` ends"
             ),
+            Status::InQueue { queue } => write!(f, "queued in queue `{queue}`"),
         }
     }
 }

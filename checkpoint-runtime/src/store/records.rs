@@ -198,7 +198,12 @@ impl RunRecord {
         match &self.state {
             RunState::Ready => match &self.lease {
                 Some(lease) if lease.expires_at > SystemTime::now() => Status::Running,
-                _ => Status::Queued,
+                _ => match &self.queue {
+                    Some(queue) => Status::InQueue {
+                        queue: queue.clone(),
+                    },
+                    None => Status::Queued,
+                },
             },
             RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX) => {
                 Status::Joining

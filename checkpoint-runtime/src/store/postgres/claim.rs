@@ -13,7 +13,7 @@ use super::conn::{from_ts, get, ts, ts_after, Cx};
 use super::tables::checkpoints::{self, load_seqs_checked, segments, Found};
 use super::tables::runs::{decode_run, CLAIM, CLAIM_PARKED, UNREGISTERED};
 use super::tables::signals;
-use super::{notify, PostgresStore};
+use super::{notify, queues, PostgresStore};
 use crate::store::rules::{self, Change};
 use crate::store::{ClaimRequest, ClaimResult, Claimed, RunRecord, RunState};
 use crate::Error;
@@ -85,6 +85,8 @@ impl PostgresStore {
             let rows = cx.query(CLAIM_PARKED, &[&workflows, only]).await?;
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
         }
+        // Runs of bounded queues the query locked, admitted after the rounds.
+        let mut queued: Vec<tokio_postgres::Row> = Vec::new();
         loop {
             let want = limit - i64::try_from(taken.len()).unwrap_or(limit);
             if want <= 0 {
@@ -100,10 +102,21 @@ impl PostgresStore {
                 )
                 .await?;
             let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
+            let (bounded, rows): (Vec<_>, Vec<_>) =
+                rows.into_iter().partition(|row| queues::bounded(req, row));
+            for row in &bounded {
+                seen.push(get(row, 0)?);
+            }
+            queued.extend(bounded);
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
             if exhausted {
                 break;
             }
+        }
+        if !queued.is_empty() {
+            let room = req.limit.saturating_sub(taken.len());
+            let admitted = queues::admit(&mut cx, &self.schema, req, queued, room).await?;
+            claim_rows(&mut cx, &admitted, &at, &mut seen, &mut taken).await?;
         }
         let changes: Vec<(&RunRecord, Change)> = taken
             .iter_mut()
