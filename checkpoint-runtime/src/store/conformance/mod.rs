@@ -43,6 +43,7 @@ mod cancel;
 mod children;
 mod ends;
 mod leases;
+mod queues;
 mod signals;
 mod start_options;
 
@@ -50,6 +51,7 @@ pub use cancel::*;
 pub use children::*;
 pub use ends::*;
 pub use leases::*;
+pub use queues::*;
 pub use signals::*;
 pub use start_options::*;
 
@@ -139,6 +141,9 @@ macro_rules! conformance_tests {
                 start_options_are_stored_with_the_run,
                 runs_are_filtered_by_tags,
                 a_run_is_not_claimed_before_its_start_time,
+                a_queue_admits_up_to_its_bound_by_priority,
+                claims_at_once_never_exceed_a_queue_bound,
+                an_expired_lease_frees_its_queue_slot,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -314,6 +319,18 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "a_run_is_not_claimed_before_its_start_time",
         a_run_is_not_claimed_before_its_start_time,
+    ),
+    (
+        "a_queue_admits_up_to_its_bound_by_priority",
+        a_queue_admits_up_to_its_bound_by_priority,
+    ),
+    (
+        "claims_at_once_never_exceed_a_queue_bound",
+        claims_at_once_never_exceed_a_queue_bound,
+    ),
+    (
+        "an_expired_lease_frees_its_queue_slot",
+        an_expired_lease_frees_its_queue_slot,
     ),
 ];
 

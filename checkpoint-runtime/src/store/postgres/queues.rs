@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::Row;
 
-use super::conn::{get, ts, Cx};
+use super::conn::{get, scrub, ts, Cx};
 use crate::store::rules;
 use crate::store::sql::run_row::state_sql;
 use crate::store::ClaimRequest;
@@ -53,7 +53,7 @@ pub(super) async fn admit(
         if room == 0 {
             break;
         }
-        let key = format!("{schema}\0queue\0{queue}");
+        let key = scrub(&format!("{schema}/queue/{queue}")).into_owned();
         cx.query_one(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
             &[&key],
