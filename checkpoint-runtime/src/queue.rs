@@ -1,6 +1,8 @@
 //! [`Queue`]: a bound on how many runs of a queue execute at once, across
 //! every worker and process of a store.
 
+use std::time::Duration;
+
 /// A queue's limits, declared on the builder with
 /// [`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue); runs join a
 /// queue with [`StartOptions::queue`](crate::StartOptions::queue).
@@ -28,6 +30,9 @@ pub struct Queue {
     /// At most this many runs of the queue execute at once; `None`: no
     /// bound.
     pub concurrency: Option<u32>,
+    /// At most this many admissions (claims of its runs) per this long a
+    /// window, sliding; `None`: no rate limit.
+    pub rate: Option<(u32, Duration)>,
 }
 
 impl Queue {
@@ -40,6 +45,27 @@ impl Queue {
     /// of the store (0 is taken as 1).
     pub fn concurrency(mut self, n: u32) -> Self {
         self.concurrency = Some(n.max(1));
+        self
+    }
+
+    /// At most `count` of the queue's runs are admitted (claimed) within
+    /// any window of length `per` (a sliding window, on the system's time),
+    /// across every worker of the store: each admission is stored with the
+    /// queue, and a claim counts those of the last `per`. A run the rate
+    /// holds back stays queued ([`Status::InQueue`](crate::Status::InQueue))
+    /// and is claimed once the window allows it (workers wake for that by
+    /// themselves). Every claim counts: a run claimed again (a retry, a
+    /// resumption after a wait) is admitted again. 0 is taken as 1.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use checkpoint_runtime::Queue;
+    ///
+    /// let llm = Queue::new().concurrency(8).rate(600, Duration::from_secs(60));
+    /// assert_eq!(llm.rate, Some((600, Duration::from_secs(60))));
+    /// ```
+    pub fn rate(mut self, count: u32, per: Duration) -> Self {
+        self.rate = Some((count.max(1), per));
         self
     }
 }

@@ -54,6 +54,8 @@ pub(crate) struct SchemaPuts {
     pub(crate) fail: bool,
 }
 
+mod queues;
+
 #[derive(Default)]
 struct State {
     runs: HashMap<Arc<str>, Entry>,
@@ -67,6 +69,8 @@ struct State {
     /// Per child run that a joining run waits for: the runs waiting
     /// (`Suspend::Joining`).
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Per queue with a rate: its admissions, `(at, until)` (see `queues`).
+    admissions: HashMap<String, Vec<(SystemTime, SystemTime)>>,
 }
 
 struct Entry {
@@ -321,7 +325,7 @@ impl MemoryStore {
                     continue;
                 }
                 if let (false, Some(_)) =
-                    (admitting, rules::queue_bound(req, e.rec.queue.as_deref()))
+                    (admitting, rules::queue_limits(req, e.rec.queue.as_deref()))
                 {
                     let queue = e.rec.queue.clone().unwrap_or_default();
                     queued
@@ -355,27 +359,8 @@ impl MemoryStore {
                 break;
             }
             admitting = true;
-            for (queue, candidates) in std::mem::take(&mut queued) {
-                let Some(bound) = rules::queue_bound(req, Some(&queue)) else {
-                    continue;
-                };
-                let held = st
-                    .runs
-                    .values()
-                    .filter(|e| {
-                        e.rec.queue.as_deref() == Some(queue.as_str())
-                            && !e.rec.state.is_terminal()
-                            && rules::holds_slot(
-                                e.rec.lease.as_ref(),
-                                &req.worker,
-                                &req.instance,
-                                now,
-                            )
-                    })
-                    .count();
-                let room = req.limit.saturating_sub(out.claimed.len() + work.len());
-                work.extend(rules::admit_queued(bound, held, room, candidates));
-            }
+            let room = req.limit.saturating_sub(out.claimed.len());
+            work = queues::admit(&mut st, req, std::mem::take(&mut queued), room, now);
         }
         drop(st);
         if changed {
@@ -665,6 +650,7 @@ impl MemoryStore {
             next.lease = earliest(next.lease, lease.map(|l| l.expires_at));
             next.timer = earliest(next.timer, rules::timer_after(&e.rec.state, lease, after));
         }
+        next.lease = earliest(next.lease, queues::next_window(&st, SystemTime::now()));
         next
     }
 

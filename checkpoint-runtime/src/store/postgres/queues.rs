@@ -1,11 +1,13 @@
-//! The queue bound of a claim ([`crate::Queue`]): the runs of bounded
+//! The queue limits of a claim ([`crate::Queue`]): the runs of limited
 //! queues that the claim query locked are set aside ([`bounded`]), then per
 //! queue, under a transaction-scoped advisory lock of that queue (so two
-//! claims, of any process, never both count the same free slot: the
-//! second counts once the first committed its leases), the slots held are
+//! claims, of any process, never both count the same free slot or rate
+//! allowance: the second counts once the first committed its leases and
+//! admissions), the slots held and the admissions of the rate's window are
 //! counted and `rules::admit_queued` says which of them are taken.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use tokio_postgres::Row;
 
@@ -22,7 +24,7 @@ const PRIORITY_COL: usize = 23;
 /// Whether `row` (of the claim query) is a run of a queue `req` bounds.
 pub(super) fn bounded(req: &ClaimRequest, row: &Row) -> bool {
     let queue: Option<String> = get(row, QUEUE_COL).ok().flatten();
-    rules::queue_bound(req, queue.as_deref()).is_some()
+    rules::queue_limits(req, queue.as_deref()).is_some()
 }
 
 /// Of `rows` (runs of bounded queues, locked by this claim, in the order
@@ -47,7 +49,7 @@ pub(super) async fn admit(
     }
     let mut admitted = Vec::new();
     for (queue, candidates) in by_queue {
-        let Some(bound) = rules::queue_bound(req, Some(&queue)) else {
+        let Some(limits) = rules::queue_limits(req, Some(&queue)) else {
             continue;
         };
         if room == 0 {
@@ -59,17 +61,75 @@ pub(super) async fn admit(
             &[&key],
         )
         .await?;
-        let held = slots_held(cx, &queue, req).await?;
-        let took = rules::admit_queued(bound, held, room, candidates);
+        // The time is read after the lock: leases that expired while this
+        // claim waited for it are free.
+        let now = SystemTime::now();
+        let held = match limits.concurrency {
+            None => 0,
+            Some(_) => slots_held(cx, &queue, now, req).await?,
+        };
+        let window = limits.rate.map(|(_, per)| rules::rate_window(per, now));
+        let recent = match window {
+            None => 0,
+            Some((since, _)) => admitted_since(cx, &queue, since).await?,
+        };
+        let took = rules::admit_queued(limits, held, recent, room, candidates);
         room -= took.len();
+        if let (Some((_, until)), false) = (window, took.is_empty()) {
+            record(cx, &queue, took.len(), now, until).await?;
+        }
         admitted.extend(took);
     }
     Ok(admitted)
 }
 
+/// Stores `n` admissions of `queue` at `now`, counting until `until`, and
+/// drops the queue's admissions that no longer count. (Written before the
+/// runs are claimed, in the same transaction: a claim that fails writes
+/// neither.)
+async fn record(
+    cx: &mut Cx<'_>,
+    queue: &str,
+    n: usize,
+    now: SystemTime,
+    until: SystemTime,
+) -> Result<(), Error> {
+    let (now, until) = (ts(now), ts(until));
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    cx.execute(
+        "DELETE FROM cp_queue_admissions WHERE queue = $1 AND until <= $2",
+        &[&queue, &now],
+    )
+    .await?;
+    cx.execute(
+        "INSERT INTO cp_queue_admissions (queue, at, until) \
+         SELECT $1, $2, $3 FROM generate_series(1, $4)",
+        &[&queue, &now, &until, &n],
+    )
+    .await?;
+    Ok(())
+}
+
+/// How many runs of `queue` were admitted after `since`.
+async fn admitted_since(cx: &mut Cx<'_>, queue: &str, since: SystemTime) -> Result<usize, Error> {
+    let row = cx
+        .query_one(
+            "SELECT count(*) FROM cp_queue_admissions WHERE queue = $1 AND at > $2",
+            &[&queue, &ts(since)],
+        )
+        .await?;
+    let n: i64 = get(&row, 0)?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// How many runs of `queue` hold a slot of it (`rules::holds_slot`: a
 /// live lease, by the system's time, that this claim could not take).
-async fn slots_held(cx: &mut Cx<'_>, queue: &str, req: &ClaimRequest) -> Result<usize, Error> {
+async fn slots_held(
+    cx: &mut Cx<'_>,
+    queue: &str,
+    now: SystemTime,
+    req: &ClaimRequest,
+) -> Result<usize, Error> {
     const SQL: &str = concat!(
         "SELECT count(*) FROM cp_runs WHERE queue = $1 AND lease_worker IS NOT NULL \
          AND lease_expires > $2 AND state NOT IN (",
@@ -80,13 +140,10 @@ async fn slots_held(cx: &mut Cx<'_>, queue: &str, req: &ClaimRequest) -> Result<
         state_sql!(CANCELLED),
         ") AND NOT (lease_worker = $3 AND lease_instance < $4)"
     );
-    // The time is read after the lock: leases that expired while this
-    // claim waited for it are free.
-    let now = ts(std::time::SystemTime::now());
     let worker: &str = &req.worker;
     let instance: &str = &req.instance;
     let row = cx
-        .query_one(SQL, &[&queue, &now, &worker, &instance])
+        .query_one(SQL, &[&queue, &ts(now), &worker, &instance])
         .await?;
     let n: i64 = get(&row, 0)?;
     Ok(usize::try_from(n).unwrap_or(0))

@@ -142,9 +142,16 @@ impl PostgresStore {
     pub(super) async fn do_next_wakeup(&self, after: SystemTime) -> Result<Wakeup, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
-        let row = cx.query_one(NEXT_WAKEUP, &[&ts(after)]).await?;
+        let now = ts(SystemTime::now());
+        let row = cx.query_one(NEXT_WAKEUP, &[&ts(after), &now]).await?;
+        let lease = get::<Option<i64>>(&row, 0)?;
+        let window = get::<Option<i64>>(&row, 2)?;
+        let lease = match (lease, window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Ok(Wakeup {
-            lease: get::<Option<i64>>(&row, 0)?.map(from_ts),
+            lease: lease.map(from_ts),
             timer: get::<Option<i64>>(&row, 1)?.map(from_ts),
         })
     }

@@ -268,13 +268,21 @@ const V12: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS cancel_request t
 /// object contains the filter's, `@>`, which the GIN index answers), its
 /// queue and its priority. Written once, with the run. `cp_runs_queue`:
 /// a claim counts the slots of a queue (its runs under a lease) from it.
+/// `cp_queue_admissions`: the claims of the runs of queues with a rate,
+/// when (`at`) and until when they count (`until`), kept until then.
 const V13: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS tags jsonb; \
                    ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS queue text; \
                    ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0; \
                    CREATE INDEX IF NOT EXISTS cp_runs_tags ON cp_runs USING gin (tags) \
                        WHERE tags IS NOT NULL; \
                    CREATE INDEX IF NOT EXISTS cp_runs_queue ON cp_runs (queue, lease_expires) \
-                       WHERE queue IS NOT NULL AND lease_worker IS NOT NULL;";
+                       WHERE queue IS NOT NULL AND lease_worker IS NOT NULL; \
+                   CREATE TABLE IF NOT EXISTS cp_queue_admissions ( \
+                       queue text NOT NULL, at bigint NOT NULL, until bigint NOT NULL); \
+                   CREATE INDEX IF NOT EXISTS cp_queue_admissions_by_queue \
+                       ON cp_queue_admissions (queue, at); \
+                   CREATE INDEX IF NOT EXISTS cp_queue_admissions_by_until \
+                       ON cp_queue_admissions (until);";
 
 /// The migrations, in order.
 const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13];

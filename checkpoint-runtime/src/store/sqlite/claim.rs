@@ -15,6 +15,7 @@ use super::apply::{apply, Target};
 use super::checkpoints::refs::Shape;
 use super::checkpoints::Located;
 use super::error::{Fail, R};
+use super::queues;
 use super::runs::consume_signal;
 use super::writer::cache::Head;
 use super::writer::txn::TxnCtx;
@@ -136,7 +137,7 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 continue;
             }
             let queue: Option<String> = row.get(3)?;
-            if rules::queue_bound(&req, queue.as_deref()).is_some() {
+            if rules::queue_limits(&req, queue.as_deref()).is_some() {
                 let (ord, priority): (i64, i64) = (row.get(2)?, row.get(4)?);
                 let priority = i32::try_from(priority).unwrap_or(0);
                 let queue = queue.unwrap_or_default();
@@ -149,18 +150,14 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
             }
         }
     }
-    for (queue, candidates) in queued {
-        let Some(bound) = rules::queue_bound(&req, Some(&queue)) else {
-            continue;
-        };
-        let held = slots_held(cx, &queue, now_i, &req)?;
-        let room = req.limit.saturating_sub(picked.len());
-        picked.extend(rules::admit_queued(bound, held, room, candidates));
-    }
+    let room = req.limit.saturating_sub(picked.len());
+    let (admitted, admissions) = queues::admit(cx, &req, queued, room, now)?;
+    picked.extend(admitted);
     if picked.is_empty() {
         return Ok(out);
     }
     cx.begin()?;
+    queues::record(cx, &admissions, now)?;
     let expires = from_ts(ts_after(now, req.ttl));
     for id in picked {
         match load(cx, &id) {
@@ -170,29 +167,6 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
         }
     }
     Ok(out)
-}
-
-/// How many runs of `queue` hold a slot of it (`rules::holds_slot`: a live
-/// lease this claim could not take), read in the claim's transaction (the
-/// writer's, which holds the database's write lock: no other claim, of
-/// this process or another, counts or takes a slot meanwhile).
-fn slots_held(cx: &TxnCtx<'_>, queue: &str, now: i64, req: &ClaimRequest) -> R<usize> {
-    let n: i64 = cx
-        .conn
-        .prepare_cached(concat!(
-            "SELECT count(*) FROM runs WHERE queue = ?1 AND lease_worker IS NOT NULL \
-             AND lease_expires > ?2 AND state NOT IN (",
-            state_sql!(COMPLETED),
-            ", ",
-            state_sql!(FAILED),
-            ", ",
-            state_sql!(CANCELLED),
-            ") AND NOT (lease_worker = ?3 AND lease_instance < ?4)"
-        ))?
-        .query_row(params![queue, now, &*req.worker, &*req.instance], |r| {
-            r.get(0)
-        })?;
-    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// A run the claim query picked, as the claim needs it.

@@ -251,7 +251,9 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
 /// waiting or sleeping run under none. From the indexes the claim's
 /// branches read (see `claim::RUNNABLE`), never from every unfinished run:
 /// leases of ready runs and of held waiting ones, and the first deadline
-/// of a run that is not held. NULL: none.
+/// of a run that is not held; and when the next admission of a queue's
+/// rate window stops counting (`?2`, the system's time; see `queues`).
+/// NULL: none.
 pub(super) const NEXT_WAKEUP: &str = concat!(
     "SELECT (SELECT min(t) FROM ( \
        SELECT min(lease_expires) AS t FROM runs INDEXED BY runs_ready \
@@ -263,7 +265,8 @@ pub(super) const NEXT_WAKEUP: &str = concat!(
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND lease_worker IS NOT NULL)), \
+    ") AND lease_worker IS NOT NULL \
+       UNION ALL SELECT min(until) FROM queue_admissions WHERE until > ?2)), \
        (SELECT due FROM runs INDEXED BY runs_due \
          WHERE state IN (",
     state_sql!(WAITING),
@@ -276,7 +279,9 @@ pub(super) const NEXT_WAKEUP: &str = concat!(
 pub(super) fn read_next_wakeup(conn: &Connection, after: SystemTime) -> R<Wakeup> {
     let (lease, timer): (Option<i64>, Option<i64>) = conn
         .prepare_cached(NEXT_WAKEUP)?
-        .query_row([ts(after)], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        .query_row([ts(after), ts(SystemTime::now())], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
     Ok(Wakeup {
         lease: lease.map(from_ts),
         timer: timer.map(from_ts),

@@ -703,7 +703,8 @@ pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
 /// waiting or sleeping ones (`cp_runs_held`), and the earliest deadline
 /// later than `$1` (the runtime's clock) of those under no lease
 /// (`cp_runs_due`, the first that is not held: a held run's deadline
-/// counts once its lease is gone). NULL: none.
+/// counts once its lease is gone); and when the next admission of a
+/// queue's rate window stops counting (`$2`, the system's time). NULL: none.
 pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
     "SELECT least( \
        (SELECT min(lease_expires) FROM cp_runs WHERE state = ",
@@ -720,7 +721,8 @@ pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
     ", ",
     state_sql!(SLEEPING),
     ") AND due > $1 \
-          AND lease_worker IS NULL ORDER BY due LIMIT 1)"
+          AND lease_worker IS NULL ORDER BY due LIMIT 1), \
+       (SELECT min(until) FROM cp_queue_admissions WHERE until > $2)"
 );
 
 /// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`
