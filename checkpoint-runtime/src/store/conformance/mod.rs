@@ -144,6 +144,7 @@ macro_rules! conformance_tests {
                 a_queue_admits_up_to_its_bound_by_priority,
                 claims_at_once_never_exceed_a_queue_bound,
                 an_expired_lease_frees_its_queue_slot,
+                a_queue_rate_admits_count_per_window,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -331,6 +332,10 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
     (
         "an_expired_lease_frees_its_queue_slot",
         an_expired_lease_frees_its_queue_slot,
+    ),
+    (
+        "a_queue_rate_admits_count_per_window",
+        a_queue_rate_admits_count_per_window,
     ),
 ];
 

@@ -145,3 +145,56 @@ pub fn an_expired_lease_frees_its_queue_slot(store: &dyn Store) {
         "one at a time"
     );
 }
+
+/// A claim by `worker` that limits queue `q` to `n` admissions per `per`.
+fn rated(worker: &str, n: u32, per: Duration) -> ClaimRequest {
+    ClaimRequest {
+        queues: Arc::new(BTreeMap::from([(
+            "q".to_owned(),
+            Queue::new().rate(n, per),
+        )])),
+        ..req(worker, &format!("{worker}1"))
+    }
+}
+
+/// Conformance: a queue's rate admits at most `count` runs per window,
+/// across claimers and claims at once, whether or not the admitted runs
+/// still run; `next_wakeup` says when the window frees, and then the next
+/// runs are admitted.
+pub fn a_queue_rate_admits_count_per_window(store: &dyn Store) {
+    let per = Duration::from_millis(800);
+    for i in 0..6 {
+        queued(store, &format!("r{i}"), "q", 0);
+    }
+    let started = SystemTime::now();
+    let a = claim_ids(store, &rated("a", 2, per));
+    assert_eq!(
+        a.iter().map(|(i, _)| i.as_str()).collect::<Vec<_>>(),
+        ["r0", "r1"]
+    );
+    for (id, lease) in &a {
+        done(store, id, lease);
+    }
+    // Ended, yet still counted within the window, by every claimer.
+    let reqs: Vec<ClaimRequest> = ["b", "c", "d"].iter().map(|w| rated(w, 2, per)).collect();
+    let at_once = futures::future::join_all(reqs.iter().map(|r| store.claim(r)));
+    let none: usize = block_on(at_once)
+        .into_iter()
+        .map(|r| r.unwrap().claimed.len())
+        .sum();
+    if started.elapsed().unwrap() < per {
+        assert_eq!(none, 0, "the window is used up");
+        let wake = block_on(store.next_wakeup(SystemTime::now())).unwrap();
+        let at = wake.lease.expect("a wake-up when the window frees");
+        assert!(at > SystemTime::now() && at <= started + per + Duration::from_millis(200));
+    }
+    std::thread::sleep(per + Duration::from_millis(100));
+    // A new window: two more, in all, among claims made at once.
+    let at_once = futures::future::join_all(reqs.iter().map(|r| store.claim(r)));
+    let mut ids: Vec<String> = block_on(at_once)
+        .into_iter()
+        .flat_map(|r| r.unwrap().claimed.into_iter().map(|c| c.run.id))
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["r2", "r3"]);
+}

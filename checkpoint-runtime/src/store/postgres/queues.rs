@@ -103,7 +103,7 @@ async fn record(
     .await?;
     cx.execute(
         "INSERT INTO cp_queue_admissions (queue, at, until) \
-         SELECT $1, $2, $3 FROM generate_series(1, $4)",
+         SELECT $1, $2, $3 FROM generate_series(1::bigint, $4::bigint)",
         &[&queue, &now, &until, &n],
     )
     .await?;
