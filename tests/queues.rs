@@ -125,6 +125,7 @@ async fn paced(ctx: &Ctx, n: u32) -> u32 {
 
 on_stores!("queues", [memory, sqlite, postgres]:
     a_runtime_admits_by_priority_within_the_bound,
+    a_rate_spaces_admissions_and_the_worker_wakes_for_them,
 );
 
 async fn a_runtime_admits_by_priority_within_the_bound(url: &str) {
@@ -158,4 +159,61 @@ async fn a_runtime_admits_by_priority_within_the_bound(url: &str) {
     assert_eq!(seen.now.lock().unwrap().1, 1, "one at a time");
     // Higher priority first, then oldest.
     assert_eq!(*seen.order.lock().unwrap(), [1, 3, 5, 2, 0, 4]);
+}
+
+/// Records when each body started.
+#[derive(Clone, Default)]
+struct Starts(Arc<Mutex<Vec<std::time::Instant>>>);
+
+#[workflow]
+async fn stamped(ctx: &Ctx, n: u32) -> u32 {
+    ctx.resource::<Starts>()
+        .0
+        .lock()
+        .unwrap()
+        .push(std::time::Instant::now());
+    checkpoint!("done");
+    n
+}
+
+async fn a_rate_spaces_admissions_and_the_worker_wakes_for_them(url: &str) {
+    let per = Duration::from_millis(700);
+    let starts = Starts::default();
+    let rt = Runtime::builder()
+        .queue("api", Queue::new().rate(2, per))
+        .resource(starts.clone())
+        .open(url)
+        .await
+        .unwrap();
+    let began = std::time::Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..5 {
+        let opts = StartOptions::new().queue("api");
+        handles.push(
+            rt.start_with(stamped, &format!("s-{i}"), i, opts)
+                .await
+                .unwrap(),
+        );
+    }
+    for h in handles {
+        tokio::time::timeout(Duration::from_secs(30), h.result())
+            .await
+            .expect("every run ends: the worker wakes when a window frees")
+            .unwrap();
+    }
+    let mut at: Vec<Duration> = starts
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| t.duration_since(began))
+        .collect();
+    at.sort();
+    assert_eq!(at.len(), 5, "{at:?}");
+    // Two per window: the 3rd and 5th body start a window after the 1st
+    // and 3rd (less what separates a claim from its body's start).
+    let slack = Duration::from_millis(60);
+    assert!(at[2] + slack >= at[0] + per, "{at:?}");
+    assert!(at[4] + slack >= at[2] + per, "{at:?}");
+    assert!(at[1] < at[0] + per, "two in the first window: {at:?}");
 }

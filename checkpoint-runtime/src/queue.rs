@@ -56,6 +56,10 @@ impl Queue {
     /// and is claimed once the window allows it (workers wake for that by
     /// themselves). Every claim counts: a run claimed again (a retry, a
     /// resumption after a wait) is admitted again. 0 is taken as 1.
+    /// [`Runtime::run_until_idle`](crate::Runtime::run_until_idle) does not
+    /// wait for a window to free (as it does not wait for another worker's
+    /// lease): [`WorkflowHandle::result`](crate::WorkflowHandle::result),
+    /// or a worker, does.
     ///
     /// ```
     /// use std::time::Duration;
