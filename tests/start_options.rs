@@ -31,7 +31,7 @@ async fn fan(ctx: &Ctx, n: u64) -> u64 {
             .priority(i as i32);
         if i == n {
             let clock = ctx.resource::<TestClock>();
-            opts = opts.start_at(Clock::now(&*clock) + Duration::from_secs(3600));
+            opts = opts.start_at(Clock::now(clock) + Duration::from_secs(3600));
         }
         children.push(ctx.spawn_with(job, &i.to_string(), i, opts).await);
     }

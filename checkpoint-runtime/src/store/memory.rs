@@ -69,8 +69,8 @@ struct State {
     /// Per child run that a joining run waits for: the runs waiting
     /// (`Suspend::Joining`).
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
-    /// Per queue with a rate: its admissions, `(at, until)` (see `queues`).
-    admissions: HashMap<String, Vec<(SystemTime, SystemTime)>>,
+    /// Per queue with a rate: its admissions (see `queues`).
+    admissions: queues::Admissions,
 }
 
 struct Entry {
@@ -360,7 +360,31 @@ impl MemoryStore {
             }
             admitting = true;
             let room = req.limit.saturating_sub(out.claimed.len());
-            work = queues::admit(&mut st, req, std::mem::take(&mut queued), room, now);
+            let State {
+                runs, admissions, ..
+            } = &mut *st;
+            let held = |queue: &str| {
+                runs.values()
+                    .filter(|e| {
+                        e.rec.queue.as_deref() == Some(queue)
+                            && !e.rec.state.is_terminal()
+                            && rules::holds_slot(
+                                e.rec.lease.as_ref(),
+                                &req.worker,
+                                &req.instance,
+                                now,
+                            )
+                    })
+                    .count()
+            };
+            work = queues::admit(
+                admissions,
+                held,
+                req,
+                std::mem::take(&mut queued),
+                room,
+                now,
+            );
         }
         drop(st);
         if changed {
@@ -650,7 +674,10 @@ impl MemoryStore {
             next.lease = earliest(next.lease, lease.map(|l| l.expires_at));
             next.timer = earliest(next.timer, rules::timer_after(&e.rec.state, lease, after));
         }
-        next.lease = earliest(next.lease, queues::next_window(&st, SystemTime::now()));
+        next.lease = earliest(
+            next.lease,
+            queues::next_window(&st.admissions, SystemTime::now()),
+        );
         next
     }
 

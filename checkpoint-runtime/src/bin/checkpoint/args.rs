@@ -256,6 +256,14 @@ impl From<StatusArg> for StatusKind {
     }
 }
 
+/// A `--tag KEY=VALUE` argument (split at the first `=`).
+fn parse_tag(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{arg}`: give KEY=VALUE")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,13 +318,5 @@ mod tests {
             Command::Signal { payload, .. } => assert_eq!(payload, "-1"),
             other => panic!("parsed as {other:?}"),
         }
-    }
-}
-
-/// A `--tag KEY=VALUE` argument (split at the first `=`).
-fn parse_tag(arg: &str) -> Result<(String, String), String> {
-    match arg.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("`{arg}`: give KEY=VALUE")),
     }
 }

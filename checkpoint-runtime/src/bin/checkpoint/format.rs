@@ -236,6 +236,15 @@ pub fn bytes(n: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// A run's tags as one cell: `key=value` pairs, by key, or `-` for none.
+pub fn tags_text(tags: &std::collections::BTreeMap<String, String>) -> String {
+    if tags.is_empty() {
+        return "-".to_owned();
+    }
+    let pairs: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,13 +420,4 @@ mod tests {
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
     }
-}
-
-/// A run's tags as one cell: `key=value` pairs, by key, or `-` for none.
-pub fn tags_text(tags: &std::collections::BTreeMap<String, String>) -> String {
-    if tags.is_empty() {
-        return "-".to_owned();
-    }
-    let pairs: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    pairs.join(" ")
 }

@@ -2,20 +2,25 @@
 //! second pass of a claim, over the runs of limited queues it set aside
 //! (see `rules::queues`), under the store's lock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::State;
 use crate::store::rules;
 use crate::store::ClaimRequest;
+
+/// Per queue with a rate: its admissions, `(at, until)`: when, and until
+/// when it counts (the end of the rate's window).
+pub(super) type Admissions = HashMap<String, Vec<(SystemTime, SystemTime)>>;
 
 /// Of `queued` (per queue, the runs of limited queues a claim may take, as
 /// `(priority, order, id)`), the ids admitted, queue by queue, at most
 /// `room` in all; records an admission per run admitted to a queue with a
-/// rate.
+/// rate. `held(queue)`: how many runs hold a slot of `queue`
+/// (`rules::holds_slot`).
 pub(super) fn admit(
-    st: &mut State,
+    admissions: &mut Admissions,
+    held: impl Fn(&str) -> usize,
     req: &ClaimRequest,
     queued: BTreeMap<String, Vec<(i32, u64, Arc<str>)>>,
     mut room: usize,
@@ -28,21 +33,13 @@ pub(super) fn admit(
         };
         let held = match limits.concurrency {
             None => 0,
-            Some(_) => st
-                .runs
-                .values()
-                .filter(|e| {
-                    e.rec.queue.as_deref() == Some(queue.as_str())
-                        && !e.rec.state.is_terminal()
-                        && rules::holds_slot(e.rec.lease.as_ref(), &req.worker, &req.instance, now)
-                })
-                .count(),
+            Some(_) => held(&queue),
         };
         let window = limits.rate.map(|(_, per)| rules::rate_window(per, now));
         let recent = match window {
             None => 0,
             Some((since, _)) => {
-                let kept = st.admissions.entry(queue.clone()).or_default();
+                let kept = admissions.entry(queue.clone()).or_default();
                 kept.retain(|(_, until)| *until > now);
                 kept.iter().filter(|(at, _)| *at > since).count()
             }
@@ -50,7 +47,7 @@ pub(super) fn admit(
         let took = rules::admit_queued(limits, held, recent, room, candidates);
         room -= took.len();
         if let Some((_, until)) = window {
-            let kept = st.admissions.entry(queue).or_default();
+            let kept = admissions.entry(queue).or_default();
             kept.extend(took.iter().map(|_| (now, until)));
         }
         admitted.extend(took);
@@ -60,8 +57,8 @@ pub(super) fn admit(
 
 /// When an admission of a queue with a rate next stops counting (after
 /// `now`), so that a run the rate held back is claimed then.
-pub(super) fn next_window(st: &State, now: SystemTime) -> Option<SystemTime> {
-    st.admissions
+pub(super) fn next_window(admissions: &Admissions, now: SystemTime) -> Option<SystemTime> {
+    admissions
         .values()
         .flatten()
         .map(|(_, until)| *until)

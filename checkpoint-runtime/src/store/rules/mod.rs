@@ -68,7 +68,7 @@ use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;
 pub use children::{is_held, is_running, join_pending, joined, promote};
-pub use queues::{admit_queued, holds_slot, queue_limits, rate_window};
+pub use queues::{admit_queued, queue_limits, rate_window};
 // Read by `joined` only, inside the crate; public for backends with `backend-kit`.
 #[cfg_attr(not(feature = "backend-kit"), allow(unused_imports))]
 pub use children::{child_outcome, joined_payload};
@@ -205,6 +205,20 @@ pub fn lease_free(
     now: SystemTime,
 ) -> bool {
     lease.is_none_or(|l| l.expires_at <= now || (l.worker == worker && *l.instance < *instance))
+}
+
+/// Whether a run holding `lease` takes up a slot of its queue for a claim
+/// by `worker`/`instance` at `now` (the system's time): it holds a lease
+/// that has not expired and that this claim could not take (a lease of
+/// this worker's older instance is taken over, so it is not counted: the
+/// run counts once it is admitted). Runs that ended hold no lease.
+pub fn holds_slot(
+    lease: Option<&LeaseInfo>,
+    worker: &str,
+    instance: &str,
+    now: SystemTime,
+) -> bool {
+    lease.is_some() && !lease_free(lease, worker, instance, now)
 }
 
 /// Whether a run in `state` may be executed at `clock_now` (the runtime's

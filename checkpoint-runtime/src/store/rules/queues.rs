@@ -3,14 +3,13 @@
 //! from its other candidates, then, in the claim's own transaction (on
 //! PostgreSQL under a lock per queue, so that two claims cannot both see
 //! the same free slot), counts the runs of the queue that hold a slot
-//! ([`holds_slot`]) and, for a rate, the admissions of the window
+//! ([`holds_slot`](super::holds_slot)) and, for a rate, the admissions of the window
 //! ([`rate_window`]), takes what [`admit_queued`] returns, and stores one
 //! admission per run taken (for the rate).
 
 use std::time::{Duration, SystemTime};
 
-use super::lease_free;
-use crate::store::{ClaimRequest, LeaseInfo};
+use crate::store::ClaimRequest;
 use crate::Queue;
 
 /// The limits `req` applies to a run of queue `queue`: `None` for a run in
@@ -20,20 +19,6 @@ pub fn queue_limits<'a>(req: &'a ClaimRequest, queue: Option<&str>) -> Option<&'
     req.queues
         .get(queue?)
         .filter(|q| q.concurrency.is_some() || q.rate.is_some())
-}
-
-/// Whether a run holding `lease` takes up a slot of its queue for a claim
-/// by `worker`/`instance` at `now` (the system's time): it holds a lease
-/// that has not expired and that this claim could not take (a lease of
-/// this worker's older instance is taken over, so it is not counted: the
-/// run counts once it is admitted). Runs that ended hold no lease.
-pub fn holds_slot(
-    lease: Option<&LeaseInfo>,
-    worker: &str,
-    instance: &str,
-    now: SystemTime,
-) -> bool {
-    lease.is_some() && !lease_free(lease, worker, instance, now)
 }
 
 /// For a queue with a rate of `per`, at `now` (the system's time): the
@@ -48,7 +33,7 @@ pub fn rate_window(per: Duration, now: SystemTime) -> (SystemTime, SystemTime) {
 }
 
 /// The admission rule of a queue with `limits`, of which `held` runs hold
-/// a slot ([`holds_slot`]; read only with a concurrency) and `recent` were
+/// a slot ([`holds_slot`](super::holds_slot); read only with a concurrency) and `recent` were
 /// admitted within its rate's window ([`rate_window`]; read only with a
 /// rate): of `candidates`, the queue's runs this claim may take, as
 /// `(priority, creation order, run)`, those admitted, higher priority

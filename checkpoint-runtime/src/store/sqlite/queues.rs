@@ -16,6 +16,10 @@ use crate::store::sql::run_row::state_sql;
 use crate::store::sql::ts;
 use crate::store::ClaimRequest;
 
+/// Admissions to record: per run admitted to a queue with a rate, the
+/// queue and when the admission stops counting.
+pub(super) type Admissions = Vec<(String, i64)>;
+
 /// Of `queued` (per queue, its runs the claim may take, as `(priority,
 /// ord, id)`), the ids admitted, queue by queue, at most `room` in all;
 /// and the admissions to record (a queue with a rate: its name and when
@@ -26,7 +30,7 @@ pub(super) fn admit(
     queued: BTreeMap<String, Vec<(i32, i64, String)>>,
     mut room: usize,
     now: SystemTime,
-) -> R<(Vec<String>, Vec<(String, i64)>)> {
+) -> R<(Vec<String>, Admissions)> {
     let (mut admitted, mut admissions) = (Vec::new(), Vec::new());
     for (queue, candidates) in queued {
         let Some(limits) = rules::queue_limits(req, Some(&queue)) else {
