@@ -786,8 +786,8 @@ pub struct ClaimRequest {
 /// clock each is read on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Wakeup {
-    /// The earliest expiry of a lease on an unfinished run: the system's
-    /// time.
+    /// The earliest expiry of a lease on an unfinished run, or of an
+    /// admission to a queue's rate window: the system's time.
     pub lease: Option<SystemTime>,
     /// The earliest deadline, later than the time asked about, of a
     /// sleeping or waiting run under no lease: the runtime's clock.

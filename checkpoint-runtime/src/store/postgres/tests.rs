@@ -3088,7 +3088,7 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         tables::runs::UNREGISTERED,
         &format!("{now}, 'z', '1', '{{other}}', NULL, 10, {now}"),
     );
-    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, &now.to_string());
+    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, &format!("{now}, {now}"));
     eprintln!(
         "{pages} pages; read: claim {claim}, unregistered {unregistered}, next wake-up {wakeup}"
     );
