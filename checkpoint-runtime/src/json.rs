@@ -500,6 +500,19 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn a_run_in_a_queue_reads_with_its_queue() {
+        let s = Status::InQueue {
+            queue: "llm".into(),
+        };
+        assert_eq!(
+            status_json(&s),
+            json!({"state": "in_queue", "queue": "llm"})
+        );
+        assert_eq!(s.to_string(), "queued in queue `llm`");
+        assert_eq!(s.kind(), crate::StatusKind::Queued);
+    }
+
+    #[test]
     fn times_are_rfc3339_utc() {
         use std::time::UNIX_EPOCH;
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
