@@ -85,8 +85,13 @@ impl PostgresStore {
             let rows = cx.query(CLAIM_PARKED, &[&workflows, only]).await?;
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
         }
-        // Runs of bounded queues the query locked, admitted after the rounds.
-        let mut queued: Vec<tokio_postgres::Row> = Vec::new();
+        // The queues this claim limits: their runs are left to `queues`.
+        let limited: Vec<&str> = req
+            .queues
+            .keys()
+            .map(String::as_str)
+            .filter(|q| rules::queue_limits(req, Some(q)).is_some())
+            .collect();
         loop {
             let want = limit - i64::try_from(taken.len()).unwrap_or(limit);
             if want <= 0 {
@@ -97,25 +102,22 @@ impl PostgresStore {
                     CLAIM,
                     &[
                         &now_i, &worker, &instance, &workflows, &req.only, &want, &seen, &own,
-                        &clock_i,
+                        &clock_i, &limited,
                     ],
                 )
                 .await?;
             let exhausted = i64::try_from(rows.len()).unwrap_or(i64::MAX) < want;
-            let (bounded, rows): (Vec<_>, Vec<_>) =
-                rows.into_iter().partition(|row| queues::bounded(req, row));
-            for row in &bounded {
-                seen.push(get(row, 0)?);
-            }
-            queued.extend(bounded);
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
             if exhausted {
                 break;
             }
         }
-        if !queued.is_empty() {
+        for queue in limited {
             let room = req.limit.saturating_sub(taken.len());
-            let admitted = queues::admit(&mut cx, &self.schema, req, queued, room).await?;
+            if room == 0 {
+                break;
+            }
+            let admitted = queues::admit(&mut cx, &self.schema, req, queue, room).await?;
             claim_rows(&mut cx, &admitted, &at, &mut seen, &mut taken).await?;
         }
         let changes: Vec<(&RunRecord, Change)> = taken

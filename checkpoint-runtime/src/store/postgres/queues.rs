@@ -1,87 +1,117 @@
-//! The queue limits of a claim ([`crate::Queue`]): the runs of limited
-//! queues that the claim query locked are set aside ([`bounded`]), then per
-//! queue, under a transaction-scoped advisory lock of that queue (so two
+//! The queue limits of a claim ([`crate::Queue`]): the claim query leaves
+//! the runs of the queues the claim limits alone; then per queue, under a transaction-scoped advisory lock of that queue (so two
 //! claims, of any process, never both count the same free slot or rate
 //! allowance: the second counts once the first committed its leases and
 //! admissions), the slots held and the admissions of the rate's window are
-//! counted and `rules::admit_queued` says which of them are taken.
+//! counted, and the runs `rules::queue_room` leaves room for are read in
+//! the rule's order ([`QUEUE_CLAIM`]) and admitted by `rules::admit_queued`.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use tokio_postgres::Row;
 
 use super::conn::{get, scrub, ts, Cx};
+use super::tables::runs::run_cols;
 use crate::store::rules;
 use crate::store::sql::run_row::state_sql;
 use crate::store::ClaimRequest;
 use crate::Error;
 
-/// The column of `run_cols!` that holds the queue, and the priority's.
-const QUEUE_COL: usize = 22;
-const PRIORITY_COL: usize = 23;
+/// The runs of queue `$1` a claim may take, in the order
+/// `rules::admit_queued` admits them (higher priority first, then oldest),
+/// at most `$8`, locked: of the workflows `$2` (and only run `$3`, or
+/// NULL), runnable (`rules::runnable`: ready, due at `$7`, the runtime's
+/// clock, or signalled) under a lease a claim may take (`$4` now, `$5`
+/// worker, `$6` instance). Read from `cp_runs_queue_order`.
+const QUEUE_CLAIM: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    ", r.input FROM cp_runs r \
+     WHERE r.queue = $1 AND r.state < ",
+    state_sql!(COMPLETED),
+    " AND r.workflow = ANY($2) AND ($3::text IS NULL OR r.id = $3) \
+       AND (r.lease_worker IS NULL OR r.lease_expires <= $4 \
+            OR (r.lease_worker = $5 AND r.lease_instance < $6)) \
+       AND (r.state = ",
+    state_sql!(READY),
+    " OR (r.state IN (",
+    state_sql!(WAITING),
+    ", ",
+    state_sql!(SLEEPING),
+    ") AND r.due <= $7) OR (r.state = ",
+    state_sql!(WAITING),
+    " AND EXISTS (SELECT 1 FROM cp_signals s WHERE s.run = r.id AND s.name = r.signal))) \
+     ORDER BY r.priority DESC, r.ord LIMIT $8 FOR NO KEY UPDATE OF r SKIP LOCKED"
+);
 
-/// Whether `row` (of the claim query) is a run of a queue `req` bounds.
-pub(super) fn bounded(req: &ClaimRequest, row: &Row) -> bool {
-    let queue: Option<String> = get(row, QUEUE_COL).ok().flatten();
-    rules::queue_limits(req, queue.as_deref()).is_some()
-}
-
-/// Of `rows` (runs of bounded queues, locked by this claim, in the order
-/// the claim met them), the ones admitted, queue by queue in name order
-/// (the order every claim takes the queues' locks in), at most `room` in
-/// all.
+/// The runs of `queue` this claim admits (at most `room`), locked, under
+/// the queue's advisory lock (held until the claim's transaction ends);
+/// records their admissions when the queue has a rate.
 pub(super) async fn admit(
     cx: &mut Cx<'_>,
     schema: &str,
     req: &ClaimRequest,
-    rows: Vec<Row>,
-    mut room: usize,
+    queue: &str,
+    room: usize,
 ) -> Result<Vec<Row>, Error> {
-    let mut by_queue: BTreeMap<String, Vec<(i32, usize, Row)>> = BTreeMap::new();
-    for (i, row) in rows.into_iter().enumerate() {
-        let queue: Option<String> = get(&row, QUEUE_COL)?;
-        let priority: i32 = get(&row, PRIORITY_COL)?;
-        by_queue
-            .entry(queue.unwrap_or_default())
-            .or_default()
-            .push((priority, i, row));
+    let Some(limits) = rules::queue_limits(req, Some(queue)) else {
+        return Ok(Vec::new());
+    };
+    let key = scrub(&format!("{schema}/queue/{queue}")).into_owned();
+    cx.query_one(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        &[&key],
+    )
+    .await?;
+    // The time is read after the lock: leases that expired while this
+    // claim waited for it are free.
+    let now = SystemTime::now();
+    let held = match limits.concurrency {
+        None => 0,
+        Some(_) => slots_held(cx, queue, now, req).await?,
+    };
+    let window = limits.rate.map(|(_, per)| rules::rate_window(per, now));
+    let recent = match window {
+        None => 0,
+        Some((since, _)) => admitted_since(cx, queue, since).await?,
+    };
+    let want = rules::queue_room(limits, held, recent, room);
+    if want == 0 {
+        return Ok(Vec::new());
     }
-    let mut admitted = Vec::new();
-    for (queue, candidates) in by_queue {
-        let Some(limits) = rules::queue_limits(req, Some(&queue)) else {
-            continue;
-        };
-        if room == 0 {
-            break;
-        }
-        let key = scrub(&format!("{schema}/queue/{queue}")).into_owned();
-        cx.query_one(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-            &[&key],
+    let workflows: Vec<&str> = req.workflows.to_vec();
+    let (worker, instance): (&str, &str) = (&req.worker, &req.instance);
+    let limit = i64::try_from(want).unwrap_or(i64::MAX);
+    let rows = cx
+        .query(
+            QUEUE_CLAIM,
+            &[
+                &queue,
+                &workflows,
+                &req.only,
+                &ts(now),
+                &worker,
+                &instance,
+                &ts(req.clock_now),
+                &limit,
+            ],
         )
         .await?;
-        // The time is read after the lock: leases that expired while this
-        // claim waited for it are free.
-        let now = SystemTime::now();
-        let held = match limits.concurrency {
-            None => 0,
-            Some(_) => slots_held(cx, &queue, now, req).await?,
-        };
-        let window = limits.rate.map(|(_, per)| rules::rate_window(per, now));
-        let recent = match window {
-            None => 0,
-            Some((since, _)) => admitted_since(cx, &queue, since).await?,
-        };
-        let took = rules::admit_queued(limits, held, recent, room, candidates);
-        room -= took.len();
-        if let (Some((_, until)), false) = (window, took.is_empty()) {
-            record(cx, &queue, took.len(), now, until).await?;
-        }
-        admitted.extend(took);
+    // In the rule's order already; the rule has the last word.
+    let candidates = rows
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| Ok((get::<i32>(&row, PRIORITY_COL)?, i, row)))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let took = rules::admit_queued(limits, held, recent, room, candidates);
+    if let (Some((_, until)), false) = (window, took.is_empty()) {
+        record(cx, queue, took.len(), now, until).await?;
     }
-    Ok(admitted)
+    Ok(took)
 }
+
+/// The column of `run_cols!` that holds the priority.
+const PRIORITY_COL: usize = 23;
 
 /// Stores `n` admissions of `queue` at `now`, counting until `until`, and
 /// drops the queue's admissions that no longer count. (Written before the

@@ -267,7 +267,8 @@ const V12: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS cancel_request t
 /// `jsonb` object of strings (NULL: none; a filter asks for runs whose
 /// object contains the filter's, `@>`, which the GIN index answers), its
 /// queue and its priority. Written once, with the run. `cp_runs_queue`:
-/// a claim counts the slots of a queue (its runs under a lease) from it.
+/// a claim counts the slots of a queue (its runs under a lease) from it;
+/// `cp_runs_queue_order`: it reads the queue's runs in admission order.
 /// `cp_queue_admissions`: the claims of the runs of queues with a rate,
 /// when (`at`) and until when they count (`until`), kept until then.
 const V13: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS tags jsonb; \
@@ -277,6 +278,9 @@ const V13: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS tags jsonb; \
                        WHERE tags IS NOT NULL; \
                    CREATE INDEX IF NOT EXISTS cp_runs_queue ON cp_runs (queue, lease_expires) \
                        WHERE queue IS NOT NULL AND lease_worker IS NOT NULL; \
+                   CREATE INDEX IF NOT EXISTS cp_runs_queue_order \
+                       ON cp_runs (queue, priority DESC, ord) \
+                       WHERE queue IS NOT NULL AND state < 3; \
                    CREATE TABLE IF NOT EXISTS cp_queue_admissions ( \
                        queue text NOT NULL, at bigint NOT NULL, until bigint NOT NULL); \
                    CREATE INDEX IF NOT EXISTS cp_queue_admissions_by_queue \

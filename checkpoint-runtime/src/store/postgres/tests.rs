@@ -1519,7 +1519,8 @@ const AS_VERSION_9: &str = "\
       ALTER COLUMN field_offsets SET NOT NULL, ALTER COLUMN field_lens SET NOT NULL, \
       ALTER COLUMN field_schemas SET NOT NULL; \
     ALTER TABLE cp_runs DROP COLUMN cancel_request; \
-    DROP INDEX cp_runs_tags; DROP INDEX cp_runs_queue; DROP TABLE cp_queue_admissions; \
+    DROP INDEX cp_runs_tags; DROP INDEX cp_runs_queue; DROP INDEX cp_runs_queue_order; \
+    DROP TABLE cp_queue_admissions; \
     ALTER TABLE cp_runs DROP COLUMN tags, DROP COLUMN queue, DROP COLUMN priority; \
     UPDATE cp_schema_version SET version = 9;";
 

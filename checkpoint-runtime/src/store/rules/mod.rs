@@ -68,7 +68,7 @@ use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;
 pub use children::{is_held, is_running, join_pending, joined, promote};
-pub use queues::{admit_queued, queue_limits, rate_window};
+pub use queues::{admit_queued, queue_limits, queue_room, rate_window};
 // Read by `joined` only, inside the crate; public for backends with `backend-kit`.
 #[cfg_attr(not(feature = "backend-kit"), allow(unused_imports))]
 pub use children::{child_outcome, joined_payload};

@@ -32,6 +32,21 @@ pub fn rate_window(per: Duration, now: SystemTime) -> (SystemTime, SystemTime) {
     (since, until)
 }
 
+/// How many runs [`admit_queued`] admits at most (with as many
+/// candidates): the queue's free slots, what its rate allows, and `room`,
+/// the least of them. A backend that reads the queue's candidates in the
+/// rule's order (priority, then age) reads no more than this many.
+pub fn queue_room(limits: &Queue, held: usize, recent: usize, room: usize) -> usize {
+    let left = |bound: u32, used: usize| {
+        usize::try_from(bound)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(used)
+    };
+    let slots = limits.concurrency.map_or(usize::MAX, |c| left(c, held));
+    let rate = limits.rate.map_or(usize::MAX, |(n, _)| left(n, recent));
+    slots.min(rate).min(room)
+}
+
 /// The admission rule of a queue with `limits`, of which `held` runs hold
 /// a slot ([`holds_slot`](super::holds_slot); read only with a concurrency) and `recent` were
 /// admitted within its rate's window ([`rate_window`]; read only with a
@@ -65,14 +80,7 @@ pub fn admit_queued<O: Ord, T>(
     room: usize,
     mut candidates: Vec<(i32, O, T)>,
 ) -> Vec<T> {
-    let left = |bound: u32, used: usize| {
-        usize::try_from(bound)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(used)
-    };
-    let slots = limits.concurrency.map_or(usize::MAX, |c| left(c, held));
-    let rate = limits.rate.map_or(usize::MAX, |(n, _)| left(n, recent));
-    let free = slots.min(rate).min(room);
+    let free = queue_room(limits, held, recent, room);
     candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     candidates
         .into_iter()

@@ -645,7 +645,8 @@ macro_rules! all_branches {
 /// NULL), `$6` at most this many, `$7` not these runs (already looked at by
 /// this claim), `$8` whether to look for the runs of this worker's older
 /// instances (see [`runnable_branches`]), `$9` the runtime's clock (for
-/// timers). Locks them, skipping rows other claims (or fenced writes)
+/// timers), `$10` the queues the claim limits (their runs are claimed by
+/// `queues::admit`, in their own order). Locks them, skipping rows other claims (or fenced writes)
 /// hold. Each branch (see [`runnable_branches`]) locks up to `$6` runs;
 /// those past the first `$6` stay locked by the claim's transaction and
 /// come back in its next round (it asks again while a round is full): a
@@ -654,7 +655,8 @@ pub(in crate::store::postgres) const CLAIM: &str = concat!(
     "WITH ",
     runnable_branches!(
         "r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
-         AND NOT (r.id = ANY($7::text[]))",
+         AND NOT (r.id = ANY($7::text[])) \
+         AND (r.queue IS NULL OR NOT (r.queue = ANY($10::text[])))",
         "$8::boolean",
         "$9",
         concat!("r.ord, r.input, ", run_cols!()),
