@@ -5,7 +5,6 @@
 //! that cannot be loaded is set aside by [`rules::set_aside`] instead, so
 //! that one damaged run does not make every claim (and every worker) fail.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -23,6 +22,7 @@ use crate::store::rules;
 use crate::store::sql::run_row::state_sql;
 use crate::store::sql::{from_ts, ts, ts_after};
 use crate::store::{CheckpointRecord, ClaimRequest, ClaimResult, Claimed, RunState};
+use crate::Error;
 
 /// A run whose lease a claim may take (`?1` now, `?2` worker, `?3`
 /// instance): none, expired, or this worker's older instance's.
@@ -55,14 +55,38 @@ macro_rules! claimable {
     };
 }
 
+/// A run in none of the queues a claim limits (`$queues`, a JSON array of
+/// their names): those are claimed by [`QUEUE_CLAIM`], in their own order.
+macro_rules! unlimited {
+    ($queues:literal) => {
+        concat!(
+            "(queue IS NULL OR queue NOT IN (SELECT value FROM json_each(",
+            $queues,
+            ")))"
+        )
+    };
+}
+
 /// The claim of run `?4` by name: [`claimable!`], or parked and revisited
 /// (`?5`, see [`rules::claimable`]).
 const CLAIMABLE_BY_ID: &str = concat!(
-    "SELECT id, workflow, ord, queue, priority FROM runs WHERE ((",
+    "SELECT id, workflow FROM runs WHERE ((",
     claimable!(),
     ") OR (state = ",
     state_sql!(PARKED),
-    " AND ?5)) AND id = ?4"
+    " AND ?5)) AND id = ?4 AND ",
+    unlimited!("?7")
+);
+
+/// The runs of queue `?4` a claim may take ([`claimable!`], of the
+/// workflows `?7`, a JSON array, and only run `?5`, or NULL), in the order
+/// `rules::admit_queued` admits them (higher priority first, then oldest),
+/// at most `?8`. Read from `runs_queue_order`.
+const QUEUE_CLAIM: &str = concat!(
+    "SELECT id FROM runs INDEXED BY runs_queue_order WHERE queue = ?4 AND ",
+    claimable!(),
+    " AND (?5 IS NULL OR id = ?5) AND workflow IN (SELECT value FROM json_each(?7)) \
+     ORDER BY priority DESC, ord LIMIT ?8"
 );
 
 /// The runs [`claimable!`] accepts (`?1` now, for leases, `?2` worker, `?3`
@@ -76,18 +100,22 @@ const CLAIMABLE_BY_ID: &str = concat!(
 /// sort what an index finds: `INDEXED BY` holds each branch to its index
 /// (and makes the statement fail to prepare should the index be missing).
 pub(super) const RUNNABLE: &str = concat!(
-    "SELECT id, workflow, ord, queue, priority FROM runs INDEXED BY runs_ready WHERE state = ",
+    "SELECT id, workflow, ord FROM runs INDEXED BY runs_ready WHERE state = ",
     state_sql!(READY),
     " AND ",
     takeable!(),
-    " UNION ALL SELECT id, workflow, ord, queue, priority FROM runs INDEXED BY runs_due \
+    " AND ",
+    unlimited!("?5"),
+    " UNION ALL SELECT id, workflow, ord FROM runs INDEXED BY runs_due \
        WHERE state IN (",
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
     ") AND due <= ?4 AND ",
     takeable!(),
-    " UNION ALL SELECT id, workflow, ord, queue, priority FROM runs \
+    " AND ",
+    unlimited!("?5"),
+    " UNION ALL SELECT id, workflow, ord FROM runs \
        WHERE state = ",
     state_sql!(WAITING),
     " AND (due IS NULL OR due > ?4) \
@@ -95,6 +123,8 @@ pub(super) const RUNNABLE: &str = concat!(
        AND EXISTS (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal) \
        AND ",
     takeable!(),
+    " AND ",
+    unlimited!("?5"),
     " ORDER BY ord"
 );
 
@@ -109,9 +139,15 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     let clock_i = ts(req.clock_now);
     // The candidates, in creation order, up to `limit` the caller can run.
     let mut picked: Vec<String> = Vec::new();
-    // The runs of bounded queues, set aside: taken as `rules::admit_queued`
-    // admits them, once the slots their queue holds are counted.
-    let mut queued: BTreeMap<String, Vec<(i32, i64, String)>> = BTreeMap::new();
+    // The queues this claim limits: their runs are claimed queue by queue.
+    let limited: Vec<&str> = req
+        .queues
+        .keys()
+        .map(String::as_str)
+        .filter(|q| rules::queue_limits(&req, Some(q)).is_some())
+        .collect();
+    let limited_json =
+        serde_json::to_string(&limited).map_err(|e| Error::internal(e.to_string()))?;
     {
         let sql = match req.only {
             Some(_) => CLAIMABLE_BY_ID,
@@ -125,9 +161,16 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 &*req.instance,
                 only,
                 req.revisit_parked,
-                clock_i
+                clock_i,
+                limited_json,
             ])?,
-            None => stmt.query(params![now_i, &*req.worker, &*req.instance, clock_i])?,
+            None => stmt.query(params![
+                now_i,
+                &*req.worker,
+                &*req.instance,
+                clock_i,
+                limited_json
+            ])?,
         };
         while let Some(row) = rows.next()? {
             let id: String = row.get(0)?;
@@ -136,23 +179,24 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 out.unregistered.push((id, workflow));
                 continue;
             }
-            let queue: Option<String> = row.get(3)?;
-            if rules::queue_limits(&req, queue.as_deref()).is_some() {
-                let (ord, priority): (i64, i64) = (row.get(2)?, row.get(4)?);
-                let priority = i32::try_from(priority).unwrap_or(0);
-                let queue = queue.unwrap_or_default();
-                queued.entry(queue).or_default().push((priority, ord, id));
-                continue;
-            }
             picked.push(id);
             if picked.len() >= req.limit {
                 break;
             }
         }
     }
-    let room = req.limit.saturating_sub(picked.len());
-    let (admitted, admissions) = queues::admit(cx, &req, queued, room, now)?;
-    picked.extend(admitted);
+    let mut admissions = Vec::new();
+    for queue in limited {
+        let room = req.limit.saturating_sub(picked.len());
+        if room == 0 {
+            break;
+        }
+        let (admitted, until) = admit_queue(cx, &req, queue, room, now)?;
+        if let Some(until) = until {
+            admissions.extend(admitted.iter().map(|_| (queue.to_owned(), until)));
+        }
+        picked.extend(admitted);
+    }
     if picked.is_empty() {
         return Ok(out);
     }
@@ -167,6 +211,53 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
         }
     }
     Ok(out)
+}
+
+/// The runs of `queue` this claim admits (at most `room`; see
+/// `rules::queues`), and, for a queue with a rate, when their admissions
+/// stop counting.
+fn admit_queue(
+    cx: &TxnCtx<'_>,
+    req: &ClaimRequest,
+    queue: &str,
+    room: usize,
+    now: SystemTime,
+) -> R<(Vec<String>, Option<i64>)> {
+    let Some(limits) = rules::queue_limits(req, Some(queue)) else {
+        return Ok((Vec::new(), None));
+    };
+    let counted = queues::count(cx, req, queue, limits, now)?;
+    let want = rules::queue_room(limits, counted.held, counted.recent, room);
+    if want == 0 {
+        return Ok((Vec::new(), None));
+    }
+    let workflows =
+        serde_json::to_string(&req.workflows).map_err(|e| Error::internal(e.to_string()))?;
+    let ids: Vec<String> = cx
+        .conn
+        .prepare_cached(QUEUE_CLAIM)?
+        .query_map(
+            params![
+                ts(now),
+                &*req.worker,
+                &*req.instance,
+                queue,
+                req.only,
+                ts(req.clock_now),
+                workflows,
+                i64::try_from(want).unwrap_or(i64::MAX),
+            ],
+            |r| r.get(0),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    // In the rule's order already; the rule has the last word.
+    let candidates = ids
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| (0, i, id))
+        .collect();
+    let took = rules::admit_queued(limits, counted.held, counted.recent, room, candidates);
+    Ok((took, counted.until))
 }
 
 /// A run the claim query picked, as the claim needs it.

@@ -240,7 +240,7 @@ fn rows_written_before_checksums_still_load() {
              DROP TABLE joins; DROP INDEX runs_parent; ALTER TABLE runs DROP COLUMN parent; \
              ALTER TABLE runs DROP COLUMN join_pending; \
              ALTER TABLE runs DROP COLUMN cancel_request; \
-             DROP INDEX runs_queue; DROP TABLE queue_admissions; ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN queue; \
+             DROP INDEX runs_queue; DROP INDEX runs_queue_order; DROP TABLE queue_admissions; ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN queue; \
              ALTER TABLE runs DROP COLUMN priority; \
              PRAGMA user_version = 1",
         )

@@ -470,7 +470,7 @@ fn a_version_3_file_opens_and_its_fields_start_appending() {
              DROP TABLE segments; DROP TABLE signal_sites; DROP TABLE joins; DROP INDEX runs_parent; \
              ALTER TABLE runs DROP COLUMN parent; ALTER TABLE runs DROP COLUMN join_pending; \
              ALTER TABLE runs DROP COLUMN cancel_request; \
-             DROP INDEX runs_queue; DROP TABLE queue_admissions; ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN queue; \
+             DROP INDEX runs_queue; DROP INDEX runs_queue_order; DROP TABLE queue_admissions; ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN queue; \
              ALTER TABLE runs DROP COLUMN priority; \
              PRAGMA user_version = 3",
         )

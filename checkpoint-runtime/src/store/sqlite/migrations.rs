@@ -268,7 +268,8 @@ pub(super) fn migrate_v8(conn: &Connection) -> rusqlite::Result<()> {
 /// Version 9: a run's start options (`StartOptions`): its tags, a JSON
 /// object of strings (NULL: none), its queue and its priority. Written
 /// once, with the run. `runs_queue`: a claim counts the slots of a queue
-/// (its runs under a lease) from it. `queue_admissions`: the claims of the
+/// (its runs under a lease) from it, and reads its runs in admission order
+/// from `runs_queue_order`. `queue_admissions`: the claims of the
 /// runs of queues with a rate, when (`at`) and until when they count
 /// (`until`, the end of the rate's window), kept until then.
 pub(super) fn migrate_v9(conn: &Connection) -> rusqlite::Result<()> {
@@ -278,6 +279,8 @@ pub(super) fn migrate_v9(conn: &Connection) -> rusqlite::Result<()> {
          ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0; \
          CREATE INDEX runs_queue ON runs (queue, lease_expires) \
              WHERE queue IS NOT NULL AND lease_worker IS NOT NULL; \
+         CREATE INDEX runs_queue_order ON runs (queue, priority DESC, ord) \
+             WHERE queue IS NOT NULL AND state < 3; \
          CREATE TABLE queue_admissions ( \
              queue TEXT NOT NULL, at INTEGER NOT NULL, until INTEGER NOT NULL); \
          CREATE INDEX queue_admissions_by_queue ON queue_admissions (queue, at); \

@@ -1,10 +1,9 @@
 //! The queue limits of [`SqliteStore`](super::SqliteStore)'s claim (see
-//! `rules::queues`): the runs of limited queues the claim query found are
-//! admitted here, counted in the claim's transaction (the writer's, which
+//! `rules::queues`): what a limited queue holds and was admitted, counted
+//! in the claim's transaction (the writer's, which
 //! holds the database's write lock: no other claim, of this process or
 //! another, counts or takes a slot meanwhile).
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use rusqlite::params;
@@ -15,44 +14,40 @@ use crate::store::rules;
 use crate::store::sql::run_row::state_sql;
 use crate::store::sql::ts;
 use crate::store::ClaimRequest;
+use crate::Queue;
 
-/// Admissions to record: per run admitted to a queue with a rate, the
-/// queue and when the admission stops counting.
-pub(super) type Admissions = Vec<(String, i64)>;
+/// What a claim counts of a limited queue, in its transaction.
+pub(super) struct Counted {
+    /// The runs that hold a slot (with a concurrency; else 0).
+    pub(super) held: usize,
+    /// The admissions within the rate's window (with a rate; else 0).
+    pub(super) recent: usize,
+    /// With a rate: when an admission made now stops counting.
+    pub(super) until: Option<i64>,
+}
 
-/// Of `queued` (per queue, its runs the claim may take, as `(priority,
-/// ord, id)`), the ids admitted, queue by queue, at most `room` in all;
-/// and the admissions to record (a queue with a rate: its name and when
-/// the admission stops counting, one per run admitted).
-pub(super) fn admit(
+/// Counts what `limits` need of `queue` at `now` (see [`Counted`]).
+pub(super) fn count(
     cx: &TxnCtx<'_>,
     req: &ClaimRequest,
-    queued: BTreeMap<String, Vec<(i32, i64, String)>>,
-    mut room: usize,
+    queue: &str,
+    limits: &Queue,
     now: SystemTime,
-) -> R<(Vec<String>, Admissions)> {
-    let (mut admitted, mut admissions) = (Vec::new(), Vec::new());
-    for (queue, candidates) in queued {
-        let Some(limits) = rules::queue_limits(req, Some(&queue)) else {
-            continue;
-        };
-        let held = match limits.concurrency {
-            None => 0,
-            Some(_) => slots_held(cx, &queue, now, req)?,
-        };
-        let window = limits.rate.map(|(_, per)| rules::rate_window(per, now));
-        let recent = match window {
-            None => 0,
-            Some((since, _)) => admitted_since(cx, &queue, since)?,
-        };
-        let took = rules::admit_queued(limits, held, recent, room, candidates);
-        room -= took.len();
-        if let Some((_, until)) = window {
-            admissions.extend(took.iter().map(|_| (queue.clone(), ts(until))));
-        }
-        admitted.extend(took);
-    }
-    Ok((admitted, admissions))
+) -> R<Counted> {
+    let held = match limits.concurrency {
+        None => 0,
+        Some(_) => slots_held(cx, queue, now, req)?,
+    };
+    let window = limits.rate.map(|(_, per)| rules::rate_window(per, now));
+    let recent = match window {
+        None => 0,
+        Some((since, _)) => admitted_since(cx, queue, since)?,
+    };
+    Ok(Counted {
+        held,
+        recent,
+        until: window.map(|(_, until)| ts(until)),
+    })
 }
 
 /// Stores `admissions` (see [`admit`]) at `now`, and drops those that no

@@ -2395,7 +2395,7 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         st.get_status(StatementStatus::VmStep)
     };
     let now = ts(SystemTime::now());
-    let claim = steps(super::claim::RUNNABLE, &[&now, &"z", &"1", &now]);
+    let claim = steps(super::claim::RUNNABLE, &[&now, &"z", &"1", &now, &"[]"]);
     let wakeup = steps(super::reads::NEXT_WAKEUP, &[&now, &now]);
     eprintln!("steps: claim {claim}, next wake-up {wakeup}");
     for (what, n) in [("claim", claim), ("next wake-up", wakeup)] {
