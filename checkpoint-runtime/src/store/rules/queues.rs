@@ -1,11 +1,14 @@
 //! Queues ([`crate::Queue`]): which runnable runs of a limited queue a
-//! claim admits. A backend's claim sets the runs of a limited queue aside
-//! from its other candidates, then, in the claim's own transaction (on
-//! PostgreSQL under a lock per queue, so that two claims cannot both see
-//! the same free slot), counts the runs of the queue that hold a slot
-//! ([`holds_slot`](super::holds_slot)) and, for a rate, the admissions of the window
-//! ([`rate_window`]), takes what [`admit_queued`] returns, and stores one
-//! admission per run taken (for the rate).
+//! claim admits. A backend's claim takes the runs of the queues it limits
+//! apart from its other candidates (the SQL backends leave them out of
+//! their claim query and read each queue's runs in the rule's order, at
+//! most [`queue_room`] of them; the memory store sets them aside), then, in
+//! the claim's own transaction (on PostgreSQL under a lock per queue, so
+//! that two claims cannot both see the same free slot), counts the runs of
+//! the queue that hold a slot ([`holds_slot`](super::holds_slot)) and, for
+//! a rate, the admissions of the window ([`rate_window`]), takes what
+//! [`admit_queued`] returns, and stores one admission per run taken (for
+//! the rate).
 
 use std::time::{Duration, SystemTime};
 
