@@ -3083,7 +3083,7 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     let now = crate::store::sql::ts(SystemTime::now());
     let claim = db.blocks_read(
         tables::runs::CLAIM,
-        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false, {now}"),
+        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false, {now}, '{{}}'"),
     );
     let unregistered = db.blocks_read(
         tables::runs::UNREGISTERED,
