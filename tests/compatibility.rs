@@ -289,6 +289,7 @@ async fn a_field_whose_type_definition_changed_under_its_name_is_parked() {
             only: Some("o-1".into()),
             revisit_parked: false,
             clock_now: std::time::SystemTime::now(),
+            queues: Default::default(),
         })
         .await
         .unwrap()

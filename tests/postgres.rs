@@ -281,6 +281,7 @@ fn claim_req(worker: &str, ttl: Duration) -> ClaimRequest {
         only: None,
         revisit_parked: false,
         clock_now: SystemTime::now(),
+        queues: Default::default(),
     }
 }
 
@@ -305,6 +306,7 @@ async fn stale_owner_is_fenced() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     })
     .await
     .unwrap();

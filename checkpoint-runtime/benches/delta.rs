@@ -79,6 +79,7 @@ fn build(store: &SqliteStore, n: usize) {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .expect("create");
     let claimed = block_on(store.claim(&ClaimRequest {
@@ -90,6 +91,7 @@ fn build(store: &SqliteStore, n: usize) {
         only: Some(id.clone()),
         revisit_parked: false,
         clock_now: SystemTime::now(),
+        queues: Default::default(),
     }))
     .expect("claim");
     let lease = claimed.claimed[0].lease.clone();

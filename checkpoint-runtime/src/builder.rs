@@ -51,6 +51,7 @@ pub struct RuntimeBuilder {
     client_only: bool,
     trace: Option<Arc<dyn TracePropagation>>,
     clock: Arc<dyn Clock>,
+    queues: std::collections::BTreeMap<String, crate::Queue>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -65,6 +66,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("client_only", &self.client_only)
             .field("trace_propagation", &self.trace.is_some())
             .field("clock", &self.clock)
+            .field("queues", &self.queues)
             .finish()
     }
 }
@@ -83,6 +85,7 @@ impl Default for RuntimeBuilder {
             client_only: false,
             trace: None,
             clock: Arc::new(SystemClock),
+            queues: Default::default(),
         }
     }
 }
@@ -281,6 +284,35 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declares queue `name` with its limits (see [`Queue`](crate::Queue)):
+    /// this runtime's claims take runs started in it
+    /// ([`StartOptions::queue`](crate::StartOptions::queue)) only within
+    /// them. Declare it alike on every worker of the store. Declaring a name
+    /// again replaces its limits.
+    ///
+    /// ```
+    /// use checkpoint_runtime::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn summarize(n: u32) -> u32 {
+    ///     n
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::builder().queue("llm", Queue::new().concurrency(2)).in_memory();
+    /// for i in 0..5 {
+    ///     let opts = StartOptions::new().queue("llm");
+    ///     rt.start_with(summarize, &format!("s-{i}"), i, opts).await?;
+    /// }
+    /// rt.run_until_idle().await?; // at most two at once
+    /// assert!(rt.runs(RunFilter::new()).await?.iter().all(|r| r.status == Status::Completed));
+    /// # Ok(()) }
+    /// ```
+    pub fn queue(mut self, name: &str, queue: crate::Queue) -> Self {
+        self.queues.insert(name.to_owned(), queue);
+        self
+    }
+
     pub(crate) fn with_resources(mut self, resources: Resources) -> Self {
         self.resources = resources;
         self
@@ -300,6 +332,7 @@ impl RuntimeBuilder {
                 client_only: self.client_only,
                 trace: self.trace,
                 clock: self.clock,
+                queues: self.queues,
             }))),
         }
     }

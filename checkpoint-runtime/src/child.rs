@@ -166,7 +166,13 @@ impl Ctx {
         key: &str,
         input: <I::Workflow as Workflow>::Input,
     ) -> Child<I::Workflow> {
-        let spawned = self.try_spawn(workflow.into_workflow(), key, input, None);
+        let spawned = self.try_spawn(
+            workflow.into_workflow(),
+            key,
+            input,
+            None,
+            Default::default(),
+        );
         self.or_halt(spawned.await).await
     }
 
@@ -262,13 +268,19 @@ impl Ctx {
         input: <I::Workflow as Workflow>::Input,
         max_running: u32,
     ) -> Child<I::Workflow> {
-        let spawned = self.try_spawn(workflow.into_workflow(), key, input, Some(max_running));
+        let spawned = self.try_spawn(
+            workflow.into_workflow(),
+            key,
+            input,
+            Some(max_running),
+            Default::default(),
+        );
         self.or_halt(spawned.await).await
     }
 
     /// The spawned child, or the execution stops with the error (as any
     /// store error stops it).
-    async fn or_halt<W>(&self, spawned: Result<Child<W>, Error>) -> Child<W> {
+    pub(crate) async fn or_halt<W>(&self, spawned: Result<Child<W>, Error>) -> Child<W> {
         match spawned {
             Ok(child) => child,
             Err(e) => {
@@ -278,12 +290,13 @@ impl Ctx {
         }
     }
 
-    async fn try_spawn<W: Workflow>(
+    pub(crate) async fn try_spawn<W: Workflow>(
         &self,
         workflow: W,
         key: &str,
         input: W::Input,
         max_running: Option<u32>,
+        options: crate::StartOptions,
     ) -> Result<Child<W>, Error> {
         let parent = &*self.run.id;
         let id = format!("{parent}/{key}");
@@ -294,6 +307,7 @@ impl Ctx {
             });
         }
         validate_id(&id)?;
+        options.validate(&id)?;
         let json = serde_json::to_vec(&input).map_err(|e| Error::Encode {
             workflow: W::NAME.to_owned(),
             run: id.clone(),
@@ -323,6 +337,7 @@ impl Ctx {
                 trace: None,
                 parent: Some(parent.to_owned()),
                 max_running,
+                options,
             })
             .await?;
         if let Created::Existing(run) = created {

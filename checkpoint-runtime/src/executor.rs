@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     code_changed: AtomicBool,
     /// The schedules this runtime fires (see `scheduler.rs`).
     pub(crate) schedules: crate::schedule_registry::Registered,
+    /// The queues declared on the builder, passed with every claim.
+    queues: Arc<std::collections::BTreeMap<String, crate::Queue>>,
 }
 
 /// The owner of a runtime: every [`Runtime`](crate::Runtime) clone and
@@ -144,6 +146,7 @@ pub(crate) struct InnerConfig {
     pub(crate) client_only: bool,
     pub(crate) trace: Option<Arc<dyn crate::observe::TracePropagation>>,
     pub(crate) clock: Arc<dyn crate::clock::Clock>,
+    pub(crate) queues: std::collections::BTreeMap<String, crate::Queue>,
 }
 
 impl Inner {
@@ -191,6 +194,7 @@ impl Inner {
             parked_swept: tokio::sync::Mutex::new(None),
             code_changed: AtomicBool::new(false),
             schedules: Default::default(),
+            queues: Arc::new(cfg.queues),
         }
     }
 
@@ -310,6 +314,7 @@ impl Inner {
             only: only.map(str::to_owned),
             revisit_parked,
             clock_now: self.env.clock.now(),
+            queues: self.queues.clone(),
         };
         // The store computes the leases' expiry after this, never before.
         let asked = std::time::Instant::now();

@@ -279,5 +279,8 @@ pub(crate) fn run_info(r: RunRecord) -> RunInfo {
         latest_seq: r.latest_seq,
         parent: r.parent,
         cancel_reason: r.cancel.map(|c| c.reason),
+        tags: r.tags,
+        queue: r.queue,
+        priority: r.priority,
     }
 }

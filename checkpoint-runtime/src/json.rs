@@ -88,7 +88,9 @@ pub fn entry_json(e: &HistoryEntry) -> Value {
 }
 
 /// A run as JSON: id, workflow, status (see [`status_json`]), times, latest
-/// checkpoint, and the lease holder and expiry (`null` without a lease).
+/// checkpoint, and the lease holder and expiry (`null` without a lease);
+/// `tags` (an object) when it has any, `queue` and `priority` when it was
+/// started in a queue.
 ///
 /// ```
 /// # use checkpoint_runtime::prelude::*;
@@ -119,6 +121,13 @@ pub fn run_json(r: &RunInfo) -> Value {
     // Only when there is one, so that other runs read as they always did.
     if let Some(reason) = &r.cancel_reason {
         v["cancel_reason"] = json!(reason);
+    }
+    if !r.tags.is_empty() {
+        v["tags"] = json!(r.tags);
+    }
+    if let Some(queue) = &r.queue {
+        v["queue"] = json!(queue);
+        v["priority"] = json!(r.priority);
     }
     v
 }
@@ -169,6 +178,7 @@ pub fn schedule_json(s: &crate::ScheduleInfo) -> Value {
 /// store.create_run(NewRun {
 ///     id: "r".into(), workflow: "wf".into(), input: Arc::from(&b"[1,2]"[..]),
 ///     version: 1, trace: None, parent: None, max_running: None,
+///     options: Default::default(),
 /// }).await.unwrap();
 /// let run = store.load_run("r").await.unwrap().unwrap();
 /// assert_eq!(input_output_json(&run), (serde_json::json!([1, 2]), serde_json::Value::Null));
@@ -520,6 +530,19 @@ fn push_change(out: &mut Vec<Value>, truncated: &mut bool, change: Value) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_run_in_a_queue_reads_with_its_queue() {
+        let s = Status::InQueue {
+            queue: "llm".into(),
+        };
+        assert_eq!(
+            status_json(&s),
+            json!({"state": "in_queue", "queue": "llm"})
+        );
+        assert_eq!(s.to_string(), "queued in queue `llm`");
+        assert_eq!(s.kind(), crate::StatusKind::Queued);
+    }
 
     #[test]
     fn times_are_rfc3339_utc() {

@@ -158,6 +158,7 @@ mod lease_keeper;
 pub mod observe;
 #[cfg(feature = "otel")]
 pub mod otel;
+mod queue;
 mod registry;
 mod retry;
 mod run;
@@ -169,6 +170,8 @@ mod scheduler;
 pub mod schema;
 mod signal_catalog;
 mod signal_types;
+mod start_options;
+mod start_with;
 mod status;
 pub mod store;
 mod streams;
@@ -185,10 +188,12 @@ pub use ctx::{AwaitInWorkflowBody, Ctx, InWorkflowBody};
 pub use error::Error;
 pub use handle::WorkflowHandle;
 pub use history::{CheckpointInfo, Event, FieldInfo, HistoryEntry};
+pub use queue::Queue;
 pub use retry::{RetryError, RetryPolicy};
 pub use runtime::Runtime;
 pub use schedule::{CatchUp, Overlap, Schedule, ScheduleInfo, Tick, MISSED_AFTER};
 pub use schema::FieldJson;
+pub use start_options::StartOptions;
 pub use status::{RunFilter, RunInfo, Status, StatusKind};
 pub use streams::RunStream;
 pub use type_names::readable_type_name;
@@ -211,6 +216,7 @@ pub mod prelude {
         RunFilter, RunInfo, Runtime, RuntimeBuilder, Schedule, Status, StatusKind, SystemClock,
         TestClock, Tick, Workflow, WorkflowHandle,
     };
+    pub use crate::{Queue, StartOptions};
 }
 
 /// The interface generated code uses. Not a public API: it may change in any

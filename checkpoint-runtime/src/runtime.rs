@@ -15,7 +15,7 @@ use crate::signal_types;
 use crate::status::RunFilter;
 use crate::store::{CancelRequest, Created, GcReport, NewRun, RunRecord, RunState, Store, Suspend};
 use crate::workflow::{IntoWorkflow, Workflow};
-use crate::Error;
+use crate::{Error, StartOptions};
 
 /// Runs workflows: starts them, executes and resumes them, delivers signals,
 /// and answers questions about runs.
@@ -173,9 +173,22 @@ impl Runtime {
         id: &str,
         input_json: Vec<u8>,
     ) -> Result<WorkflowHandle<W>, Error> {
+        self.start_encoded_with(workflow, id, input_json, StartOptions::default())
+            .await
+    }
+
+    /// [`Runtime::start_encoded`] with start options (see `start_with.rs`).
+    pub(crate) async fn start_encoded_with<W: Workflow>(
+        &self,
+        workflow: W,
+        id: &str,
+        input_json: Vec<u8>,
+        options: StartOptions,
+    ) -> Result<WorkflowHandle<W>, Error> {
         validate_id(id)?;
+        options.validate(id)?;
         self.inner.register(workflow);
-        create_run::<W>(&self.inner, id, input_json).await?;
+        create_run::<W>(&self.inner, id, input_json, options).await?;
         Ok(WorkflowHandle::new(self.inner.clone(), workflow, id))
     }
 
@@ -732,7 +745,8 @@ impl Runtime {
     }
 }
 
-/// Creates run `id` of `W` (registered) with `input_json` unless it exists:
+/// Creates run `id` of `W` (registered) with `input_json` and `options`
+/// (validated) unless it exists:
 /// [`Error::WorkflowMismatch`] when a run of another workflow has that id.
 /// Executes in the background from then on (unless client-only). Both
 /// [`Runtime::start`] and a schedule's tick start runs this way.
@@ -740,6 +754,7 @@ pub(crate) async fn create_run<W: Workflow>(
     inner: &std::sync::Arc<crate::executor::Inner>,
     id: &str,
     input_json: Vec<u8>,
+    options: StartOptions,
 ) -> Result<Created, Error> {
     inner.env.signal_catalog.flush(&*inner.env.store).await;
     let created = inner
@@ -753,6 +768,7 @@ pub(crate) async fn create_run<W: Workflow>(
             trace: inner.env.trace.as_ref().and_then(|p| p.current()),
             parent: None,
             max_running: None,
+            options,
         })
         .await?;
     if let Created::Existing(run) = &created {

@@ -107,7 +107,7 @@ impl Runtime {
                     field: "input".to_owned(),
                     detail: e.to_string().into(),
                 })?;
-                let created = create_run::<W<I>>(&inner, &id, json).await?;
+                let created = create_run::<W<I>>(&inner, &id, json, Default::default()).await?;
                 Ok(matches!(created, crate::store::Created::New))
             })
         });

@@ -1,5 +1,6 @@
 //! The status of a run as users see it, and run listings.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,15 @@ pub enum Status {
         /// The parent run.
         parent: String,
     },
+    /// Runnable, started in queue `queue`
+    /// ([`StartOptions::queue`](crate::StartOptions::queue)), and no worker
+    /// holds it: it waits for a free slot of its queue (see
+    /// [`Queue`](crate::Queue)) or for a worker, holding none. Its
+    /// [`kind`](Status::kind) is [`StatusKind::Queued`].
+    InQueue {
+        /// The queue.
+        queue: String,
+    },
 }
 
 impl Status {
@@ -112,6 +122,7 @@ impl Status {
             Status::Incompatible { .. } => StatusKind::Incompatible,
             Status::Held { .. } => StatusKind::Held,
             Status::Joining => StatusKind::Joining,
+            Status::InQueue { .. } => StatusKind::Queued,
         }
     }
 }
@@ -167,6 +178,7 @@ impl std::fmt::Debug for Status {
                 .finish(),
             Status::Joining => f.write_str("Joining"),
             Status::Held { parent } => f.debug_struct("Held").field("parent", parent).finish(),
+            Status::InQueue { queue } => f.debug_struct("InQueue").field("queue", queue).finish(),
         }
     }
 }
@@ -230,6 +242,7 @@ impl std::fmt::Display for Status {
                 f,
                 "held: starts when one of the running children of `{parent}` ends"
             ),
+            Status::InQueue { queue } => write!(f, "queued in queue `{queue}`"),
         }
     }
 }
@@ -336,6 +349,9 @@ pub struct RunFilter {
     pub newest_first: bool,
     /// Skips this many matching runs first (paging, with `limit`).
     pub offset: usize,
+    /// Only runs tagged with every one of these key/value pairs (see
+    /// [`StartOptions::tag`](crate::StartOptions::tag)).
+    pub tags: BTreeMap<String, String>,
 }
 
 impl RunFilter {
@@ -394,6 +410,37 @@ impl RunFilter {
         self.offset = n;
         self
     }
+
+    /// Only runs tagged `key` = `value` (see
+    /// [`StartOptions::tag`](crate::StartOptions::tag)); several calls
+    /// with different keys ask for all of them (a run must carry every
+    /// pair), a second call with the same key replaces its value.
+    ///
+    /// ```
+    /// # use checkpoint_runtime::prelude::*;
+    /// # #[workflow]
+    /// # async fn noop(ctx: &Ctx) {}
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let rt = Runtime::in_memory();
+    /// let acme = StartOptions::new().tag("tenant", "acme").tag("plan", "pro");
+    /// rt.start_with(noop, "a-1", (), acme).await?;
+    /// rt.start_with(noop, "b-1", (), StartOptions::new().tag("tenant", "beta")).await?;
+    /// let runs = rt.runs(RunFilter::new().tag("tenant", "acme").tag("plan", "pro")).await?;
+    /// assert_eq!(runs.len(), 1);
+    /// assert_eq!(runs[0].id, "a-1");
+    /// assert_eq!(runs[0].tags.get("tenant").map(String::as_str), Some("acme"));
+    /// # Ok(()) }
+    /// ```
+    pub fn tag(mut self, key: &str, value: &str) -> Self {
+        self.tags.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Whether a run carrying `tags` has every tag this filter asks for.
+    pub(crate) fn tags_match(&self, tags: &BTreeMap<String, String>) -> bool {
+        self.tags.iter().all(|(k, v)| tags.get(k) == Some(v))
+    }
 }
 
 /// One run in a listing.
@@ -439,4 +486,13 @@ pub struct RunInfo {
     /// while the run cleans up, kept once it ended `Cancelled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_reason: Option<String>,
+    /// The run's tags (see [`StartOptions::tag`](crate::StartOptions::tag)).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// The run's queue (see [`StartOptions::queue`](crate::StartOptions::queue)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The run's priority within its queue (0 unless it was started with one).
+    #[serde(default)]
+    pub priority: i32,
 }

@@ -272,6 +272,7 @@ async fn store_alone(
             trace: None,
             parent: None,
             max_running: None,
+            options: Default::default(),
         })
         .await?;
     let claimed = store
@@ -284,6 +285,7 @@ async fn store_alone(
             only: Some(id.to_owned()),
             revisit_parked: false,
             clock_now: SystemTime::now(),
+            queues: Default::default(),
         })
         .await?;
     let lease = claimed.claimed.first().ok_or("not claimed")?.lease.clone();

@@ -83,24 +83,25 @@ fn count(key: &str, value: &str, max: usize) -> Result<usize, ApiError> {
     }
 }
 
-/// `GET /api/runs?status=&workflow=&prefix=&parent=&limit=&offset=&order=`:
+/// `GET /api/runs?status=&workflow=&prefix=&parent=&tag=&limit=&offset=&order=`:
 /// runs as `checkpoint runs --json` lists them, oldest first (`order=newest`:
 /// newest first), one page: `limit` runs (100 unless given, at most 1,000)
 /// after skipping `offset`. An empty parameter is no filter. `parent` lists
-/// the children of that run (`ctx.spawn`).
+/// the children of that run (`ctx.spawn`); `tag=KEY:VALUE` (repeatable: all
+/// of them) the runs tagged so (`StartOptions::tag`).
 pub(crate) async fn list_runs(
     State(rt): State<Runtime>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
     const KNOWN: &[&str] = &[
-        "status", "workflow", "prefix", "parent", "limit", "offset", "order",
+        "status", "workflow", "prefix", "parent", "limit", "offset", "order", "tag",
     ];
     let filter = run_filter(query, KNOWN, RunFilter::new().limit(RUNS_PAGE))?;
     let runs = rt.runs(filter).await?;
     ok(runs.iter().map(run_json).collect())
 }
 
-/// `GET /api/counts?workflow=&prefix=&parent=`: how many runs there are in
+/// `GET /api/counts?workflow=&prefix=&parent=&tag=`: how many runs there are in
 /// each status (`{"counts": {"queued": 0, "running": 2, ..}, "total": 9}`),
 /// among those the parameters select, as `GET /api/runs` reads them;
 /// counted by the store, without reading the runs.
@@ -108,7 +109,8 @@ pub(crate) async fn counts(
     State(rt): State<Runtime>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
-    let filter = run_filter(query, &["workflow", "prefix", "parent"], RunFilter::new())?;
+    let known = &["workflow", "prefix", "parent", "tag"];
+    let filter = run_filter(query, known, RunFilter::new())?;
     let counts = rt.count_runs(filter).await?;
     let total: u64 = counts.values().sum();
     let by_label: serde_json::Map<String, Value> = counts
@@ -140,7 +142,8 @@ fn run_filter(
         if !known.contains(&key.as_str()) {
             return Err(unknown(key));
         }
-        if seen.contains(&key.as_str()) {
+        // `tag` may be given several times: a run must carry each.
+        if key != "tag" && seen.contains(&key.as_str()) {
             return Err(
                 ApiError::bad_request("invalid_query", format!("`{key}` is given twice"))
                     .detail("parameter", key.as_str()),
@@ -165,6 +168,16 @@ fn run_filter(
             "workflow" => filter = filter.workflow(value),
             "prefix" => filter = filter.id_prefix(value),
             "parent" => filter = filter.parent(value),
+            "tag" => {
+                let (k, v) = value.split_once(':').ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        format!("`tag={value}`: give `tag=KEY:VALUE`"),
+                    )
+                    .detail("parameter", "tag")
+                })?;
+                filter = filter.tag(k, v);
+            }
             "limit" => filter = filter.limit(count("limit", value, RUNS_MAX)?),
             "offset" => filter = filter.offset(count("offset", value, usize::MAX)?),
             "order" => match value.as_str() {

@@ -62,13 +62,14 @@
 //! for a signal payload the waiting site cannot decode, 503 when the store
 //! fails. A refused request changes nothing.
 //!
-//! - `GET /api/runs?status=&workflow=&prefix=&parent=&limit=&offset=&order=`:
+//! - `GET /api/runs?status=&workflow=&prefix=&parent=&tag=&limit=&offset=&order=`:
 //!   runs, oldest first (`order=newest`: newest first), one page of `limit`
 //!   (100 unless given, at most 1,000) after `offset`. `status` is one of
 //!   `queued`, `running`, `waiting`, `joining`, `sleeping`, `completed`,
 //!   `failed`, `cancelled`, `incompatible`, `held`; an empty parameter is no
-//!   filter. `parent` lists the children of that run.
-//! - `GET /api/counts?workflow=&prefix=&parent=`: how many runs are in each
+//!   filter. `parent` lists the children of that run; `tag=KEY:VALUE`
+//!   (repeatable: a run must carry each) the runs tagged so.
+//! - `GET /api/counts?workflow=&prefix=&parent=&tag=`: how many runs are in each
 //!   status (`{"counts": {"queued": 0, ..}, "total": N}`), counted by the
 //!   store.
 //! - `GET /api/runs/{id}`: the run (as `checkpoint show --json`), its input

@@ -47,6 +47,14 @@ use crate::Error;
 ///   the attempt counter, sets the state to `Ready`, and for a waiting run
 ///   records the wake value for the latest checkpoint (the oldest matching signal
 ///   is consumed, exactly once).
+/// - **Queues.** A run of a queue the claim limits
+///   ([`ClaimRequest::queues`], [`rules::queue_limits`](super::rules::queue_limits))
+///   is taken only as [`rules::admit_queued`](super::rules::admit_queued)
+///   admits it, with the runs of the queue that hold a slot
+///   ([`rules::holds_slot`](super::rules::holds_slot)) and its admissions
+///   within the rate's window counted in the claim's transaction, so that
+///   concurrent claims (of any process) never admit more than the limits
+///   together; each admission to a queue with a rate is stored with it.
 /// - **Signals** are kept per run in arrival order until consumed.
 /// - **Notification.** The counter returned by [`Store::subscribe`] changes
 ///   whenever a run may have become runnable or finished (a backend without push
@@ -290,9 +298,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// When a run that is not runnable now may next become runnable without
     /// a signal: the earliest expiry of another worker's lease (system
-    /// time), and the earliest timer or deadline later than `after` (the
-    /// runtime's clock reading) of a sleeping or waiting run under no lease
-    /// (see [`rules::timer_after`](super::rules::timer_after)).
+    /// time), or of an admission to a queue's rate window (see
+    /// [`rules::rate_window`](super::rules::rate_window)), and the earliest
+    /// timer or deadline later than `after` (the runtime's clock reading)
+    /// of a sleeping or waiting run under no lease (see
+    /// [`rules::timer_after`](super::rules::timer_after)); a run started
+    /// with a start time is such a sleeping run.
     fn next_wakeup(&self, after: SystemTime) -> BoxFuture<'_, Result<Wakeup, Error>>;
 
     /// A counter that changes whenever a run may have become runnable or finished.

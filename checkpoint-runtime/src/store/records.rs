@@ -3,6 +3,7 @@
 //! bottom of the store (`records ← rules ← backends ← store::open`).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::Status;
 use crate::Error;
+use crate::StartOptions;
 
 /// What the parts of a damaged record that could not be read are named
 /// in errors and listings.
@@ -72,6 +74,12 @@ pub struct RunRecord {
     /// set by [`rules::request_cancel`](super::rules::request_cancel) and
     /// never cleared: the run ends `Cancelled` once it is set.
     pub cancel: Option<CancelRequest>,
+    /// Its tags ([`StartOptions::tags`]), set when it was created.
+    pub tags: BTreeMap<String, String>,
+    /// Its queue ([`StartOptions::queue`]), set when it was created.
+    pub queue: Option<String>,
+    /// Its priority in its queue ([`StartOptions::priority`]).
+    pub priority: i32,
 }
 
 /// A cancel request stored on a run (see [`RunRecord::cancel`]): the run's
@@ -190,7 +198,12 @@ impl RunRecord {
         match &self.state {
             RunState::Ready => match &self.lease {
                 Some(lease) if lease.expires_at > SystemTime::now() => Status::Running,
-                _ => Status::Queued,
+                _ => match &self.queue {
+                    Some(queue) => Status::InQueue {
+                        queue: queue.clone(),
+                    },
+                    None => Status::Queued,
+                },
             },
             RunState::Waiting { signal, .. } if signal.starts_with(JOIN_SIGNAL_PREFIX) => {
                 Status::Joining
@@ -723,6 +736,9 @@ pub struct NewRun {
     /// running (not ended, not held) at once; created beyond it, the run is
     /// [`RunState::Held`] (see [`Ctx::spawn_limited`](crate::Ctx::spawn_limited)).
     pub max_running: Option<u32>,
+    /// Its tags, queue, priority and start time (see [`StartOptions`]);
+    /// [`StartOptions::default`] for none.
+    pub options: StartOptions,
 }
 
 /// What [`Store::create_run`](super::Store::create_run) did.
@@ -759,6 +775,10 @@ pub struct ClaimRequest {
     /// backend computes and compares lease expiries with the system's time
     /// (see [`crate::clock`] for why).
     pub clock_now: SystemTime,
+    /// The queues whose limits this claim applies (see [`crate::Queue`]),
+    /// by name: a run of one of them is taken only as
+    /// [`rules::admit_queued`](super::rules::admit_queued) admits it.
+    pub queues: Arc<BTreeMap<String, crate::Queue>>,
 }
 
 /// When a run that is not runnable now may next become runnable without a
@@ -766,8 +786,8 @@ pub struct ClaimRequest {
 /// clock each is read on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Wakeup {
-    /// The earliest expiry of a lease on an unfinished run: the system's
-    /// time.
+    /// The earliest expiry of a lease on an unfinished run, or of an
+    /// admission to a queue's rate window: the system's time.
     pub lease: Option<SystemTime>,
     /// The earliest deadline, later than the time asked about, of a
     /// sleeping or waiting run under no lease: the runtime's clock.

@@ -54,6 +54,9 @@ pub enum Command {
         /// Only the children of this run (the runs it spawned).
         #[arg(long, value_name = "ID")]
         parent: Option<String>,
+        /// Only runs tagged KEY=VALUE (repeat it: runs with every tag).
+        #[arg(long = "tag", value_name = "KEY=VALUE", value_parser = parse_tag)]
+        tags: Vec<(String, String)>,
         /// At most this many runs.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -273,6 +276,14 @@ impl From<StatusArg> for StatusKind {
             StatusArg::Held => StatusKind::Held,
             StatusArg::Joining => StatusKind::Joining,
         }
+    }
+}
+
+/// A `--tag KEY=VALUE` argument (split at the first `=`).
+fn parse_tag(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{arg}`: give KEY=VALUE")),
     }
 }
 

@@ -146,6 +146,7 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
             workflow,
             prefix,
             parent,
+            tags,
             limit,
         } => {
             let filter = RunsFilter {
@@ -153,6 +154,7 @@ pub async fn run(rt: &Runtime, command: Command, wide: bool) -> Result<Output, C
                 workflow,
                 prefix,
                 parent,
+                tags,
                 limit,
             };
             runs(rt, filter, wide).await
@@ -244,6 +246,7 @@ struct RunsFilter {
     workflow: Option<String>,
     prefix: Option<String>,
     parent: Option<String>,
+    tags: Vec<(String, String)>,
     limit: Option<usize>,
 }
 
@@ -261,6 +264,9 @@ async fn runs(rt: &Runtime, given: RunsFilter, wide: bool) -> Result<Output, Cli
     if let Some(p) = &given.parent {
         filter = filter.parent(p);
     }
+    for (k, v) in &given.tags {
+        filter = filter.tag(k, v);
+    }
     if let Some(n) = given.limit {
         filter = filter.limit(n);
     }
@@ -276,6 +282,7 @@ async fn runs(rt: &Runtime, given: RunsFilter, wide: bool) -> Result<Output, Cli
                     r.workflow.clone(),
                     run_status_text(r),
                     seq_or_dash(r.latest_seq),
+                    crate::format::tags_text(&r.tags),
                     rfc3339(r.updated_at),
                 ]
             })
@@ -286,6 +293,7 @@ async fn runs(rt: &Runtime, given: RunsFilter, wide: bool) -> Result<Output, Cli
                 Column::capped("WORKFLOW", 32),
                 Column::capped("STATUS", 80),
                 Column::whole("CHECKPOINT"),
+                Column::capped("TAGS", 48),
                 Column::whole("UPDATED"),
             ],
             &rows,

@@ -236,10 +236,28 @@ pub fn bytes(n: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// A run's tags as one cell: `key=value` pairs, by key, or `-` for none.
+pub fn tags_text(tags: &std::collections::BTreeMap<String, String>) -> String {
+    if tags.is_empty() {
+        return "-".to_owned();
+    }
+    let pairs: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn tags_read_as_pairs_by_key() {
+        let tags = [("b", "2"), ("a", "1")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into();
+        assert_eq!(tags_text(&tags), "a=1 b=2");
+        assert_eq!(tags_text(&Default::default()), "-");
+    }
 
     #[test]
     fn type_names_lose_their_paths() {

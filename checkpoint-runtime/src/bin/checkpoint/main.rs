@@ -19,9 +19,10 @@
 //! Commands:
 //!
 //! - `runs` lists runs, oldest first, with their workflow, status, latest
-//!   checkpoint and last change; `--status waiting` (`queued`, `running`,
+//!   checkpoint, tags and last change; `--status waiting` (`queued`, `running`,
 //!   `sleeping`, `completed`, `failed`, `cancelled`), `--workflow NAME`,
-//!   `--prefix ID` and `--limit N` filter. The status says what the run is
+//!   `--prefix ID`, `--tag KEY=VALUE` (repeatable: every tag) and
+//!   `--limit N` filter. The status says what the run is
 //!   doing: "queued" (runnable, no live lease; naming the worker whose lease
 //!   expired, if one did), "running on W (lease until T)", "waiting for
 //!   signal S" (with "until T" for a deadline, or that it passed), "sleeping

@@ -48,7 +48,7 @@ pub async fn watch(
         }
         entries_shown = entries.len();
         let holder = match run.status {
-            Status::Running | Status::Queued => run.worker.clone(),
+            Status::Running | Status::Queued | Status::InQueue { .. } => run.worker.clone(),
             _ => None,
         };
         let seen = (run.status.clone(), holder);

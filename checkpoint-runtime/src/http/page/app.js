@@ -178,6 +178,8 @@ function statusText(status, children) {
       return "waiting for signal `" + status.signal + "`" + (status.deadline ? " until " + time(status.deadline) : "");
     case "sleeping":
       return "sleeping until " + time(status.until);
+    case "in_queue":
+      return "queued in `" + status.queue + "`";
     case "failed":
       return "failed: " + status.error;
     case "incompatible":

@@ -175,6 +175,7 @@ pub fn a_hard_cancel_after_a_request_cascades_or_abandons(store: &dyn Store) {
             trace: None,
             parent: None,
             max_running: None,
+            options: Default::default(),
         }));
         assert!(r.is_ok(), "{r:?}");
         let child = format!("{parent}-child");
@@ -186,6 +187,7 @@ pub fn a_hard_cancel_after_a_request_cascades_or_abandons(store: &dyn Store) {
             trace: None,
             parent: Some(parent.into()),
             max_running: None,
+            options: Default::default(),
         }));
         assert!(r.is_ok(), "{r:?}");
         block_on(store.request_cancel(parent, request("stop", Duration::ZERO, cascade))).unwrap();
@@ -266,6 +268,7 @@ pub fn a_cancel_request_ends_a_parked_run(store: &dyn Store) {
         trace: None,
         parent: Some("r".into()),
         max_running: None,
+        options: Default::default(),
     }));
     assert!(r.is_ok(), "{r:?}");
     let c = claim_one(store, "a", "a1");

@@ -23,6 +23,7 @@ fn create_child(
         trace: None,
         parent: parent.map(str::to_owned),
         max_running,
+        options: Default::default(),
     }));
     format!("create {id}: {:?}", r.map(|_| ()))
 }

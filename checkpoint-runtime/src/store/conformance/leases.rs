@@ -227,6 +227,7 @@ pub fn a_run_keeps_the_version_that_started_it(store: &dyn Store) {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     assert_eq!(load(store, "v1").version, 1);

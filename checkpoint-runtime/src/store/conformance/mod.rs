@@ -43,16 +43,20 @@ mod cancel;
 mod children;
 mod ends;
 mod leases;
+mod queues;
 mod schedules;
 mod signals;
+mod start_options;
 mod streams;
 
 pub use cancel::*;
 pub use children::*;
 pub use ends::*;
 pub use leases::*;
+pub use queues::*;
 pub use schedules::*;
 pub use signals::*;
+pub use start_options::*;
 pub use streams::*;
 
 /// What a conformance test runs on: a store, and whatever it needs kept
@@ -144,6 +148,13 @@ macro_rules! conformance_tests {
                 a_resume_discards_the_items_emitted_after_its_checkpoint,
                 a_stale_lease_cannot_write_the_stream,
                 progress_is_the_latest_value_and_outlives_the_run,
+                start_options_are_stored_with_the_run,
+                runs_are_filtered_by_tags,
+                a_run_is_not_claimed_before_its_start_time,
+                a_queue_admits_up_to_its_bound_by_priority,
+                claims_at_once_never_exceed_a_queue_bound,
+                an_expired_lease_frees_its_queue_slot,
+                a_queue_rate_admits_count_per_window,
             ]
             [
                 reject_signal_without_its_checkpoint_changes_nothing,
@@ -335,6 +346,31 @@ pub const STORE_TESTS: &[(&str, StoreTest)] = &[
         "progress_is_the_latest_value_and_outlives_the_run",
         progress_is_the_latest_value_and_outlives_the_run,
     ),
+    (
+        "start_options_are_stored_with_the_run",
+        start_options_are_stored_with_the_run,
+    ),
+    ("runs_are_filtered_by_tags", runs_are_filtered_by_tags),
+    (
+        "a_run_is_not_claimed_before_its_start_time",
+        a_run_is_not_claimed_before_its_start_time,
+    ),
+    (
+        "a_queue_admits_up_to_its_bound_by_priority",
+        a_queue_admits_up_to_its_bound_by_priority,
+    ),
+    (
+        "claims_at_once_never_exceed_a_queue_bound",
+        claims_at_once_never_exceed_a_queue_bound,
+    ),
+    (
+        "an_expired_lease_frees_its_queue_slot",
+        an_expired_lease_frees_its_queue_slot,
+    ),
+    (
+        "a_queue_rate_admits_count_per_window",
+        a_queue_rate_admits_count_per_window,
+    ),
 ];
 
 /// Every conformance test on a [`Fixture`], by name.
@@ -359,6 +395,7 @@ pub(crate) fn req(worker: &str, instance: &str) -> ClaimRequest {
         only: None,
         revisit_parked: false,
         clock_now: SystemTime::now(),
+        queues: Default::default(),
     }
 }
 
@@ -401,6 +438,7 @@ pub(crate) fn new_run(store: &dyn Store, id: &str) {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     assert!(matches!(r, Created::New));

@@ -54,6 +54,9 @@ pub(crate) struct SchemaPuts {
     pub(crate) fail: bool,
 }
 
+mod children;
+mod queues;
+
 #[derive(Default)]
 struct State {
     runs: HashMap<Arc<str>, Entry>,
@@ -71,6 +74,8 @@ struct State {
     joins: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// Each run's stream and progress (see `memory_streams`).
     streams: HashMap<Arc<str>, streams::RunStream>,
+    /// Per queue with a rate: its admissions (see `queues`).
+    admissions: queues::Admissions,
 }
 
 struct Entry {
@@ -291,52 +296,100 @@ impl MemoryStore {
                 .unwrap_or_default(),
             None => st.active.values().cloned().collect(),
         };
-        for id in candidates {
-            if out.claimed.len() >= req.limit {
+        // The runs of bounded queues are set aside in a first pass, then
+        // taken as `rules::admit_queued` admits them (a second pass).
+        let mut queued: BTreeMap<String, Vec<(i32, u64, Arc<str>)>> = BTreeMap::new();
+        let mut work = candidates;
+        let mut admitting = false;
+        loop {
+            for id in std::mem::take(&mut work) {
+                if out.claimed.len() >= req.limit {
+                    break;
+                }
+                let Some(e) = st.runs.get_mut(&id) else {
+                    continue;
+                };
+                if e.rec.state.is_terminal() {
+                    continue;
+                }
+                if !rules::lease_free(e.rec.lease.as_ref(), &req.worker, &req.instance, now) {
+                    continue;
+                }
+                let signal = match &e.rec.state {
+                    RunState::Waiting { signal, .. } => {
+                        e.signals.iter().position(|s| s.name == *signal)
+                    }
+                    _ => None,
+                };
+                if !rules::claimable(&e.rec.state, signal.is_some(), req) {
+                    continue;
+                }
+                if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
+                    out.unregistered
+                        .push((e.rec.id.clone(), e.rec.workflow.clone()));
+                    continue;
+                }
+                if let (false, Some(_)) =
+                    (admitting, rules::queue_limits(req, e.rec.queue.as_deref()))
+                {
+                    let queue = e.rec.queue.clone().unwrap_or_default();
+                    queued
+                        .entry(queue)
+                        .or_default()
+                        .push((e.rec.priority, e.order, id.clone()));
+                    continue;
+                }
+                // As in every backend, a run whose latest checkpoint is gone is
+                // set aside, never started over (see `rules::latest_checkpoint`).
+                let latest = e.checkpoints.back().filter(|c| c.seq == e.rec.latest_seq);
+                if let Err(cause) = rules::latest_checkpoint(&e.rec, latest.map(|c| &**c)) {
+                    let error = rules::damaged(&id, Some(&e.rec.workflow), None, &[], &cause);
+                    let change = rules::set_aside(&mut e.rec, error, now);
+                    Self::apply(&mut st, &id, change, now);
+                    changed = true;
+                    continue;
+                }
+                let checkpoint = latest.cloned();
+                let signal = signal.and_then(|pos| e.signals.remove(pos));
+                let (lease, change) =
+                    rules::claim(&mut e.rec, req, signal, later(now, req.ttl), now);
+                out.claimed.push(Claimed {
+                    lease,
+                    run: e.rec.clone(),
+                    checkpoint,
+                });
+                Self::apply(&mut st, &id, change, now);
+            }
+            if admitting || queued.is_empty() {
                 break;
             }
-            let Some(e) = st.runs.get_mut(&id) else {
-                continue;
+            admitting = true;
+            let room = req.limit.saturating_sub(out.claimed.len());
+            let State {
+                runs, admissions, ..
+            } = &mut *st;
+            let held = |queue: &str| {
+                runs.values()
+                    .filter(|e| {
+                        e.rec.queue.as_deref() == Some(queue)
+                            && !e.rec.state.is_terminal()
+                            && rules::holds_slot(
+                                e.rec.lease.as_ref(),
+                                &req.worker,
+                                &req.instance,
+                                now,
+                            )
+                    })
+                    .count()
             };
-            if e.rec.state.is_terminal() {
-                continue;
-            }
-            if !rules::lease_free(e.rec.lease.as_ref(), &req.worker, &req.instance, now) {
-                continue;
-            }
-            let signal = match &e.rec.state {
-                RunState::Waiting { signal, .. } => {
-                    e.signals.iter().position(|s| s.name == *signal)
-                }
-                _ => None,
-            };
-            if !rules::claimable(&e.rec.state, signal.is_some(), req) {
-                continue;
-            }
-            if !req.workflows.iter().any(|w| *w == e.rec.workflow) {
-                out.unregistered
-                    .push((e.rec.id.clone(), e.rec.workflow.clone()));
-                continue;
-            }
-            // As in every backend, a run whose latest checkpoint is gone is
-            // set aside, never started over (see `rules::latest_checkpoint`).
-            let latest = e.checkpoints.back().filter(|c| c.seq == e.rec.latest_seq);
-            if let Err(cause) = rules::latest_checkpoint(&e.rec, latest.map(|c| &**c)) {
-                let error = rules::damaged(&id, Some(&e.rec.workflow), None, &[], &cause);
-                let change = rules::set_aside(&mut e.rec, error, now);
-                Self::apply(&mut st, &id, change, now);
-                changed = true;
-                continue;
-            }
-            let checkpoint = latest.cloned();
-            let signal = signal.and_then(|pos| e.signals.remove(pos));
-            let (lease, change) = rules::claim(&mut e.rec, req, signal, later(now, req.ttl), now);
-            out.claimed.push(Claimed {
-                lease,
-                run: e.rec.clone(),
-                checkpoint,
-            });
-            Self::apply(&mut st, &id, change, now);
+            work = queues::admit(
+                admissions,
+                held,
+                req,
+                std::mem::take(&mut queued),
+                room,
+                now,
+            );
         }
         drop(st);
         if changed {
@@ -390,96 +443,6 @@ impl MemoryStore {
             Self::join(&mut st, run, &children);
         }
         Ok(())
-    }
-
-    /// Records that run `waiter` waits for `children` (see
-    /// [`rules::join_pending`]), or wakes it when they all ended already.
-    fn join(st: &mut State, waiter: Arc<str>, children: &[String]) {
-        let ended = |c: &str| st.runs.get(c).is_none_or(|e| e.rec.state.is_terminal());
-        let pending: Vec<Arc<str>> = rules::join_pending(children, ended)
-            .into_iter()
-            .map(Arc::from)
-            .collect();
-        if pending.is_empty() {
-            Self::joined(st, &waiter, SystemTime::now());
-            return;
-        }
-        if let Some(e) = st.runs.get_mut(&waiter) {
-            e.join_pending = pending.len();
-        }
-        for child in pending {
-            st.joins.entry(child).or_default().push(waiter.clone());
-        }
-    }
-
-    /// Wakes run `waiter`, whose children all ended (see [`rules::joined`]).
-    fn joined(st: &mut State, waiter: &str, now: SystemTime) {
-        let Some(e) = st.runs.get(waiter) else { return };
-        let Some(Suspend::Joining {
-            children, token, ..
-        }) = e.checkpoints.back().and_then(|c| c.suspend.as_ref())
-        else {
-            return;
-        };
-        let change = rules::joined(children, token, |c| st.runs.get(c).map(|e| &e.rec), now);
-        Self::apply(st, waiter, change, now);
-    }
-
-    /// What the end of run `child` changes elsewhere, in the same critical
-    /// section: each run joining it counts it, and the last one it waited
-    /// for delivers its signal.
-    fn child_ended(st: &mut State, child: &str, freed_slot: bool, now: SystemTime) {
-        let parent = st.runs.get(child).and_then(|e| e.rec.parent.clone());
-        if let (true, Some(parent)) = (freed_slot, parent) {
-            Self::promote_sibling(st, &parent, now);
-        }
-        for waiter in st.joins.remove(child).unwrap_or_default() {
-            let Some(e) = st.runs.get_mut(&waiter) else {
-                continue;
-            };
-            e.join_pending = e.join_pending.saturating_sub(1);
-            if e.join_pending == 0 && !e.rec.state.is_terminal() {
-                Self::joined(st, &waiter, now);
-            }
-        }
-    }
-
-    /// Starts the oldest held child of `parent`, if any (a running one ended).
-    fn promote_sibling(st: &mut State, parent: &str, now: SystemTime) {
-        let next = st
-            .runs
-            .values_mut()
-            .filter(|e| e.rec.parent.as_deref() == Some(parent) && rules::is_held(&e.rec))
-            .min_by_key(|e| e.order);
-        if let Some(e) = next {
-            let change = rules::promote(&mut e.rec, now);
-            let id = e.rec.id.clone();
-            Self::apply(st, &id, change, now);
-        }
-    }
-
-    /// Cancels the unfinished descendants of run `id` (its children, theirs,
-    /// ...): each child's cancel is applied (which cancels its own
-    /// descendants); the walk goes on only through children that had ended.
-    fn cancel_children(st: &mut State, id: &str, now: SystemTime) {
-        let mut parents = vec![id.to_owned()];
-        while let Some(parent) = parents.pop() {
-            let children: Vec<Arc<str>> = st
-                .runs
-                .iter()
-                .filter(|(_, e)| e.rec.parent.as_deref() == Some(parent.as_str()))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for child in children {
-                let Some(e) = st.runs.get_mut(&child) else {
-                    continue;
-                };
-                match rules::cancel(&mut e.rec, now) {
-                    Some(change) => Self::apply(st, &child, change, now),
-                    None => parents.push(child.to_string()),
-                }
-            }
-        }
     }
 
     fn do_take_signal(
@@ -626,6 +589,10 @@ impl MemoryStore {
             next.lease = earliest(next.lease, lease.map(|l| l.expires_at));
             next.timer = earliest(next.timer, rules::timer_after(&e.rec.state, lease, after));
         }
+        next.lease = earliest(
+            next.lease,
+            queues::next_window(&st.admissions, SystemTime::now()),
+        );
         next
     }
 
@@ -672,6 +639,7 @@ impl Store for MemoryStore {
                         .parent
                         .as_ref()
                         .is_none_or(|p| e.rec.parent.as_deref() == Some(p.as_str()))
+                    && filter.tags_match(&e.rec.tags)
             })
             .map(|e| (e.order, e.rec.clone()))
             .collect();

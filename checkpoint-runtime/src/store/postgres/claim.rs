@@ -13,7 +13,7 @@ use super::conn::{from_ts, get, ts, ts_after, Cx};
 use super::tables::checkpoints::{self, load_seqs_checked, segments, Found};
 use super::tables::runs::{decode_run, CLAIM, CLAIM_PARKED, UNREGISTERED};
 use super::tables::signals;
-use super::{notify, PostgresStore};
+use super::{notify, queues, PostgresStore};
 use crate::store::rules::{self, Change};
 use crate::store::{ClaimRequest, ClaimResult, Claimed, RunRecord, RunState};
 use crate::Error;
@@ -85,6 +85,13 @@ impl PostgresStore {
             let rows = cx.query(CLAIM_PARKED, &[&workflows, only]).await?;
             claim_rows(&mut cx, &rows, &at, &mut seen, &mut taken).await?;
         }
+        // The queues this claim limits: their runs are left to `queues`.
+        let limited: Vec<&str> = req
+            .queues
+            .keys()
+            .map(String::as_str)
+            .filter(|q| rules::queue_limits(req, Some(q)).is_some())
+            .collect();
         loop {
             let want = limit - i64::try_from(taken.len()).unwrap_or(limit);
             if want <= 0 {
@@ -95,7 +102,7 @@ impl PostgresStore {
                     CLAIM,
                     &[
                         &now_i, &worker, &instance, &workflows, &req.only, &want, &seen, &own,
-                        &clock_i,
+                        &clock_i, &limited,
                     ],
                 )
                 .await?;
@@ -104,6 +111,14 @@ impl PostgresStore {
             if exhausted {
                 break;
             }
+        }
+        for queue in limited {
+            let room = req.limit.saturating_sub(taken.len());
+            if room == 0 {
+                break;
+            }
+            let admitted = queues::admit(&mut cx, &self.schema, req, queue, room).await?;
+            claim_rows(&mut cx, &admitted, &at, &mut seen, &mut taken).await?;
         }
         let changes: Vec<(&RunRecord, Change)> = taken
             .iter_mut()

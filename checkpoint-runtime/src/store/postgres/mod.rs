@@ -116,6 +116,7 @@ mod hold;
 mod locked;
 mod notify;
 mod ops;
+mod queues;
 mod reads;
 mod schedules;
 mod schema;

@@ -14,7 +14,7 @@ use super::PostgresStore;
 use crate::history::HistoryEntry;
 use crate::status::{RunFilter, StatusKind};
 use crate::store::rules;
-use crate::store::sql::run_row::{counted_kind, state_sql, status_code};
+use crate::store::sql::run_row::{counted_kind, state_sql, status_code, tags_col};
 use crate::store::{CheckpointRecord, GcReport, RunRecord, SignalRecord, Wakeup};
 use crate::Error;
 
@@ -43,6 +43,7 @@ impl PostgresStore {
                     state_sql!(FAILED),
                     " ELSE r.state END) = $3) \
                        AND ($5::text IS NULL OR r.parent = $5) \
+                       AND ($7::text IS NULL OR r.tags @> $7::text::jsonb) \
                      ORDER BY r.ord ",
                     $order,
                     " LIMIT $4::bigint OFFSET $6::bigint"
@@ -59,6 +60,7 @@ impl PostgresStore {
         let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
         let offset = i64::try_from(filter.offset).unwrap_or(i64::MAX);
         let status = filter.status.map(|kind| code(status_code(kind)));
+        let tags = tags_col(&filter.tags)?;
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let rows = cx
@@ -71,6 +73,7 @@ impl PostgresStore {
                     &limit,
                     &filter.parent,
                     &offset,
+                    &tags,
                 ],
             )
             .await?;
@@ -90,14 +93,22 @@ impl PostgresStore {
              WHERE ($1::text IS NULL OR r.workflow = $1) \
                AND ($2::text IS NULL OR starts_with(r.id, $2)) \
                AND ($3::text IS NULL OR r.parent = $3) \
+               AND ($5::text IS NULL OR r.tags @> $5::text::jsonb) \
              GROUP BY 1, 2, 3, 4";
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
         let now = ts(SystemTime::now());
+        let tags = tags_col(&filter.tags)?;
         let rows = cx
             .query(
                 SQL,
-                &[&filter.workflow, &filter.id_prefix, &filter.parent, &now],
+                &[
+                    &filter.workflow,
+                    &filter.id_prefix,
+                    &filter.parent,
+                    &now,
+                    &tags,
+                ],
             )
             .await?;
         let mut counts = BTreeMap::new();
@@ -131,9 +142,16 @@ impl PostgresStore {
     pub(super) async fn do_next_wakeup(&self, after: SystemTime) -> Result<Wakeup, Error> {
         let mut conn = self.pool.get().await?;
         let mut cx = conn.plain();
-        let row = cx.query_one(NEXT_WAKEUP, &[&ts(after)]).await?;
+        let now = ts(SystemTime::now());
+        let row = cx.query_one(NEXT_WAKEUP, &[&ts(after), &now]).await?;
+        let lease = get::<Option<i64>>(&row, 0)?;
+        let window = get::<Option<i64>>(&row, 2)?;
+        let lease = match (lease, window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Ok(Wakeup {
-            lease: get::<Option<i64>>(&row, 0)?.map(from_ts),
+            lease: lease.map(from_ts),
             timer: get::<Option<i64>>(&row, 1)?.map(from_ts),
         })
     }

@@ -289,8 +289,35 @@ const V14: &str = "CREATE TABLE IF NOT EXISTS cp_stream_items ( \
                        run text PRIMARY KEY REFERENCES cp_runs (id) ON DELETE CASCADE, \
                        value bytea NOT NULL);";
 
+/// Version 15: a run's start options (`StartOptions`): its tags, a
+/// `jsonb` object of strings (NULL: none; a filter asks for runs whose
+/// object contains the filter's, `@>`, which the GIN index answers), its
+/// queue and its priority. Written once, with the run. `cp_runs_queue`:
+/// a claim counts the slots of a queue (its runs under a lease) from it;
+/// `cp_runs_queue_order`: it reads the queue's runs in admission order.
+/// `cp_queue_admissions`: the claims of the runs of queues with a rate,
+/// when (`at`) and until when they count (`until`), kept until then.
+const V15: &str = "ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS tags jsonb; \
+                   ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS queue text; \
+                   ALTER TABLE cp_runs ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0; \
+                   CREATE INDEX IF NOT EXISTS cp_runs_tags ON cp_runs USING gin (tags) \
+                       WHERE tags IS NOT NULL; \
+                   CREATE INDEX IF NOT EXISTS cp_runs_queue ON cp_runs (queue, lease_expires) \
+                       WHERE queue IS NOT NULL AND lease_worker IS NOT NULL; \
+                   CREATE INDEX IF NOT EXISTS cp_runs_queue_order \
+                       ON cp_runs (queue, priority DESC, ord) \
+                       WHERE queue IS NOT NULL AND state < 3; \
+                   CREATE TABLE IF NOT EXISTS cp_queue_admissions ( \
+                       queue text NOT NULL, at bigint NOT NULL, until bigint NOT NULL); \
+                   CREATE INDEX IF NOT EXISTS cp_queue_admissions_by_queue \
+                       ON cp_queue_admissions (queue, at); \
+                   CREATE INDEX IF NOT EXISTS cp_queue_admissions_by_until \
+                       ON cp_queue_admissions (until);";
+
 /// The migrations, in order.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14];
+const MIGRATIONS: &[&str] = &[
+    V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15,
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

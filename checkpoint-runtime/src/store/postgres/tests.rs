@@ -858,6 +858,7 @@ fn notifications_reach_other_stores() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     let changed =
@@ -1518,6 +1519,9 @@ const AS_VERSION_9: &str = "\
       ALTER COLUMN field_offsets SET NOT NULL, ALTER COLUMN field_lens SET NOT NULL, \
       ALTER COLUMN field_schemas SET NOT NULL; \
     ALTER TABLE cp_runs DROP COLUMN cancel_request; \
+    DROP INDEX cp_runs_tags; DROP INDEX cp_runs_queue; DROP INDEX cp_runs_queue_order; \
+    DROP TABLE cp_queue_admissions; \
+    ALTER TABLE cp_runs DROP COLUMN tags, DROP COLUMN queue, DROP COLUMN priority; \
     UPDATE cp_schema_version SET version = 9;";
 
 #[test]
@@ -2796,6 +2800,7 @@ fn starts_at_the_same_time_share_statements_and_answer_each() {
             trace: None,
             parent: None,
             max_running: None,
+            options: Default::default(),
         };
         let f = store.create_run(run);
         async move { (id, f.await) }
@@ -2880,6 +2885,7 @@ fn ends_at_the_same_time_share_transactions_and_answer_each() {
         trace: None,
         parent: Some("r000".into()),
         max_running: None,
+        options: Default::default(),
     };
     block_on(store.create_run(child.clone())).unwrap();
     // r121, spawned with a bound of one running child, is held until r120
@@ -2887,6 +2893,7 @@ fn ends_at_the_same_time_share_transactions_and_answer_each() {
     let held = crate::store::NewRun {
         id: "r121".into(),
         max_running: Some(1),
+        options: Default::default(),
         ..child
     };
     block_on(store.create_run(held)).unwrap();
@@ -3076,13 +3083,13 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
     let now = crate::store::sql::ts(SystemTime::now());
     let claim = db.blocks_read(
         tables::runs::CLAIM,
-        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false, {now}"),
+        &format!("{now}, 'z', '1', '{{wf}}', NULL, 10, '{{}}', false, {now}, '{{}}'"),
     );
     let unregistered = db.blocks_read(
         tables::runs::UNREGISTERED,
         &format!("{now}, 'z', '1', '{{other}}', NULL, 10, {now}"),
     );
-    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, &now.to_string());
+    let wakeup = db.blocks_read(tables::runs::NEXT_WAKEUP, &format!("{now}, {now}"));
     eprintln!(
         "{pages} pages; read: claim {claim}, unregistered {unregistered}, next wake-up {wakeup}"
     );

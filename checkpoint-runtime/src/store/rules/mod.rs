@@ -37,6 +37,7 @@
 //!     trace: None,
 //!     parent: None,
 //!     max_running: None,
+//!     options: Default::default(),
 //! };
 //! let (mut rec, created) = rules::create(run, 0, SystemTime::now());
 //! assert_eq!(rec.state, RunState::Ready);
@@ -61,11 +62,14 @@ use crate::history::Event;
 
 mod change;
 mod children;
+mod queues;
+mod start;
 pub mod streams;
 use crate::Error;
 pub use change::{Change, Ended};
 use children::starts_held;
 pub use children::{is_held, is_running, join_pending, joined, promote};
+pub use queues::{admit_queued, queue_limits, queue_room, rate_window};
 // Read by `joined` only, inside the crate; public for backends with `backend-kit`.
 #[cfg_attr(not(feature = "backend-kit"), allow(unused_imports))]
 pub use children::{child_outcome, joined_payload};
@@ -74,8 +78,9 @@ pub use children::{child_outcome, joined_payload};
 /// never claimed, no checkpoint yet; ready, or held when it is a child
 /// created with `max_running` and `running` of its parent's children (not
 /// ended, not held; the backend counts them, only for such a child) fill
-/// the bound. Returns it with its `Started` event and, for a child, the
-/// parent's `ChildSpawned`.
+/// the bound. Its [`NewRun::options`] are stored with it: a ready run with
+/// a start time sleeps until then. Returns it with its `Started` event and,
+/// for a child, the parent's `ChildSpawned`.
 pub fn create(run: NewRun, running: usize, now: SystemTime) -> (RunRecord, Change) {
     let started = Event::Started {
         workflow: run.workflow.clone(),
@@ -90,6 +95,7 @@ pub fn create(run: NewRun, running: usize, now: SystemTime) -> (RunRecord, Chang
     let mut rec = started_run(run.id, run.workflow, run.input, state, 0, now);
     rec.version = run.version.max(1);
     rec.parent = run.parent;
+    start::apply_options(&mut rec, run.options);
     let elsewhere = rec.parent.clone().map(|p| {
         let spawned = Event::ChildSpawned {
             child: rec.id.clone(),
@@ -183,6 +189,9 @@ fn started_run(
         version: 1,
         parent: None,
         cancel: None,
+        tags: Default::default(),
+        queue: None,
+        priority: 0,
     }
 }
 
@@ -197,6 +206,20 @@ pub fn lease_free(
     now: SystemTime,
 ) -> bool {
     lease.is_none_or(|l| l.expires_at <= now || (l.worker == worker && *l.instance < *instance))
+}
+
+/// Whether a run holding `lease` takes up a slot of its queue for a claim
+/// by `worker`/`instance` at `now` (the system's time): it holds a lease
+/// that has not expired and that this claim could not take (a lease of
+/// this worker's older instance is taken over, so it is not counted: the
+/// run counts once it is admitted). Runs that ended hold no lease.
+pub fn holds_slot(
+    lease: Option<&LeaseInfo>,
+    worker: &str,
+    instance: &str,
+    now: SystemTime,
+) -> bool {
+    lease.is_some() && !lease_free(lease, worker, instance, now)
 }
 
 /// Whether a run in `state` may be executed at `clock_now` (the runtime's

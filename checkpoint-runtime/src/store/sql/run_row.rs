@@ -4,6 +4,8 @@
 //! ([`RunRow`]). Each backend binds and reads the columns its own way (and
 //! PostgreSQL scrubs the texts it binds); what they mean is decided here, once.
 
+use std::collections::BTreeMap;
+
 use super::{from_ts, to_i64, to_u64, ts, Corrupt};
 use crate::status::StatusKind;
 use crate::store::{CancelRequest, LeaseInfo, RunRecord, RunState, Wake, WakeValue};
@@ -229,6 +231,12 @@ pub(crate) struct RunRow {
     /// The cancel request, as [`CancelRequest::to_json`] writes it; written
     /// only by a request (see `rules::request_cancel`).
     pub cancel: Option<String>,
+    /// The tags, as [`tags_col`] writes them; written once, with the run.
+    pub tags: Option<String>,
+    /// The queue; written once, with the run.
+    pub queue: Option<String>,
+    /// The priority; written once, with the run.
+    pub priority: i64,
 }
 
 impl RunRow {
@@ -308,6 +316,10 @@ impl RunRow {
             }),
         };
         let cancel = cancel_request(&id, self.cancel)?;
+        let tags = match tags_from_col(&id, self.tags) {
+            Err(_) if lenient => Default::default(),
+            other => other?,
+        };
         Ok(RunRecord {
             id,
             workflow: self.workflow,
@@ -323,6 +335,9 @@ impl RunRow {
             version: u32::try_from(self.version).unwrap_or(1).max(1),
             parent: self.parent,
             cancel,
+            tags,
+            queue: self.queue,
+            priority: i32::try_from(self.priority).unwrap_or(0),
         })
     }
 }
@@ -337,6 +352,31 @@ pub(crate) fn cancel_request(
         Some(text) => CancelRequest::from_json(&text).map(Some).ok_or_else(|| {
             Corrupt(format!(
                 "run `{id}` has a cancel request that does not read: {text}"
+            ))
+        }),
+    }
+}
+
+/// The `tags` column of a run with `tags`: a JSON object of strings, NULL
+/// when it has none. A filter's tags are bound the same way (a run matches
+/// when its object holds every pair of the filter's).
+pub(crate) fn tags_col(tags: &BTreeMap<String, String>) -> Result<Option<String>, Error> {
+    if tags.is_empty() {
+        return Ok(None);
+    }
+    super::to_json(tags).map(Some)
+}
+
+/// Run `id`'s `tags` column (see [`tags_col`]) as tags.
+pub(crate) fn tags_from_col(
+    id: &str,
+    col: Option<String>,
+) -> Result<BTreeMap<String, String>, Corrupt> {
+    match col {
+        None => Ok(BTreeMap::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| {
+            Corrupt(format!(
+                "run `{id}` has tags that do not read ({e}): {text}"
             ))
         }),
     }

@@ -14,6 +14,7 @@ use super::apply::{apply, Target};
 use super::checkpoints::refs::Shape;
 use super::checkpoints::Located;
 use super::error::{Fail, R};
+use super::queues;
 use super::runs::consume_signal;
 use super::writer::cache::Head;
 use super::writer::txn::TxnCtx;
@@ -21,6 +22,7 @@ use crate::store::rules;
 use crate::store::sql::run_row::state_sql;
 use crate::store::sql::{from_ts, ts, ts_after};
 use crate::store::{CheckpointRecord, ClaimRequest, ClaimResult, Claimed, RunState};
+use crate::Error;
 
 /// A run whose lease a claim may take (`?1` now, `?2` worker, `?3`
 /// instance): none, expired, or this worker's older instance's.
@@ -53,6 +55,18 @@ macro_rules! claimable {
     };
 }
 
+/// A run in none of the queues a claim limits (`$queues`, a JSON array of
+/// their names): those are claimed by [`QUEUE_CLAIM`], in their own order.
+macro_rules! unlimited {
+    ($queues:literal) => {
+        concat!(
+            "(queue IS NULL OR queue NOT IN (SELECT value FROM json_each(",
+            $queues,
+            ")))"
+        )
+    };
+}
+
 /// The claim of run `?4` by name: [`claimable!`], or parked and revisited
 /// (`?5`, see [`rules::claimable`]).
 const CLAIMABLE_BY_ID: &str = concat!(
@@ -60,7 +74,19 @@ const CLAIMABLE_BY_ID: &str = concat!(
     claimable!(),
     ") OR (state = ",
     state_sql!(PARKED),
-    " AND ?5)) AND id = ?4"
+    " AND ?5)) AND id = ?4 AND ",
+    unlimited!("?7")
+);
+
+/// The runs of queue `?4` a claim may take ([`claimable!`], of the
+/// workflows `?7`, a JSON array, and only run `?5`, or NULL), in the order
+/// `rules::admit_queued` admits them (higher priority first, then oldest),
+/// at most `?8`. Read from `runs_queue_order`.
+const QUEUE_CLAIM: &str = concat!(
+    "SELECT id FROM runs INDEXED BY runs_queue_order WHERE queue = ?4 AND ",
+    claimable!(),
+    " AND (?5 IS NULL OR id = ?5) AND workflow IN (SELECT value FROM json_each(?7)) \
+     ORDER BY priority DESC, ord LIMIT ?8"
 );
 
 /// The runs [`claimable!`] accepts (`?1` now, for leases, `?2` worker, `?3`
@@ -78,6 +104,8 @@ pub(super) const RUNNABLE: &str = concat!(
     state_sql!(READY),
     " AND ",
     takeable!(),
+    " AND ",
+    unlimited!("?5"),
     " UNION ALL SELECT id, workflow, ord FROM runs INDEXED BY runs_due \
        WHERE state IN (",
     state_sql!(WAITING),
@@ -85,6 +113,8 @@ pub(super) const RUNNABLE: &str = concat!(
     state_sql!(SLEEPING),
     ") AND due <= ?4 AND ",
     takeable!(),
+    " AND ",
+    unlimited!("?5"),
     " UNION ALL SELECT id, workflow, ord FROM runs \
        WHERE state = ",
     state_sql!(WAITING),
@@ -93,6 +123,8 @@ pub(super) const RUNNABLE: &str = concat!(
        AND EXISTS (SELECT 1 FROM signals s WHERE s.run = runs.ord AND s.name = runs.signal) \
        AND ",
     takeable!(),
+    " AND ",
+    unlimited!("?5"),
     " ORDER BY ord"
 );
 
@@ -107,6 +139,15 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
     let clock_i = ts(req.clock_now);
     // The candidates, in creation order, up to `limit` the caller can run.
     let mut picked: Vec<String> = Vec::new();
+    // The queues this claim limits: their runs are claimed queue by queue.
+    let limited: Vec<&str> = req
+        .queues
+        .keys()
+        .map(String::as_str)
+        .filter(|q| rules::queue_limits(&req, Some(q)).is_some())
+        .collect();
+    let limited_json =
+        serde_json::to_string(&limited).map_err(|e| Error::internal(e.to_string()))?;
     {
         let sql = match req.only {
             Some(_) => CLAIMABLE_BY_ID,
@@ -120,9 +161,16 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
                 &*req.instance,
                 only,
                 req.revisit_parked,
-                clock_i
+                clock_i,
+                limited_json,
             ])?,
-            None => stmt.query(params![now_i, &*req.worker, &*req.instance, clock_i])?,
+            None => stmt.query(params![
+                now_i,
+                &*req.worker,
+                &*req.instance,
+                clock_i,
+                limited_json
+            ])?,
         };
         while let Some(row) = rows.next()? {
             let id: String = row.get(0)?;
@@ -137,10 +185,23 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
             }
         }
     }
+    let mut admissions = Vec::new();
+    for queue in limited {
+        let room = req.limit.saturating_sub(picked.len());
+        if room == 0 {
+            break;
+        }
+        let (admitted, until) = admit_queue(cx, &req, queue, room, now)?;
+        if let Some(until) = until {
+            admissions.extend(admitted.iter().map(|_| (queue.to_owned(), until)));
+        }
+        picked.extend(admitted);
+    }
     if picked.is_empty() {
         return Ok(out);
     }
     cx.begin()?;
+    queues::record(cx, &admissions, now)?;
     let expires = from_ts(ts_after(now, req.ttl));
     for id in picked {
         match load(cx, &id) {
@@ -150,6 +211,53 @@ pub(super) fn op_claim(cx: &mut TxnCtx<'_>, req: ClaimRequest) -> R<ClaimResult>
         }
     }
     Ok(out)
+}
+
+/// The runs of `queue` this claim admits (at most `room`; see
+/// `rules::queues`), and, for a queue with a rate, when their admissions
+/// stop counting.
+fn admit_queue(
+    cx: &TxnCtx<'_>,
+    req: &ClaimRequest,
+    queue: &str,
+    room: usize,
+    now: SystemTime,
+) -> R<(Vec<String>, Option<i64>)> {
+    let Some(limits) = rules::queue_limits(req, Some(queue)) else {
+        return Ok((Vec::new(), None));
+    };
+    let counted = queues::count(cx, req, queue, limits, now)?;
+    let want = rules::queue_room(limits, counted.held, counted.recent, room);
+    if want == 0 {
+        return Ok((Vec::new(), None));
+    }
+    let workflows =
+        serde_json::to_string(&req.workflows).map_err(|e| Error::internal(e.to_string()))?;
+    let ids: Vec<String> = cx
+        .conn
+        .prepare_cached(QUEUE_CLAIM)?
+        .query_map(
+            params![
+                ts(now),
+                &*req.worker,
+                &*req.instance,
+                queue,
+                req.only,
+                ts(req.clock_now),
+                workflows,
+                i64::try_from(want).unwrap_or(i64::MAX),
+            ],
+            |r| r.get(0),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    // In the rule's order already; the rule has the last word.
+    let candidates = ids
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| (0, i, id))
+        .collect();
+    let took = rules::admit_queued(limits, counted.held, counted.recent, room, candidates);
+    Ok((took, counted.until))
 }
 
 /// A run the claim query picked, as the claim needs it.

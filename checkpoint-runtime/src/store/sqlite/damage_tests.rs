@@ -241,6 +241,8 @@ fn rows_written_before_checksums_still_load() {
              ALTER TABLE runs DROP COLUMN join_pending; \
              ALTER TABLE runs DROP COLUMN cancel_request; \
              DROP TABLE stream_items; DROP TABLE run_progress; DROP TABLE schedules; \
+             DROP INDEX runs_queue; DROP INDEX runs_queue_order; DROP TABLE queue_admissions; ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN queue; \
+             ALTER TABLE runs DROP COLUMN priority; \
              PRAGMA user_version = 1",
         )
         .unwrap();

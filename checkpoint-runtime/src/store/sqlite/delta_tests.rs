@@ -471,6 +471,8 @@ fn a_version_3_file_opens_and_its_fields_start_appending() {
              ALTER TABLE runs DROP COLUMN parent; ALTER TABLE runs DROP COLUMN join_pending; \
              ALTER TABLE runs DROP COLUMN cancel_request; \
              DROP TABLE stream_items; DROP TABLE run_progress; DROP TABLE schedules; \
+             DROP INDEX runs_queue; DROP INDEX runs_queue_order; DROP TABLE queue_admissions; ALTER TABLE runs DROP COLUMN tags; ALTER TABLE runs DROP COLUMN queue; \
+             ALTER TABLE runs DROP COLUMN priority; \
              PRAGMA user_version = 3",
         )
         .unwrap();

@@ -52,6 +52,7 @@ pub(super) const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     migrate_v8,
     migrate_v9,
     migrate_v10,
+    migrate_v11,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -307,6 +308,29 @@ pub(super) fn migrate_v10(conn: &Connection) -> rusqlite::Result<()> {
              run INTEGER PRIMARY KEY, \
              value BLOB NOT NULL\
          );",
+    )
+}
+
+/// Version 11: a run's start options (`StartOptions`): its tags, a JSON
+/// object of strings (NULL: none), its queue and its priority. Written
+/// once, with the run. `runs_queue`: a claim counts the slots of a queue
+/// (its runs under a lease) from it, and reads its runs in admission order
+/// from `runs_queue_order`. `queue_admissions`: the claims of the
+/// runs of queues with a rate, when (`at`) and until when they count
+/// (`until`, the end of the rate's window), kept until then.
+pub(super) fn migrate_v11(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE runs ADD COLUMN tags TEXT; \
+         ALTER TABLE runs ADD COLUMN queue TEXT; \
+         ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0; \
+         CREATE INDEX runs_queue ON runs (queue, lease_expires) \
+             WHERE queue IS NOT NULL AND lease_worker IS NOT NULL; \
+         CREATE INDEX runs_queue_order ON runs (queue, priority DESC, ord) \
+             WHERE queue IS NOT NULL AND state < 3; \
+         CREATE TABLE queue_admissions ( \
+             queue TEXT NOT NULL, at INTEGER NOT NULL, until INTEGER NOT NULL); \
+         CREATE INDEX queue_admissions_by_queue ON queue_admissions (queue, at); \
+         CREATE INDEX queue_admissions_by_until ON queue_admissions (until);",
     )
 }
 

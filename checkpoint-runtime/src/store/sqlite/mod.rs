@@ -101,6 +101,7 @@ mod existing;
 mod migrations;
 mod ops;
 mod poller;
+mod queues;
 mod reads;
 mod runs;
 mod schedules;

@@ -16,7 +16,9 @@ use super::runs::{run_ord, RawRun, RUN_SELECT};
 use crate::history::HistoryEntry;
 use crate::status::{RunFilter, StatusKind};
 use crate::store::rules;
-use crate::store::sql::run_row::{counted_kind, state_sql, status_code, COMPLETED, FAILED, PARKED};
+use crate::store::sql::run_row::{
+    counted_kind, state_sql, status_code, tags_col, COMPLETED, FAILED, PARKED,
+};
 use crate::store::sql::{from_ts, to_i64, ts};
 use crate::store::{CheckpointRecord, RunRecord, SignalRecord, Wakeup};
 
@@ -35,6 +37,12 @@ pub(super) fn reader_loop(mut conn: Connection, rx: Arc<Mutex<mpsc::Receiver<Rea
     }
 }
 
+/// A run `r` carries every tag of `?7`, a filter's tags as the `tags`
+/// column holds them (see `tags_col`; NULL: no tag asked for): no pair of
+/// the filter's is missing from the run's.
+const TAGGED: &str = "NOT EXISTS (SELECT 1 FROM json_each(?7) f WHERE NOT EXISTS \
+     (SELECT 1 FROM json_each(r.tags) t WHERE t.key = f.key AND t.value = f.value))";
+
 pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<RunRecord>> {
     // A completed run with an `Err` output counts as failed.
     let sql = format!(
@@ -44,6 +52,7 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
            AND (?3 IS NULL OR (CASE WHEN r.state = {COMPLETED} AND r.error IS NOT NULL \
                                     THEN {FAILED} ELSE r.state END) = ?3) \
            AND (?5 IS NULL OR r.parent = ?5) \
+           AND {TAGGED} \
          ORDER BY r.ord {} LIMIT ?4 OFFSET ?6",
         if filter.newest_first { "DESC" } else { "ASC" }
     );
@@ -60,7 +69,8 @@ pub(super) fn read_list_runs(conn: &Connection, filter: &RunFilter) -> R<Vec<Run
                 filter.status.map(status_code),
                 limit,
                 filter.parent,
-                offset
+                offset,
+                tags_col(&filter.tags)?,
             ],
             RawRun::from_full_row,
         )?
@@ -83,14 +93,17 @@ pub(super) fn read_count_runs(
                WHERE (?1 IS NULL OR r.workflow = ?1) \
                  AND (?2 IS NULL OR substr(r.id, 1, length(?2)) = ?2) \
                  AND (?3 IS NULL OR r.parent = ?3) \
+                 AND {TAGGED} \
                GROUP BY 1, 2, 3, 4";
+    let sql = sql.replace("{TAGGED}", &TAGGED.replace("?7", "?5"));
     let mut counts = BTreeMap::new();
-    let mut stmt = conn.prepare_cached(sql)?;
+    let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(params![
         filter.workflow,
         filter.id_prefix,
         filter.parent,
-        ts(now)
+        ts(now),
+        tags_col(&filter.tags)?,
     ])?;
     while let Some(row) = rows.next()? {
         let state: i64 = row.get(0)?;
@@ -238,7 +251,9 @@ pub(super) fn read_history(conn: &Connection, id: &str) -> R<Vec<HistoryEntry>> 
 /// waiting or sleeping run under none. From the indexes the claim's
 /// branches read (see `claim::RUNNABLE`), never from every unfinished run:
 /// leases of ready runs and of held waiting ones, and the first deadline
-/// of a run that is not held. NULL: none.
+/// of a run that is not held; and when the next admission of a queue's
+/// rate window stops counting (`?2`, the system's time; see `queues`).
+/// NULL: none.
 pub(super) const NEXT_WAKEUP: &str = concat!(
     "SELECT (SELECT min(t) FROM ( \
        SELECT min(lease_expires) AS t FROM runs INDEXED BY runs_ready \
@@ -250,7 +265,8 @@ pub(super) const NEXT_WAKEUP: &str = concat!(
     state_sql!(WAITING),
     ", ",
     state_sql!(SLEEPING),
-    ") AND lease_worker IS NOT NULL)), \
+    ") AND lease_worker IS NOT NULL \
+       UNION ALL SELECT min(until) FROM queue_admissions WHERE until > ?2)), \
        (SELECT due FROM runs INDEXED BY runs_due \
          WHERE state IN (",
     state_sql!(WAITING),
@@ -263,7 +279,9 @@ pub(super) const NEXT_WAKEUP: &str = concat!(
 pub(super) fn read_next_wakeup(conn: &Connection, after: SystemTime) -> R<Wakeup> {
     let (lease, timer): (Option<i64>, Option<i64>) = conn
         .prepare_cached(NEXT_WAKEUP)?
-        .query_row([ts(after)], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        .query_row([ts(after), ts(SystemTime::now())], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
     Ok(Wakeup {
         lease: lease.map(from_ts),
         timer: timer.map(from_ts),

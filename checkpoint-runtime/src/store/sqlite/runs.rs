@@ -25,7 +25,7 @@ pub(super) const RUN_SELECT: &str =
     "SELECT r.ord, r.id, r.workflow, r.state, r.signal, r.due, r.output, \
      r.error, r.lease_worker, r.lease_instance, r.lease_expires, r.epoch, r.attempt, \
      r.wake_seq, r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, \
-     r.cancel_request, r.input, c.seq, c.created_at, r.parent \
+     r.cancel_request, r.input, c.seq, c.created_at, r.parent, r.tags, r.queue, r.priority \
      FROM runs r LEFT JOIN heads h ON h.run = r.ord LEFT JOIN checkpoints c ON c.id = h.latest";
 
 /// A run row as read: the shared columns ([`RunRow`]), its key, and when
@@ -79,6 +79,9 @@ impl RawRun {
                 version: opt::<i64>(r, 18).unwrap_or(1),
                 parent: None,
                 cancel: None,
+                tags: None,
+                queue: None,
+                priority: 0,
             },
             latest_at: None,
         }
@@ -110,6 +113,9 @@ impl RawRun {
                 version: r.get(18)?,
                 parent: None,
                 cancel: r.get(19)?,
+                tags: None,
+                queue: None,
+                priority: 0,
             },
             latest_at: None,
         })
@@ -126,6 +132,14 @@ impl RawRun {
         }
         raw.set_latest(r.get(21)?, r.get(22)?);
         raw.row.parent = r.get(23).unwrap_or(None);
+        // The start options; a failed run's that do not read are left out.
+        match (r.get(24), r.get(25), r.get(26)) {
+            (Ok(tags), Ok(queue), Ok(priority)) => {
+                (raw.row.tags, raw.row.queue, raw.row.priority) = (tags, queue, priority);
+            }
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) if !failed => return Err(e),
+            _ => {}
+        }
         Ok(raw)
     }
 

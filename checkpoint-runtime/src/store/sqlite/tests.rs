@@ -160,6 +160,7 @@ fn create_load_and_list_runs() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     let again = block_on(store.create_run(NewRun {
@@ -170,6 +171,7 @@ fn create_load_and_list_runs() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     let Created::Existing(rec) = again else {
@@ -1012,6 +1014,7 @@ fn group_commit_batches_requests() {
                 trace: None,
                 parent: None,
                 max_running: None,
+                options: Default::default(),
             })
         })
         .collect();
@@ -1023,6 +1026,7 @@ fn group_commit_batches_requests() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     });
     for f in futures {
         assert!(matches!(block_on(f).unwrap(), Created::New));
@@ -1154,7 +1158,7 @@ fn retention_never_drops_bytes_a_kept_checkpoint_uses() {
 #[test]
 fn schema_version_is_set_and_newer_is_refused() {
     let (_dir, store) = open();
-    assert_eq!(SCHEMA_VERSION, 10);
+    assert_eq!(SCHEMA_VERSION, 11);
     assert_eq!(count(&store, "PRAGMA user_version"), SCHEMA_VERSION);
     let mode: String = peek(&store)
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -1246,6 +1250,7 @@ async fn subscribers_hear_local_and_remote_changes() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     })
     .await
     .unwrap();
@@ -1273,6 +1278,7 @@ fn busy_database_is_retried() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     });
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -1534,6 +1540,7 @@ fn a_pile_of_requests_is_committed_in_two_halves() {
                 trace: None,
                 parent: None,
                 max_running: None,
+                options: Default::default(),
             };
             let (job, replied) = request(false, move |cx| op_create(cx, run));
             tx.send(Msg::Job(job)).unwrap();
@@ -2388,8 +2395,8 @@ fn claims_read_the_runs_that_can_be_due_not_every_waiting_one() {
         st.get_status(StatementStatus::VmStep)
     };
     let now = ts(SystemTime::now());
-    let claim = steps(super::claim::RUNNABLE, &[&now, &"z", &"1", &now]);
-    let wakeup = steps(super::reads::NEXT_WAKEUP, &[&now]);
+    let claim = steps(super::claim::RUNNABLE, &[&now, &"z", &"1", &now, &"[]"]);
+    let wakeup = steps(super::reads::NEXT_WAKEUP, &[&now, &now]);
     eprintln!("steps: claim {claim}, next wake-up {wakeup}");
     for (what, n) in [("claim", claim), ("next wake-up", wakeup)] {
         assert!(

@@ -14,7 +14,7 @@ use super::error::R;
 use super::writer::cache::Head;
 use super::writer::txn::TxnCtx;
 use crate::history::Event;
-use crate::store::sql::run_row::{state_code, ErrorCol, RunCols};
+use crate::store::sql::run_row::{state_code, tags_col, ErrorCol, RunCols};
 use crate::store::sql::{to_json, ts};
 use crate::store::{RunRecord, SignalRecord};
 use crate::Error;
@@ -105,8 +105,8 @@ pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
     let cols = RunCols::of(rec)?;
     conn.prepare_cached(
         "INSERT INTO runs (id, workflow, input, state, signal, due, output, error, epoch, \
-         attempt, created_at, updated_at, version, parent) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         attempt, created_at, updated_at, version, parent, tags, queue, priority) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(params![
         rec.id,
@@ -123,6 +123,9 @@ pub(super) fn insert_run(conn: &Connection, rec: &RunRecord) -> R<i64> {
         cols.updated_at,
         cols.version,
         rec.parent,
+        tags_col(&rec.tags)?,
+        rec.queue,
+        rec.priority,
     ])?;
     let ord = conn.last_insert_rowid();
     conn.prepare_cached("INSERT INTO heads (run) VALUES (?1)")?

@@ -21,14 +21,14 @@ macro_rules! run_cols {
         "r.id, r.workflow, r.state, r.signal, r.due, r.output, r.error, r.lease_worker, \
          r.lease_instance, r.lease_expires, r.epoch, r.attempt, r.latest_seq, r.wake_seq, \
          r.wake_signal, r.wake_payload, r.created_at, r.updated_at, r.version, r.parent, \
-         r.cancel_request"
+         r.cancel_request, r.tags::text AS tags, r.queue, r.priority"
     };
 }
 pub(in crate::store::postgres) use run_cols;
 
 /// How many columns [`run_cols`] has; the input (or an empty `bytea` in its
 /// place) follows them.
-pub(in crate::store::postgres) const RUN_COLS: usize = 21;
+pub(in crate::store::postgres) const RUN_COLS: usize = 24;
 
 /// A run row (the [`run_cols`] columns and the input) as a record.
 pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Error> {
@@ -55,6 +55,9 @@ pub(in crate::store::postgres) fn decode_run(row: &Row) -> Result<RunRecord, Err
         input: get(row, RUN_COLS)?,
         parent: get(row, 19)?,
         cancel: get(row, 20)?,
+        tags: get(row, 21)?,
+        queue: get(row, 22)?,
+        priority: i64::from(get::<i32>(row, 23)?),
     }
     .into_record()
     .map_err(corrupt)
@@ -356,13 +359,15 @@ pub(in crate::store::postgres) async fn write_runs(
     Ok(())
 }
 
-/// The insertion of a new run's row unless its id exists, from `$1`–`$15`
+/// The insertion of a new run's row unless its id exists, from `$1`–`$18`
 /// (see [`insert_run`]).
 macro_rules! insert_run_sql {
     () => {
         "INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
-         epoch, attempt, latest_seq, created_at, updated_at, version, parent) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         epoch, attempt, latest_seq, created_at, updated_at, version, parent, \
+         tags, queue, priority) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+         $16::text::jsonb, $17, $18) \
          ON CONFLICT (id) DO NOTHING"
     };
 }
@@ -389,7 +394,7 @@ pub(in crate::store::postgres) async fn insert_run_started(
         "WITH r AS (",
         insert_run_sql!(),
         " RETURNING id) INSERT INTO cp_history (run, at, event) \
-         SELECT id, $16, $17::text::jsonb FROM r"
+         SELECT id, $19, $20::text::jsonb FROM r"
     );
     let json = to_json(started)?;
     insert_run_then(cx, rec, SQL, &[&ts(at), &json]).await
@@ -408,13 +413,15 @@ pub(in crate::store::postgres) async fn insert_runs_started(
     const SQL: &str = "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], \
            $4::smallint[], $5::text[], $6::bigint[], $7::bytea[], $8::text[], $9::bigint[], \
            $10::integer[], $11::bigint[], $12::bigint[], $13::bigint[], $14::integer[], \
-           $15::bigint[], $16::text[]) WITH ORDINALITY AS v (id, workflow, input, state, \
+           $15::bigint[], $16::text[], $17::text[], $18::text[], $19::integer[]) \
+           WITH ORDINALITY AS v (id, workflow, input, state, \
            signal, due, output, error, epoch, attempt, latest_seq, created_at, updated_at, \
-           version, at, event, i)), \
+           version, at, event, tags, queue, priority, i)), \
          r AS (INSERT INTO cp_runs (id, workflow, input, state, signal, due, output, error, \
-           epoch, attempt, latest_seq, created_at, updated_at, version) \
+           epoch, attempt, latest_seq, created_at, updated_at, version, tags, queue, priority) \
            SELECT id, workflow, input, state, signal, due, output, error, epoch, attempt, \
-             latest_seq, created_at, updated_at, version FROM v ORDER BY i \
+             latest_seq, created_at, updated_at, version, tags::jsonb, queue, priority \
+           FROM v ORDER BY i \
            ON CONFLICT (id) DO NOTHING RETURNING id), \
          h AS (INSERT INTO cp_history (run, at, event) \
            SELECT v.id, v.at, v.event::jsonb FROM v JOIN r ON r.id = v.id ORDER BY v.i) \
@@ -451,6 +458,12 @@ pub(in crate::store::postgres) async fn insert_runs_started(
     let version = col(&bound, |r| i32::try_from(r.0.version).unwrap_or(i32::MAX));
     let at = col(&bound, |r| r.2);
     let event = col(&bound, |r| r.3);
+    let tags = runs
+        .iter()
+        .map(|(rec, _, _)| tags_json(rec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let queue = col(&bound, |r| r.0.queue.as_deref().map(scrub));
+    let priority = col(&bound, |r| r.0.priority);
     let rows = cx
         .query(
             SQL,
@@ -471,14 +484,26 @@ pub(in crate::store::postgres) async fn insert_runs_started(
                 &version,
                 &at,
                 &event,
+                &tags,
+                &queue,
+                &priority,
             ],
         )
         .await?;
     rows.iter().map(|r| get::<String>(r, 0)).collect()
 }
 
+/// The `tags` column of `rec` (see `run_row::tags_col`) as JSON text for
+/// `jsonb`, its NUL characters scrubbed.
+fn tags_json(rec: &RunRecord) -> Result<Option<String>, Error> {
+    if rec.tags.is_empty() {
+        return Ok(None);
+    }
+    to_json(&rec.tags).map(Some)
+}
+
 /// Runs `sql`, [`insert_run_sql`] and what follows it, with the run's
-/// columns as `$1`–`$15` and `more` after them; whether it wrote a row.
+/// columns as `$1`–`$18` and `more` after them; whether it wrote a row.
 async fn insert_run_then(
     cx: &mut Cx<'_>,
     rec: &RunRecord,
@@ -488,6 +513,8 @@ async fn insert_run_then(
     let b = Bound::of(rec)?;
     let version = i32::try_from(rec.version).unwrap_or(i32::MAX);
     let parent = rec.parent.as_deref().map(scrub);
+    let tags = tags_json(rec)?;
+    let queue = rec.queue.as_deref().map(scrub);
     let input = &rec.input[..];
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &rec.id,
@@ -505,6 +532,9 @@ async fn insert_run_then(
         &b.cols.updated_at,
         &version,
         &parent,
+        &tags,
+        &queue,
+        &rec.priority,
     ];
     params.extend_from_slice(more);
     Ok(cx.execute(sql, &params).await? == 1)
@@ -615,7 +645,8 @@ macro_rules! all_branches {
 /// NULL), `$6` at most this many, `$7` not these runs (already looked at by
 /// this claim), `$8` whether to look for the runs of this worker's older
 /// instances (see [`runnable_branches`]), `$9` the runtime's clock (for
-/// timers). Locks them, skipping rows other claims (or fenced writes)
+/// timers), `$10` the queues the claim limits (their runs are claimed by
+/// `queues::admit`, in their own order). Locks them, skipping rows other claims (or fenced writes)
 /// hold. Each branch (see [`runnable_branches`]) locks up to `$6` runs;
 /// those past the first `$6` stay locked by the claim's transaction and
 /// come back in its next round (it asks again while a round is full): a
@@ -624,7 +655,8 @@ pub(in crate::store::postgres) const CLAIM: &str = concat!(
     "WITH ",
     runnable_branches!(
         "r.workflow = ANY($4) AND ($5::text IS NULL OR r.id = $5) \
-         AND NOT (r.id = ANY($7::text[]))",
+         AND NOT (r.id = ANY($7::text[])) \
+         AND (r.queue IS NULL OR NOT (r.queue = ANY($10::text[])))",
         "$8::boolean",
         "$9",
         concat!("r.ord, r.input, ", run_cols!()),
@@ -673,7 +705,8 @@ pub(in crate::store::postgres) const UNREGISTERED: &str = concat!(
 /// waiting or sleeping ones (`cp_runs_held`), and the earliest deadline
 /// later than `$1` (the runtime's clock) of those under no lease
 /// (`cp_runs_due`, the first that is not held: a held run's deadline
-/// counts once its lease is gone). NULL: none.
+/// counts once its lease is gone); and when the next admission of a
+/// queue's rate window stops counting (`$2`, the system's time). NULL: none.
 pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
     "SELECT least( \
        (SELECT min(lease_expires) FROM cp_runs WHERE state = ",
@@ -690,7 +723,8 @@ pub(in crate::store::postgres) const NEXT_WAKEUP: &str = concat!(
     ", ",
     state_sql!(SLEEPING),
     ") AND due > $1 \
-          AND lease_worker IS NULL ORDER BY due LIMIT 1)"
+          AND lease_worker IS NULL ORDER BY due LIMIT 1), \
+       (SELECT min(until) FROM cp_queue_admissions WHERE until > $2)"
 );
 
 /// Extends a lease without waiting for any lock: `$1` run, `$2` epoch, `$3`

@@ -148,6 +148,7 @@ fn starts_in_one_statement_write_what_the_generic_create_writes() {
             trace: Some("trace-1".into()),
             parent: None,
             max_running: None,
+            options: Default::default(),
         };
         let at = SystemTime::now();
         let (rec, change) = rules::create(run, 0, at);
@@ -401,6 +402,7 @@ fn child(s: &dyn Store, id: &str, parent: &str) {
         trace: None,
         parent: Some(parent.into()),
         max_running: None,
+        options: Default::default(),
     }))
     .unwrap();
     assert!(matches!(made, Created::New));
