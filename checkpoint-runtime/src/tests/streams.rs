@@ -345,3 +345,58 @@ async fn a_resume_discards_what_the_crashed_segment_stored() {
         [(0, json!("a")), (1, json!("w")), (2, json!("end"))]
     );
 }
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(checkpoint_test_postgres),
+    ignore = "CHECKPOINT_TEST_POSTGRES_URL is not set"
+)]
+async fn postgres_stream_writes_notify_the_readers_of_other_stores() {
+    use crate::store::conformance::req;
+    use crate::store::postgres::PostgresStore;
+    use crate::store::{NewRun, StreamItem, StreamWrite};
+    let url = std::env::var("CHECKPOINT_TEST_POSTGRES_URL").unwrap();
+    let schema = format!(
+        "cp_test_stream_notify_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    );
+    let a = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+    let b = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+    let run = NewRun {
+        id: "n".into(),
+        workflow: "wf".into(),
+        input: Arc::from(&b"null"[..]),
+        version: 1,
+        trace: None,
+        parent: None,
+        max_running: None,
+    };
+    a.create_run(run).await.unwrap();
+    let claimed = a.claim(&req("a", "a1")).await.unwrap().claimed;
+    let lease = claimed[0].lease.clone();
+    let mut streams = b.subscribe_streams();
+    // Whatever the start and the claim notified has arrived.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    streams.borrow_and_update();
+    let write = StreamWrite {
+        items: vec![StreamItem {
+            index: 0,
+            after_seq: 0,
+            value: b"1".to_vec(),
+        }],
+        progress: None,
+    };
+    a.write_stream("n", &lease, write).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), streams.changed())
+        .await
+        .expect("the other store learns of the write at once")
+        .unwrap();
+    drop((a, b));
+    PostgresStore::drop_schema(&url, &schema).await.unwrap();
+}
