@@ -400,3 +400,25 @@ async fn postgres_stream_writes_notify_the_readers_of_other_stores() {
     drop((a, b));
     PostgresStore::drop_schema(&url, &schema).await.unwrap();
 }
+
+#[tokio::test]
+async fn the_harness_compares_the_stream_at_every_crash_point() {
+    let report = within(
+        crate::testing::Harness::new(emitter)
+            .input(4)
+            .also_crash_before_checkpoints()
+            .run(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.crash_points.len(), 8);
+    // A segment that emits other items when it runs again: refused.
+    let err = within(crate::testing::Harness::new(fickle).input(()).run())
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("stream") && text.contains("\"w\"") && text.contains("\"x\""),
+        "{text}"
+    );
+}
