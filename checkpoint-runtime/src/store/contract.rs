@@ -487,6 +487,15 @@ pub trait Store: Send + Sync + 'static {
         let _ = id;
         Box::pin(futures::future::ready(Ok(None)))
     }
+
+    /// A counter that changes when some run's stream items may have been
+    /// stored ([`Store::write_stream`]), where the backend can tell (the
+    /// PostgreSQL store learns of other processes' writes by `NOTIFY`):
+    /// readers of a stream wait on it, and poll besides. The default is
+    /// [`Store::subscribe`].
+    fn subscribe_streams(&self) -> watch::Receiver<u64> {
+        self.subscribe()
+    }
 }
 
 fn no_schedules(kind: &str) -> Error {

@@ -158,7 +158,7 @@ impl Runtime {
     pub fn stream(&self, id: &str, from: u64) -> RunStream {
         let env = self.inner.env.clone();
         let reader = Reader {
-            store_changes: env.store.subscribe(),
+            store_changes: env.store.subscribe_streams(),
             env,
             id: Arc::from(id),
             next: from,

@@ -7,7 +7,8 @@
 //! after its `k`-th checkpoint is stored (the workflow future is dropped, the
 //! runtime discarded, only the store survives), resumes it on a brand-new
 //! runtime over that store, and checks that the final output equals the
-//! uninterrupted one (compared as JSON).
+//! uninterrupted one (compared as JSON), and so does the run's stream
+//! (`ctx.emit`): each index once, with the uninterrupted run's item.
 //!
 //! Side effects: register nothing, just call
 //! `ctx.resource::<SideEffects>().record("charge-card:42")` in the workflow
@@ -61,6 +62,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 pub(crate) mod crash;
+mod streams;
 
 pub use crash::SimulatedCrash;
 
@@ -772,7 +774,9 @@ impl<W: Workflow> Harness<W> {
                 (c.seq, (label, c.site_key.to_string()))
             })
             .collect();
+        let stream = streams::stored(&*store, &self.run_id).await?;
         Ok(Baseline {
+            stream,
             output,
             counts: fx.counts(),
             effects: fx.all(),
@@ -838,6 +842,10 @@ impl<W: Workflow> Harness<W> {
                 baseline.output
             )));
         }
+        let stream = streams::stored(&*second.store(), &self.run_id).await?;
+        if let Some(d) = streams::differs(&stream, &baseline.stream) {
+            return Err(failed(format!("{what}: {d}")));
+        }
         let (mut duplicated, missing) = effect_changes(&baseline.counts, &fx.counts());
         // After a checkpoint, an effect that ran again in another run that
         // was mid-segment is at-least-once, not a duplicate of the crashed
@@ -882,6 +890,8 @@ struct Baseline {
     checkpoints: u64,
     /// Per checkpoint number: the site's label and key.
     sites: HashMap<u64, (Option<String>, String)>,
+    /// Its stored stream (`ctx.emit`).
+    stream: Vec<(u64, Vec<u8>)>,
 }
 
 impl Baseline {

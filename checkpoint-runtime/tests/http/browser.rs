@@ -356,3 +356,77 @@ async fn the_page_lists_runs_and_sends_a_signal_in_chromium() {
         browser.exceptions
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(checkpoint_test_chromium),
+    ignore = "no Chromium when the tests were built: install Debian's `chromium` or set CHROMIUM"
+)]
+async fn the_page_shows_a_runs_progress_and_its_stream_live_in_chromium() {
+    let Some(chromium) = find_chromium() else {
+        panic!("Chromium not found: install Debian's `chromium` package or set CHROMIUM");
+    };
+    let worker = Runtime::in_memory();
+    worker.start(super::narrate, "story-1", 3).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let client = Runtime::builder()
+        .worker_id("http")
+        .store(worker.store())
+        .client_only()
+        .in_memory();
+    let token = checkpoint_runtime::http::Token::new(TOKEN).unwrap();
+    let f = Fixture::serve(worker, checkpoint_runtime::http::router(client, token)).await;
+    let mut browser = Browser::launch(&chromium, 1280, 900).await;
+    browser.navigate(&f.url("/")).await;
+    browser
+        .wait_for(
+            "document.querySelector('#login-form')",
+            "the login form",
+            WAIT,
+        )
+        .await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login").await;
+    browser
+        .wait_for(
+            "document.querySelector('#runs tbody tr[data-run=\"story-1\"]')",
+            "the run in the list",
+            WAIT,
+        )
+        .await;
+    browser.navigate(&f.url("/#/runs/story-1")).await;
+    // Waiting: its three items and its progress.
+    browser
+        .wait_for(
+            "document.querySelectorAll('#stream-items li').length === 3",
+            "the stream's three items",
+            WAIT,
+        )
+        .await;
+    let items = browser
+        .eval("[...document.querySelectorAll('#stream-items li')].map(li => li.dataset.index + ' ' + li.querySelector('span').textContent)")
+        .await;
+    assert_eq!(
+        items,
+        serde_json::json!(["0 {\"line\":0}", "1 {\"line\":1}", "2 {\"line\":2}"])
+    );
+    let note = browser
+        .eval("document.querySelector('#stream-note').textContent")
+        .await;
+    assert!(note.as_str().unwrap().contains("live"), "{note}");
+    let progress = browser
+        .eval("document.querySelector('#progress pre').textContent")
+        .await;
+    let progress: serde_json::Value = serde_json::from_str(progress.as_str().unwrap()).unwrap();
+    assert_eq!(progress, serde_json::json!({ "done": 3, "total": 3 }));
+    save_png(&browser.screenshot(true).await, "stream.png");
+    // The run ends: the page says so.
+    f.worker.signal("story-1", "close", &()).await.unwrap();
+    browser
+        .wait_for(
+            "(document.querySelector('#stream-note') || {}).textContent?.includes('ended')",
+            "the end of the stream",
+            WAIT,
+        )
+        .await;
+}

@@ -10,6 +10,7 @@ const LIST_LIMIT = 100;
 const STATUSES = ["queued", "running", "waiting", "joining", "sleeping", "held", "completed", "failed", "cancelled", "incompatible"];
 
 let timer = null; // the current view's refresh
+let streamAbort = null; // the current view's stream reader (an AbortController)
 
 // ---- helpers -------------------------------------------------------------
 
@@ -152,6 +153,11 @@ function stopTimer() {
   timer = null;
 }
 
+function stopStream() {
+  if (streamAbort) streamAbort.abort();
+  streamAbort = null;
+}
+
 function statusBadge(status) {
   return el("span", { class: "badge s-" + status.state, text: status.state });
 }
@@ -201,6 +207,7 @@ function errorText(e) {
 
 function showLogin(message) {
   stopTimer();
+  stopStream();
   document.getElementById("logout").hidden = true;
   const app = document.getElementById("app");
   const input = el("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true, size: 48 });
@@ -407,6 +414,79 @@ function signalSection(run) {
     el("p", {}, w.deadline ? "Until " + time(w.deadline) + "; then the wait ends without it." : "No deadline."),
     hint,
     form);
+}
+
+function progressSection(run) {
+  if (run.progress === null || run.progress === undefined) return null;
+  return section("Progress", "progress",
+    el("p", { class: "muted", text: "The latest value the run set (stored with its checkpoints)." }),
+    jsonBlock(run.progress, "progress-value"));
+}
+
+// How many of a stream's items the page keeps (the latest).
+const STREAM_SHOWN = 200;
+
+// The run's stream (`ctx.emit`): the API's server-sent events, read with
+// fetch (an EventSource cannot send the token), live until the run ends.
+function streamSection(run) {
+  const list = el("ul", { id: "stream-items", class: "stream" });
+  const note = el("p", { class: "muted", id: "stream-note", text: "Reading the stream…" });
+  readStream(run.id, list, note);
+  return section("Stream", "stream", note, list);
+}
+
+async function readStream(id, list, note) {
+  stopStream();
+  const controller = new AbortController();
+  streamAbort = controller;
+  let count = 0;
+  const shown = () => count + " item(s)" + (count > STREAM_SHOWN ? ", the latest " + STREAM_SHOWN + " shown" : "");
+  try {
+    const res = await fetch(runApi(id, "/stream"), {
+      headers: { Authorization: "Bearer " + token(), Accept: "text/event-stream" },
+      signal: controller.signal,
+    });
+    if (!res.ok || !res.body) {
+      note.textContent = "The stream cannot be read (HTTP " + res.status + ").";
+      return;
+    }
+    note.textContent = "No items yet; live.";
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        const ev = { event: "message", id: "", data: "" };
+        for (const line of block.split("\n")) {
+          const at = line.indexOf(":");
+          if (at <= 0) continue; // a comment (keep-alive) or nothing
+          const key = line.slice(0, at);
+          const val = line.slice(at + 1).replace(/^ /, "");
+          if (key === "event") ev.event = val;
+          else if (key === "id") ev.id = val;
+          else if (key === "data") ev.data += val;
+        }
+        if (ev.event === "item") {
+          count += 1;
+          list.append(el("li", { "data-index": ev.id }, el("code", { text: ev.id }), " ", el("span", { text: ev.data })));
+          while (list.children.length > STREAM_SHOWN) list.firstChild.remove();
+          note.textContent = shown() + "; live.";
+        } else if (ev.event === "end") {
+          note.textContent = count ? shown() + "; the run ended." : "The run emitted nothing.";
+        } else if (ev.event === "error") {
+          note.textContent = "The stream stopped: " + ev.data;
+        }
+      }
+    }
+  } catch (e) {
+    if (e.name !== "AbortError") note.textContent = "The stream stopped: " + e.message;
+  }
 }
 
 function pendingSection(run) {
@@ -641,6 +721,8 @@ async function showRun(id, options) {
       el("div", {}, el("h3", { text: "Input" }), jsonBlock(run.input)),
       run.output !== null ? el("div", {}, el("h3", { text: "Output" }), jsonBlock(run.output, "output")) : null),
     signalSection(run),
+    progressSection(run),
+    streamSection(run),
     pendingSection(run),
     actionsSection(run, checkpoints),
     timelineSection(run, checkpoints),
@@ -694,6 +776,7 @@ async function showRun(id, options) {
 
 function route() {
   stopTimer();
+  stopStream();
   if (!token()) return showLogin();
   document.getElementById("logout").hidden = false;
   const hash = location.hash.replace(/^#/, "") || "/";

@@ -226,6 +226,10 @@ pub struct PostgresStore {
     /// notifications).
     schema: String,
     changes: Arc<watch::Sender<u64>>,
+    /// Bumped when a run's stream items were stored, here or (through a
+    /// notification) elsewhere; its notifier sends those notifications.
+    stream_changes: Arc<watch::Sender<u64>>,
+    stream_notifier: notify::Notifier,
     /// Dropping it stops the listener.
     _stop: oneshot::Sender<()>,
     /// The server process id of the listening connection (for tests).
@@ -364,6 +368,9 @@ impl PostgresStore {
         let notifier = notify::Notifier::start(&handle, target.clone(), schema.clone());
         pool.set_notifier(Box::new(move || notifier.request()));
         let changes = Arc::new(watch::channel(0).0);
+        let stream_changes = Arc::new(watch::channel(0).0);
+        let stream_payload = format!("{schema}{}", notify::STREAM_SUFFIX);
+        let stream_notifier = notify::Notifier::start(&handle, target.clone(), stream_payload);
         let (stop, stop_rx) = oneshot::channel();
         let listener_pid = Arc::new(AtomicI32::new(0));
         notify::start(
@@ -371,6 +378,7 @@ impl PostgresStore {
             target,
             schema.clone(),
             changes.clone(),
+            stream_changes.clone(),
             stop_rx,
             listener_pid.clone(),
         )
@@ -383,6 +391,8 @@ impl PostgresStore {
             side,
             schema,
             changes,
+            stream_changes,
+            stream_notifier,
             _stop: stop,
             listener_pid,
             holds: hold::Holds::default(),
@@ -783,7 +793,13 @@ impl Store for PostgresStore {
         lease: &'a Lease,
         write: super::StreamWrite,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(streams::write(&self.pool, id, lease, write))
+        Box::pin(async move {
+            streams::write(&self.pool, id, lease, write).await?;
+            // Readers in other processes wake at once (and poll anyway).
+            self.stream_notifier.request();
+            notify::bump(&self.stream_changes);
+            Ok(())
+        })
     }
 
     fn stream_items<'a>(
@@ -806,5 +822,9 @@ impl Store for PostgresStore {
 
     fn progress<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
         Box::pin(streams::progress(&self.pool, id))
+    }
+
+    fn subscribe_streams(&self) -> watch::Receiver<u64> {
+        self.stream_changes.subscribe()
     }
 }

@@ -33,6 +33,12 @@ use crate::Error;
 /// The notification channel.
 pub(super) const CHANNEL: &str = "checkpoint_runtime";
 
+/// What follows the schema's name in the payload of a notification that
+/// a run's stream items were stored (see `streams`): it bumps the
+/// counter of [`Store::subscribe_streams`](crate::store::Store::subscribe_streams)
+/// only, so that workers do not look for runnable runs on every item.
+pub(super) const STREAM_SUFFIX: &str = "/stream";
+
 /// Has the notification sent once the transaction of `cx` committed (see
 /// the module docs). `schema`: this store's (the notifier's payload).
 pub(super) async fn notify(cx: &mut Cx<'_>, schema: &str) -> Result<(), Error> {
@@ -126,11 +132,13 @@ pub(super) async fn start(
     target: Target,
     schema: String,
     changes: Arc<watch::Sender<u64>>,
+    streams: Arc<watch::Sender<u64>>,
     stop: oneshot::Receiver<()>,
     pid: Arc<AtomicI32>,
 ) -> Result<(), Error> {
     let (ready_tx, ready_rx) = oneshot::channel();
-    handle.spawn(listen_loop(target, schema, changes, stop, ready_tx, pid));
+    let counters = (changes, streams);
+    handle.spawn(listen_loop(target, schema, counters, stop, ready_tx, pid));
     match ready_rx.await {
         Ok(r) => r,
         Err(_) => Err(Error::internal("postgres listener stopped")),
@@ -140,13 +148,14 @@ pub(super) async fn start(
 async fn listen_loop(
     target: Target,
     schema: String,
-    changes: Arc<watch::Sender<u64>>,
+    (changes, streams): (Arc<watch::Sender<u64>>, Arc<watch::Sender<u64>>),
     mut stop: oneshot::Receiver<()>,
     ready: oneshot::Sender<Result<(), Error>>,
     pid: Arc<AtomicI32>,
 ) {
     let mut ready = Some(ready);
     let mut pause = Duration::from_millis(100);
+    let stream_payload = format!("{schema}{STREAM_SUFFIX}");
     loop {
         match listen_once(&target).await {
             Ok((client, backend, mut rx)) => {
@@ -157,7 +166,10 @@ async fn listen_loop(
                         let _ = r.send(Ok(()));
                     }
                     // Reconnected: anything may have happened meanwhile.
-                    None => bump(&changes),
+                    None => {
+                        bump(&changes);
+                        bump(&streams);
+                    }
                 }
                 loop {
                     tokio::select! {
@@ -166,6 +178,8 @@ async fn listen_loop(
                             Some(n) => {
                                 if n == schema {
                                     bump(&changes);
+                                } else if n == stream_payload {
+                                    bump(&streams);
                                 }
                             }
                             None => break,
