@@ -383,6 +383,7 @@ async fn postgres_stream_writes_notify_the_readers_of_other_stores() {
         trace: None,
         parent: None,
         max_running: None,
+        options: Default::default(),
     };
     a.create_run(run).await.unwrap();
     let claimed = a.claim(&req("a", "a1")).await.unwrap().claimed;
